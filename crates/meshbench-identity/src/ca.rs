@@ -1,0 +1,229 @@
+//! The built-in certificate authority: a self-signed ECDSA P-256 root whose certificate carries
+//! the trust domain's own SPIFFE ID, issuing short-lived workload SVIDs.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType, PKCS_ECDSA_P256_SHA256,
+};
+use rustls_pki_types::CertificateDer;
+use time::OffsetDateTime;
+
+use crate::spiffe::{spiffe_ids_of, SpiffeId};
+use crate::Error;
+
+/// SVID lifetime when none is given: 24 h, as Istio and Linkerd default to.
+pub const DEFAULT_SVID_TTL: Duration = Duration::from_secs(24 * 3600);
+const CA_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Tolerated clock skew between the CA and the peers that verify its certificates.
+const BACKDATE: Duration = Duration::from_secs(300);
+
+const CA_CERT_FILE: &str = "ca.pem";
+const CA_KEY_FILE: &str = "ca.key";
+
+pub struct CertificateAuthority {
+    trust_domain: String,
+    cert_pem: String,
+    cert_der: CertificateDer<'static>,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct IssueOptions {
+    /// Lifetime of the SVID; [`DEFAULT_SVID_TTL`] when `None`.
+    pub ttl: Option<Duration>,
+    /// Extra DNS SANs, so tools that verify host names (curl, openssl) accept the certificate.
+    pub dns_names: Vec<String>,
+    pub ip_addresses: Vec<IpAddr>,
+}
+
+/// A freshly issued SVID, as PEM.
+#[derive(Debug, Clone)]
+pub struct IssuedSvid {
+    pub spiffe_id: SpiffeId,
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub not_after: OffsetDateTime,
+}
+
+impl IssuedSvid {
+    /// Writes `<stem>.pem` (certificate) and `<stem>.key` (PKCS#8 key) into `dir`.
+    pub fn write(&self, dir: &Path, stem: &str) -> Result<(PathBuf, PathBuf), Error> {
+        let cert = dir.join(format!("{stem}.pem"));
+        let key = dir.join(format!("{stem}.key"));
+        write_file(&cert, &self.cert_pem)?;
+        write_private_file(&key, &self.key_pem)?;
+        Ok((cert, key))
+    }
+}
+
+impl CertificateAuthority {
+    /// Creates a new root CA for `trust_domain` in memory.
+    pub fn generate(trust_domain: &str) -> Result<Self, Error> {
+        let td_id = SpiffeId::for_trust_domain(trust_domain)?;
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, "meshbench");
+        dn.push(DnType::CommonName, format!("meshbench root CA ({trust_domain})"));
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params.subject_alt_names = vec![SanType::URI(ia5(&td_id.to_string())?)];
+        set_validity(&mut params, CA_TTL);
+        let cert = params.self_signed(&key)?;
+        let cert_pem = cert.pem();
+        let cert_der = cert.der().clone();
+        Ok(CertificateAuthority {
+            trust_domain: trust_domain.to_owned(),
+            cert_pem,
+            cert_der,
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// Creates a CA and writes `ca.pem` and `ca.key` into `dir`; refuses to overwrite one.
+    pub fn init(dir: &Path, trust_domain: &str) -> Result<Self, Error> {
+        if dir.join(CA_KEY_FILE).exists() || dir.join(CA_CERT_FILE).exists() {
+            return Err(Error::CaExists {
+                dir: dir.to_path_buf(),
+            });
+        }
+        let ca = Self::generate(trust_domain)?;
+        write_file(&dir.join(CA_CERT_FILE), &ca.cert_pem)?;
+        write_private_file(&dir.join(CA_KEY_FILE), &ca.issuer.key().serialize_pem())?;
+        Ok(ca)
+    }
+
+    /// Loads a CA written by [`CertificateAuthority::init`]; the trust domain comes from the
+    /// CA certificate's own SPIFFE ID.
+    pub fn load(dir: &Path) -> Result<Self, Error> {
+        let cert_path = dir.join(CA_CERT_FILE);
+        let key_path = dir.join(CA_KEY_FILE);
+        if !cert_path.exists() || !key_path.exists() {
+            return Err(Error::NoCa {
+                dir: dir.to_path_buf(),
+            });
+        }
+        let cert_der = crate::load_certs(&cert_path)?.remove(0);
+        let key_pem = read_string(&key_path)?;
+        let key = KeyPair::from_pem(&key_pem).map_err(|e| Error::MalformedPem {
+            path: key_path.clone(),
+            reason: e.to_string(),
+        })?;
+        let trust_domain = spiffe_ids_of(&cert_der)
+            .into_iter()
+            .next()
+            .map(|id| id.trust_domain().to_owned())
+            .ok_or_else(|| Error::MalformedPem {
+                path: cert_path.clone(),
+                reason: "CA certificate carries no spiffe://<trust-domain> URI SAN".to_owned(),
+            })?;
+        let issuer = Issuer::from_ca_cert_der(&cert_der, key)?;
+        let cert_pem = read_string(&cert_path)?;
+        Ok(CertificateAuthority {
+            trust_domain,
+            cert_pem,
+            cert_der,
+            issuer,
+        })
+    }
+
+    pub fn trust_domain(&self) -> &str {
+        &self.trust_domain
+    }
+
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    pub fn cert_der(&self) -> &CertificateDer<'static> {
+        &self.cert_der
+    }
+
+    /// Issues an SVID for the workload running as service account `sa` in namespace `ns`.
+    /// Each SVID gets a fresh key pair; it is valid for both client and server use, as mesh
+    /// workload certificates are.
+    pub fn issue(&self, ns: &str, sa: &str, opts: &IssueOptions) -> Result<IssuedSvid, Error> {
+        let spiffe_id = SpiffeId::for_workload(&self.trust_domain, ns, sa)?;
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, self.trust_domain.clone());
+        dn.push(DnType::CommonName, format!("{sa}.{ns}"));
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        params.use_authority_key_identifier_extension = true;
+        let mut sans = vec![SanType::URI(ia5(&spiffe_id.to_string())?)];
+        for dns in &opts.dns_names {
+            sans.push(SanType::DnsName(ia5(dns)?));
+        }
+        sans.extend(opts.ip_addresses.iter().copied().map(SanType::IpAddress));
+        params.subject_alt_names = sans;
+        let not_after = set_validity(&mut params, opts.ttl.unwrap_or(DEFAULT_SVID_TTL));
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(IssuedSvid {
+            spiffe_id,
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            not_after,
+        })
+    }
+}
+
+fn set_validity(params: &mut CertificateParams, ttl: Duration) -> OffsetDateTime {
+    let now = OffsetDateTime::now_utc();
+    params.not_before = now - BACKDATE;
+    params.not_after = now + ttl;
+    params.not_after
+}
+
+fn ia5(value: &str) -> Result<rcgen::string::Ia5String, Error> {
+    rcgen::string::Ia5String::try_from(value).map_err(|e| Error::InvalidName {
+        field: "subject alternative name",
+        value: value.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn read_string(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
+    let err = |source| Error::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    std::fs::write(path, contents).map_err(err)
+}
+
+/// Private keys are written readable by their owner only.
+fn write_private_file(path: &Path, contents: &str) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    write_file(path, contents)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        Error::Write {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
+}

@@ -1,0 +1,49 @@
+//! Errors of the identity crate; each names the file or value at fault.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: no PEM certificate found")]
+    NoCertificate { path: PathBuf },
+    #[error("{path}: no PEM private key found (expected PKCS#8, SEC1 or PKCS#1)")]
+    NoPrivateKey { path: PathBuf },
+    #[error("{path}: malformed PEM: {reason}")]
+    MalformedPem { path: PathBuf, reason: String },
+    #[error("invalid SPIFFE ID {value:?}: {reason}")]
+    InvalidSpiffeId { value: String, reason: String },
+    #[error("invalid {field} {value:?}: {reason}")]
+    InvalidName {
+        field: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("a CA already exists in {dir}; refusing to overwrite it")]
+    CaExists { dir: PathBuf },
+    #[error("{dir} holds no CA (expected ca.pem and ca.key; run `meshbench ca init`)")]
+    NoCa { dir: PathBuf },
+    #[error("certificate generation failed: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("TLS configuration rejected: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("client certificate verifier: {0}")]
+    ClientVerifier(#[from] rustls::server::VerifierBuilderError),
+}
+
+impl Error {
+    /// True when the error is the user's input (a path, a name, a file's content) rather than
+    /// a failure of the machine; the CLI exits with code 2 for these.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, Error::Write { .. } | Error::Generate(_))
+    }
+}

@@ -1,0 +1,39 @@
+//! The local lab: meshbench's embedded platform. It starts lab components (workload servers,
+//! load generators) as real child processes of the meshbench binary, learns when each is
+//! ready, samples every component's CPU and memory, and describes the machine for results.
+//!
+//! Time is CLOCK_MONOTONIC nanoseconds throughout, the same clock the load generator stamps
+//! its measurement window with, so resource figures cover exactly that window.
+
+mod environment;
+mod process;
+mod sampler;
+
+pub use environment::{describe_environment, BuildInfo};
+pub use process::{ComponentProcess, ReadyEvent};
+pub use sampler::{monotonic_now_ns, ResourceSampler, Sample, SampleSeries};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot start {component}: {source}")]
+    Spawn {
+        component: String,
+        source: std::io::Error,
+    },
+    #[error("{component} exited before it was ready ({status}); its stderr said: {stderr}")]
+    ExitedEarly {
+        component: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("{component} was not ready within {seconds} s")]
+    NotReady { component: String, seconds: u64 },
+    #[error("{component} wrote an unreadable ready line {line:?}")]
+    BadReadyLine { component: String, line: String },
+    #[error("{component} failed ({status}): {stderr}")]
+    Failed {
+        component: String,
+        status: String,
+        stderr: String,
+    },
+}

@@ -1,0 +1,156 @@
+//! Lab components as child processes. A component announces readiness with one JSON line on
+//! stdout (`{"event":"ready","addr":"127.0.0.1:41234"}`); the lab waits for it with a deadline
+//! and kills the child when its handle is dropped, so no component outlives a failed or
+//! interrupted run.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, Command};
+
+use crate::Error;
+
+/// The line a component prints on stdout once it serves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReadyEvent {
+    pub event: String,
+    pub addr: Option<String>,
+}
+
+impl ReadyEvent {
+    pub fn ready(addr: Option<String>) -> Self {
+        ReadyEvent {
+            event: "ready".to_owned(),
+            addr,
+        }
+    }
+}
+
+pub struct ComponentProcess {
+    name: String,
+    child: Child,
+    stderr: Option<ChildStderr>,
+}
+
+impl ComponentProcess {
+    /// Starts `program args...` with stdout piped for the ready line and stderr kept for
+    /// error messages.
+    pub fn spawn(name: &str, program: &Path, args: &[String]) -> Result<Self, Error> {
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|source| Error::Spawn {
+            component: name.to_owned(),
+            source,
+        })?;
+        let stderr = child.stderr.take();
+        Ok(ComponentProcess {
+            name: name.to_owned(),
+            child,
+            stderr,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Waits for the component's ready line.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> Result<ReadyEvent, Error> {
+        let stdout = self
+            .child
+            .stdout
+            .take()
+            .expect("stdout is piped and read once");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = match tokio::time::timeout(timeout, lines.next_line()).await {
+            Err(_) => {
+                return Err(Error::NotReady {
+                    component: self.name.clone(),
+                    seconds: timeout.as_secs(),
+                })
+            }
+            Ok(Ok(Some(line))) => line,
+            Ok(_) => return Err(self.exited_early().await),
+        };
+        // Keep draining stdout so a chatty child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        serde_json::from_str::<ReadyEvent>(&line)
+            .ok()
+            .filter(|e| e.event == "ready")
+            .ok_or_else(|| Error::BadReadyLine {
+                component: self.name.clone(),
+                line,
+            })
+    }
+
+    async fn exited_early(&mut self) -> Error {
+        let status = match self.child.wait().await {
+            Ok(status) => status.to_string(),
+            Err(e) => e.to_string(),
+        };
+        Error::ExitedEarly {
+            component: self.name.clone(),
+            status,
+            stderr: self.take_stderr().await,
+        }
+    }
+
+    async fn take_stderr(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(mut stderr) = self.stderr.take() {
+            let _ = stderr.read_to_string(&mut text).await;
+        }
+        text.trim().to_owned()
+    }
+
+    /// Waits for a component that runs to completion (a load generator) and fails with its
+    /// stderr if it did not exit successfully.
+    pub async fn wait_success(mut self) -> Result<(), Error> {
+        let mut stderr = self.stderr.take();
+        let drain = tokio::spawn(async move {
+            let mut text = String::new();
+            if let Some(s) = stderr.as_mut() {
+                let _ = s.read_to_string(&mut text).await;
+            }
+            text
+        });
+        let status = self.child.wait().await.map_err(|source| Error::Spawn {
+            component: self.name.clone(),
+            source,
+        })?;
+        let stderr = drain.await.unwrap_or_default();
+        if status.success() {
+            Ok(())
+        } else {
+            Err(Error::Failed {
+                component: self.name,
+                status: status.to_string(),
+                stderr: stderr.trim().to_owned(),
+            })
+        }
+    }
+
+    /// Stops the component: SIGTERM for a graceful drain, SIGKILL if it lingers.
+    pub async fn stop(mut self, grace: Duration) {
+        if let Some(pid) = self.child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32))
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            if tokio::time::timeout(grace, self.child.wait()).await.is_ok() {
+                return;
+            }
+        }
+        let _ = self.child.kill().await;
+    }
+}

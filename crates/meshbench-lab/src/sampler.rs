@@ -1,0 +1,236 @@
+//! CPU and memory sampling of lab processes from /proc, on a fixed interval, in a thread of
+//! its own so sampling never waits behind the async runtime.
+//!
+//! Figures are cut to a measurement window afterwards: cumulative CPU time is interpolated at
+//! the window's edges, so the mean CPU covers exactly the window no matter how the sampling
+//! ticks fall.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use meshbench_results::ComponentResources;
+use rustix::time::{clock_gettime, ClockId};
+
+/// Now, in nanoseconds of CLOCK_MONOTONIC (the clock of every measurement window).
+pub fn monotonic_now_ns() -> u64 {
+    let ts = clock_gettime(ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub t_ns: u64,
+    /// Cumulative user + system CPU time of the whole process (all threads).
+    pub cpu_ns: u64,
+    pub rss_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SampleSeries {
+    pub component: String,
+    pub role: String,
+    pub pid: u32,
+    pub samples: Vec<Sample>,
+}
+
+pub struct ResourceSampler {
+    stop: mpsc::Sender<()>,
+    thread: JoinHandle<Vec<SampleSeries>>,
+}
+
+impl ResourceSampler {
+    /// Starts sampling `(component, role, pid)` targets every `interval`. A process that
+    /// exits simply stops contributing samples.
+    pub fn start(targets: Vec<(String, String, u32)>, interval: Duration) -> Self {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("resource-sampler".into())
+            .spawn(move || sample_loop(targets, interval, stopped))
+            .expect("spawning the sampler thread");
+        ResourceSampler { stop, thread }
+    }
+
+    pub fn finish(self) -> Vec<SampleSeries> {
+        let _ = self.stop.send(());
+        self.thread.join().expect("sampler thread does not panic")
+    }
+}
+
+fn sample_loop(
+    targets: Vec<(String, String, u32)>,
+    interval: Duration,
+    stopped: mpsc::Receiver<()>,
+) -> Vec<SampleSeries> {
+    let ticks_per_second = rustix::param::clock_ticks_per_second();
+    let page_size = rustix::param::page_size() as u64;
+    let mut series: Vec<SampleSeries> = targets
+        .into_iter()
+        .map(|(component, role, pid)| SampleSeries {
+            component,
+            role,
+            pid,
+            samples: Vec::new(),
+        })
+        .collect();
+    loop {
+        for s in &mut series {
+            if let Some(sample) = read_proc(s.pid, ticks_per_second, page_size) {
+                s.samples.push(sample);
+            }
+        }
+        match stopped.recv_timeout(interval) {
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            _ => break,
+        }
+    }
+    // One last sample so the window's end is bracketed.
+    for s in &mut series {
+        if let Some(sample) = read_proc(s.pid, ticks_per_second, page_size) {
+            s.samples.push(sample);
+        }
+    }
+    series
+}
+
+fn read_proc(pid: u32, ticks_per_second: u64, page_size: u64) -> Option<Sample> {
+    let t_ns = monotonic_now_ns();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let resident_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(Sample {
+        t_ns,
+        cpu_ns: (utime + stime) * 1_000_000_000 / ticks_per_second,
+        rss_bytes: resident_pages * page_size,
+    })
+}
+
+impl SampleSeries {
+    /// CPU cores and RSS over `[start_ns, end_ns]`.
+    pub fn summarize(&self, start_ns: u64, end_ns: u64) -> ComponentResources {
+        let in_window: Vec<&Sample> = self
+            .samples
+            .iter()
+            .filter(|s| s.t_ns >= start_ns && s.t_ns <= end_ns)
+            .collect();
+        let window_s = end_ns.saturating_sub(start_ns) as f64 / 1e9;
+        let cpu_cores_mean = match (self.cpu_at(start_ns), self.cpu_at(end_ns)) {
+            (Some(a), Some(b)) if window_s > 0.0 => (b - a) / 1e9 / window_s,
+            _ => 0.0,
+        };
+        let cpu_cores_max = in_window
+            .windows(2)
+            .map(|pair| {
+                let dt = (pair[1].t_ns - pair[0].t_ns) as f64;
+                (pair[1].cpu_ns - pair[0].cpu_ns) as f64 / dt
+            })
+            .fold(cpu_cores_mean, f64::max);
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        let (rss_mib_mean, rss_mib_max) = if in_window.is_empty() {
+            (0.0, 0.0)
+        } else {
+            let sum: f64 = in_window.iter().map(|s| mib(s.rss_bytes)).sum();
+            let max = in_window.iter().map(|s| s.rss_bytes).max().unwrap_or(0);
+            (sum / in_window.len() as f64, mib(max))
+        };
+        ComponentResources {
+            component: self.component.clone(),
+            role: self.role.clone(),
+            source: "procfs".to_owned(),
+            samples: in_window.len() as u32,
+            cpu_cores_mean,
+            cpu_cores_max,
+            rss_mib_mean,
+            rss_mib_max,
+        }
+    }
+
+    /// Cumulative CPU nanoseconds at `t_ns`, interpolated between the samples around it and
+    /// clamped to the first or last sample outside the sampled span.
+    fn cpu_at(&self, t_ns: u64) -> Option<f64> {
+        let first = self.samples.first()?;
+        let last = self.samples.last()?;
+        if t_ns <= first.t_ns {
+            return Some(first.cpu_ns as f64);
+        }
+        if t_ns >= last.t_ns {
+            return Some(last.cpu_ns as f64);
+        }
+        let i = self.samples.partition_point(|s| s.t_ns <= t_ns);
+        let (a, b) = (&self.samples[i - 1], &self.samples[i]);
+        let frac = (t_ns - a.t_ns) as f64 / (b.t_ns - a.t_ns) as f64;
+        Some(a.cpu_ns as f64 + frac * (b.cpu_ns as f64 - a.cpu_ns as f64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(points: &[(u64, u64, u64)]) -> SampleSeries {
+        SampleSeries {
+            component: "server".into(),
+            role: "app".into(),
+            pid: 1,
+            samples: points
+                .iter()
+                .map(|&(t, cpu, rss)| Sample {
+                    t_ns: t,
+                    cpu_ns: cpu,
+                    rss_bytes: rss,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn window_cut_interpolates_cpu_at_the_edges() {
+        const S: u64 = 1_000_000_000;
+        const MIB: u64 = 1024 * 1024;
+        // Idle for 1 s, then one full core for 2 s, then idle.
+        let s = series(&[
+            (0, 0, 10 * MIB),
+            (S, 0, 10 * MIB),
+            (2 * S, S, 20 * MIB),
+            (3 * S, 2 * S, 30 * MIB),
+            (4 * S, 2 * S, 30 * MIB),
+        ]);
+        let busy = s.summarize(S, 3 * S);
+        assert!((busy.cpu_cores_mean - 1.0).abs() < 1e-9);
+        assert!((busy.cpu_cores_max - 1.0).abs() < 1e-9);
+        assert_eq!(busy.samples, 3);
+        assert!((busy.rss_mib_mean - 20.0).abs() < 1e-9);
+        assert!((busy.rss_mib_max - 30.0).abs() < 1e-9);
+        // Half a second busy out of a one-second window straddling the start of the burst.
+        let straddle = s.summarize(S / 2, S + S / 2);
+        assert!((straddle.cpu_cores_mean - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn samples_a_real_busy_process() {
+        let sampler = ResourceSampler::start(
+            vec![("me".into(), "test".into(), std::process::id())],
+            Duration::from_millis(20),
+        );
+        let start = monotonic_now_ns();
+        let mut x = 0u64;
+        while monotonic_now_ns() - start < 300_000_000 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let end = monotonic_now_ns();
+        let series = sampler.finish();
+        let summary = series[0].summarize(start, end);
+        // A spinning thread uses about one core; the test process may run other tests too.
+        assert!(summary.cpu_cores_mean > 0.5, "{summary:?}");
+        assert!(summary.rss_mib_max > 1.0, "{summary:?}");
+    }
+}

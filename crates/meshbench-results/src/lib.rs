@@ -1,0 +1,33 @@
+//! meshbench's public result contract.
+//!
+//! Everything meshbench writes for other tools to read (`results.json` of a run, the JSON of
+//! `meshbench load`) is defined here as plain DTOs, separate from the internal types of the
+//! crates that produce them. The contract is versioned by [`SCHEMA_VERSION`]; the committed
+//! JSON Schema in `schema/` is checked by a test so that any change to a field is deliberate.
+
+mod io;
+mod load;
+mod run;
+
+pub use io::{read_json, write_json_atomic, Error};
+pub use load::{
+    EncodedHistogram, LatencySummary, LoadModel, LoadReport, MeasurementWindow, HISTOGRAM_ENCODING,
+};
+pub use run::{
+    Cell, ComponentResources, Environment, LoadPoint, RunConfig, RunResult, RunStatus,
+    ScenarioConfig, WorkloadConfig,
+};
+
+/// Version of the JSON contract. Bump it whenever a field is removed, renamed or changes
+/// meaning; adding an optional field does not require a bump.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// JSON Schema of the `results.json` document, as committed in `schema/`.
+pub fn run_result_schema() -> schemars::Schema {
+    schemars::schema_for!(RunResult)
+}
+
+/// JSON Schema of the document `meshbench load --json` writes.
+pub fn load_report_schema() -> schemars::Schema {
+    schemars::schema_for!(LoadReport)
+}

@@ -1,0 +1,136 @@
+//! Serving a hyper service on a TCP listener: optional TLS (with or without required client
+//! certificates), HTTP/1.1 and HTTP/2 detected per connection (h2c prior knowledge, or ALPN
+//! over TLS), and a graceful shutdown that lets in-flight requests finish.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::Service;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use meshbench_identity::ServerTlsFiles;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+
+use crate::Error;
+
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    /// Serve TLS with these files; with `client_ca` set, clients must present a certificate.
+    pub tls: Option<ServerTlsFiles>,
+    /// How long shutdown waits for in-flight requests before dropping them.
+    pub drain_timeout: Duration,
+}
+
+/// A listener that is bound (so its address is known and port conflicts are reported before
+/// anything else starts) but not yet serving.
+pub struct BoundServer {
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    drain_timeout: Duration,
+}
+
+pub async fn bind(options: &ServeOptions) -> Result<BoundServer, Error> {
+    let tls = match &options.tls {
+        Some(files) => {
+            let config = meshbench_identity::server_config(files, &[b"h2", b"http/1.1"])?;
+            Some(TlsAcceptor::from(Arc::new(config)))
+        }
+        None => None,
+    };
+    let listener = TcpListener::bind(options.listen)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: options.listen,
+            source,
+        })?;
+    Ok(BoundServer {
+        listener,
+        tls,
+        drain_timeout: options.drain_timeout,
+    })
+}
+
+impl BoundServer {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound TCP listener has a local address")
+    }
+
+    /// Serves `service` until `shutdown` resolves, then drains in-flight connections.
+    pub async fn serve<S>(self, service: S, shutdown: impl Future<Output = ()>)
+    where
+        S: Service<Request<Incoming>, Response = Response<Full<Bytes>>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let graceful = GracefulShutdown::new();
+        let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors or similar: keep serving what we have.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let service = service.clone();
+            let builder = builder.clone();
+            let tls = self.tls.clone();
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                if let Err(e) = serve_connection(stream, tls, &builder, service, watcher).await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+            });
+        }
+        drop(self.listener);
+        tokio::select! {
+            () = graceful.shutdown() => {}
+            () = tokio::time::sleep(self.drain_timeout) => {
+                tracing::warn!("drain timeout reached; dropping remaining connections");
+            }
+        }
+    }
+}
+
+async fn serve_connection<S>(
+    stream: TcpStream,
+    tls: Option<TlsAcceptor>,
+    builder: &auto::Builder<TokioExecutor>,
+    service: S,
+    watcher: hyper_util::server::graceful::Watcher,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    S: Service<Request<Incoming>, Response = Response<Full<Bytes>>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: std::error::Error + Send + Sync + 'static,
+{
+    match tls {
+        Some(acceptor) => {
+            let stream = acceptor.accept(stream).await?;
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            watcher.watch(conn.into_owned()).await
+        }
+        None => {
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            watcher.watch(conn.into_owned()).await
+        }
+    }
+}
