@@ -1,1 +1,13 @@
+//! Experiments: what to run (profiles of scenarios x load points x repetitions) and the runner
+//! that runs it on the local lab, cell by cell, writing `results.json` after every cell so that
+//! nothing measured is lost.
 
+mod error;
+mod profile;
+mod runner;
+mod scenario;
+
+pub use error::Error;
+pub use profile::{Profile, PROFILE_NAMES};
+pub use runner::{CellId, Progress, RunOptions, Runner};
+pub use scenario::Scenario;

@@ -10,13 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use meshbench_results::ComponentResources;
-use rustix::time::{clock_gettime, ClockId};
-
-/// Now, in nanoseconds of CLOCK_MONOTONIC (the clock of every measurement window).
-pub fn monotonic_now_ns() -> u64 {
-    let ts = clock_gettime(ClockId::Monotonic);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use meshbench_time::now_ns;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
@@ -94,7 +88,7 @@ fn sample_loop(
 }
 
 fn read_proc(pid: u32, ticks_per_second: u64, page_size: u64) -> Option<Sample> {
-    let t_ns = monotonic_now_ns();
+    let t_ns = now_ns();
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
     let after_comm = &stat[stat.rfind(')')? + 1..];
@@ -221,12 +215,12 @@ mod tests {
             vec![("me".into(), "test".into(), std::process::id())],
             Duration::from_millis(20),
         );
-        let start = monotonic_now_ns();
+        let start = now_ns();
         let mut x = 0u64;
-        while monotonic_now_ns() - start < 300_000_000 {
+        while now_ns() - start < 300_000_000 {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
         }
-        let end = monotonic_now_ns();
+        let end = now_ns();
         let series = sampler.finish();
         let summary = series[0].summarize(start, end);
         // A spinning thread uses about one core; the test process may run other tests too.

@@ -10,7 +10,6 @@
 //! [`run_open_loop`] owns its tokio runtime so that the generator's threading (and timer
 //! precision) is a property of the library, not of whoever calls it.
 
-pub mod clock;
 mod connection;
 mod error;
 mod histogram;

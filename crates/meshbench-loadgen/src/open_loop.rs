@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{now_ns, tighten_timer_slack, PreciseTimer};
+use meshbench_time::{now_ns, tighten_timer_slack, PreciseTimer};
 use crate::connection::{Connection, Connector};
 use crate::{Error, LatencyRecorder, Outcome, Target};
 

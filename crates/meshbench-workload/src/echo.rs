@@ -47,7 +47,13 @@ impl Service<Request<Incoming>> for EchoService {
         let payload = self.payload.clone();
         Box::pin(async move {
             if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+                // A precise sleep: tokio's timer would round 1 ms up to nearly 2 ms.
+                match meshbench_time::PreciseTimer::new() {
+                    Ok(mut timer) => {
+                        let _ = timer.sleep(delay).await;
+                    }
+                    Err(_) => tokio::time::sleep(delay).await,
+                }
             }
             Ok(Response::builder()
                 .status(StatusCode::OK)

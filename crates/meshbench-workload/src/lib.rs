@@ -10,6 +10,19 @@ pub use serve::{bind, BoundServer, ServeOptions};
 
 use std::net::SocketAddr;
 
+/// The runtime a workload server runs on: `threads` workers (default: one per core), each with
+/// tight timer slack so configured delays are kept to the microsecond.
+pub fn runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        builder.worker_threads(n.max(1));
+    }
+    builder
+        .on_thread_start(meshbench_time::tighten_timer_slack)
+        .enable_all()
+        .build()
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot listen on {addr}: {source}")]

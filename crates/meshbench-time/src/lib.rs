@@ -1,7 +1,8 @@
-//! The generator's clock and timer. Times are nanoseconds of CLOCK_MONOTONIC, so the
-//! measurement window can be shared with samplers in other processes on the same machine.
-//! Sleeps use a timerfd armed at an absolute time: tokio's own timer has millisecond
-//! granularity, which would add up to a millisecond to every corrected latency.
+//! The clock and timer of every meshbench measurement. Times are nanoseconds of
+//! CLOCK_MONOTONIC, so a load generator's measurement window can be shared with resource
+//! samplers in other processes on the same machine. Sleeps use a timerfd armed at an absolute
+//! time: tokio's own timer rounds up to whole milliseconds, which would add up to a
+//! millisecond to every corrected latency and to every server delay.
 
 use std::num::NonZeroU64;
 use std::os::fd::OwnedFd;
@@ -20,7 +21,7 @@ pub fn now_ns() -> u64 {
 }
 
 /// Lets the kernel wake this thread's timers within 1 µs instead of the default 50 µs slack.
-/// Called on every generator thread.
+/// Called on every thread whose sleeps are part of a measurement.
 pub fn tighten_timer_slack() {
     // Best effort: a kernel that refuses only costs precision, which the results show.
     let _ = rustix::thread::set_current_timer_slack(NonZeroU64::new(1_000));
@@ -43,6 +44,11 @@ impl PreciseTimer {
         let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
             .map_err(std::io::Error::from)?;
         Ok(PreciseTimer { fd })
+    }
+
+    /// Sleeps for `duration` from now.
+    pub async fn sleep(&mut self, duration: std::time::Duration) -> std::io::Result<()> {
+        self.sleep_until(now_ns() + duration.as_nanos() as u64).await
     }
 
     /// Sleeps until CLOCK_MONOTONIC reaches `deadline_ns`; returns at once if it has.

@@ -1,0 +1,94 @@
+//! Built-in experiment profiles. Each is sized for a 2-core machine.
+
+use std::time::Duration;
+
+use meshbench_results::{LoadPoint, RunConfig, WorkloadConfig};
+
+use crate::{Error, Scenario};
+
+pub const PROFILE_NAMES: &[&str] = &["quick", "smoke"];
+
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub name: String,
+    pub scenarios: Vec<Scenario>,
+    pub load_points: Vec<LoadPoint>,
+    pub repetitions: u32,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub request_timeout: Duration,
+    pub sample_interval: Duration,
+    pub server_delay: Duration,
+    pub response_bytes: u64,
+}
+
+impl Profile {
+    pub fn builtin(name: &str) -> Result<Self, Error> {
+        let both = vec![Scenario::Baseline, Scenario::BaselineMtls];
+        let point = |rps: f64, connections: u32| LoadPoint { rps, connections };
+        match name {
+            // The default: E1's baseline vs baseline-mTLS comparison at loads a 2-core machine
+            // sustains with the generator and the server each on about one core. The server
+            // answers at once (no sleep) so the cost of mTLS is not hidden under a 200 ms delay.
+            "quick" => Ok(Profile {
+                name: name.to_owned(),
+                scenarios: both,
+                load_points: vec![point(500.0, 8), point(2000.0, 32), point(4000.0, 64)],
+                repetitions: 1,
+                duration: Duration::from_secs(10),
+                warmup: Duration::from_secs(2),
+                request_timeout: Duration::from_secs(5),
+                sample_interval: Duration::from_millis(200),
+                server_delay: Duration::ZERO,
+                response_bytes: 1024,
+            }),
+            // A seconds-long run of the same shape, for tests and a first check of a machine.
+            "smoke" => Ok(Profile {
+                name: name.to_owned(),
+                scenarios: both,
+                load_points: vec![point(200.0, 4), point(400.0, 8)],
+                repetitions: 1,
+                duration: Duration::from_secs(2),
+                warmup: Duration::from_millis(500),
+                request_timeout: Duration::from_secs(5),
+                sample_interval: Duration::from_millis(100),
+                server_delay: Duration::from_millis(1),
+                response_bytes: 1024,
+            }),
+            _ => Err(Error::UnknownProfile {
+                name: name.to_owned(),
+                known: PROFILE_NAMES.join(", "),
+            }),
+        }
+    }
+
+    pub fn cells(&self) -> usize {
+        self.scenarios.len() * self.load_points.len() * self.repetitions as usize
+    }
+
+    /// Rough wall-clock length, for the progress estimate.
+    pub fn estimated_duration(&self) -> Duration {
+        let per_cell = self.warmup + self.duration + Duration::from_millis(700);
+        per_cell * self.cells() as u32
+    }
+
+    pub fn describe(&self, platform: &str) -> RunConfig {
+        RunConfig {
+            profile: self.name.clone(),
+            platform: platform.to_owned(),
+            scenarios: self.scenarios.iter().map(|s| s.describe()).collect(),
+            load_points: self.load_points.clone(),
+            repetitions: self.repetitions,
+            duration_seconds: self.duration.as_secs_f64(),
+            warmup_seconds: self.warmup.as_secs_f64(),
+            request_timeout_seconds: self.request_timeout.as_secs_f64(),
+            sample_interval_ms: self.sample_interval.as_millis() as u64,
+            workload: WorkloadConfig {
+                role: "echo".to_owned(),
+                delay_ms: self.server_delay.as_secs_f64() * 1e3,
+                response_bytes: self.response_bytes,
+                protocol: "http/1.1".to_owned(),
+            },
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The built-in CA against real peers: openssl must verify what it issues and see the SPIFFE
+//! ID, and a CA written to disk must load back and keep issuing in the same trust domain.
+
+use std::process::Command;
+
+use meshbench_identity::{load_certs, spiffe_ids_of, CertificateAuthority, IssueOptions, SpiffeId};
+use meshbench_testkit::require_tool;
+
+#[test]
+fn openssl_verifies_the_issued_chain_and_reads_the_spiffe_san() {
+    let Some(openssl) = require_tool("openssl") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CertificateAuthority::init(dir.path(), "example.org").unwrap();
+    let svid = ca
+        .issue("payments", "api", &IssueOptions::default())
+        .unwrap();
+    let (cert, _key) = svid.write(dir.path(), "payments.api").unwrap();
+
+    let verify = Command::new(&openssl)
+        .arg("verify")
+        .arg("-CAfile")
+        .arg(dir.path().join("ca.pem"))
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "openssl verify failed: {}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+
+    let text = Command::new(&openssl)
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&cert)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("URI:spiffe://example.org/ns/payments/sa/api"),
+        "SPIFFE URI SAN missing:\n{text}"
+    );
+    assert!(text.contains("ASN1 OID: prime256v1"), "not P-256:\n{text}");
+    assert!(text.contains("TLS Web Client Authentication"));
+    assert!(text.contains("TLS Web Server Authentication"));
+
+    // A certificate from another CA must not verify against this one.
+    let other = tempfile::tempdir().unwrap();
+    let stranger = CertificateAuthority::init(other.path(), "example.org")
+        .unwrap()
+        .issue("payments", "api", &IssueOptions::default())
+        .unwrap();
+    let (stranger_cert, _) = stranger.write(other.path(), "stranger").unwrap();
+    let verify = Command::new(&openssl)
+        .arg("verify")
+        .arg("-CAfile")
+        .arg(dir.path().join("ca.pem"))
+        .arg(&stranger_cert)
+        .output()
+        .unwrap();
+    assert!(!verify.status.success(), "a foreign chain verified");
+}
+
+#[test]
+fn a_ca_on_disk_loads_back_and_refuses_to_be_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let created = CertificateAuthority::init(dir.path(), "lab.test").unwrap();
+    assert!(CertificateAuthority::init(dir.path(), "lab.test").is_err());
+
+    let loaded = CertificateAuthority::load(dir.path()).unwrap();
+    assert_eq!(loaded.trust_domain(), "lab.test");
+    assert_eq!(loaded.cert_der(), created.cert_der());
+    let svid = loaded.issue("default", "web", &IssueOptions::default()).unwrap();
+    let (cert, _) = svid.write(dir.path(), "web").unwrap();
+    let ids = spiffe_ids_of(&load_certs(&cert).unwrap()[0]);
+    assert_eq!(
+        ids,
+        vec![SpiffeId::parse("spiffe://lab.test/ns/default/sa/web").unwrap()]
+    );
+}
+
+#[test]
+fn bad_names_are_rejected_with_the_offending_value() {
+    let ca = CertificateAuthority::generate("lab.test").unwrap();
+    let err = ca
+        .issue("bad/ns", "web", &IssueOptions::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("bad/ns"), "{err}");
+    assert!(err.is_bad_input());
+    let missing = tempfile::tempdir().unwrap();
+    let err = CertificateAuthority::load(missing.path()).err().unwrap();
+    assert!(err.to_string().contains("meshbench ca init"), "{err}");
+}

@@ -1,0 +1,169 @@
+//! The open-loop generator against a real echo server on loopback: it must deliver the
+//! requested rate, account for every request, and report (not hide) a target that cannot
+//! keep up or refuses it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshbench_identity::{client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, ServerTlsFiles};
+use meshbench_loadgen::{run_open_loop, OpenLoopConfig, OpenLoopResult, Outcome, Target};
+use meshbench_workload::{bind, EchoConfig, EchoService, ServeOptions};
+
+/// An echo server on its own runtime thread, so it never shares a core's scheduler with the
+/// generator under test. Stops when dropped.
+struct EchoServer {
+    addr: SocketAddr,
+    _runtime: tokio::runtime::Runtime,
+}
+
+fn echo_server(delay: Duration, tls: Option<ServerTlsFiles>) -> EchoServer {
+    let runtime = meshbench_workload::runtime(Some(1)).unwrap();
+    let server = runtime
+        .block_on(bind(&ServeOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            tls,
+            drain_timeout: Duration::from_millis(100),
+        }))
+        .unwrap();
+    let addr = server.local_addr();
+    let service = EchoService::new(&EchoConfig {
+        delay,
+        response_size: 1024,
+    });
+    runtime.spawn(server.serve(service, std::future::pending()));
+    EchoServer {
+        addr,
+        _runtime: runtime,
+    }
+}
+
+fn config(url: &str, rps: f64, connections: u32, duration: Duration) -> OpenLoopConfig {
+    OpenLoopConfig {
+        target: Target::parse(url).unwrap(),
+        tls: None,
+        rps,
+        connections,
+        duration,
+        warmup: Duration::from_millis(300),
+        timeout: Duration::from_secs(2),
+        threads: 1,
+    }
+}
+
+fn count(result: &OpenLoopResult, outcome: &Outcome) -> u64 {
+    result.outcomes.get(outcome).copied().unwrap_or(0)
+}
+
+fn assert_every_request_accounted_for(result: &OpenLoopResult) {
+    let classified: u64 = result.outcomes.values().sum();
+    assert_eq!(classified, result.sent, "outcome classes must add up to sent");
+    assert_eq!(result.sent + result.unsent(), result.scheduled);
+    let latency = result.corrected.summary();
+    assert_eq!(latency.count, result.sent);
+}
+
+#[test]
+fn achieved_rate_is_within_one_percent_of_a_sustainable_request() {
+    let server = echo_server(Duration::ZERO, None);
+    let url = format!("http://{}/", server.addr);
+    let result = run_open_loop(config(&url, 500.0, 8, Duration::from_secs(3))).unwrap();
+
+    assert_every_request_accounted_for(&result);
+    assert_eq!(count(&result, &Outcome::Http(200)), result.sent);
+    assert_eq!(result.unsent(), 0);
+    let error = (result.achieved_rps() - 500.0).abs() / 500.0;
+    assert!(error < 0.01, "achieved {:.2} rps for 500 requested", result.achieved_rps());
+    // Scheduled requests follow from the rate and the window alone.
+    assert!((result.scheduled as f64 - 1500.0).abs() <= 8.0, "{}", result.scheduled);
+
+    let report = result.to_report();
+    assert_eq!(report.requested_rps, Some(500.0));
+    assert_eq!(report.outcomes.get("http_200"), Some(&result.sent));
+    let corrected = report.latency;
+    let uncorrected = report.latency_uncorrected;
+    assert!(corrected.p50_us >= uncorrected.p50_us);
+    assert!(corrected.p50_us > 0 && corrected.p50_us < 50_000, "{corrected:?}");
+}
+
+#[test]
+fn a_target_that_cannot_keep_up_shows_as_lower_achieved_rate_and_late_requests() {
+    // 2 connections x 1 request per 20 ms = at most ~100 rps; ask for 200.
+    let server = echo_server(Duration::from_millis(20), None);
+    let url = format!("http://{}/", server.addr);
+    let result = run_open_loop(config(&url, 200.0, 2, Duration::from_secs(2))).unwrap();
+
+    assert_every_request_accounted_for(&result);
+    assert!(result.achieved_rps() < 110.0, "{}", result.achieved_rps());
+    assert!(result.achieved_rps() > 70.0, "{}", result.achieved_rps());
+    assert!(result.unsent() > 100, "unsent {}", result.unsent());
+    assert!(result.late > 0);
+    // Corrected latency includes the wait for the busy connection; uncorrected does not.
+    let corrected = result.corrected.summary();
+    let uncorrected = result.uncorrected.summary();
+    assert!(corrected.p99_us > 4 * uncorrected.p99_us, "{corrected:?} vs {uncorrected:?}");
+}
+
+#[test]
+fn refused_connections_are_counted_as_such() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/");
+    let result = run_open_loop(config(&url, 100.0, 2, Duration::from_secs(1))).unwrap();
+
+    assert_every_request_accounted_for(&result);
+    assert!(result.sent > 90);
+    assert_eq!(count(&result, &Outcome::ConnectRefused), result.sent);
+    assert_eq!(result.achieved_rps(), 0.0);
+}
+
+#[test]
+fn an_mtls_server_rejecting_the_client_shows_as_a_tls_alert_class() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
+    let (cert, key) = ca
+        .issue("default", "server", &IssueOptions::default())
+        .unwrap()
+        .write(dir.path(), "server")
+        .unwrap();
+    let ca_pem = dir.path().join("ca.pem");
+    let server = echo_server(
+        Duration::ZERO,
+        Some(ServerTlsFiles {
+            cert,
+            key,
+            client_ca: Some(ca_pem.clone()),
+        }),
+    );
+    let tls = client_config(
+        &ClientTlsFiles {
+            cert: None,
+            key: None,
+            ca: ca_pem,
+            expect_server_id: None,
+        },
+        &[b"http/1.1"],
+    )
+    .unwrap();
+    let url = format!("https://{}/", server.addr);
+    let mut cfg = config(&url, 50.0, 1, Duration::from_secs(1));
+    cfg.tls = Some(Arc::new(tls));
+    let result = run_open_loop(cfg).unwrap();
+
+    assert_every_request_accounted_for(&result);
+    let alert = Outcome::Tls("alert_certificate_required".into());
+    assert_eq!(count(&result, &alert), result.sent, "{:?}", result.outcomes);
+}
+
+#[test]
+fn invalid_configuration_names_the_field() {
+    let mut cfg = config("http://127.0.0.1:9/", 10.0, 1, Duration::from_secs(1));
+    cfg.connections = 0;
+    let err = run_open_loop(cfg).unwrap_err();
+    assert!(err.to_string().contains("--connections"), "{err}");
+    assert!(Target::parse("ftp://example.invalid/").is_err());
+    let https = config("https://127.0.0.1:9/", 10.0, 1, Duration::from_secs(1));
+    assert!(run_open_loop(https).unwrap_err().to_string().contains("--cacert"));
+}

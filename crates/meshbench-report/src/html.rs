@@ -1,0 +1,67 @@
+//! The HTML report: one self-contained file (inline CSS, no scripts, no external resources)
+//! that opens offline.
+
+use std::fmt::Write;
+
+use meshbench_results::RunResult;
+
+use crate::tables::{self, Table};
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}\
+table{border-collapse:collapse;margin:0.5rem 0 1.5rem}\
+th,td{border:1px solid #ccc;padding:0.25rem 0.6rem;text-align:right}\
+th{background:#f3f3f3}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}\
+dt{font-weight:bold;float:left;clear:left;width:11rem}dd{margin-left:12rem}";
+
+pub fn render_html(result: &RunResult) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>meshbench report: {}</title><style>{STYLE}</style></head><body>\n\
+         <h1>meshbench report</h1>\n<dl>\n",
+        escape(&result.config.profile)
+    );
+    for (key, value) in tables::header_lines(result) {
+        let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", escape(&key), escape(&value));
+    }
+    out.push_str("</dl>\n");
+    let figures = tables::figures(result);
+    for table in [
+        tables::absolute_table(&figures),
+        tables::overhead_table(&figures),
+        tables::outcome_table(result),
+    ] {
+        write_table(&mut out, &table);
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+fn write_table(out: &mut String, table: &Table) {
+    let _ = writeln!(out, "<h2>{}</h2>", escape(&table.title));
+    if table.rows.is_empty() {
+        out.push_str("<p>(no data)</p>\n");
+        return;
+    }
+    out.push_str("<table><thead><tr>");
+    for h in &table.headers {
+        let _ = write!(out, "<th>{}</th>", escape(h));
+    }
+    out.push_str("</tr></thead><tbody>\n");
+    for row in &table.rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let _ = write!(out, "<td>{}</td>", escape(cell));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table>\n");
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}

@@ -1,0 +1,37 @@
+//! The Markdown report.
+
+use std::fmt::Write;
+
+use meshbench_results::RunResult;
+
+use crate::tables::{self, Table};
+
+pub fn render_markdown(result: &RunResult) -> String {
+    let mut out = String::from("# meshbench report\n\n");
+    for (key, value) in tables::header_lines(result) {
+        let _ = writeln!(out, "- **{key}**: {value}");
+    }
+    let figures = tables::figures(result);
+    for table in [
+        tables::absolute_table(&figures),
+        tables::overhead_table(&figures),
+        tables::outcome_table(result),
+    ] {
+        out.push('\n');
+        write_table(&mut out, &table);
+    }
+    out
+}
+
+pub(crate) fn write_table(out: &mut String, table: &Table) {
+    let _ = writeln!(out, "## {}\n", table.title);
+    if table.rows.is_empty() {
+        out.push_str("(no data)\n");
+        return;
+    }
+    let _ = writeln!(out, "| {} |", table.headers.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(table.headers.len()));
+    for row in &table.rows {
+        let _ = writeln!(out, "| {} |", row.join(" | "));
+    }
+}

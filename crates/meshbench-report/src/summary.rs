@@ -1,0 +1,65 @@
+//! Short plain-text summaries for the terminal: one load run, or a whole experiment.
+
+use std::fmt::Write;
+
+use meshbench_results::{LatencySummary, LoadReport, RunResult};
+
+use crate::tables;
+
+fn latency_line(l: &LatencySummary) -> String {
+    let ms = |us: u64| us as f64 / 1e3;
+    format!(
+        "min {:.3}  mean {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3} ms (sd {:.3})",
+        ms(l.min_us),
+        l.mean_us / 1e3,
+        ms(l.p50_us),
+        ms(l.p90_us),
+        ms(l.p99_us),
+        ms(l.p99_9_us),
+        ms(l.max_us),
+        l.stddev_us / 1e3
+    )
+}
+
+/// What `meshbench load` prints.
+pub fn load_summary(r: &LoadReport) -> String {
+    let mut out = String::new();
+    let requested = r
+        .requested_rps
+        .map_or_else(|| "-".to_owned(), |rps| format!("{rps}"));
+    let _ = writeln!(out, "target      {}", r.target);
+    let _ = writeln!(
+        out,
+        "load        {requested} rps over {} connections, {:.1} s measured after {:.1} s warm-up",
+        r.connections, r.window.seconds, r.window.warmup_seconds
+    );
+    let _ = writeln!(
+        out,
+        "achieved    {:.1} rps (requested {requested}); scheduled {}, sent {}, unsent {}, late {}",
+        r.achieved_rps, r.scheduled, r.sent, r.unsent, r.late
+    );
+    let outcomes: Vec<String> = r.outcomes.iter().map(|(k, n)| format!("{k}={n}")).collect();
+    let _ = writeln!(out, "outcomes    {}", outcomes.join(" "));
+    let _ = writeln!(out, "latency     {}", latency_line(&r.latency));
+    let _ = writeln!(out, "            (from each request's intended send time)");
+    let _ = writeln!(out, "uncorrected {}", latency_line(&r.latency_uncorrected));
+    if r.unsent > 0 || r.late * 100 > r.sent.max(1) {
+        let _ = writeln!(
+            out,
+            "warning     the target or the generator did not keep up: {} requests unsent, {} sent late",
+            r.unsent, r.late
+        );
+    }
+    out
+}
+
+/// What `meshbench run` prints at the end: the absolute and overhead tables.
+pub fn run_summary(result: &RunResult) -> String {
+    let figures = tables::figures(result);
+    let mut out = String::new();
+    for table in [tables::absolute_table(&figures), tables::overhead_table(&figures)] {
+        crate::markdown::write_table(&mut out, &table);
+        out.push('\n');
+    }
+    out
+}

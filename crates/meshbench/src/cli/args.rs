@@ -1,0 +1,38 @@
+//! Parsers for argument values, so a malformed value is rejected by clap with the argument's
+//! name and exit code 2.
+
+use std::time::Duration;
+
+pub fn duration(value: &str) -> Result<Duration, String> {
+    humantime::parse_duration(value)
+        .map_err(|e| format!("{e} (expected a duration such as 10s, 250ms or 1m)"))
+}
+
+pub fn positive_rate(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err("expected a positive number of requests per second".to_owned()),
+    }
+}
+
+pub fn size(value: &str) -> Result<u64, String> {
+    value
+        .parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("{e} (expected a size such as 1024, 1KiB or 16KB)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_units_users_write() {
+        assert_eq!(duration("200ms").unwrap(), Duration::from_millis(200));
+        assert_eq!(size("1KiB").unwrap(), 1024);
+        assert_eq!(size("1024").unwrap(), 1024);
+        assert!(positive_rate("0").is_err());
+        assert!(positive_rate("NaN").is_err());
+        assert!(duration("10x").is_err());
+    }
+}

@@ -1,0 +1,87 @@
+//! `meshbench ca init|issue`: the built-in CA on disk.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use meshbench_identity::{CertificateAuthority, IssueOptions};
+
+use super::args;
+
+#[derive(Debug, Subcommand)]
+pub enum CaCommand {
+    /// Create a root CA (ca.pem, ca.key) for a trust domain.
+    Init(InitArgs),
+    /// Issue a workload SVID (<ns>.<sa>.pem and .key) from an existing CA.
+    Issue(IssueArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Directory for ca.pem and ca.key.
+    #[arg(long, default_value = "meshbench-ca")]
+    dir: PathBuf,
+    #[arg(long, default_value = "cluster.local")]
+    trust_domain: String,
+}
+
+#[derive(Debug, Args)]
+pub struct IssueArgs {
+    /// Namespace of the workload.
+    #[arg(long)]
+    ns: String,
+    /// Service account of the workload.
+    #[arg(long)]
+    sa: String,
+    /// Directory of the CA.
+    #[arg(long, default_value = "meshbench-ca")]
+    dir: PathBuf,
+    /// Where to write the SVID (default: the CA directory).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Lifetime of the SVID.
+    #[arg(long, value_parser = args::duration, default_value = "24h")]
+    ttl: Duration,
+    /// Extra DNS SAN (repeatable), for tools that check host names.
+    #[arg(long = "dns")]
+    dns_names: Vec<String>,
+    /// Extra IP SAN (repeatable).
+    #[arg(long = "ip")]
+    ip_addresses: Vec<IpAddr>,
+}
+
+pub fn run(command: CaCommand) -> anyhow::Result<()> {
+    match command {
+        CaCommand::Init(a) => {
+            let ca = CertificateAuthority::init(&a.dir, &a.trust_domain)?;
+            println!(
+                "created CA for trust domain {} in {}",
+                ca.trust_domain(),
+                a.dir.join("ca.pem").display()
+            );
+        }
+        CaCommand::Issue(a) => {
+            let ca = CertificateAuthority::load(&a.dir)?;
+            let svid = ca.issue(
+                &a.ns,
+                &a.sa,
+                &IssueOptions {
+                    ttl: Some(a.ttl),
+                    dns_names: a.dns_names,
+                    ip_addresses: a.ip_addresses,
+                },
+            )?;
+            let out = a.out.unwrap_or(a.dir);
+            let (cert, key) = svid.write(&out, &format!("{}.{}", a.ns, a.sa))?;
+            println!(
+                "issued {} (valid until {}): {} {}",
+                svid.spiffe_id,
+                svid.not_after,
+                cert.display(),
+                key.display()
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! Command-line interface. Errors are `anyhow` here and only here; exit code 2 means the input
+//! was wrong (a bad argument, an unreadable certificate, a port in use), 1 a failure while
+//! running, 130 an interrupted run whose finished cells were kept.
+
+mod args;
+mod ca;
+mod load;
+mod report;
+mod run;
+mod workload;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "meshbench",
+    version,
+    about = "Measures what zero-trust service-to-service security costs, and checks that it protects"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run an experiment on the local lab and write results and reports.
+    Run(run::RunArgs),
+    /// Regenerate report.md and report.html from a result directory.
+    Report(report::ReportArgs),
+    /// Generate load against a URL (constant-rate open loop).
+    Load(load::LoadArgs),
+    /// Act as a workload server.
+    #[command(subcommand)]
+    Workload(workload::WorkloadCommand),
+    /// The built-in certificate authority (SPIFFE X.509 SVIDs).
+    #[command(subcommand)]
+    Ca(ca::CaCommand),
+}
+
+/// Marks an error as the user's input, for exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadInput(pub String);
+
+/// An interrupted run: its partial results are on disk.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted; partial results kept in {0}")]
+pub(crate) struct Interrupted(pub String);
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MESHBENCH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let outcome = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Load(args) => load::run(args),
+        Command::Workload(cmd) => workload::run(cmd),
+        Command::Ca(cmd) => ca::run(cmd),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("meshbench: {err:#}");
+            ExitCode::from(exit_code(&err))
+        }
+    }
+}
+
+fn exit_code(err: &anyhow::Error) -> u8 {
+    if err.downcast_ref::<Interrupted>().is_some() {
+        return 130;
+    }
+    let bad_input = err.chain().any(|cause| {
+        cause.is::<BadInput>()
+            || cause
+                .downcast_ref::<meshbench_identity::Error>()
+                .is_some_and(|e| e.is_bad_input())
+            || cause
+                .downcast_ref::<meshbench_workload::Error>()
+                .is_some_and(|e| e.is_bad_input())
+            || cause
+                .downcast_ref::<meshbench_loadgen::Error>()
+                .is_some_and(|e| e.is_bad_input())
+            || cause
+                .downcast_ref::<meshbench_experiment::Error>()
+                .is_some_and(|e| e.is_bad_input())
+    });
+    if bad_input {
+        2
+    } else {
+        1
+    }
+}
+
+/// Facts about this build, recorded with every result.
+pub(crate) fn build_info() -> meshbench_lab::BuildInfo {
+    meshbench_lab::BuildInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        git_commit: env!("MESHBENCH_GIT_COMMIT").to_owned(),
+        profile: env!("MESHBENCH_BUILD_PROFILE").to_owned(),
+    }
+}

@@ -1,0 +1,121 @@
+//! `meshbench run`: an experiment on the local lab, with progress, a summary, results and
+//! reports. Ctrl-C (or SIGTERM) stops every lab process and keeps the finished cells.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner};
+use meshbench_results::{Cell, RunResult, RunStatus};
+
+use super::Interrupted;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Built-in experiment profile: quick (default), smoke.
+    #[arg(long, default_value = "quick")]
+    profile: String,
+    /// Result directory (default: meshbench-results/<profile>-<timestamp>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    let profile = Profile::builtin(&a.profile)?;
+    let out_dir = a.out.unwrap_or_else(|| default_out_dir(&profile.name));
+    let runner = Runner::new(RunOptions {
+        profile: profile.clone(),
+        out_dir: out_dir.clone(),
+        exe: std::env::current_exe()?,
+        build: super::build_info(),
+    })?;
+    eprintln!(
+        "meshbench run: profile {} ({} cells, about {}), results in {}",
+        profile.name,
+        profile.cells(),
+        humantime::format_duration(profile.estimated_duration()),
+        out_dir.display()
+    );
+    let progress = CellProgress::new(profile.cells());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let outcome = runtime.block_on(runner.run(&progress, super::workload::shutdown_signal()));
+    progress.bar.finish_and_clear();
+    let result = match outcome {
+        Ok(result) => result,
+        Err(e) => {
+            // The partial document is on disk; report what was finished before failing.
+            if let Ok(partial) = meshbench_results::read_json::<RunResult>(&out_dir.join("results.json")) {
+                meshbench_report::write_reports(&out_dir, &partial)?;
+            }
+            return Err(e.into());
+        }
+    };
+    meshbench_report::write_reports(&out_dir, &result)?;
+    println!("{}", meshbench_report::run_summary(&result));
+    println!(
+        "results: {}\nreports: {} {}",
+        out_dir.join("results.json").display(),
+        out_dir.join("report.md").display(),
+        out_dir.join("report.html").display()
+    );
+    if result.status == RunStatus::Partial {
+        return Err(Interrupted(out_dir.display().to_string()).into());
+    }
+    Ok(())
+}
+
+fn default_out_dir(profile: &str) -> PathBuf {
+    let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
+        .replace(':', "");
+    PathBuf::from("meshbench-results").join(format!("{profile}-{stamp}"))
+}
+
+struct CellProgress {
+    bar: ProgressBar,
+    interactive: bool,
+}
+
+impl CellProgress {
+    fn new(cells: usize) -> Self {
+        let bar = ProgressBar::new(cells as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} cells, ETA {eta} | {msg}")
+                .expect("static template is valid"),
+        );
+        CellProgress {
+            bar,
+            interactive: std::io::stderr().is_terminal(),
+        }
+    }
+}
+
+impl Progress for CellProgress {
+    fn cell_started(&self, cell: &CellId) {
+        self.bar.set_message(cell.label());
+    }
+
+    fn cell_finished(&self, cell: &CellId, result: &Cell) {
+        let line = format!(
+            "[{}/{}] {}: achieved {:.1} rps, p50 {:.3} ms, p99 {:.3} ms, {} not 2xx",
+            cell.index,
+            cell.total,
+            cell.label(),
+            result.load.achieved_rps,
+            result.load.latency.p50_us as f64 / 1e3,
+            result.load.latency.p99_us as f64 / 1e3,
+            meshbench_report::tables::error_count(result),
+        );
+        if self.interactive {
+            self.bar.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+        self.bar.inc(1);
+    }
+}
