@@ -21,7 +21,8 @@ pub struct LoadReport {
     pub connections: u32,
     /// Requested request rate; `None` for models without a target rate.
     pub requested_rps: Option<f64>,
-    /// Completed requests (any outcome) whose send time fell in the window, per window second.
+    /// Requests that got an HTTP response (any status) and whose intended send time fell in
+    /// the window, per second of the window. Failed connections do not count as achieved.
     pub achieved_rps: f64,
     pub window: MeasurementWindow,
     /// Requests scheduled in the window (open loop: rate x window).
@@ -34,7 +35,7 @@ pub struct LoadReport {
     /// Requests sent at least 1 ms after their intended send time.
     pub late: u64,
     /// Every sent request ends in exactly one outcome; the counts add up to `sent`.
-    /// Keys: `http_<status>`, `connect_refused`, `connect_reset`, `tls_<reason>`, `timeout`,
+    /// Keys: `http_<status>`, `connect_refused`, `connection_reset`, `tls_<reason>`, `timeout`,
     /// `other`.
     pub outcomes: BTreeMap<String, u64>,
     /// Latency from each request's intended send time to the end of its response body

@@ -1,0 +1,176 @@
+//! The meshbench binary as a user runs it: bad input gets one clear line and exit code 2;
+//! `run` produces results and reports; Ctrl-C keeps finished cells and leaves no process.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use meshbench_results::{read_json, RunResult, RunStatus};
+use meshbench_testkit::wait_for;
+
+fn meshbench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_meshbench"))
+}
+
+fn run(args: &[&str]) -> Output {
+    meshbench().args(args).output().unwrap()
+}
+
+fn assert_bad_input(output: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains(needle), "expected {needle:?} in: {stderr}");
+}
+
+#[test]
+fn bad_input_is_named_and_exits_with_code_2() {
+    assert_bad_input(&run(&["run", "--profile", "nope"]), "unknown profile \"nope\"");
+    assert_bad_input(
+        &run(&["load", "--url", "http://127.0.0.1:9/", "--rps", "10", "--duration", "10x"]),
+        "--duration",
+    );
+    assert_bad_input(&run(&["load", "--url", "http://127.0.0.1:9/", "--rps", "-5"]), "--rps");
+    assert_bad_input(
+        &run(&["load", "--url", "gopher://127.0.0.1:9/", "--rps", "10"]),
+        "scheme must be http or https",
+    );
+    assert_bad_input(
+        &run(&[
+            "workload", "echo", "--listen", "127.0.0.1:0", "--tls-cert", "/nonexistent/cert.pem",
+            "--tls-key", "/nonexistent/key.pem",
+        ]),
+        "/nonexistent/cert.pem",
+    );
+}
+
+#[test]
+fn a_port_already_in_use_is_reported_with_exit_code_2() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let output = run(&["workload", "echo", "--listen", &addr]);
+    assert_bad_input(&output, &format!("cannot listen on {addr}"));
+}
+
+#[test]
+fn ca_commands_issue_usable_svids() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca_dir = dir.path().join("ca");
+    let ca = ca_dir.to_str().unwrap();
+    let out = run(&["ca", "init", "--dir", ca, "--trust-domain", "lab.test"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&["ca", "issue", "--dir", ca, "--ns", "shop", "--sa", "cart"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("spiffe://lab.test/ns/shop/sa/cart"));
+    assert!(ca_dir.join("shop.cart.pem").exists() && ca_dir.join("shop.cart.key").exists());
+    // A second init must not clobber the CA.
+    assert_bad_input(&run(&["ca", "init", "--dir", ca]), "already exists");
+}
+
+fn check_complete_run(dir: &Path, result: &RunResult) {
+    assert_eq!(result.status, RunStatus::Complete);
+    assert_eq!(result.cells.len(), 4);
+    assert_eq!(result.environment.build_profile, "debug");
+    for cell in &result.cells {
+        let requested = cell.load_point.rps;
+        let achieved = cell.load.achieved_rps;
+        assert!(
+            (achieved - requested).abs() / requested < 0.02,
+            "{} at {requested}: achieved {achieved}",
+            cell.scenario
+        );
+        assert_eq!(cell.load.outcomes.get("http_200"), Some(&cell.load.sent));
+        let components: Vec<&str> = cell.resources.iter().map(|r| r.component.as_str()).collect();
+        assert_eq!(components, ["client", "server"]);
+        for r in &cell.resources {
+            assert!(r.samples >= 5, "{r:?}");
+            assert!(r.rss_mib_max > 0.0 && r.cpu_cores_mean > 0.0, "{r:?}");
+        }
+    }
+    let mtls = &result.config.scenarios[1];
+    assert_eq!(mtls.name, "baseline-mtls");
+    assert_ne!(mtls.client_identity, mtls.server_identity, "distinct identities");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("Overhead relative to baseline") && md.contains("| baseline-mtls |"));
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("<table>") && !html.contains("<script"));
+}
+
+#[test]
+fn run_writes_results_and_reports_then_report_regenerates_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let out = meshbench()
+        .args(["run", "--profile", "smoke", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Overhead relative to baseline"));
+    let result: RunResult = read_json(&out_dir.join("results.json")).unwrap();
+    check_complete_run(&out_dir, &result);
+
+    std::fs::remove_file(out_dir.join("report.md")).unwrap();
+    let out = meshbench().arg("report").arg(&out_dir).output().unwrap();
+    assert!(out.status.success());
+    assert!(out_dir.join("report.md").exists());
+
+    // The same directory is never overwritten.
+    let again = meshbench()
+        .args(["run", "--profile", "smoke", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert_bad_input(&again, "already holds a run's results");
+}
+
+/// PIDs of live processes whose environment carries `tag`.
+fn processes_tagged(tag: &str) -> Vec<u32> {
+    let needle = format!("MESHBENCH_TEST_TAG={tag}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = state.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'));
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            !zombie && env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes())
+        })
+        .collect()
+}
+
+#[test]
+fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let tag = format!("ctrl-c-{}", std::process::id());
+    let mut child = meshbench()
+        .args(["run", "--profile", "smoke", "--out"])
+        .arg(&out_dir)
+        .env("MESHBENCH_TEST_TAG", &tag)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let results = out_dir.join("results.json");
+    wait_for("the first finished cell", Duration::from_secs(60), || {
+        let r: RunResult = read_json(&results).ok()?;
+        (!r.cells.is_empty()).then_some(())
+    });
+    // The run is now inside a later cell, with a server and a load generator running.
+    wait_for("lab processes of the next cell", Duration::from_secs(20), || {
+        (processes_tagged(&tag).len() >= 3).then_some(())
+    });
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+
+    let result: RunResult = read_json(&results).unwrap();
+    assert_eq!(result.status, RunStatus::Partial);
+    assert_eq!(result.status_reason.as_deref(), Some("interrupted"));
+    assert!(!result.cells.is_empty() && result.cells.len() < 4);
+    assert!(out_dir.join("report.md").exists(), "reports of the finished cells");
+    wait_for("every lab process to exit", Duration::from_secs(10), || {
+        processes_tagged(&tag).is_empty().then_some(())
+    });
+}
