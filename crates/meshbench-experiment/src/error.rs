@@ -31,6 +31,9 @@ pub enum Error {
 
 impl Error {
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, Error::UnknownProfile { .. } | Error::OutputExists { .. })
+        matches!(
+            self,
+            Error::UnknownProfile { .. } | Error::OutputExists { .. }
+        )
     }
 }

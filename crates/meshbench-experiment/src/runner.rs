@@ -13,8 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use meshbench_lab::{describe_environment, BuildInfo, ComponentProcess, ResourceSampler};
 use meshbench_results::{
-    read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus,
-    SCHEMA_VERSION,
+    read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus, SCHEMA_VERSION,
 };
 
 use crate::scenario::LabPki;
@@ -156,7 +155,8 @@ impl Runner {
                     let cell = self.run_cell(&id, pki.as_ref()).await.map_err(Some)?;
                     progress.cell_finished(&id, &cell);
                     self.result.cells.push(cell);
-                    write_json_atomic(&self.results_path, &self.result).map_err(|e| Some(e.into()))?;
+                    write_json_atomic(&self.results_path, &self.result)
+                        .map_err(|e| Some(e.into()))?;
                 }
             }
         }

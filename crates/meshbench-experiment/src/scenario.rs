@@ -46,8 +46,9 @@ impl Scenario {
             },
             Scenario::BaselineMtls => ScenarioConfig {
                 name: self.name().to_owned(),
-                description: "client and server do TLS 1.3 mTLS themselves (rustls, ECDSA P-256 SVIDs)"
-                    .to_owned(),
+                description:
+                    "client and server do TLS 1.3 mTLS themselves (rustls, ECDSA P-256 SVIDs)"
+                        .to_owned(),
                 mtls: true,
                 client_identity: Some(id(CLIENT_SA)),
                 server_identity: Some(id(SERVER_SA)),

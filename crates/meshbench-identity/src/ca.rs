@@ -68,7 +68,10 @@ impl CertificateAuthority {
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::OrganizationName, "meshbench");
-        dn.push(DnType::CommonName, format!("meshbench root CA ({trust_domain})"));
+        dn.push(
+            DnType::CommonName,
+            format!("meshbench root CA ({trust_domain})"),
+        );
         params.distinguished_name = dn;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![

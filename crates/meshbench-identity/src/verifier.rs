@@ -33,7 +33,8 @@ impl SpiffeServerVerifier {
             roots,
             trust_domain,
             expected,
-            algorithms: rustls::crypto::aws_lc_rs::default_provider().signature_verification_algorithms,
+            algorithms: rustls::crypto::aws_lc_rs::default_provider()
+                .signature_verification_algorithms,
         }
     }
 }

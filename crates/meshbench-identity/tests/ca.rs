@@ -72,7 +72,9 @@ fn a_ca_on_disk_loads_back_and_refuses_to_be_overwritten() {
     let loaded = CertificateAuthority::load(dir.path()).unwrap();
     assert_eq!(loaded.trust_domain(), "lab.test");
     assert_eq!(loaded.cert_der(), created.cert_der());
-    let svid = loaded.issue("default", "web", &IssueOptions::default()).unwrap();
+    let svid = loaded
+        .issue("default", "web", &IssueOptions::default())
+        .unwrap();
     let (cert, _) = svid.write(dir.path(), "web").unwrap();
     let ids = spiffe_ids_of(&load_certs(&cert).unwrap()[0]);
     assert_eq!(

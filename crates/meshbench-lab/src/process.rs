@@ -144,7 +144,10 @@ impl ComponentProcess {
 
     /// Stops the component: SIGTERM for a graceful drain, SIGKILL if it lingers.
     pub async fn stop(mut self, grace: Duration) {
-        if let Some(pid) = self.child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32))
+        if let Some(pid) = self
+            .child
+            .id()
+            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
         {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
             if tokio::time::timeout(grace, self.child.wait()).await.is_ok() {

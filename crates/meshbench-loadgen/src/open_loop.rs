@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshbench_time::{now_ns, tighten_timer_slack, PreciseTimer};
 use crate::connection::{Connection, Connector};
 use crate::{Error, LatencyRecorder, Outcome, Target};
+use meshbench_time::{now_ns, tighten_timer_slack, PreciseTimer};
 
 /// A request sent this much after its intended time counts as late.
 const LATE_THRESHOLD_NS: u64 = 1_000_000;
@@ -216,19 +216,15 @@ async fn connection_task(
         }
         timer.sleep_until(due).await.map_err(Error::Runtime)?;
         let sent_at = now_ns();
-        let outcome = match tokio::time::timeout(
-            plan.timeout,
-            exchange(&connector, &mut connection),
-        )
-        .await
-        {
-            Ok(outcome) => outcome,
-            Err(_elapsed) => {
-                // The connection's state is unknown after a timeout: never reuse it.
-                connection = None;
-                Outcome::Timeout
-            }
-        };
+        let outcome =
+            match tokio::time::timeout(plan.timeout, exchange(&connector, &mut connection)).await {
+                Ok(outcome) => outcome,
+                Err(_elapsed) => {
+                    // The connection's state is unknown after a timeout: never reuse it.
+                    connection = None;
+                    Outcome::Timeout
+                }
+            };
         let done = now_ns();
         if due >= plan.window_start_ns {
             stats.sent += 1;

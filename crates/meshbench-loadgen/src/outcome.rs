@@ -35,7 +35,10 @@ impl Outcome {
                 return Outcome::Tls(tls_reason(tls));
             }
             if let Some(ioe) = e.downcast_ref::<io::Error>() {
-                if let Some(tls) = ioe.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                if let Some(tls) = ioe
+                    .get_ref()
+                    .and_then(|i| i.downcast_ref::<rustls::Error>())
+                {
                     return Outcome::Tls(tls_reason(tls));
                 }
                 io_kind.get_or_insert(ioe.kind());

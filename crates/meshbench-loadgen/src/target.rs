@@ -25,7 +25,9 @@ impl Target {
             url: url.to_owned(),
             reason: reason.to_owned(),
         };
-        let uri: Uri = url.parse().map_err(|e: http::uri::InvalidUri| invalid(&e.to_string()))?;
+        let uri: Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| invalid(&e.to_string()))?;
         let tls = match uri.scheme() {
             Some(s) if *s == Scheme::HTTP => false,
             Some(s) if *s == Scheme::HTTPS => true,

@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshbench_identity::{client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, ServerTlsFiles};
+use meshbench_identity::{
+    client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, ServerTlsFiles,
+};
 use meshbench_loadgen::{run_open_loop, OpenLoopConfig, OpenLoopResult, Outcome, Target};
 use meshbench_workload::{bind, EchoConfig, EchoService, ServeOptions};
 
@@ -57,7 +59,10 @@ fn count(result: &OpenLoopResult, outcome: &Outcome) -> u64 {
 
 fn assert_every_request_accounted_for(result: &OpenLoopResult) {
     let classified: u64 = result.outcomes.values().sum();
-    assert_eq!(classified, result.sent, "outcome classes must add up to sent");
+    assert_eq!(
+        classified, result.sent,
+        "outcome classes must add up to sent"
+    );
     assert_eq!(result.sent + result.unsent(), result.scheduled);
     let latency = result.corrected.summary();
     assert_eq!(latency.count, result.sent);
@@ -73,9 +78,17 @@ fn achieved_rate_is_within_one_percent_of_a_sustainable_request() {
     assert_eq!(count(&result, &Outcome::Http(200)), result.sent);
     assert_eq!(result.unsent(), 0);
     let error = (result.achieved_rps() - 500.0).abs() / 500.0;
-    assert!(error < 0.01, "achieved {:.2} rps for 500 requested", result.achieved_rps());
+    assert!(
+        error < 0.01,
+        "achieved {:.2} rps for 500 requested",
+        result.achieved_rps()
+    );
     // Scheduled requests follow from the rate and the window alone.
-    assert!((result.scheduled as f64 - 1500.0).abs() <= 8.0, "{}", result.scheduled);
+    assert!(
+        (result.scheduled as f64 - 1500.0).abs() <= 8.0,
+        "{}",
+        result.scheduled
+    );
 
     let report = result.to_report();
     assert_eq!(report.requested_rps, Some(500.0));
@@ -83,7 +96,10 @@ fn achieved_rate_is_within_one_percent_of_a_sustainable_request() {
     let corrected = report.latency;
     let uncorrected = report.latency_uncorrected;
     assert!(corrected.p50_us >= uncorrected.p50_us);
-    assert!(corrected.p50_us > 0 && corrected.p50_us < 50_000, "{corrected:?}");
+    assert!(
+        corrected.p50_us > 0 && corrected.p50_us < 50_000,
+        "{corrected:?}"
+    );
 }
 
 #[test]
@@ -101,7 +117,10 @@ fn a_target_that_cannot_keep_up_shows_as_lower_achieved_rate_and_late_requests()
     // Corrected latency includes the wait for the busy connection; uncorrected does not.
     let corrected = result.corrected.summary();
     let uncorrected = result.uncorrected.summary();
-    assert!(corrected.p99_us > 4 * uncorrected.p99_us, "{corrected:?} vs {uncorrected:?}");
+    assert!(
+        corrected.p99_us > 4 * uncorrected.p99_us,
+        "{corrected:?} vs {uncorrected:?}"
+    );
 }
 
 #[test]
@@ -165,5 +184,8 @@ fn invalid_configuration_names_the_field() {
     assert!(err.to_string().contains("--connections"), "{err}");
     assert!(Target::parse("ftp://example.invalid/").is_err());
     let https = config("https://127.0.0.1:9/", 10.0, 1, Duration::from_secs(1));
-    assert!(run_open_loop(https).unwrap_err().to_string().contains("--cacert"));
+    assert!(run_open_loop(https)
+        .unwrap_err()
+        .to_string()
+        .contains("--cacert"));
 }

@@ -57,7 +57,10 @@ pub fn load_summary(r: &LoadReport) -> String {
 pub fn run_summary(result: &RunResult) -> String {
     let figures = tables::figures(result);
     let mut out = String::new();
-    for table in [tables::absolute_table(&figures), tables::overhead_table(&figures)] {
+    for table in [
+        tables::absolute_table(&figures),
+        tables::overhead_table(&figures),
+    ] {
         crate::markdown::write_table(&mut out, &table);
         out.push('\n');
     }

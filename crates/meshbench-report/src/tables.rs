@@ -217,7 +217,11 @@ pub fn outcome_table(result: &RunResult) -> Table {
         .iter()
         .map(|c| {
             let mut row = vec![
-                format!("{} rps / {} conns", fmt_num(c.load_point.rps), c.load_point.connections),
+                format!(
+                    "{} rps / {} conns",
+                    fmt_num(c.load_point.rps),
+                    c.load_point.connections
+                ),
                 c.scenario.clone(),
                 c.repetition.to_string(),
                 c.load.sent.to_string(),

@@ -22,8 +22,12 @@ fn check_schema(file: &str, schema: schemars::Schema) {
         std::fs::write(&path, &generated).unwrap();
         return;
     }
-    let committed = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run with MESHBENCH_UPDATE_SCHEMA=1", path.display()));
+    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with MESHBENCH_UPDATE_SCHEMA=1",
+            path.display()
+        )
+    });
     assert_eq!(
         committed,
         generated,
@@ -35,12 +39,18 @@ fn check_schema(file: &str, schema: schemars::Schema) {
 
 #[test]
 fn run_result_schema_matches_committed_contract() {
-    check_schema(&format!("results-v{SCHEMA_VERSION}.schema.json"), run_result_schema());
+    check_schema(
+        &format!("results-v{SCHEMA_VERSION}.schema.json"),
+        run_result_schema(),
+    );
 }
 
 #[test]
 fn load_report_schema_matches_committed_contract() {
-    check_schema(&format!("load-v{SCHEMA_VERSION}.schema.json"), load_report_schema());
+    check_schema(
+        &format!("load-v{SCHEMA_VERSION}.schema.json"),
+        load_report_schema(),
+    );
 }
 
 #[test]
@@ -52,14 +62,20 @@ fn example_document_of_this_version_parses_and_round_trips() {
     assert_eq!(parsed.status, RunStatus::Complete);
     let cell = &parsed.cells[0];
     let sent: u64 = cell.load.outcomes.values().sum();
-    assert_eq!(sent, cell.load.sent, "outcome classes add up to sent requests");
+    assert_eq!(
+        sent, cell.load.sent,
+        "outcome classes add up to sent requests"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("nested/results.json");
     write_json_atomic(&out, &parsed).unwrap();
     let again: RunResult = read_json(&out).unwrap();
     assert_eq!(again, parsed);
-    assert!(!out.with_extension("json.tmp").exists(), "no temp file left");
+    assert!(
+        !out.with_extension("json.tmp").exists(),
+        "no temp file left"
+    );
 }
 
 #[test]

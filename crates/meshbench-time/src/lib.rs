@@ -48,7 +48,8 @@ impl PreciseTimer {
 
     /// Sleeps for `duration` from now.
     pub async fn sleep(&mut self, duration: std::time::Duration) -> std::io::Result<()> {
-        self.sleep_until(now_ns() + duration.as_nanos() as u64).await
+        self.sleep_until(now_ns() + duration.as_nanos() as u64)
+            .await
     }
 
     /// Sleeps until CLOCK_MONOTONIC reaches `deadline_ns`; returns at once if it has.

@@ -20,7 +20,10 @@ use tokio::sync::oneshot;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Starts an echo server on 127.0.0.1:0; it stops when the returned sender is dropped.
-async fn start_echo(tls: Option<ServerTlsFiles>, delay: Duration) -> (SocketAddr, oneshot::Sender<()>) {
+async fn start_echo(
+    tls: Option<ServerTlsFiles>,
+    delay: Duration,
+) -> (SocketAddr, oneshot::Sender<()>) {
     let server = bind(&ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         tls,
@@ -40,10 +43,14 @@ async fn start_echo(tls: Option<ServerTlsFiles>, delay: Duration) -> (SocketAddr
     (addr, stop)
 }
 
-async fn http1_get(io: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static) -> Result<(u16, usize), BoxError> {
+async fn http1_get(
+    io: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+) -> Result<(u16, usize), BoxError> {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     tokio::spawn(conn);
-    let req = http::Request::get("/").header("host", "localhost").body(Empty::<Bytes>::new())?;
+    let req = http::Request::get("/")
+        .header("host", "localhost")
+        .body(Empty::<Bytes>::new())?;
     let resp = sender.send_request(req).await?;
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await?.to_bytes();
@@ -100,7 +107,9 @@ fn pki() -> Pki {
             cert: Some(client_cert),
             key: Some(client_key),
             ca: ca_pem.clone(),
-            expect_server_id: Some(SpiffeId::parse("spiffe://cluster.local/ns/default/sa/server").unwrap()),
+            expect_server_id: Some(
+                SpiffeId::parse("spiffe://cluster.local/ns/default/sa/server").unwrap(),
+            ),
         },
         foreign_client: ClientTlsFiles {
             cert: Some(foreign_cert),
@@ -115,7 +124,9 @@ fn pki() -> Pki {
 #[tokio::test]
 async fn serves_http1_and_h2c_with_the_configured_response_size() {
     let (addr, _stop) = start_echo(None, Duration::ZERO).await;
-    let (status, len) = http1_get(TcpStream::connect(addr).await.unwrap()).await.unwrap();
+    let (status, len) = http1_get(TcpStream::connect(addr).await.unwrap())
+        .await
+        .unwrap();
     assert_eq!((status, len), (200, 1024));
 
     let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
@@ -128,7 +139,10 @@ async fn serves_http1_and_h2c_with_the_configured_response_size() {
         .unwrap();
     let resp = sender.send_request(req).await.unwrap();
     assert_eq!(resp.version(), http::Version::HTTP_2);
-    assert_eq!(resp.into_body().collect().await.unwrap().to_bytes().len(), 1024);
+    assert_eq!(
+        resp.into_body().collect().await.unwrap().to_bytes().len(),
+        1024
+    );
 }
 
 #[tokio::test]
@@ -137,19 +151,30 @@ async fn the_delay_is_kept_to_well_under_a_millisecond() {
     let (addr, _stop) = start_echo(None, Duration::from_millis(5)).await;
     let mut tcp = Some(TcpStream::connect(addr).await.unwrap());
     let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(TokioIo::new(tcp.take().unwrap())).await.unwrap();
+        hyper::client::conn::http1::handshake(TokioIo::new(tcp.take().unwrap()))
+            .await
+            .unwrap();
     tokio::spawn(conn);
     let mut fastest = Duration::MAX;
     for _ in 0..20 {
         let start = std::time::Instant::now();
-        let req = http::Request::get("/").header("host", "x").body(Empty::<Bytes>::new()).unwrap();
+        let req = http::Request::get("/")
+            .header("host", "x")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
         let resp = sender.send_request(req).await.unwrap();
         resp.into_body().collect().await.unwrap();
         fastest = fastest.min(start.elapsed());
     }
-    assert!(fastest >= Duration::from_millis(5), "answered before the delay: {fastest:?}");
+    assert!(
+        fastest >= Duration::from_millis(5),
+        "answered before the delay: {fastest:?}"
+    );
     // tokio's timer would round 5 ms up to 6 ms; the precise timer must not.
-    assert!(fastest < Duration::from_micros(5_900), "delay overshoots: {fastest:?}");
+    assert!(
+        fastest < Duration::from_micros(5_900),
+        "delay overshoots: {fastest:?}"
+    );
 }
 
 #[tokio::test]
@@ -219,7 +244,16 @@ async fn curl_talks_mtls_to_the_server_with_the_issued_pem_files() {
     let url = format!("https://localhost:{}/", addr.port());
     let resolve = format!("localhost:{}:127.0.0.1", addr.port());
     let with_cert = tokio::process::Command::new(&curl)
-        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--resolve", &resolve, "--cacert"])
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--resolve",
+            &resolve,
+            "--cacert",
+        ])
         .arg(&pki.client.ca)
         .arg("--cert")
         .arg(pki.client.cert.as_ref().unwrap())
@@ -242,7 +276,10 @@ async fn curl_talks_mtls_to_the_server_with_the_issued_pem_files() {
         .output()
         .await
         .unwrap();
-    assert!(!without.status.success(), "curl without a client certificate got through");
+    assert!(
+        !without.status.success(),
+        "curl without a client certificate got through"
+    );
 }
 
 /// The load generator's outcome key for a failed exchange (`tls_alert_...`).

@@ -24,20 +24,40 @@ fn assert_bad_input(output: &Output, needle: &str) {
 
 #[test]
 fn bad_input_is_named_and_exits_with_code_2() {
-    assert_bad_input(&run(&["run", "--profile", "nope"]), "unknown profile \"nope\"");
     assert_bad_input(
-        &run(&["load", "--url", "http://127.0.0.1:9/", "--rps", "10", "--duration", "10x"]),
+        &run(&["run", "--profile", "nope"]),
+        "unknown profile \"nope\"",
+    );
+    assert_bad_input(
+        &run(&[
+            "load",
+            "--url",
+            "http://127.0.0.1:9/",
+            "--rps",
+            "10",
+            "--duration",
+            "10x",
+        ]),
         "--duration",
     );
-    assert_bad_input(&run(&["load", "--url", "http://127.0.0.1:9/", "--rps", "-5"]), "--rps");
+    assert_bad_input(
+        &run(&["load", "--url", "http://127.0.0.1:9/", "--rps", "-5"]),
+        "--rps",
+    );
     assert_bad_input(
         &run(&["load", "--url", "gopher://127.0.0.1:9/", "--rps", "10"]),
         "scheme must be http or https",
     );
     assert_bad_input(
         &run(&[
-            "workload", "echo", "--listen", "127.0.0.1:0", "--tls-cert", "/nonexistent/cert.pem",
-            "--tls-key", "/nonexistent/key.pem",
+            "workload",
+            "echo",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            "/nonexistent/cert.pem",
+            "--tls-key",
+            "/nonexistent/key.pem",
         ]),
         "/nonexistent/cert.pem",
     );
@@ -57,9 +77,17 @@ fn ca_commands_issue_usable_svids() {
     let ca_dir = dir.path().join("ca");
     let ca = ca_dir.to_str().unwrap();
     let out = run(&["ca", "init", "--dir", ca, "--trust-domain", "lab.test"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = run(&["ca", "issue", "--dir", ca, "--ns", "shop", "--sa", "cart"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("spiffe://lab.test/ns/shop/sa/cart"));
     assert!(ca_dir.join("shop.cart.pem").exists() && ca_dir.join("shop.cart.key").exists());
     // A second init must not clobber the CA.
@@ -79,7 +107,11 @@ fn check_complete_run(dir: &Path, result: &RunResult) {
             cell.scenario
         );
         assert_eq!(cell.load.outcomes.get("http_200"), Some(&cell.load.sent));
-        let components: Vec<&str> = cell.resources.iter().map(|r| r.component.as_str()).collect();
+        let components: Vec<&str> = cell
+            .resources
+            .iter()
+            .map(|r| r.component.as_str())
+            .collect();
         assert_eq!(components, ["client", "server"]);
         for r in &cell.resources {
             assert!(r.samples >= 5, "{r:?}");
@@ -88,7 +120,10 @@ fn check_complete_run(dir: &Path, result: &RunResult) {
     }
     let mtls = &result.config.scenarios[1];
     assert_eq!(mtls.name, "baseline-mtls");
-    assert_ne!(mtls.client_identity, mtls.server_identity, "distinct identities");
+    assert_ne!(
+        mtls.client_identity, mtls.server_identity,
+        "distinct identities"
+    );
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("Overhead relative to baseline") && md.contains("| baseline-mtls |"));
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
@@ -104,7 +139,11 @@ fn run_writes_results_and_reports_then_report_regenerates_them() {
         .arg(&out_dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("Overhead relative to baseline"));
     let result: RunResult = read_json(&out_dir.join("results.json")).unwrap();
     check_complete_run(&out_dir, &result);
@@ -131,7 +170,10 @@ fn processes_tagged(tag: &str) -> Vec<u32> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
             let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = state.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'));
+            let zombie = state
+                .rsplit(')')
+                .next()
+                .is_some_and(|s| s.trim_start().starts_with('Z'));
             let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
             !zombie && env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes())
         })
@@ -157,9 +199,11 @@ fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
         (!r.cells.is_empty()).then_some(())
     });
     // The run is now inside a later cell, with a server and a load generator running.
-    wait_for("lab processes of the next cell", Duration::from_secs(20), || {
-        (processes_tagged(&tag).len() >= 3).then_some(())
-    });
+    wait_for(
+        "lab processes of the next cell",
+        Duration::from_secs(20),
+        || (processes_tagged(&tag).len() >= 3).then_some(()),
+    );
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
     let status = child.wait().unwrap();
@@ -169,7 +213,10 @@ fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
     assert_eq!(result.status, RunStatus::Partial);
     assert_eq!(result.status_reason.as_deref(), Some("interrupted"));
     assert!(!result.cells.is_empty() && result.cells.len() < 4);
-    assert!(out_dir.join("report.md").exists(), "reports of the finished cells");
+    assert!(
+        out_dir.join("report.md").exists(),
+        "reports of the finished cells"
+    );
     wait_for("every lab process to exit", Duration::from_secs(10), || {
         processes_tagged(&tag).is_empty().then_some(())
     });

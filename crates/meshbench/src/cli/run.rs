@@ -49,7 +49,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         Ok(result) => result,
         Err(e) => {
             // The partial document is on disk; report what was finished before failing.
-            if let Ok(partial) = meshbench_results::read_json::<RunResult>(&out_dir.join("results.json")) {
+            if let Ok(partial) =
+                meshbench_results::read_json::<RunResult>(&out_dir.join("results.json"))
+            {
                 meshbench_report::write_reports(&out_dir, &partial)?;
             }
             return Err(e.into());

@@ -75,7 +75,11 @@ pub fn run(command: WorkloadCommand) -> anyhow::Result<()> {
     }
 }
 
-fn serve(threads: Option<usize>, options: ServeOptions, service: EchoService) -> anyhow::Result<()> {
+fn serve(
+    threads: Option<usize>,
+    options: ServeOptions,
+    service: EchoService,
+) -> anyhow::Result<()> {
     if threads == Some(0) {
         return Err(BadInput("--threads must be at least 1".into()).into());
     }
