@@ -108,33 +108,39 @@ impl Runner {
     ) -> Result<RunResult, Error> {
         write_json_atomic(&self.results_path, &self.result)?;
         tokio::pin!(cancel);
-        let outcome = tokio::select! {
-            outcome = self.run_cells(progress) => outcome,
-            () = &mut cancel => Err(None),
+        // `None`: cancelled. Dropping the cell future kills its lab processes.
+        let finished = tokio::select! {
+            outcome = self.run_cells(progress) => Some(outcome),
+            () = &mut cancel => None,
         };
         self.result.finished_at = Some(timestamp());
-        match outcome {
-            Ok(()) => self.result.status = RunStatus::Complete,
-            Err(None) => {
-                self.result.status = RunStatus::Partial;
-                self.result.status_reason = Some("interrupted".to_owned());
+        let failure = match finished {
+            Some(Ok(())) => {
+                self.result.status = RunStatus::Complete;
+                None
             }
-            Err(Some(e)) => {
+            Some(Err(e)) => {
                 self.result.status = RunStatus::Partial;
                 self.result.status_reason = Some(e.to_string());
-                write_json_atomic(&self.results_path, &self.result)?;
-                return Err(e);
+                Some(e)
             }
-        }
+            None => {
+                self.result.status = RunStatus::Partial;
+                self.result.status_reason = Some("interrupted".to_owned());
+                None
+            }
+        };
         write_json_atomic(&self.results_path, &self.result)?;
-        Ok(self.result)
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(self.result),
+        }
     }
 
-    /// `Err(None)` never happens here; it is the cancellation arm's marker.
-    async fn run_cells(&mut self, progress: &dyn Progress) -> Result<(), Option<Error>> {
+    async fn run_cells(&mut self, progress: &dyn Progress) -> Result<(), Error> {
         let profile = self.options.profile.clone();
         let pki = if profile.scenarios.iter().any(|s| s.uses_tls()) {
-            Some(LabPki::create(&self.options.out_dir.join("pki")).map_err(Some)?)
+            Some(LabPki::create(&self.options.out_dir.join("pki"))?)
         } else {
             None
         };
@@ -152,11 +158,10 @@ impl Runner {
                         repetition,
                     };
                     progress.cell_started(&id);
-                    let cell = self.run_cell(&id, pki.as_ref()).await.map_err(Some)?;
+                    let cell = self.run_cell(&id, pki.as_ref()).await?;
                     progress.cell_finished(&id, &cell);
                     self.result.cells.push(cell);
-                    write_json_atomic(&self.results_path, &self.result)
-                        .map_err(|e| Some(e.into()))?;
+                    write_json_atomic(&self.results_path, &self.result)?;
                 }
             }
         }

@@ -5,7 +5,7 @@ use std::error::Error as StdError;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, Method, Request};
+use http::{header, HeaderValue, Method, Request};
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
@@ -20,18 +20,28 @@ pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
 /// Opens connections to one target; shared by all of a run's connection tasks.
 pub(crate) struct Connector {
     target: Target,
+    /// Parsed once: building a request is on the generator's hot path.
+    host: HeaderValue,
     tls: Option<(TlsConnector, ServerName<'static>)>,
 }
 
 impl Connector {
-    pub(crate) fn new(target: Target, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
+    pub(crate) fn new(
+        target: Target,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, crate::Error> {
+        let host =
+            HeaderValue::from_str(&target.authority).map_err(|e| crate::Error::InvalidUrl {
+                url: target.url.clone(),
+                reason: e.to_string(),
+            })?;
         let tls = tls.map(|config| {
             // Our SPIFFE verifier ignores the name, but rustls needs one for SNI.
             let name = ServerName::try_from(target.host.clone())
                 .unwrap_or_else(|_| ServerName::try_from("localhost").expect("valid name"));
             (TlsConnector::from(config), name)
         });
-        Connector { target, tls }
+        Ok(Connector { target, host, tls })
     }
 
     pub(crate) async fn connect(&self) -> Result<Connection, BoxError> {
@@ -51,7 +61,7 @@ impl Connector {
         Request::builder()
             .method(Method::GET)
             .uri(self.target.path_and_query.clone())
-            .header(header::HOST, self.target.authority.as_str())
+            .header(header::HOST, self.host.clone())
             .body(Empty::new())
             .expect("request parts from a parsed URL are valid")
     }

@@ -166,7 +166,7 @@ async fn drive(config: OpenLoopConfig) -> Result<OpenLoopResult, Error> {
         end_ns: window_start_ns + config.duration.as_nanos() as u64,
         timeout: config.timeout,
     };
-    let connector = Arc::new(Connector::new(config.target.clone(), config.tls.clone()));
+    let connector = Arc::new(Connector::new(config.target.clone(), config.tls.clone())?);
     let tasks: Vec<_> = (0..plan.connections)
         .map(|idx| tokio::spawn(connection_task(idx, plan, connector.clone())))
         .collect();

@@ -91,6 +91,22 @@ pub fn figures(result: &RunResult) -> Vec<Figures> {
     out
 }
 
+/// Per-component resource columns, shared by the absolute and the overhead tables.
+const RESOURCE_HEADERS: [&str; 4] = [
+    "client CPU (cores)",
+    "server CPU (cores)",
+    "client mem (MiB)",
+    "server mem (MiB)",
+];
+
+fn headers(leading: &[&str]) -> Vec<String> {
+    leading
+        .iter()
+        .chain(RESOURCE_HEADERS.iter())
+        .map(|h| (*h).to_owned())
+        .collect()
+}
+
 fn load_label(f: &Figures) -> String {
     format!("{} rps / {} conns", fmt_num(f.rps), f.connections)
 }
@@ -107,7 +123,7 @@ fn fmt_num(x: f64) -> String {
 pub fn absolute_table(figures: &[Figures]) -> Table {
     Table {
         title: "Absolute figures".to_owned(),
-        headers: [
+        headers: headers(&[
             "load",
             "scenario",
             "achieved rps",
@@ -118,13 +134,7 @@ pub fn absolute_table(figures: &[Figures]) -> Table {
             "p99 ms",
             "p99.9 ms",
             "max ms",
-            "client CPU (cores)",
-            "server CPU (cores)",
-            "client mem (MiB)",
-            "server mem (MiB)",
-        ]
-        .map(String::from)
-        .to_vec(),
+        ]),
         rows: figures
             .iter()
             .map(|f| {
@@ -183,19 +193,7 @@ pub fn overhead_table(figures: &[Figures]) -> Table {
     }
     Table {
         title: "Overhead relative to baseline".to_owned(),
-        headers: [
-            "load",
-            "scenario",
-            "achieved rps",
-            "p50 ms",
-            "p99 ms",
-            "client CPU (cores)",
-            "server CPU (cores)",
-            "client mem (MiB)",
-            "server mem (MiB)",
-        ]
-        .map(String::from)
-        .to_vec(),
+        headers: headers(&["load", "scenario", "achieved rps", "p50 ms", "p99 ms"]),
         rows,
     }
 }
