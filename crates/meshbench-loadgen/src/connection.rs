@@ -1,47 +1,83 @@
-//! One client connection of the generator: TCP (no Nagle), optional TLS, HTTP/1.1 keep-alive
-//! via hyper's low-level client, one request in flight at a time.
+//! One client connection of the generator: TCP (no Nagle), optional TLS, then HTTP/1.1
+//! (keep-alive or not) or HTTP/2 via hyper's low-level client. One request in flight per
+//! connection; the load models decide when it is sent.
 
 use std::error::Error as StdError;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request};
-use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use http::{header, HeaderMap, HeaderValue, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::Target;
+use crate::config::{Protocol, RequestSpec};
+use crate::{Error, Target};
 
 pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
 
-/// Opens connections to one target; shared by all of a run's connection tasks.
+/// Opens connections to one target and builds its requests; shared by a thread's workers.
 pub(crate) struct Connector {
     target: Target,
-    /// Parsed once: building a request is on the generator's hot path.
-    host: HeaderValue,
     tls: Option<(TlsConnector, ServerName<'static>)>,
+    protocol: Protocol,
+    uri: Uri,
+    headers: HeaderMap,
+    request: RequestSpec,
 }
 
 impl Connector {
     pub(crate) fn new(
         target: Target,
         tls: Option<Arc<rustls::ClientConfig>>,
-    ) -> Result<Self, crate::Error> {
-        let host =
-            HeaderValue::from_str(&target.authority).map_err(|e| crate::Error::InvalidUrl {
-                url: target.url.clone(),
-                reason: e.to_string(),
-            })?;
+        protocol: Protocol,
+        request: RequestSpec,
+    ) -> Result<Self, Error> {
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: target.url.clone(),
+            reason,
+        };
+        // HTTP/2 needs the absolute URI for its :scheme and :authority pseudo-headers.
+        let uri: Uri = match protocol {
+            Protocol::Http2 => target.url.parse().map_err(|e| invalid(format!("{e}")))?,
+            Protocol::Http1 { .. } => target.path_and_query.clone().into(),
+        };
+        let mut headers = HeaderMap::new();
+        if let Protocol::Http1 { keep_alive } = protocol {
+            let host =
+                HeaderValue::from_str(&target.authority).map_err(|e| invalid(e.to_string()))?;
+            headers.insert(header::HOST, host);
+            if !keep_alive {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+        }
+        for (name, value) in &request.headers {
+            headers.append(name.clone(), value.clone());
+        }
         let tls = tls.map(|config| {
+            // The connector, not its caller, knows which protocol to negotiate.
+            let mut config = (*config).clone();
+            config.alpn_protocols = match protocol {
+                Protocol::Http2 => vec![b"h2".to_vec()],
+                Protocol::Http1 { .. } => vec![b"http/1.1".to_vec()],
+            };
             // Our SPIFFE verifier ignores the name, but rustls needs one for SNI.
             let name = ServerName::try_from(target.host.clone())
                 .unwrap_or_else(|_| ServerName::try_from("localhost").expect("valid name"));
-            (TlsConnector::from(config), name)
+            (TlsConnector::from(Arc::new(config)), name)
         });
-        Ok(Connector { target, host, tls })
+        Ok(Connector {
+            target,
+            tls,
+            protocol,
+            uri,
+            headers,
+            request,
+        })
     }
 
     pub(crate) async fn connect(&self) -> Result<Connection, BoxError> {
@@ -50,48 +86,78 @@ impl Connector {
         let sender = match &self.tls {
             Some((connector, name)) => {
                 let tls = connector.connect(name.clone(), tcp).await?;
-                handshake(TokioIo::new(tls)).await?
+                self.handshake(tls).await?
             }
-            None => handshake(TokioIo::new(tcp)).await?,
+            None => self.handshake(tcp).await?,
         };
-        Ok(Connection { sender })
+        Ok(Connection {
+            sender,
+            requests: 0,
+        })
     }
 
-    pub(crate) fn request(&self) -> Request<Empty<Bytes>> {
-        Request::builder()
-            .method(Method::GET)
-            .uri(self.target.path_and_query.clone())
-            .header(header::HOST, self.host.clone())
-            .body(Empty::new())
-            .expect("request parts from a parsed URL are valid")
+    async fn handshake<T>(&self, io: T) -> Result<Sender, BoxError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let io = TokioIo::new(io);
+        Ok(match self.protocol {
+            Protocol::Http1 { .. } => {
+                let (sender, driver) = http1::handshake(io).await?;
+                // A driver error surfaces on the pending request; nothing to add here.
+                tokio::spawn(async move { drop(driver.await) });
+                Sender::Http1(sender)
+            }
+            Protocol::Http2 => {
+                let (sender, driver) = http2::handshake(TokioExecutor::new(), io).await?;
+                tokio::spawn(async move { drop(driver.await) });
+                Sender::Http2(sender)
+            }
+        })
+    }
+
+    fn request(&self) -> Request<Full<Bytes>> {
+        let mut req = Request::new(Full::new(self.request.body.clone()));
+        *req.method_mut() = self.request.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+
+    /// Whether a connection must be closed after its `n`th request.
+    pub(crate) fn keeps_connection_after(&self, n: u64, limit: Option<u64>) -> bool {
+        let keep_alive = !matches!(self.protocol, Protocol::Http1 { keep_alive: false });
+        keep_alive && limit.is_none_or(|max| n < max)
     }
 }
 
-async fn handshake<T>(io: TokioIo<T>) -> Result<SendRequest<Empty<Bytes>>, BoxError>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, driver) = http1::handshake(io).await?;
-    tokio::spawn(async move {
-        // The driver's error, if any, surfaces on the pending request; nothing to add here.
-        let _ = driver.await;
-    });
-    Ok(sender)
+enum Sender {
+    Http1(http1::SendRequest<Full<Bytes>>),
+    Http2(http2::SendRequest<Full<Bytes>>),
 }
 
 pub(crate) struct Connection {
-    sender: SendRequest<Empty<Bytes>>,
+    sender: Sender,
+    pub(crate) requests: u64,
 }
 
 impl Connection {
     /// True when the connection can take another request (the server has not closed it).
     pub(crate) async fn is_reusable(&mut self) -> bool {
-        !self.sender.is_closed() && self.sender.ready().await.is_ok()
+        match &mut self.sender {
+            Sender::Http1(s) => !s.is_closed() && s.ready().await.is_ok(),
+            Sender::Http2(s) => !s.is_closed() && s.ready().await.is_ok(),
+        }
     }
 
-    /// Sends one request and reads the whole response body; returns the status.
-    pub(crate) async fn exchange(&mut self, req: Request<Empty<Bytes>>) -> Result<u16, BoxError> {
-        let response = self.sender.send_request(req).await?;
+    /// Sends the connector's request and reads the whole response body; returns the status.
+    pub(crate) async fn exchange(&mut self, connector: &Connector) -> Result<u16, BoxError> {
+        self.requests += 1;
+        let req = connector.request();
+        let response = match &mut self.sender {
+            Sender::Http1(s) => s.send_request(req).await?,
+            Sender::Http2(s) => s.send_request(req).await?,
+        };
         let status = response.status().as_u16();
         let mut body = response.into_body();
         while let Some(frame) = body.frame().await {

@@ -1,25 +1,29 @@
 //! meshbench's load generator.
 //!
-//! The open-loop model sends requests at a constant rate spread evenly over C keep-alive
-//! connections. Every request has an intended send time fixed in advance; its latency is
-//! measured from that time (coordinated-omission corrected, as wrk2 does) and also from the
-//! moment it was actually sent. When a connection is still busy at the next intended time the
-//! request goes out late and its wait counts as latency; requests that could not be sent
-//! before the end are counted as unsent rather than silently dropped.
+//! Four load models ([`LoadModel`]): a constant-rate open loop whose latency is measured from
+//! each request's intended send time (coordinated-omission corrected, as wrk2 does) and also
+//! from its actual send; a closed loop; E3's sequential groups; and E4's concurrent users.
+//! Requests a busy connection could not send before the end are counted as unsent, never
+//! silently dropped, and every sent request ends in exactly one [`Outcome`].
 //!
-//! [`run_open_loop`] owns its tokio runtime so that the generator's threading (and timer
+//! [`run_load`] owns its threads and runtimes so that the generator's threading (and timer
 //! precision) is a property of the library, not of whoever calls it.
 
+mod config;
 mod connection;
+mod engine;
 mod error;
+pub mod export;
 mod histogram;
-mod open_loop;
 mod outcome;
+mod recorder;
 mod report;
 mod target;
 
+pub use config::{LoadConfig, LoadModel, Protocol, RequestSpec, Stop, Warmup};
+pub use engine::{run_load, LoadResult};
 pub use error::Error;
 pub use histogram::LatencyRecorder;
-pub use open_loop::{run_open_loop, OpenLoopConfig, OpenLoopResult};
 pub use outcome::Outcome;
+pub use recorder::{Recorder, RequestSample, SecondBucket};
 pub use target::Target;

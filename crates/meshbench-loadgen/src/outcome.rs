@@ -20,8 +20,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A response arrived, whatever its status.
     pub fn is_http(&self) -> bool {
         matches!(self, Outcome::Http(_))
+    }
+
+    /// A 2xx response.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Http(200..=299))
     }
 
     /// Classifies an error from connecting, the TLS handshake or the HTTP exchange by walking

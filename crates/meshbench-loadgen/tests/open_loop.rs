@@ -2,80 +2,48 @@
 //! requested rate, account for every request, and report (not hide) a target that cannot
 //! keep up or refuses it.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::echo_server;
 use meshbench_identity::{
     client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, ServerTlsFiles,
 };
-use meshbench_loadgen::{run_open_loop, OpenLoopConfig, OpenLoopResult, Outcome, Target};
-use meshbench_workload::{bind, EchoConfig, EchoService, ServeOptions};
+use meshbench_loadgen::{run_load, LoadConfig, LoadResult, Outcome, Target, Warmup};
 
-/// An echo server on its own runtime thread, so it never shares a core's scheduler with the
-/// generator under test. Stops when dropped.
-struct EchoServer {
-    addr: SocketAddr,
-    _runtime: tokio::runtime::Runtime,
+fn config(url: &str, rps: f64, connections: u32, duration: Duration) -> LoadConfig {
+    let mut config = LoadConfig::open_loop(Target::parse(url).unwrap(), rps, connections, duration);
+    config.warmup = Warmup::Time(Duration::from_millis(300));
+    config.timeout = Duration::from_secs(2);
+    config
 }
 
-fn echo_server(delay: Duration, tls: Option<ServerTlsFiles>) -> EchoServer {
-    let runtime = meshbench_workload::runtime(Some(1)).unwrap();
-    let server = runtime
-        .block_on(bind(&ServeOptions {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            tls,
-            drain_timeout: Duration::from_millis(100),
-        }))
-        .unwrap();
-    let addr = server.local_addr();
-    let service = EchoService::new(&EchoConfig {
-        delay,
-        response_size: 1024,
-    });
-    runtime.spawn(server.serve(service, std::future::pending()));
-    EchoServer {
-        addr,
-        _runtime: runtime,
-    }
+fn count(result: &LoadResult, outcome: &Outcome) -> u64 {
+    result.recorder.outcomes.get(outcome).copied().unwrap_or(0)
 }
 
-fn config(url: &str, rps: f64, connections: u32, duration: Duration) -> OpenLoopConfig {
-    OpenLoopConfig {
-        target: Target::parse(url).unwrap(),
-        tls: None,
-        rps,
-        connections,
-        duration,
-        warmup: Duration::from_millis(300),
-        timeout: Duration::from_secs(2),
-        threads: 1,
-    }
-}
-
-fn count(result: &OpenLoopResult, outcome: &Outcome) -> u64 {
-    result.outcomes.get(outcome).copied().unwrap_or(0)
-}
-
-fn assert_every_request_accounted_for(result: &OpenLoopResult) {
-    let classified: u64 = result.outcomes.values().sum();
+fn assert_every_request_accounted_for(result: &LoadResult) {
+    let classified: u64 = result.recorder.outcomes.values().sum();
     assert_eq!(
-        classified, result.sent,
+        classified,
+        result.sent(),
         "outcome classes must add up to sent"
     );
-    assert_eq!(result.sent + result.unsent(), result.scheduled);
-    let latency = result.corrected.summary();
-    assert_eq!(latency.count, result.sent);
+    assert_eq!(result.sent() + result.unsent(), result.scheduled);
+    let latency = result.recorder.corrected.summary();
+    assert_eq!(latency.count, result.sent());
 }
 
 #[test]
 fn achieved_rate_is_within_one_percent_of_a_sustainable_request() {
     let server = echo_server(Duration::ZERO, None);
     let url = format!("http://{}/", server.addr);
-    let result = run_open_loop(config(&url, 500.0, 8, Duration::from_secs(3))).unwrap();
+    let result = run_load(config(&url, 500.0, 8, Duration::from_secs(3))).unwrap();
 
     assert_every_request_accounted_for(&result);
-    assert_eq!(count(&result, &Outcome::Http(200)), result.sent);
+    assert_eq!(count(&result, &Outcome::Http(200)), result.sent());
     assert_eq!(result.unsent(), 0);
     let error = (result.achieved_rps() - 500.0).abs() / 500.0;
     assert!(
@@ -92,7 +60,7 @@ fn achieved_rate_is_within_one_percent_of_a_sustainable_request() {
 
     let report = result.to_report();
     assert_eq!(report.requested_rps, Some(500.0));
-    assert_eq!(report.outcomes.get("http_200"), Some(&result.sent));
+    assert_eq!(report.outcomes.get("http_200"), Some(&result.sent()));
     let corrected = report.latency;
     let uncorrected = report.latency_uncorrected;
     assert!(corrected.p50_us >= uncorrected.p50_us);
@@ -107,16 +75,16 @@ fn a_target_that_cannot_keep_up_shows_as_lower_achieved_rate_and_late_requests()
     // 2 connections x 1 request per 20 ms = at most ~100 rps; ask for 200.
     let server = echo_server(Duration::from_millis(20), None);
     let url = format!("http://{}/", server.addr);
-    let result = run_open_loop(config(&url, 200.0, 2, Duration::from_secs(2))).unwrap();
+    let result = run_load(config(&url, 200.0, 2, Duration::from_secs(2))).unwrap();
 
     assert_every_request_accounted_for(&result);
     assert!(result.achieved_rps() < 110.0, "{}", result.achieved_rps());
     assert!(result.achieved_rps() > 70.0, "{}", result.achieved_rps());
     assert!(result.unsent() > 100, "unsent {}", result.unsent());
-    assert!(result.late > 0);
+    assert!(result.recorder.late > 0);
     // Corrected latency includes the wait for the busy connection; uncorrected does not.
-    let corrected = result.corrected.summary();
-    let uncorrected = result.uncorrected.summary();
+    let corrected = result.recorder.corrected.summary();
+    let uncorrected = result.recorder.uncorrected.summary();
     assert!(
         corrected.p99_us > 4 * uncorrected.p99_us,
         "{corrected:?} vs {uncorrected:?}"
@@ -130,11 +98,11 @@ fn refused_connections_are_counted_as_such() {
         listener.local_addr().unwrap().port()
     };
     let url = format!("http://127.0.0.1:{port}/");
-    let result = run_open_loop(config(&url, 100.0, 2, Duration::from_secs(1))).unwrap();
+    let result = run_load(config(&url, 100.0, 2, Duration::from_secs(1))).unwrap();
 
     assert_every_request_accounted_for(&result);
-    assert!(result.sent > 90);
-    assert_eq!(count(&result, &Outcome::ConnectRefused), result.sent);
+    assert!(result.sent() > 90);
+    assert_eq!(count(&result, &Outcome::ConnectRefused), result.sent());
     assert_eq!(result.achieved_rps(), 0.0);
 }
 
@@ -169,22 +137,27 @@ fn an_mtls_server_rejecting_the_client_shows_as_a_tls_alert_class() {
     let url = format!("https://{}/", server.addr);
     let mut cfg = config(&url, 50.0, 1, Duration::from_secs(1));
     cfg.tls = Some(Arc::new(tls));
-    let result = run_open_loop(cfg).unwrap();
+    let result = run_load(cfg).unwrap();
 
     assert_every_request_accounted_for(&result);
     let alert = Outcome::Tls("alert_certificate_required".into());
-    assert_eq!(count(&result, &alert), result.sent, "{:?}", result.outcomes);
+    assert_eq!(
+        count(&result, &alert),
+        result.sent(),
+        "{:?}",
+        result.recorder.outcomes
+    );
 }
 
 #[test]
 fn invalid_configuration_names_the_field() {
     let mut cfg = config("http://127.0.0.1:9/", 10.0, 1, Duration::from_secs(1));
     cfg.connections = 0;
-    let err = run_open_loop(cfg).unwrap_err();
+    let err = run_load(cfg).unwrap_err();
     assert!(err.to_string().contains("--connections"), "{err}");
     assert!(Target::parse("ftp://example.invalid/").is_err());
     let https = config("https://127.0.0.1:9/", 10.0, 1, Duration::from_secs(1));
-    assert!(run_open_loop(https)
+    assert!(run_load(https)
         .unwrap_err()
         .to_string()
         .contains("--cacert"));

@@ -24,18 +24,24 @@ fn latency_line(l: &LatencySummary) -> String {
 /// What `meshbench load` prints.
 pub fn load_summary(r: &LoadReport) -> String {
     let mut out = String::new();
-    let requested = r
-        .requested_rps
-        .map_or_else(|| "-".to_owned(), |rps| format!("{rps}"));
-    let _ = writeln!(out, "target      {}", r.target);
+    let requested = r.requested_rps.map_or_else(
+        || "as fast as possible".to_owned(),
+        |rps| format!("{rps} rps"),
+    );
+    let model = serde_json::to_value(r.model)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let protocol = r.protocol.as_deref().unwrap_or("http/1.1");
+    let _ = writeln!(out, "target      {} ({protocol})", r.target);
     let _ = writeln!(
         out,
-        "load        {requested} rps over {} connections, {:.1} s measured after {:.1} s warm-up",
+        "load        {model}, {requested} over {} connections, {:.2} s measured after {:.1} s warm-up",
         r.connections, r.window.seconds, r.window.warmup_seconds
     );
     let _ = writeln!(
         out,
-        "achieved    {:.1} rps (requested {requested}); scheduled {}, sent {}, unsent {}, late {}",
+        "achieved    {:.1} rps; scheduled {}, sent {}, unsent {}, late {}",
         r.achieved_rps, r.scheduled, r.sent, r.unsent, r.late
     );
     let outcomes: Vec<String> = r.outcomes.iter().map(|(k, n)| format!("{k}={n}")).collect();
@@ -43,10 +49,24 @@ pub fn load_summary(r: &LoadReport) -> String {
     let _ = writeln!(out, "latency     {}", latency_line(&r.latency));
     let _ = writeln!(out, "            (from each request's intended send time)");
     let _ = writeln!(out, "uncorrected {}", latency_line(&r.latency_uncorrected));
+    if let Some(g) = &r.generator {
+        let _ = writeln!(
+            out,
+            "generator   {} thread(s), {:.3} s CPU, {:.1} us CPU per request",
+            g.threads, g.cpu_seconds, g.cpu_us_per_request
+        );
+        if g.limited {
+            let _ = writeln!(
+                out,
+                "warning     the generator itself was the bottleneck ({} sends late on idle connections): add --threads or lower the load",
+                g.late_while_idle
+            );
+        }
+    }
     if r.unsent > 0 || r.late * 100 > r.sent.max(1) {
         let _ = writeln!(
             out,
-            "warning     the target or the generator did not keep up: {} requests unsent, {} sent late",
+            "warning     the target did not keep up: {} requests unsent, {} sent late",
             r.unsent, r.late
         );
     }

@@ -11,7 +11,8 @@ mod run;
 
 pub use io::{read_json, write_json_atomic, Error};
 pub use load::{
-    EncodedHistogram, LatencySummary, LoadModel, LoadReport, MeasurementWindow, HISTOGRAM_ENCODING,
+    EncodedHistogram, GeneratorStats, LatencySummary, LoadModel, LoadReport, MeasurementWindow,
+    ModelParameters, RequestSample, SecondStats, HISTOGRAM_ENCODING,
 };
 pub use run::{
     Cell, ComponentResources, Environment, LoadPoint, RunConfig, RunResult, RunStatus,

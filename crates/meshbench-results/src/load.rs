@@ -25,7 +25,7 @@ pub struct LoadReport {
     /// the window, per second of the window. Failed connections do not count as achieved.
     pub achieved_rps: f64,
     pub window: MeasurementWindow,
-    /// Requests scheduled in the window (open loop: rate x window).
+    /// Open loop: requests due in the window (rate x window). Other models: requests sent.
     pub scheduled: u64,
     /// Requests actually sent in the window.
     pub sent: u64,
@@ -45,6 +45,67 @@ pub struct LoadReport {
     pub latency_uncorrected: LatencySummary,
     /// Full distribution behind `latency`.
     pub histogram: EncodedHistogram,
+    /// Wire protocol: `http/1.1`, `http/1.1 (no keep-alive)`, `h2c`, `h2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Parameters of the sequential and users models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<ModelParameters>,
+    /// The generator's own cost and whether it, not the target, limited the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<GeneratorStats>,
+    /// Per second of the measured window, by completion time.
+    #[serde(default)]
+    pub time_series: Vec<SecondStats>,
+    /// Every measured request, when asked for (`--samples`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<Vec<RequestSample>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelParameters {
+    pub group_size: Option<u64>,
+    pub group_interval_ms: Option<f64>,
+    pub users: Option<u32>,
+    pub requests_per_user: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratorStats {
+    pub threads: u32,
+    /// CPU time of the generator process over the run.
+    pub cpu_seconds: f64,
+    pub cpu_us_per_request: f64,
+    /// Requests sent late although their connection was free: the generator's own lateness.
+    pub late_while_idle: u64,
+    /// True when the generator, not the target, limited the run; its figures then
+    /// understate what the target can do.
+    pub limited: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecondStats {
+    /// Seconds since the end of a timed warm-up (or the run's start).
+    pub second: u32,
+    /// Requests that got an HTTP response.
+    pub responses: u64,
+    /// Requests that did not end in a 2xx response.
+    pub failures: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestSample {
+    /// Intended send time, microseconds after the series origin.
+    pub t_us: u64,
+    /// From the intended send time to the end of the response.
+    pub latency_us: u64,
+    pub outcome: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -52,6 +113,12 @@ pub struct LoadReport {
 pub enum LoadModel {
     /// Constant rate spread evenly over the connections; latency from the intended send time.
     OpenLoopConstantRate,
+    /// Each connection sends as soon as its previous request ended.
+    ClosedLoop,
+    /// One request at a time, in groups with a pause between groups (E3).
+    Sequential,
+    /// Concurrent users, each sending a fixed number of requests back to back (E4).
+    Users,
 }
 
 /// The measured window, on the machine's CLOCK_MONOTONIC, so other samplers on the same

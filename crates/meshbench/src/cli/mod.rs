@@ -31,7 +31,7 @@ enum Command {
     /// Regenerate report.md and report.html from a result directory.
     Report(report::ReportArgs),
     /// Generate load against a URL (constant-rate open loop).
-    Load(load::LoadArgs),
+    Load(Box<load::LoadArgs>),
     /// Act as a workload server.
     #[command(subcommand)]
     Workload(workload::WorkloadCommand),
@@ -62,7 +62,7 @@ pub fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Report(args) => report::run(args),
-        Command::Load(args) => load::run(args),
+        Command::Load(args) => load::run(*args),
         Command::Workload(cmd) => workload::run(cmd),
         Command::Ca(cmd) => ca::run(cmd),
     };

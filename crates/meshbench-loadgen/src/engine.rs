@@ -1,0 +1,383 @@
+//! The engine that runs every load model.
+//!
+//! Workers are spread over `threads` OS threads; each thread runs a current-thread tokio
+//! runtime with its workers as local tasks and one [`Recorder`], so the hot path shares
+//! nothing. A worker owns one connection at a time and one request in flight.
+//!
+//! Open loop: request slot `s` is due at `start + s / rps`; worker `i` of `W` owns slots
+//! `i, i + W, ...`, so sends are evenly spread with no bursts and no drift. Requests a busy
+//! worker could not send before the window closed are counted as unsent.
+//! Closed-style models (closed loop, sequential, users) send when the previous request ended;
+//! a shared ticket counter implements stop-after-N and warm-up-by-count across threads.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshbench_time::{now_ns, tighten_timer_slack, PreciseTimer};
+
+use crate::config::{LoadConfig, LoadModel, Stop, Warmup};
+use crate::connection::{Connection, Connector};
+use crate::recorder::{Exchange, Recorder};
+use crate::{Error, Outcome};
+
+/// Lead time between planning and the first request, so every worker is waiting when it starts.
+const START_DELAY_NS: u64 = 20_000_000;
+
+/// What a load run measured (internal form; `to_report` converts it to the public DTO).
+#[derive(Debug, Clone)]
+pub struct LoadResult {
+    pub config: LoadConfig,
+    /// The measured window, CLOCK_MONOTONIC ns.
+    pub window_start_ns: u64,
+    pub window_end_ns: u64,
+    /// Origin of the per-second series (end of a timed warm-up, or the run's start).
+    pub series_origin_ns: u64,
+    /// Open loop: requests due in the window. Other models: requests sent in the window.
+    pub scheduled: u64,
+    pub recorder: Recorder,
+    /// CPU time of the generator process over the whole run, and the run's wall time.
+    pub cpu_seconds: f64,
+    pub wall_seconds: f64,
+}
+
+impl LoadResult {
+    pub fn window_seconds(&self) -> f64 {
+        self.window_end_ns.saturating_sub(self.window_start_ns) as f64 / 1e9
+    }
+
+    pub fn sent(&self) -> u64 {
+        self.recorder.sent
+    }
+
+    pub fn unsent(&self) -> u64 {
+        self.scheduled.saturating_sub(self.recorder.sent)
+    }
+
+    /// Requests that got an HTTP response (any status), per second of the window.
+    pub fn achieved_rps(&self) -> f64 {
+        let responses: u64 = self
+            .recorder
+            .outcomes
+            .iter()
+            .filter(|(o, _)| o.is_http())
+            .map(|(_, n)| n)
+            .sum();
+        let seconds = self.window_seconds();
+        if seconds > 0.0 {
+            responses as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// The generator itself, not the target, limited the run: sends were late although
+    /// their connection was free, or the generator's threads were saturated.
+    pub fn generator_limited(&self) -> bool {
+        let late_own = self.recorder.late_while_idle * 100 > self.recorder.sent.max(1);
+        let saturated = self.cpu_seconds > 0.9 * self.config.threads as f64 * self.wall_seconds;
+        late_own || saturated
+    }
+}
+
+/// The schedule shared by all threads.
+#[derive(Debug)]
+struct Plan {
+    model: LoadModel,
+    workers: u64,
+    ns_per_request: f64,
+    start_ns: u64,
+    /// End of a timed warm-up (or the start).
+    window_start_ns: u64,
+    /// End of a timed run.
+    end_ns: Option<u64>,
+    /// Closed-style models: requests are numbered by tickets across all workers.
+    tickets: AtomicU64,
+    warmup_tickets: u64,
+    ticket_limit: Option<u64>,
+    timeout: Duration,
+    max_requests_per_connection: Option<u64>,
+    keep_samples: bool,
+}
+
+impl Plan {
+    fn new(config: &LoadConfig) -> Self {
+        let start_ns = now_ns() + START_DELAY_NS;
+        let ns = |d: Duration| d.as_nanos() as u64;
+        let (warmup_ns, warmup_tickets, run_ns, ticket_limit, ns_per_request) = match config.model {
+            // The open loop is always timed: counts become times at the requested rate.
+            LoadModel::OpenLoop { rps } => {
+                let per = 1e9 / rps;
+                let warmup = match config.warmup {
+                    Warmup::None => 0,
+                    Warmup::Time(d) => ns(d),
+                    Warmup::Requests(n) => (n as f64 * per) as u64,
+                };
+                let run = match config.stop {
+                    Stop::After(d) => ns(d),
+                    Stop::Requests(n) => (n as f64 * per).ceil() as u64,
+                };
+                (warmup, 0, Some(run), None, per)
+            }
+            _ => {
+                let (warmup_ns, warmup_tickets) = match config.warmup {
+                    Warmup::None => (0, 0),
+                    Warmup::Time(d) => (ns(d), 0),
+                    Warmup::Requests(n) => (0, n),
+                };
+                let (run, limit) = match (config.stop, &config.model) {
+                    (Stop::After(d), _) => (Some(ns(d)), None),
+                    (Stop::Requests(n), _) => (None, Some(warmup_tickets + n)),
+                };
+                (warmup_ns, warmup_tickets, run, limit, 0.0)
+            }
+        };
+        let window_start_ns = start_ns + warmup_ns;
+        Plan {
+            model: config.model.clone(),
+            workers: u64::from(config.workers()),
+            ns_per_request,
+            start_ns,
+            window_start_ns,
+            end_ns: run_ns.map(|r| window_start_ns + r),
+            tickets: AtomicU64::new(0),
+            warmup_tickets,
+            ticket_limit,
+            timeout: config.timeout,
+            max_requests_per_connection: config.max_requests_per_connection,
+            keep_samples: config.keep_samples,
+        }
+    }
+
+    fn due_ns(&self, slot: u64) -> u64 {
+        self.start_ns + (slot as f64 * self.ns_per_request) as u64
+    }
+
+    /// Open loop: slots of worker `idx` due inside the measured window.
+    fn scheduled_in_window(&self, idx: u64) -> u64 {
+        let end = self.end_ns.expect("the open loop is timed");
+        (idx..)
+            .step_by(self.workers as usize)
+            .map(|slot| self.due_ns(slot))
+            .take_while(|&due| due < end)
+            .filter(|&due| due >= self.window_start_ns)
+            .count() as u64
+    }
+
+    /// The next request of a worker that has sent `sent` so far and became free at
+    /// `free_since`: its intended send time and whether it is measured, or `None` to stop.
+    fn next(&self, idx: u64, sent: u64, free_since: u64) -> Option<(u64, bool)> {
+        // Every model starts at the planned start, when all workers are ready.
+        let now = now_ns().max(self.start_ns);
+        if self.end_ns.is_some_and(|end| now >= end) {
+            return None;
+        }
+        if let LoadModel::OpenLoop { .. } = self.model {
+            let due = self.due_ns(idx + sent * self.workers);
+            let end = self.end_ns.expect("the open loop is timed");
+            return (due < end).then_some((due, due >= self.window_start_ns));
+        }
+        let intended = match self.model {
+            LoadModel::Users {
+                requests_per_user, ..
+            } if sent >= requests_per_user => return None,
+            LoadModel::Sequential {
+                group_size,
+                group_interval,
+            } if sent > 0 && sent.is_multiple_of(group_size) => {
+                free_since + group_interval.as_nanos() as u64
+            }
+            _ => now,
+        };
+        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+        if self.ticket_limit.is_some_and(|limit| ticket >= limit) {
+            return None;
+        }
+        let measured = ticket >= self.warmup_tickets && intended >= self.window_start_ns;
+        Some((intended, measured))
+    }
+}
+
+/// Runs a load and returns what it measured. Blocks the calling thread for the whole run
+/// (plus the tail of in-flight requests, at most the timeout).
+pub fn run_load(config: LoadConfig) -> Result<LoadResult, Error> {
+    config.validate()?;
+    let threads = config.threads.min(config.workers() as usize).max(1);
+    let cpu_start = process_cpu_ns();
+    let plan = Arc::new(Plan::new(&config));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let plan = plan.clone();
+            let config = config.clone();
+            std::thread::Builder::new()
+                .name(format!("loadgen-{t}"))
+                .spawn(move || run_thread(t as u64, threads as u64, plan, config))
+                .map_err(Error::Runtime)
+        })
+        .collect::<Result<_, _>>()?;
+    let mut recorder = Recorder::new(config.keep_samples);
+    for handle in handles {
+        let thread_recorder = handle
+            .join()
+            .map_err(|_| Error::Runtime(std::io::Error::other("a generator thread panicked")))??;
+        recorder.merge(thread_recorder);
+    }
+    let finished_ns = now_ns();
+    let cpu_seconds = (process_cpu_ns() - cpu_start) as f64 / 1e9;
+
+    let (window_start_ns, window_end_ns, scheduled) = match config.model {
+        LoadModel::OpenLoop { .. } => (
+            plan.window_start_ns,
+            plan.end_ns.expect("the open loop is timed"),
+            (0..plan.workers).map(|i| plan.scheduled_in_window(i)).sum(),
+        ),
+        _ => {
+            let start = match config.warmup {
+                Warmup::Requests(_) => recorder.first_sent_ns.unwrap_or(plan.window_start_ns),
+                _ => plan.window_start_ns,
+            };
+            let end = plan.end_ns.or(recorder.last_done_ns).unwrap_or(finished_ns);
+            (start, end, recorder.sent)
+        }
+    };
+    Ok(LoadResult {
+        wall_seconds: finished_ns.saturating_sub(plan.start_ns) as f64 / 1e9,
+        series_origin_ns: plan.window_start_ns,
+        config,
+        window_start_ns,
+        window_end_ns,
+        scheduled,
+        recorder,
+        cpu_seconds,
+    })
+}
+
+fn process_cpu_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn run_thread(
+    thread: u64,
+    threads: u64,
+    plan: Arc<Plan>,
+    config: LoadConfig,
+) -> Result<Recorder, Error> {
+    tighten_timer_slack();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)?;
+    let local = tokio::task::LocalSet::new();
+    let recorder = Rc::new(RefCell::new(Recorder::new(plan.keep_samples)));
+    local.block_on(&runtime, async {
+        let connector = Rc::new(Connector::new(
+            config.target.clone(),
+            config.tls.clone(),
+            config.protocol,
+            config.request.clone(),
+        )?);
+        let workers: Vec<_> = (thread..plan.workers)
+            .step_by(threads as usize)
+            .map(|idx| {
+                tokio::task::spawn_local(worker(
+                    idx,
+                    plan.clone(),
+                    connector.clone(),
+                    recorder.clone(),
+                ))
+            })
+            .collect();
+        for w in workers {
+            w.await
+                .map_err(|e| Error::Runtime(std::io::Error::other(e)))??;
+        }
+        Ok::<(), Error>(())
+    })?;
+    let recorder = Rc::try_unwrap(recorder)
+        .map_err(|_| Error::Runtime(std::io::Error::other("recorder still shared")))?;
+    Ok(recorder.into_inner())
+}
+
+async fn worker(
+    idx: u64,
+    plan: Arc<Plan>,
+    connector: Rc<Connector>,
+    recorder: Rc<RefCell<Recorder>>,
+) -> Result<(), Error> {
+    let mut timer = PreciseTimer::new().map_err(Error::Runtime)?;
+    let mut connection: Option<Connection> = None;
+    let mut free_since = plan.start_ns;
+    let mut sent = 0u64;
+    while let Some((intended, measured)) = plan.next(idx, sent, free_since) {
+        timer.sleep_until(intended).await.map_err(Error::Runtime)?;
+        let sent_ns = now_ns();
+        let outcome = match tokio::time::timeout(
+            plan.timeout,
+            exchange(
+                &connector,
+                &mut connection,
+                plan.max_requests_per_connection,
+            ),
+        )
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(_elapsed) => {
+                // The connection's state is unknown after a timeout: never reuse it.
+                connection = None;
+                Outcome::Timeout
+            }
+        };
+        let done_ns = now_ns();
+        if measured {
+            let exchange = Exchange {
+                intended_ns: intended,
+                sent_ns,
+                done_ns,
+                worker_was_idle: free_since <= intended,
+            };
+            recorder
+                .borrow_mut()
+                .record(plan.window_start_ns, exchange, outcome);
+        }
+        free_since = done_ns;
+        sent += 1;
+    }
+    Ok(())
+}
+
+/// One request on the worker's connection, (re)connecting first when needed. A failure, the
+/// end of keep-alive or the per-connection limit drops the connection.
+async fn exchange(
+    connector: &Connector,
+    connection: &mut Option<Connection>,
+    limit: Option<u64>,
+) -> Outcome {
+    if let Some(conn) = connection.as_mut() {
+        if !conn.is_reusable().await {
+            *connection = None;
+        }
+    }
+    if connection.is_none() {
+        match connector.connect().await {
+            Ok(conn) => *connection = Some(conn),
+            Err(e) => return Outcome::classify(e.as_ref()),
+        }
+    }
+    let conn = connection.as_mut().expect("connected above");
+    match conn.exchange(connector).await {
+        Ok(status) => {
+            if !connector.keeps_connection_after(conn.requests, limit) {
+                *connection = None;
+            }
+            Outcome::Http(status)
+        }
+        Err(e) => {
+            *connection = None;
+            Outcome::classify(e.as_ref())
+        }
+    }
+}
