@@ -5,10 +5,12 @@
 //! crates that produce them. The contract is versioned by [`SCHEMA_VERSION`]; the committed
 //! JSON Schema in `schema/` is checked by a test so that any change to a field is deliberate.
 
+mod bench;
 mod io;
 mod load;
 mod run;
 
+pub use bench::{BenchMeasurement, BenchRatio, BenchReport};
 pub use io::{read_json, write_json_atomic, Error};
 pub use load::{
     EncodedHistogram, GeneratorStats, LatencySummary, LoadModel, LoadReport, MeasurementWindow,
@@ -26,6 +28,11 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// JSON Schema of the `results.json` document, as committed in `schema/`.
 pub fn run_result_schema() -> schemars::Schema {
     schemars::schema_for!(RunResult)
+}
+
+/// JSON Schema of the document `meshbench bench ... --json` writes.
+pub fn bench_report_schema() -> schemars::Schema {
+    schemars::schema_for!(BenchReport)
 }
 
 /// JSON Schema of the document `meshbench load --json` writes.

@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 
 use meshbench_results::{
-    load_report_schema, read_json, run_result_schema, write_json_atomic, RunResult, RunStatus,
-    SCHEMA_VERSION,
+    bench_report_schema, load_report_schema, read_json, run_result_schema, write_json_atomic,
+    RunResult, RunStatus, SCHEMA_VERSION,
 };
 
 fn schema_dir() -> PathBuf {
@@ -50,6 +50,14 @@ fn load_report_schema_matches_committed_contract() {
     check_schema(
         &format!("load-v{SCHEMA_VERSION}.schema.json"),
         load_report_schema(),
+    );
+}
+
+#[test]
+fn bench_report_schema_matches_committed_contract() {
+    check_schema(
+        &format!("bench-v{SCHEMA_VERSION}.schema.json"),
+        bench_report_schema(),
     );
 }
 

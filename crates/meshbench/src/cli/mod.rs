@@ -3,6 +3,7 @@
 //! running, 130 an interrupted run whose finished cells were kept.
 
 mod args;
+mod bench;
 mod ca;
 mod load;
 mod report;
@@ -38,6 +39,9 @@ enum Command {
     /// The built-in certificate authority (SPIFFE X.509 SVIDs).
     #[command(subcommand)]
     Ca(ca::CaCommand),
+    /// Benchmark a meshbench component against its peers, side by side.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 /// Marks an error as the user's input, for exit code 2.
@@ -65,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Load(args) => load::run(*args),
         Command::Workload(cmd) => workload::run(cmd),
         Command::Ca(cmd) => ca::run(cmd),
+        Command::Bench(cmd) => bench::run(cmd),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

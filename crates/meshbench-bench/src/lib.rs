@@ -1,0 +1,44 @@
+//! Benchmarks: meshbench's components measured side by side with their peers, in one run, on
+//! the same target, with CPU pinning, reported as ratios against the project's targets.
+//! Performance is measured here, never asserted in a unit test.
+
+mod loadgen;
+mod process;
+mod table;
+
+pub use loadgen::{bench_loadgen, LoadgenBenchOptions};
+pub use table::render_markdown;
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot run {tool}: {source}")]
+    Spawn {
+        tool: String,
+        source: std::io::Error,
+    },
+    #[error("{tool} failed ({status}): {stderr}")]
+    Failed {
+        tool: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("cannot read {tool}'s output: {reason}")]
+    Output { tool: String, reason: String },
+    #[error("peer {tool} is not installed; {install}")]
+    MissingPeer { tool: String, install: String },
+    #[error("cannot pin to CPU {cpu}: {source} (this machine has {cores} cores)")]
+    Pin {
+        cpu: usize,
+        cores: usize,
+        source: std::io::Error,
+    },
+    #[error("the target server did not start: {0}")]
+    Target(String),
+    #[error("cannot use {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}

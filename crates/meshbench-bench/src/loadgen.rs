@@ -1,0 +1,372 @@
+//! `meshbench bench loadgen`: meshbench's load generator against wrk and Fortio on the same
+//! echo target, the generators pinned to one CPU and the target to another.
+//!
+//! Cases: closed loop over 16 connections (throughput and client CPU per request, against wrk
+//! and Fortio); a fixed 5k rps (client CPU per 100k requests, against Fortio `-uniform`); a
+//! fixed 1k rps over 16 connections (the p50 measurement floor, against Fortio `-uniform`).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use meshbench_lab::BuildInfo;
+use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
+
+use crate::process::{run_measured, spawn_pinned, version_of};
+use crate::Error;
+
+const FORTIO_INSTALL: &str =
+    "install it with `GOBIN=/usr/local/bin go install fortio.org/fortio@v1.68.2` (newer versions do not install)";
+const WRK_INSTALL: &str = "install it with `apt-get install wrk`";
+
+#[derive(Debug, Clone)]
+pub struct LoadgenBenchOptions {
+    /// The meshbench binary (generator and target).
+    pub meshbench: PathBuf,
+    pub duration: Duration,
+    pub generator_cpu: usize,
+    pub target_cpu: usize,
+    pub response_bytes: u64,
+    pub work_dir: PathBuf,
+    pub build: BuildInfo,
+}
+
+struct Peers {
+    wrk: PathBuf,
+    fortio: PathBuf,
+}
+
+fn find_peers() -> Result<Peers, Error> {
+    let find = |tool: &str, install: &str| {
+        which(tool).ok_or_else(|| Error::MissingPeer {
+            tool: tool.to_owned(),
+            install: install.to_owned(),
+        })
+    };
+    Ok(Peers {
+        wrk: find("wrk", WRK_INSTALL)?,
+        fortio: find("fortio", FORTIO_INSTALL)?,
+    })
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// The echo target, pinned; killed when dropped.
+struct Target {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_target(opts: &LoadgenBenchOptions) -> Result<Target, Error> {
+    let mut command = Command::new(&opts.meshbench);
+    command
+        .args([
+            "workload",
+            "echo",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+        ])
+        .arg("--response-size")
+        .arg(opts.response_bytes.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = spawn_pinned(&mut command, opts.target_cpu, "meshbench workload echo")?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .map_err(|e| Error::Target(e.to_string()))?;
+    let addr = serde_json::from_str::<serde_json::Value>(&line)
+        .ok()
+        .and_then(|v| v["addr"].as_str().map(str::to_owned))
+        .ok_or_else(|| Error::Target(format!("unexpected ready line {line:?}")))?;
+    Ok(Target {
+        child,
+        url: format!("http://{addr}/"),
+    })
+}
+
+fn secs(d: Duration) -> String {
+    format!("{}s", d.as_secs().max(1))
+}
+
+fn measurement(
+    case: &str,
+    tool: &str,
+    version: &str,
+    requests: u64,
+    seconds: f64,
+    cpu_seconds: f64,
+    p50_us: Option<f64>,
+) -> BenchMeasurement {
+    BenchMeasurement {
+        case: case.to_owned(),
+        tool: tool.to_owned(),
+        tool_version: version.to_owned(),
+        requests,
+        seconds,
+        requests_per_second: requests as f64 / seconds.max(1e-9),
+        cpu_seconds,
+        cpu_us_per_request: cpu_seconds * 1e6 / requests.max(1) as f64,
+        p50_us,
+    }
+}
+
+fn run_meshbench(
+    opts: &LoadgenBenchOptions,
+    case: &str,
+    url: &str,
+    model_args: &[&str],
+) -> Result<BenchMeasurement, Error> {
+    let json = opts.work_dir.join(format!("{case}.meshbench.json"));
+    let mut command = Command::new(&opts.meshbench);
+    command
+        .args(["load", "--url", url, "--connections", "16", "--quiet"])
+        .args(model_args)
+        .arg("--duration")
+        .arg(secs(opts.duration))
+        .arg("--json")
+        .arg(&json);
+    let run = run_measured(&mut command, opts.generator_cpu, "meshbench load")?;
+    let report: LoadReport = meshbench_results::read_json(&json).map_err(|e| Error::Output {
+        tool: "meshbench".into(),
+        reason: e.to_string(),
+    })?;
+    Ok(measurement(
+        case,
+        "meshbench",
+        &opts.build.version,
+        report.sent,
+        report.window.seconds,
+        run.cpu_seconds,
+        Some(report.latency.p50_us as f64),
+    ))
+}
+
+fn run_wrk(
+    opts: &LoadgenBenchOptions,
+    peers: &Peers,
+    case: &str,
+    url: &str,
+) -> Result<BenchMeasurement, Error> {
+    let mut command = Command::new(&peers.wrk);
+    command
+        .args(["-t1", "-c16", "--latency", "-d"])
+        .arg(secs(opts.duration))
+        .arg(url);
+    let run = run_measured(&mut command, opts.generator_cpu, "wrk")?;
+    let text = String::from_utf8_lossy(&run.output.stdout);
+    let bad = |reason: &str| Error::Output {
+        tool: "wrk".into(),
+        reason: format!("{reason} in:\n{text}"),
+    };
+    // "  123456 requests in 5.00s, 130.00MB read"
+    let (requests, seconds) = text
+        .lines()
+        .find_map(|l| {
+            let (n, rest) = l.trim().split_once(" requests in ")?;
+            let secs = rest.split(',').next()?.trim().strip_suffix('s')?;
+            Some((n.parse::<u64>().ok()?, secs.parse::<f64>().ok()?))
+        })
+        .ok_or_else(|| bad("no request count"))?;
+    // Latency distribution: "     50%   95.00us"
+    let p50_us = text.lines().find_map(|l| {
+        let value = l.trim().strip_prefix("50%")?.trim();
+        parse_wrk_duration_us(value)
+    });
+    let version = version_of(&peers.wrk, &["-v"]);
+    Ok(measurement(
+        case,
+        "wrk",
+        &version,
+        requests,
+        seconds,
+        run.cpu_seconds,
+        p50_us,
+    ))
+}
+
+fn parse_wrk_duration_us(value: &str) -> Option<f64> {
+    let (number, factor) = if let Some(v) = value.strip_suffix("us") {
+        (v, 1.0)
+    } else if let Some(v) = value.strip_suffix("ms") {
+        (v, 1e3)
+    } else if let Some(v) = value.strip_suffix('s') {
+        (v, 1e6)
+    } else {
+        return None;
+    };
+    number.parse::<f64>().ok().map(|n| n * factor)
+}
+
+fn run_fortio(
+    opts: &LoadgenBenchOptions,
+    peers: &Peers,
+    case: &str,
+    url: &str,
+    qps: u32,
+) -> Result<BenchMeasurement, Error> {
+    let json = opts.work_dir.join(format!("{case}.fortio.json"));
+    let mut command = Command::new(&peers.fortio);
+    command
+        // 1 µs histogram resolution: Fortio's default 1 ms buckets turn sub-millisecond
+        // latencies into interpolation (the pitfall in the reference experiments).
+        .args(["load", "-quiet", "-r", "0.000001", "-c", "16", "-qps"])
+        .arg(qps.to_string())
+        .arg("-t")
+        .arg(secs(opts.duration))
+        .arg("-json")
+        .arg(&json);
+    if qps > 0 {
+        command.arg("-uniform");
+    }
+    command.arg(url);
+    let run = run_measured(&mut command, opts.generator_cpu, "fortio")?;
+    let bad = |reason: String| Error::Output {
+        tool: "fortio".into(),
+        reason,
+    };
+    let text = std::fs::read_to_string(&json).map_err(|e| bad(e.to_string()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let requests = v["DurationHistogram"]["Count"]
+        .as_u64()
+        .ok_or_else(|| bad("no DurationHistogram.Count".into()))?;
+    let seconds = v["ActualDuration"].as_f64().unwrap_or(0.0) / 1e9;
+    let p50_us = v["DurationHistogram"]["Percentiles"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["Percentile"] == 50.0))
+        .and_then(|p| p["Value"].as_f64())
+        .map(|s| s * 1e6);
+    let version = version_of(&peers.fortio, &["version"]);
+    Ok(measurement(
+        case,
+        "fortio",
+        &version,
+        requests,
+        seconds,
+        run.cpu_seconds,
+        p50_us,
+    ))
+}
+
+fn ratio(
+    measurements: &[BenchMeasurement],
+    case: &str,
+    metric: &str,
+    peer: &str,
+    value: impl Fn(&BenchMeasurement) -> Option<f64>,
+    target: Option<f64>,
+) -> Option<BenchRatio> {
+    let find = |tool: &str| {
+        measurements
+            .iter()
+            .find(|m| m.case == case && m.tool == tool)
+    };
+    let ours = value(find("meshbench")?)?;
+    let theirs = value(find(peer)?)?;
+    let r = ours / theirs;
+    Some(BenchRatio {
+        case: case.to_owned(),
+        metric: metric.to_owned(),
+        peer: peer.to_owned(),
+        ours,
+        theirs,
+        ratio: r,
+        target: target.map(|t| format!("<= {t}")),
+        met: target.map(|t| r <= t),
+    })
+}
+
+/// Runs the load generator benchmark. Every peer must be installed: a missing one is an
+/// error naming its install command, never a silent skip.
+pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
+    let peers = find_peers()?;
+    std::fs::create_dir_all(&opts.work_dir).map_err(|source| Error::Io {
+        path: opts.work_dir.clone(),
+        source,
+    })?;
+    let target = start_target(opts)?;
+    let url = target.url.clone();
+    let mut m = Vec::new();
+
+    let closed = "closed-loop-16";
+    m.push(run_meshbench(opts, closed, &url, &["--model", "closed"])?);
+    m.push(run_wrk(opts, &peers, closed, &url)?);
+    m.push(run_fortio(opts, &peers, closed, &url, 0)?);
+
+    let fixed = "fixed-5k";
+    m.push(run_meshbench(opts, fixed, &url, &["--rps", "5000"])?);
+    m.push(run_fortio(opts, &peers, fixed, &url, 5000)?);
+
+    let floor = "floor-1k";
+    m.push(run_meshbench(opts, floor, &url, &["--rps", "1000"])?);
+    m.push(run_fortio(opts, &peers, floor, &url, 1000)?);
+    drop(target);
+
+    let rps = |x: &BenchMeasurement| Some(x.requests_per_second);
+    let cpu = |x: &BenchMeasurement| Some(x.cpu_us_per_request);
+    let cpu_100k = |x: &BenchMeasurement| Some(x.cpu_us_per_request * 1e5 / 1e6);
+    let p50 = |x: &BenchMeasurement| x.p50_us;
+    let ratios = [
+        ratio(&m, closed, "requests per second", "wrk", rps, None),
+        ratio(&m, closed, "requests per second", "fortio", rps, None),
+        ratio(
+            &m,
+            closed,
+            "client CPU us per request",
+            "wrk",
+            cpu,
+            Some(0.8),
+        ),
+        ratio(&m, closed, "client CPU us per request", "fortio", cpu, None),
+        ratio(
+            &m,
+            fixed,
+            "client CPU s per 100k requests",
+            "fortio",
+            cpu_100k,
+            None,
+        ),
+        ratio(&m, floor, "p50 us", "fortio", p50, Some(1.0)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+
+    Ok(BenchReport {
+        schema_version: SCHEMA_VERSION,
+        kind: "meshbench.bench".to_owned(),
+        bench: "loadgen".to_owned(),
+        environment: meshbench_lab::describe_environment(&opts.build),
+        setup: vec![
+            format!(
+                "target: meshbench workload echo, 1 thread, {} B responses, pinned to CPU {}",
+                opts.response_bytes, opts.target_cpu
+            ),
+            format!("generators pinned to CPU {}, one at a time", opts.generator_cpu),
+            format!(
+                "each case runs {} per tool; CPU is the tool process's user + system time (getrusage of the reaped child)",
+                secs(opts.duration)
+            ),
+            "wrk: -t1 -c16 --latency; fortio: -c 16 -r 0.000001 (1 us resolution), -uniform at a fixed rate; meshbench: one thread".to_owned(),
+            "oha is not measured: it is not packaged for this machine".to_owned(),
+        ],
+        measurements: m,
+        ratios,
+    })
+}

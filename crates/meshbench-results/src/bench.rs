@@ -1,0 +1,55 @@
+//! Benchmark results: meshbench's components measured side by side with their peers in one
+//! run, and the ratios that decide whether a performance target is met.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Environment;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BenchReport {
+    pub schema_version: u32,
+    /// `"meshbench.bench"`.
+    pub kind: String,
+    /// Which benchmark, e.g. `loadgen`.
+    pub bench: String,
+    pub environment: Environment,
+    /// How the run was set up (CPU pinning, target, durations), in words.
+    pub setup: Vec<String>,
+    pub measurements: Vec<BenchMeasurement>,
+    pub ratios: Vec<BenchRatio>,
+}
+
+/// One tool in one case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BenchMeasurement {
+    /// e.g. `closed-loop-16`, `fixed-5k`, `floor-1k`.
+    pub case: String,
+    pub tool: String,
+    pub tool_version: String,
+    pub requests: u64,
+    pub seconds: f64,
+    pub requests_per_second: f64,
+    /// CPU time (user + system) of the tool's process.
+    pub cpu_seconds: f64,
+    pub cpu_us_per_request: f64,
+    /// The tool's own p50, where it reports one.
+    pub p50_us: Option<f64>,
+}
+
+/// Ours divided by a peer's figure for one metric.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BenchRatio {
+    pub case: String,
+    pub metric: String,
+    pub peer: String,
+    pub ours: f64,
+    pub theirs: f64,
+    pub ratio: f64,
+    /// The target the ratio is held to (`<= 0.8`, ...), if any.
+    pub target: Option<String>,
+    pub met: Option<bool>,
+}
