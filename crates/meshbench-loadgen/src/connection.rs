@@ -1,14 +1,14 @@
 //! One client connection of the generator: TCP (no Nagle), optional TLS, then HTTP/1.1
-//! (keep-alive or not) or HTTP/2 via hyper's low-level client. One request in flight per
-//! connection; the load models decide when it is sent.
+//! (keep-alive or not, the lean exchange of `http1`) or HTTP/2 (hyper's low-level client).
+//! One request in flight per connection; the load models decide when it is sent.
 
 use std::error::Error as StdError;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Request, Uri};
+use http::{header, HeaderMap, HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::config::{Protocol, RequestSpec};
+use crate::http1::Http1Connection;
 use crate::{Error, Target};
 
 pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
@@ -28,6 +29,8 @@ pub(crate) struct Connector {
     uri: Uri,
     headers: HeaderMap,
     request: RequestSpec,
+    /// HTTP/1.1: the whole request, serialized once.
+    http1_request: Bytes,
 }
 
 impl Connector {
@@ -56,8 +59,14 @@ impl Connector {
             }
         }
         for (name, value) in &request.headers {
-            headers.append(name.clone(), value.clone());
+            // A user's Host replaces ours; other headers add up.
+            if name == header::HOST {
+                headers.insert(name.clone(), value.clone());
+            } else {
+                headers.append(name.clone(), value.clone());
+            }
         }
+        let http1_request = serialize_http1(&request, &target, &headers);
         let tls = tls.map(|config| {
             // The connector, not its caller, knows which protocol to negotiate.
             let mut config = (*config).clone();
@@ -77,6 +86,7 @@ impl Connector {
             uri,
             headers,
             request,
+            http1_request,
         })
     }
 
@@ -100,16 +110,12 @@ impl Connector {
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let io = TokioIo::new(io);
         Ok(match self.protocol {
-            Protocol::Http1 { .. } => {
-                let (sender, driver) = http1::handshake(io).await?;
-                // A driver error surfaces on the pending request; nothing to add here.
-                tokio::spawn(async move { drop(driver.await) });
-                Sender::Http1(sender)
-            }
+            Protocol::Http1 { .. } => Sender::Http1(Http1Connection::new(Box::new(io))),
             Protocol::Http2 => {
-                let (sender, driver) = http2::handshake(TokioExecutor::new(), io).await?;
+                let (sender, driver) =
+                    http2::handshake(TokioExecutor::new(), TokioIo::new(io)).await?;
+                // A driver error surfaces on the pending request; nothing to add here.
                 tokio::spawn(async move { drop(driver.await) });
                 Sender::Http2(sender)
             }
@@ -132,7 +138,7 @@ impl Connector {
 }
 
 enum Sender {
-    Http1(http1::SendRequest<Full<Bytes>>),
+    Http1(Http1Connection),
     Http2(http2::SendRequest<Full<Bytes>>),
 }
 
@@ -145,7 +151,7 @@ impl Connection {
     /// True when the connection can take another request (the server has not closed it).
     pub(crate) async fn is_reusable(&mut self) -> bool {
         match &mut self.sender {
-            Sender::Http1(s) => !s.is_closed() && s.ready().await.is_ok(),
+            Sender::Http1(c) => c.is_reusable(),
             Sender::Http2(s) => !s.is_closed() && s.ready().await.is_ok(),
         }
     }
@@ -153,10 +159,12 @@ impl Connection {
     /// Sends the connector's request and reads the whole response body; returns the status.
     pub(crate) async fn exchange(&mut self, connector: &Connector) -> Result<u16, BoxError> {
         self.requests += 1;
-        let req = connector.request();
         let response = match &mut self.sender {
-            Sender::Http1(s) => s.send_request(req).await?,
-            Sender::Http2(s) => s.send_request(req).await?,
+            Sender::Http1(c) => {
+                let head = connector.request.method == Method::HEAD;
+                return Ok(c.exchange(&connector.http1_request, head).await?);
+            }
+            Sender::Http2(s) => s.send_request(connector.request()).await?,
         };
         let status = response.status().as_u16();
         let mut body = response.into_body();
@@ -165,4 +173,25 @@ impl Connection {
         }
         Ok(status)
     }
+}
+
+/// `METHOD path HTTP/1.1`, the headers, a Content-Length for a body, then the body.
+fn serialize_http1(request: &RequestSpec, target: &Target, headers: &HeaderMap) -> Bytes {
+    let mut out = Vec::with_capacity(128 + request.body.len());
+    out.extend_from_slice(request.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.path_and_query.as_str().as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !request.body.is_empty() && !headers.contains_key(header::CONTENT_LENGTH) {
+        out.extend_from_slice(format!("content-length: {}\r\n", request.body.len()).as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&request.body);
+    out.into()
 }

@@ -308,6 +308,9 @@ async fn worker(
     recorder: Rc<RefCell<Recorder>>,
 ) -> Result<(), Error> {
     let mut timer = PreciseTimer::new().map_err(Error::Runtime)?;
+    // One timeout timer per worker, re-armed per request: cheaper than a new timer entry.
+    let deadline = tokio::time::sleep(plan.timeout);
+    tokio::pin!(deadline);
     let mut connection: Option<Connection> = None;
     let mut free_since = plan.start_ns;
     let mut sent = 0u64;

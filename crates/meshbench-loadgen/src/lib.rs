@@ -15,6 +15,7 @@ mod engine;
 mod error;
 pub mod export;
 mod histogram;
+mod http1;
 mod outcome;
 mod recorder;
 mod report;
