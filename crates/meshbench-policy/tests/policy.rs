@@ -1,0 +1,315 @@
+//! The policy engine's semantics, including the traps identity-based policy falls into when
+//! plaintext peers are evaluated naively.
+
+use meshbench_identity::SpiffeId;
+use meshbench_policy::{Peer, PeerAuthenticationMode, Policy, Request};
+
+/// E3's zero-trust rules: STRICT mTLS in the application namespace, deny other namespaces,
+/// only the experimenter's service account may call the calculator.
+const E3_RULES: &str = r#"
+trust_domain: cluster.local
+peer_authentication:
+  - name: strict-app
+    namespace: app
+    mode: STRICT
+authorization:
+  - name: deny-other-namespaces
+    namespace: app
+    action: DENY
+    rules:
+      - from: { not_namespaces: [app] }
+  - name: calculator-only-from-experimenter
+    namespace: app
+    workload: calculator
+    action: ALLOW
+    rules:
+      - from: { principals: [cluster.local/ns/app/sa/experimenter] }
+"#;
+
+fn svid(ns: &str, sa: &str) -> Peer {
+    Peer::Authenticated {
+        id: SpiffeId::for_workload("cluster.local", ns, sa).unwrap(),
+        source_ip: None,
+    }
+}
+
+fn plaintext() -> Peer {
+    Peer::Plaintext { source_ip: None }
+}
+
+fn allowed(policy: &Policy, ns: &str, workload: &str, peer: &Peer) -> bool {
+    policy
+        .authorize(&Request {
+            namespace: ns,
+            workload,
+            port: 8080,
+            peer,
+            http: None,
+        })
+        .allowed
+}
+
+#[test]
+fn e3_zero_trust_rules_admit_only_the_experimenter_to_the_calculator() {
+    let policy = Policy::from_yaml(E3_RULES).unwrap();
+    assert!(allowed(
+        &policy,
+        "app",
+        "calculator",
+        &svid("app", "experimenter")
+    ));
+    assert!(!allowed(
+        &policy,
+        "app",
+        "calculator",
+        &svid("app", "security-checker")
+    ));
+    assert!(!allowed(
+        &policy,
+        "app",
+        "calculator",
+        &svid("other", "experimenter")
+    ));
+    // Another workload in the namespace: no ALLOW policy selects it, same-namespace peers pass.
+    assert!(allowed(
+        &policy,
+        "app",
+        "security-checker",
+        &svid("app", "security-checker")
+    ));
+    assert!(!allowed(
+        &policy,
+        "app",
+        "security-checker",
+        &svid("other", "security-checker")
+    ));
+
+    let d = policy.authorize(&Request {
+        namespace: "app",
+        workload: "calculator",
+        port: 8080,
+        peer: &svid("other", "x"),
+        http: None,
+    });
+    assert_eq!(d.reason, "denied by DENY policy deny-other-namespaces");
+}
+
+#[test]
+fn an_unmeshed_workload_under_the_experimenters_account_does_not_reach_the_calculator() {
+    // E3 observed this bypass: the service account name is not an identity without mTLS.
+    let strict = Policy::from_yaml(E3_RULES).unwrap();
+    let d = strict.authorize(&Request {
+        namespace: "app",
+        workload: "calculator",
+        port: 8080,
+        peer: &plaintext(),
+        http: None,
+    });
+    assert!(!d.allowed);
+    assert!(d.reason.contains("STRICT"), "{}", d.reason);
+
+    // Even where mTLS is only PERMISSIVE, a principal-based ALLOW cannot match a plaintext peer.
+    let permissive =
+        Policy::from_yaml(&E3_RULES.replace("mode: STRICT", "mode: PERMISSIVE")).unwrap();
+    assert!(!allowed(&permissive, "app", "calculator", &plaintext()));
+}
+
+#[test]
+fn a_plaintext_peer_never_satisfies_a_negated_identity_condition() {
+    // "Everyone except namespace other" must not include peers with no namespace at all.
+    let allow_not_other = Policy::from_yaml(
+        r#"
+authorization:
+  - name: allow-all-but-other
+    namespace: app
+    action: ALLOW
+    rules:
+      - from: { not_namespaces: [other] }
+"#,
+    )
+    .unwrap();
+    assert_eq!(
+        allow_not_other.peer_authentication("app", "api"),
+        PeerAuthenticationMode::Permissive
+    );
+    assert!(allowed(&allow_not_other, "app", "api", &svid("app", "web")));
+    assert!(!allowed(
+        &allow_not_other,
+        "app",
+        "api",
+        &svid("other", "web")
+    ));
+    assert!(
+        !allowed(&allow_not_other, "app", "api", &plaintext()),
+        "the not-namespace trap"
+    );
+
+    let allow_not_principal = Policy::from_yaml(
+        r#"
+authorization:
+  - name: allow-all-but-intruder
+    namespace: app
+    action: ALLOW
+    rules:
+      - from: { not_principals: [cluster.local/ns/app/sa/intruder] }
+"#,
+    )
+    .unwrap();
+    assert!(allowed(
+        &allow_not_principal,
+        "app",
+        "api",
+        &svid("app", "web")
+    ));
+    assert!(!allowed(&allow_not_principal, "app", "api", &plaintext()));
+
+    // A DENY that cannot be evaluated denies: lacking an identity never escapes a deny.
+    let deny_not_app = Policy::from_yaml(
+        r#"
+authorization:
+  - name: deny-outside-app
+    namespace: app
+    action: DENY
+    rules:
+      - from: { not_namespaces: [app] }
+"#,
+    )
+    .unwrap();
+    assert!(allowed(&deny_not_app, "app", "api", &svid("app", "web")));
+    assert!(!allowed(&deny_not_app, "app", "api", &svid("other", "web")));
+    assert!(!allowed(&deny_not_app, "app", "api", &plaintext()));
+}
+
+#[test]
+fn http_conditions_apply_at_l7_and_fail_safe_at_l4() {
+    let policy = Policy::from_yaml(
+        r#"
+authorization:
+  - name: deny-admin
+    namespace: app
+    workload: api
+    action: DENY
+    rules:
+      - to: { paths: ["/admin/*"] }
+  - name: post-add-only
+    namespace: app
+    workload: api
+    action: ALLOW
+    rules:
+      - to: { methods: [POST], paths: ["/add", "/api/*"], ports: [8080] }
+"#,
+    )
+    .unwrap();
+    let peer = svid("app", "web");
+    let at = |http: Option<(&'static str, &'static str)>, port: u16| {
+        policy
+            .authorize(&Request {
+                namespace: "app",
+                workload: "api",
+                port,
+                peer: &peer,
+                http,
+            })
+            .allowed
+    };
+    assert!(at(Some(("POST", "/add")), 8080));
+    assert!(at(Some(("POST", "/api/v1/x")), 8080));
+    assert!(!at(Some(("GET", "/add")), 8080));
+    assert!(!at(Some(("POST", "/add")), 9090), "wrong port");
+    assert!(!at(Some(("POST", "/admin/users")), 8080));
+    // At L4 the DENY on a path cannot be checked, so it denies; the ALLOW cannot match either.
+    assert!(!at(None, 8080));
+}
+
+#[test]
+fn default_inbound_policies_follow_linkerd() {
+    let with_default = |default: &str| {
+        Policy::from_yaml(&format!(
+            "default_inbound: {default}\ncluster_networks: [10.0.0.0/8]\n"
+        ))
+        .unwrap()
+    };
+    let in_cluster = Peer::Plaintext {
+        source_ip: Some("10.1.2.3".parse().unwrap()),
+    };
+    let outside = Peer::Plaintext {
+        source_ip: Some("192.0.2.7".parse().unwrap()),
+    };
+    let authenticated = svid("app", "web");
+
+    let p = with_default("all-unauthenticated");
+    assert!(allowed(&p, "app", "api", &outside) && allowed(&p, "app", "api", &authenticated));
+    let p = with_default("all-authenticated");
+    assert!(!allowed(&p, "app", "api", &in_cluster) && allowed(&p, "app", "api", &authenticated));
+    let p = with_default("cluster-authenticated");
+    assert!(allowed(&p, "app", "api", &in_cluster));
+    assert!(!allowed(&p, "app", "api", &outside));
+    assert!(allowed(&p, "app", "api", &authenticated));
+    let p = with_default("deny");
+    assert!(!allowed(&p, "app", "api", &authenticated));
+}
+
+#[test]
+fn the_most_specific_peer_authentication_wins() {
+    let policy = Policy::from_yaml(
+        r#"
+peer_authentication:
+  - { name: mesh, mode: STRICT }
+  - { name: legacy, namespace: legacy, mode: PERMISSIVE }
+  - { name: legacy-db, namespace: legacy, workload: db, mode: DISABLE }
+"#,
+    )
+    .unwrap();
+    assert_eq!(
+        policy.peer_authentication("app", "x"),
+        PeerAuthenticationMode::Strict
+    );
+    assert_eq!(
+        policy.peer_authentication("legacy", "x"),
+        PeerAuthenticationMode::Permissive
+    );
+    assert_eq!(
+        policy.peer_authentication("legacy", "db"),
+        PeerAuthenticationMode::Disable
+    );
+    assert!(
+        !allowed(&policy, "legacy", "db", &svid("legacy", "x")),
+        "DISABLE refuses mTLS"
+    );
+    assert!(allowed(&policy, "legacy", "db", &plaintext()));
+}
+
+#[test]
+fn bad_policies_are_rejected_with_the_rule_and_field_named() {
+    let err = |yaml: &str| Policy::from_yaml(yaml).unwrap_err().to_string();
+
+    let e = err("authorization:\n  - name: x\n    namespace: app\n    action: ALLOW\n    rules:\n      - from: { principals: [\"a*b\"] }\n");
+    assert!(
+        e.contains(r#"authorization[0] "x": rules[0].from.principals[0]"#),
+        "{e}"
+    );
+
+    let e = err("authorization:\n  - name: x\n    workload: api\n    action: DENY\n");
+    assert!(e.contains("workload needs a namespace"), "{e}");
+
+    let e = err("authorization:\n  - {name: x, namespace: a, action: ALLOW}\n  - {name: x, namespace: b, action: ALLOW}\n");
+    assert!(
+        e.contains(r#"authorization[1] "x""#) && e.contains("already exists"),
+        "{e}"
+    );
+
+    let e = err("authorization:\n  - name: m\n    namespace: a\n    action: ALLOW\n    rules:\n      - to: { methods: [get] }\n");
+    assert!(e.contains("rules[0].to.methods[0]"), "{e}");
+
+    let e = err("authorization:\n  - name: typo\n    namespace: a\n    action: ALLOW\n    rules:\n      - form: {}\n");
+    assert!(e.contains("form") && e.contains("line"), "{e}");
+
+    let e = err("peer_authentication:\n  - { name: a, namespace: x, mode: STRICT }\n  - { name: b, namespace: x, mode: DISABLE }\n");
+    assert!(
+        e.contains(r#"peer_authentication[1] "b""#) && e.contains("same scope"),
+        "{e}"
+    );
+
+    let e = err("default_inbound: allow-everyone\n");
+    assert!(e.contains("allow-everyone"), "{e}");
+}
