@@ -1,0 +1,28 @@
+//! Errors that stop a proxy from starting. Failures of single connections are logged and
+//! counted, never fatal.
+
+use std::net::SocketAddr;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Identity(#[from] meshbench_identity::Error),
+    #[error("the sidecar has neither an inbound nor an outbound listener")]
+    NothingToDo,
+    #[error("{0}")]
+    Config(String),
+}
+
+impl Error {
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            Error::Identity(e) => e.is_bad_input(),
+            _ => true,
+        }
+    }
+}

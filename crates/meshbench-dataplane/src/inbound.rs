@@ -1,0 +1,110 @@
+//! The inbound path: tell TLS from plaintext by the first byte, terminate mTLS (the peer's
+//! SPIFFE ID comes from its verified certificate, never from anything it says), decide by
+//! policy, then splice bytes to the app. A denied connection is closed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshbench_identity::spiffe_ids_of;
+use meshbench_policy::{Peer, Policy, Request};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+
+use crate::SidecarConfig;
+
+/// First byte of a TLS handshake record (ClientHello).
+const TLS_HANDSHAKE: u8 = 0x16;
+
+pub(crate) struct Inbound {
+    namespace: String,
+    workload: String,
+    app: SocketAddr,
+    policy: Arc<Policy>,
+    tls: Option<TlsAcceptor>,
+    detect_timeout: Duration,
+}
+
+impl Inbound {
+    pub(crate) fn new(
+        config: &SidecarConfig,
+        app: SocketAddr,
+        tls: Option<rustls::ServerConfig>,
+    ) -> Self {
+        Inbound {
+            namespace: config.namespace.clone(),
+            workload: config.workload.clone(),
+            app,
+            policy: config.policy.clone(),
+            tls: tls.map(|c| TlsAcceptor::from(Arc::new(c))),
+            detect_timeout: config.detect_timeout,
+        }
+    }
+
+    pub(crate) async fn handle(&self, stream: TcpStream, peer_addr: SocketAddr) {
+        let source_ip = Some(peer_addr.ip());
+        let mut first = [0u8; 1];
+        let is_tls = match tokio::time::timeout(self.detect_timeout, stream.peek(&mut first)).await
+        {
+            Ok(Ok(1)) => first[0] == TLS_HANDSHAKE,
+            // Closed, failed, or silent past the detection timeout.
+            _ => return,
+        };
+        match (is_tls, &self.tls) {
+            (true, Some(acceptor)) => {
+                let tls = match acceptor.accept(stream).await {
+                    Ok(tls) => tls,
+                    Err(e) => {
+                        tracing::debug!(%peer_addr, error = %e, "inbound TLS handshake failed");
+                        return;
+                    }
+                };
+                let id = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|certs| certs.first())
+                    .and_then(|leaf| spiffe_ids_of(leaf).into_iter().next());
+                let peer = match id {
+                    Some(id) => Peer::Authenticated { id, source_ip },
+                    // A verified certificate without a SPIFFE ID carries no mesh identity.
+                    None => Peer::Plaintext { source_ip },
+                };
+                self.forward_if_allowed(tls, &peer).await;
+            }
+            // TLS arriving at a sidecar that does not terminate it: not ours to accept.
+            (true, None) => {}
+            (false, _) => {
+                self.forward_if_allowed(stream, &Peer::Plaintext { source_ip })
+                    .await
+            }
+        }
+    }
+
+    async fn forward_if_allowed<S>(&self, mut downstream: S, peer: &Peer)
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let decision = self.policy.authorize(&Request {
+            namespace: &self.namespace,
+            workload: &self.workload,
+            port: self.app.port(),
+            peer,
+            http: None,
+        });
+        if !decision.allowed {
+            tracing::info!(?peer, reason = %decision.reason, "inbound connection denied");
+            return;
+        }
+        let mut app = match TcpStream::connect(self.app).await {
+            Ok(app) => app,
+            Err(e) => {
+                tracing::warn!(app = %self.app, error = %e, "cannot reach the app");
+                return;
+            }
+        };
+        let _ = app.set_nodelay(true);
+        let _ = tokio::io::copy_bidirectional(&mut downstream, &mut app).await;
+    }
+}

@@ -1,0 +1,174 @@
+//! A sidecar: one inbound listener in front of its workload's app and any number of outbound
+//! listeners, each forwarding the app's plaintext to one destination over mTLS. Listeners are
+//! bound first (so port conflicts surface before anything runs), then served until shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId};
+use meshbench_policy::Policy;
+use tokio::net::TcpListener;
+
+use crate::inbound::Inbound;
+use crate::outbound::Outbound;
+use crate::Error;
+
+/// The workload's SVID and the trust bundle it verifies peers with.
+#[derive(Debug, Clone)]
+pub struct SidecarIdentity {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct InboundConfig {
+    pub listen: SocketAddr,
+    /// The local app the sidecar fronts.
+    pub app: SocketAddr,
+}
+
+#[derive(Debug, Clone)]
+pub struct OutboundRoute {
+    pub listen: SocketAddr,
+    /// The destination's inbound sidecar.
+    pub upstream: SocketAddr,
+    /// The identity the destination must present; any SPIFFE ID of the trust domain if `None`.
+    pub upstream_id: Option<SpiffeId>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SidecarConfig {
+    pub namespace: String,
+    pub workload: String,
+    /// Required when `mtls` is on.
+    pub identity: Option<SidecarIdentity>,
+    /// Off: plaintext between sidecars (E1's throughput decomposition).
+    pub mtls: bool,
+    pub policy: Arc<Policy>,
+    pub inbound: Option<InboundConfig>,
+    pub outbound: Vec<OutboundRoute>,
+    /// How long inbound waits for a client's first bytes to tell TLS from plaintext.
+    pub detect_timeout: Duration,
+}
+
+pub struct BoundSidecar {
+    inbound: Option<(TcpListener, Arc<Inbound>)>,
+    outbound: Vec<(TcpListener, Arc<Outbound>)>,
+}
+
+async fn listen(addr: SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })
+}
+
+/// Loads the identity, builds the TLS configurations and binds every listener.
+pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
+    if config.inbound.is_none() && config.outbound.is_empty() {
+        return Err(Error::NothingToDo);
+    }
+    let identity = match (&config.identity, config.mtls) {
+        (Some(id), _) => Some(id.clone()),
+        (None, false) => None,
+        (None, true) => {
+            return Err(Error::Config(
+                "mTLS needs the workload's certificate, key and trust bundle".to_owned(),
+            ))
+        }
+    };
+    let mut bound = BoundSidecar {
+        inbound: None,
+        outbound: Vec::new(),
+    };
+    if let Some(inbound) = &config.inbound {
+        let tls = match (&identity, config.mtls) {
+            (Some(id), true) => Some(meshbench_identity::server_config(
+                &ServerTlsFiles {
+                    cert: id.cert.clone(),
+                    key: id.key.clone(),
+                    client_ca: Some(id.ca.clone()),
+                },
+                &[],
+            )?),
+            _ => None,
+        };
+        let handler = Inbound::new(&config, inbound.app, tls);
+        bound.inbound = Some((listen(inbound.listen).await?, Arc::new(handler)));
+    }
+    for route in &config.outbound {
+        let tls = match (&identity, config.mtls) {
+            (Some(id), true) => Some(meshbench_identity::client_config(
+                &ClientTlsFiles {
+                    cert: Some(id.cert.clone()),
+                    key: Some(id.key.clone()),
+                    ca: id.ca.clone(),
+                    expect_server_id: route.upstream_id.clone(),
+                },
+                &[],
+            )?),
+            _ => None,
+        };
+        let handler = Outbound::new(route.upstream, tls);
+        bound
+            .outbound
+            .push((listen(route.listen).await?, Arc::new(handler)));
+    }
+    Ok(bound)
+}
+
+impl BoundSidecar {
+    pub fn inbound_addr(&self) -> Option<SocketAddr> {
+        self.inbound.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    pub fn outbound_addrs(&self) -> Vec<SocketAddr> {
+        self.outbound
+            .iter()
+            .filter_map(|(l, _)| l.local_addr().ok())
+            .collect()
+    }
+
+    /// Serves every listener until `shutdown` resolves. Established connections are left to
+    /// finish on their own tasks.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        if let Some((listener, handler)) = self.inbound {
+            tasks.spawn(accept_loop(listener, move |stream, peer| {
+                let handler = handler.clone();
+                async move { handler.handle(stream, peer).await }
+            }));
+        }
+        for (listener, handler) in self.outbound {
+            tasks.spawn(accept_loop(listener, move |stream, _peer| {
+                let handler = handler.clone();
+                async move { handler.handle(stream).await }
+            }));
+        }
+        shutdown.await;
+        tasks.abort_all();
+    }
+}
+
+async fn accept_loop<F, Fut>(listener: TcpListener, handle: F)
+where
+    F: Fn(tokio::net::TcpStream, SocketAddr) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(handle(stream, peer));
+            }
+            Err(e) => {
+                // Out of descriptors or similar: keep serving what is established.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}

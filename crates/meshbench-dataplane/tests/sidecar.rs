@@ -1,0 +1,204 @@
+//! The reference sidecar pair over real sockets: client -> outbound sidecar -> mTLS ->
+//! inbound sidecar -> echo app, under E3's zero-trust policy.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshbench_dataplane::{
+    run_sidecar, InboundConfig, OutboundRoute, SidecarConfig, SidecarIdentity,
+};
+use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
+use meshbench_loadgen::{run_load, LoadConfig, LoadModel, LoadResult, Outcome, Stop, Target};
+use meshbench_policy::Policy;
+use meshbench_workload::{bind, EchoConfig, EchoService, ServeOptions};
+
+const POLICY: &str = r#"
+peer_authentication:
+  - { name: strict-app, namespace: app, mode: STRICT }
+authorization:
+  - name: calculator-only-from-experimenter
+    namespace: app
+    workload: calculator
+    action: ALLOW
+    rules:
+      - from: { principals: [cluster.local/ns/app/sa/experimenter] }
+"#;
+
+struct Lab {
+    _dir: tempfile::TempDir,
+    runtime: tokio::runtime::Runtime,
+    ca_dir: std::path::PathBuf,
+}
+
+impl Lab {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_dir = dir.path().to_path_buf();
+        let ca = CertificateAuthority::init(&ca_dir, "cluster.local").unwrap();
+        for sa in ["calculator", "experimenter", "security-checker"] {
+            ca.issue("app", sa, &IssueOptions::default())
+                .unwrap()
+                .write(&ca_dir, sa)
+                .unwrap();
+        }
+        Lab {
+            _dir: dir,
+            runtime: meshbench_workload::runtime(Some(1)).unwrap(),
+            ca_dir,
+        }
+    }
+
+    fn identity(&self, sa: &str) -> SidecarIdentity {
+        let d: &Path = &self.ca_dir;
+        SidecarIdentity {
+            cert: d.join(format!("{sa}.pem")),
+            key: d.join(format!("{sa}.key")),
+            ca: d.join("ca.pem"),
+        }
+    }
+
+    fn echo_app(&self) -> SocketAddr {
+        let server = self
+            .runtime
+            .block_on(bind(&ServeOptions {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                tls: None,
+                drain_timeout: Duration::from_millis(100),
+            }))
+            .unwrap();
+        let addr = server.local_addr();
+        let service = EchoService::new(&EchoConfig {
+            delay: Duration::ZERO,
+            response_size: 512,
+        });
+        self.runtime
+            .spawn(server.serve(service, std::future::pending()));
+        addr
+    }
+
+    fn sidecar(&self, config: SidecarConfig) -> (Option<SocketAddr>, Vec<SocketAddr>) {
+        let bound = self.runtime.block_on(run_sidecar(config)).unwrap();
+        let addrs = (bound.inbound_addr(), bound.outbound_addrs());
+        self.runtime.spawn(bound.serve(std::future::pending()));
+        addrs
+    }
+
+    /// The calculator's inbound sidecar in front of an echo app.
+    fn calculator(&self, policy: &str, mtls: bool) -> SocketAddr {
+        let app = self.echo_app();
+        self.sidecar(SidecarConfig {
+            namespace: "app".into(),
+            workload: "calculator".into(),
+            identity: Some(self.identity("calculator")),
+            mtls,
+            policy: Arc::new(Policy::from_yaml(policy).unwrap()),
+            inbound: Some(InboundConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                app,
+            }),
+            outbound: vec![],
+            detect_timeout: Duration::from_secs(1),
+        })
+        .0
+        .unwrap()
+    }
+
+    /// A client's outbound sidecar routing to `upstream`, expecting `upstream_sa`.
+    fn client(&self, sa: &str, upstream: SocketAddr, upstream_sa: &str, mtls: bool) -> SocketAddr {
+        self.sidecar(SidecarConfig {
+            namespace: "app".into(),
+            workload: sa.into(),
+            identity: Some(self.identity(sa)),
+            mtls,
+            policy: Arc::new(Policy::from_yaml("{}").unwrap()),
+            inbound: None,
+            outbound: vec![OutboundRoute {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                upstream,
+                upstream_id: Some(
+                    SpiffeId::for_workload("cluster.local", "app", upstream_sa).unwrap(),
+                ),
+            }],
+            detect_timeout: Duration::from_secs(1),
+        })
+        .1[0]
+    }
+}
+
+fn requests(addr: SocketAddr, n: u64) -> LoadResult {
+    let mut config = LoadConfig::open_loop(
+        Target::parse(&format!("http://{addr}/")).unwrap(),
+        1.0,
+        2,
+        Duration::from_secs(1),
+    );
+    config.model = LoadModel::ClosedLoop;
+    config.stop = Stop::Requests(n);
+    config.timeout = Duration::from_secs(2);
+    run_load(config).unwrap()
+}
+
+fn only_outcome(result: &LoadResult) -> Outcome {
+    let outcomes: Vec<_> = result.recorder.outcomes.keys().cloned().collect();
+    assert_eq!(outcomes.len(), 1, "{:?}", result.recorder.outcomes);
+    outcomes[0].clone()
+}
+
+#[test]
+fn the_allowed_identity_gets_through_the_sidecar_pair() {
+    let lab = Lab::new();
+    let calculator = lab.calculator(POLICY, true);
+    let experimenter = lab.client("experimenter", calculator, "calculator", true);
+    let result = requests(experimenter, 200);
+    assert_eq!(only_outcome(&result), Outcome::Http(200));
+    assert_eq!(result.sent(), 200);
+}
+
+#[test]
+fn another_identity_is_denied_by_closing_the_connection() {
+    let lab = Lab::new();
+    let calculator = lab.calculator(POLICY, true);
+    let checker = lab.client("security-checker", calculator, "calculator", true);
+    let result = requests(checker, 5);
+    assert_eq!(only_outcome(&result), Outcome::ConnectionReset);
+}
+
+#[test]
+fn strict_refuses_plaintext_and_permissive_admits_it() {
+    let lab = Lab::new();
+    let strict = lab.calculator(POLICY, true);
+    assert_eq!(only_outcome(&requests(strict, 5)), Outcome::ConnectionReset);
+
+    let permissive = lab.calculator("{}", true);
+    let result = requests(permissive, 20);
+    assert_eq!(
+        only_outcome(&result),
+        Outcome::Http(200),
+        "plaintext detected and admitted"
+    );
+    // The same PERMISSIVE sidecar still speaks mTLS to a meshed client.
+    let meshed = lab.client("experimenter", permissive, "calculator", true);
+    assert_eq!(only_outcome(&requests(meshed, 20)), Outcome::Http(200));
+}
+
+#[test]
+fn a_destination_with_an_unexpected_identity_is_refused_by_the_client_sidecar() {
+    let lab = Lab::new();
+    let calculator = lab.calculator("{}", true);
+    // The client expects the experimenter's identity at that address; the calculator answers.
+    let misrouted = lab.client("security-checker", calculator, "experimenter", true);
+    assert_eq!(
+        only_outcome(&requests(misrouted, 5)),
+        Outcome::ConnectionReset
+    );
+}
+
+#[test]
+fn without_mtls_the_pair_forwards_plaintext() {
+    let lab = Lab::new();
+    let calculator = lab.calculator("{}", false);
+    let client = lab.client("experimenter", calculator, "calculator", false);
+    assert_eq!(only_outcome(&requests(client, 50)), Outcome::Http(200));
+}
