@@ -24,15 +24,19 @@ pub struct Profile {
 
 impl Profile {
     pub fn builtin(name: &str) -> Result<Self, Error> {
-        let both = vec![Scenario::Baseline, Scenario::BaselineMtls];
+        let all = vec![
+            Scenario::Baseline,
+            Scenario::BaselineMtls,
+            Scenario::Sidecar,
+        ];
         let point = |rps: f64, connections: u32| LoadPoint { rps, connections };
         match name {
-            // The default: E1's baseline vs baseline-mTLS comparison at loads a 2-core machine
-            // sustains with the generator and the server each on about one core. The server
-            // answers at once (no sleep) so the cost of mTLS is not hidden under a 200 ms delay.
+            // The default: E1's baseline, baseline-mTLS and a sidecar mesh (our reference
+            // sidecars) at loads a 2-core machine sustains. The server answers at once (no
+            // sleep) so the cost of mTLS and proxies is not hidden under a 200 ms delay.
             "quick" => Ok(Profile {
                 name: name.to_owned(),
-                scenarios: both,
+                scenarios: all.clone(),
                 load_points: vec![point(500.0, 8), point(2000.0, 32), point(4000.0, 64)],
                 repetitions: 1,
                 duration: Duration::from_secs(10),
@@ -45,7 +49,7 @@ impl Profile {
             // A seconds-long run of the same shape, for tests and a first check of a machine.
             "smoke" => Ok(Profile {
                 name: name.to_owned(),
-                scenarios: both,
+                scenarios: all,
                 load_points: vec![point(200.0, 4), point(400.0, 8)],
                 repetitions: 1,
                 duration: Duration::from_secs(2),

@@ -11,7 +11,9 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use meshbench_lab::{describe_environment, BuildInfo, ComponentProcess, ResourceSampler};
+use meshbench_lab::{
+    describe_environment, BuildInfo, ComponentProcess, ReadyEvent, ResourceSampler,
+};
 use meshbench_results::{
     read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus, SCHEMA_VERSION,
 };
@@ -176,7 +178,9 @@ impl Runner {
             source,
         };
         let started_at = timestamp();
-        let tls = if id.scenario.uses_tls() { pki } else { None };
+        let pki = if id.scenario.uses_tls() { pki } else { None };
+        // Long-running components of this cell, stopped in reverse order at the end.
+        let mut components: Vec<(ComponentProcess, &'static str)> = Vec::new();
 
         let mut server_args = vec![
             "workload".to_owned(),
@@ -188,13 +192,29 @@ impl Runner {
             "--response-size".to_owned(),
             profile.response_bytes.to_string(),
         ];
-        if let Some(pki) = tls {
+        let app_tls = pki.filter(|_| id.scenario == Scenario::BaselineMtls);
+        if let Some(pki) = app_tls {
             server_args.extend(pki.server_args());
         }
-        let mut server =
-            ComponentProcess::spawn("server", &self.options.exe, &server_args).map_err(lab_err)?;
-        let ready = server.wait_ready(READY_TIMEOUT).await.map_err(lab_err)?;
-        let addr = ready.addr.unwrap_or_default();
+        let (server, ready) = self.start("server", &server_args).await.map_err(lab_err)?;
+        components.push((server, "app"));
+        let mut target = ready.addr.unwrap_or_default();
+
+        if let (Scenario::Sidecar, Some(pki)) = (id.scenario, pki) {
+            let mut args = pki.sidecar_args(true);
+            args.extend(["--inbound".to_owned(), format!("127.0.0.1:0={target}")]);
+            let (sidecar, ready) = self.start("server-sidecar", &args).await.map_err(lab_err)?;
+            components.push((sidecar, "sidecar"));
+            let inbound = ready.addr.unwrap_or_default();
+            let mut args = pki.sidecar_args(false);
+            args.extend([
+                "--outbound".to_owned(),
+                format!("127.0.0.1:0={inbound}#{}", pki.server_id),
+            ]);
+            let (sidecar, ready) = self.start("client-sidecar", &args).await.map_err(lab_err)?;
+            components.push((sidecar, "sidecar"));
+            target = ready.outbound.first().cloned().unwrap_or_default();
+        }
 
         let cells_dir = self.options.out_dir.join("cells");
         std::fs::create_dir_all(&cells_dir).map_err(|source| Error::CreateDir {
@@ -208,11 +228,11 @@ impl Runner {
             id.load_point.rps,
             id.repetition
         ));
-        let scheme = if tls.is_some() { "https" } else { "http" };
+        let scheme = if app_tls.is_some() { "https" } else { "http" };
         let mut client_args = vec![
             "load".to_owned(),
             "--url".to_owned(),
-            format!("{scheme}://{addr}/"),
+            format!("{scheme}://{target}/"),
             "--rps".to_owned(),
             id.load_point.rps.to_string(),
             "--connections".to_owned(),
@@ -227,7 +247,7 @@ impl Runner {
             load_json.to_string_lossy().into_owned(),
             "--quiet".to_owned(),
         ];
-        if let Some(pki) = tls {
+        if let Some(pki) = app_tls {
             client_args.extend(pki.client_args());
         }
         let client =
@@ -236,13 +256,17 @@ impl Runner {
         if let Some(pid) = client.pid() {
             targets.push(("client".to_owned(), "load-generator".to_owned(), pid));
         }
-        if let Some(pid) = server.pid() {
-            targets.push(("server".to_owned(), "app".to_owned(), pid));
+        for (component, role) in &components {
+            if let Some(pid) = component.pid() {
+                targets.push((component.name().to_owned(), (*role).to_owned(), pid));
+            }
         }
         let sampler = ResourceSampler::start(targets, profile.sample_interval);
         let finished = client.wait_success().await;
         let series = sampler.finish();
-        server.stop(STOP_GRACE).await;
+        for (component, _) in components.into_iter().rev() {
+            component.stop(STOP_GRACE).await;
+        }
         finished.map_err(lab_err)?;
 
         let load: LoadReport = read_json(&load_json).map_err(|source| Error::LoadResult {
@@ -261,6 +285,17 @@ impl Runner {
             load,
             resources,
         })
+    }
+
+    /// Starts a long-running lab component and waits for its ready line.
+    async fn start(
+        &self,
+        name: &str,
+        args: &[String],
+    ) -> Result<(ComponentProcess, ReadyEvent), meshbench_lab::Error> {
+        let mut process = ComponentProcess::spawn(name, &self.options.exe, args)?;
+        let ready = process.wait_ready(READY_TIMEOUT).await?;
+        Ok((process, ready))
     }
 }
 

@@ -20,6 +20,9 @@ pub enum Scenario {
     Baseline,
     /// The applications do mTLS themselves (E1's baseline-mTLS), distinct SPIFFE identities.
     BaselineMtls,
+    /// Plain apps behind meshbench's reference sidecars (L4), mTLS STRICT between them and
+    /// only the client's identity allowed to the server.
+    Sidecar,
 }
 
 impl Scenario {
@@ -27,6 +30,7 @@ impl Scenario {
         match self {
             Scenario::Baseline => "baseline",
             Scenario::BaselineMtls => "baseline-mtls",
+            Scenario::Sidecar => "sidecar",
         }
     }
 
@@ -44,6 +48,14 @@ impl Scenario {
                 client_identity: None,
                 server_identity: None,
             },
+            Scenario::Sidecar => ScenarioConfig {
+                name: self.name().to_owned(),
+                description: "plain apps behind meshbench's reference sidecars (L4, TLS 1.3 mTLS STRICT, identity-based ALLOW)"
+                    .to_owned(),
+                mtls: true,
+                client_identity: Some(id(CLIENT_SA)),
+                server_identity: Some(id(SERVER_SA)),
+            },
             Scenario::BaselineMtls => ScenarioConfig {
                 name: self.name().to_owned(),
                 description:
@@ -56,8 +68,9 @@ impl Scenario {
         }
     }
 
+    /// Whether the scenario needs the lab's certificates.
     pub fn uses_tls(self) -> bool {
-        matches!(self, Scenario::BaselineMtls)
+        matches!(self, Scenario::BaselineMtls | Scenario::Sidecar)
     }
 }
 
@@ -70,6 +83,8 @@ pub struct LabPki {
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
     pub server_id: String,
+    /// STRICT mTLS for the lab namespace; only the load generator may call the server.
+    pub policy: PathBuf,
 }
 
 impl LabPki {
@@ -87,6 +102,18 @@ impl LabPki {
         let client = ca.issue(NAMESPACE, CLIENT_SA, &IssueOptions::default())?;
         let (server_cert, server_key) = server.write(dir, SERVER_SA)?;
         let (client_cert, client_key) = client.write(dir, CLIENT_SA)?;
+        let policy = dir.join("policy.yaml");
+        let policy_text = format!(
+            "trust_domain: {TRUST_DOMAIN}\n\
+             peer_authentication:\n  - {{ name: strict, namespace: {NAMESPACE}, mode: STRICT }}\n\
+             authorization:\n  - name: server-only-from-load-generator\n    namespace: {NAMESPACE}\n    workload: {SERVER_SA}\n    action: ALLOW\n    rules:\n      - from: {{ principals: [{TRUST_DOMAIN}/ns/{NAMESPACE}/sa/{CLIENT_SA}] }}\n"
+        );
+        std::fs::write(&policy, policy_text).map_err(|source| {
+            meshbench_identity::Error::Write {
+                path: policy.clone(),
+                source,
+            }
+        })?;
         Ok(LabPki {
             ca: dir.join("ca.pem"),
             server_cert,
@@ -94,7 +121,35 @@ impl LabPki {
             client_cert,
             client_key,
             server_id: server.spiffe_id.to_string(),
+            policy,
         })
+    }
+
+    /// Arguments of a sidecar for `sa`, with its SVID, the bundle and the lab policy.
+    pub fn sidecar_args(&self, sa_is_server: bool) -> Vec<String> {
+        let (workload, cert, key) = if sa_is_server {
+            (SERVER_SA, &self.server_cert, &self.server_key)
+        } else {
+            (CLIENT_SA, &self.client_cert, &self.client_key)
+        };
+        vec![
+            "proxy".into(),
+            "sidecar".into(),
+            "--namespace".into(),
+            NAMESPACE.into(),
+            "--workload".into(),
+            workload.into(),
+            "--cert".into(),
+            path_arg(cert),
+            "--key".into(),
+            path_arg(key),
+            "--ca".into(),
+            path_arg(&self.ca),
+            "--policy".into(),
+            path_arg(&self.policy),
+            "--threads".into(),
+            "1".into(),
+        ]
     }
 
     pub fn server_args(&self) -> Vec<String> {

@@ -17,7 +17,11 @@ use crate::Error;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReadyEvent {
     pub event: String,
+    /// The component's main (inbound) address.
     pub addr: Option<String>,
+    /// Outbound listeners, for proxies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outbound: Vec<String>,
 }
 
 impl ReadyEvent {
@@ -25,6 +29,7 @@ impl ReadyEvent {
         ReadyEvent {
             event: "ready".to_owned(),
             addr,
+            outbound: Vec::new(),
         }
     }
 }

@@ -30,6 +30,7 @@ pub fn render_html(result: &RunResult) -> String {
     for table in [
         tables::absolute_table(&figures),
         tables::overhead_table(&figures),
+        tables::component_table(result),
         tables::outcome_table(result),
     ] {
         write_table(&mut out, &table);

@@ -15,6 +15,7 @@ pub fn render_markdown(result: &RunResult) -> String {
     for table in [
         tables::absolute_table(&figures),
         tables::overhead_table(&figures),
+        tables::component_table(result),
         tables::outcome_table(result),
     ] {
         out.push('\n');

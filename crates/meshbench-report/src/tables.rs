@@ -44,11 +44,20 @@ pub fn error_count(cell: &Cell) -> u64 {
         .sum()
 }
 
-fn component(cell: &Cell, name: &str) -> (f64, f64) {
+/// CPU cores (mean) and memory (MiB, max) of one side: `client` is the load generator plus
+/// its proxy (`client-sidecar`), `server` the app plus its proxy, as E1 splits them.
+fn side(cell: &Cell, side: &str) -> (f64, f64) {
     cell.resources
         .iter()
-        .find(|r| r.component == name)
-        .map_or((0.0, 0.0), |r| (r.cpu_cores_mean, r.rss_mib_max))
+        .filter(|r| {
+            r.component == side
+                || r.component
+                    .strip_prefix(side)
+                    .is_some_and(|rest| rest.starts_with('-'))
+        })
+        .fold((0.0, 0.0), |(cpu, mem), r| {
+            (cpu + r.cpu_cores_mean, mem + r.rss_mib_max)
+        })
 }
 
 /// Figures per (load point, scenario), in the order of the run's configuration.
@@ -81,22 +90,22 @@ pub fn figures(result: &RunResult) -> Vec<Figures> {
                 p99_ms: mean(&|c| ms(c.load.latency.p99_us)),
                 p999_ms: mean(&|c| ms(c.load.latency.p99_9_us)),
                 max_ms: mean(&|c| ms(c.load.latency.max_us)),
-                client_cpu: mean(&|c| component(c, "client").0),
-                server_cpu: mean(&|c| component(c, "server").0),
-                client_mib: mean(&|c| component(c, "client").1),
-                server_mib: mean(&|c| component(c, "server").1),
+                client_cpu: mean(&|c| side(c, "client").0),
+                server_cpu: mean(&|c| side(c, "server").0),
+                client_mib: mean(&|c| side(c, "client").1),
+                server_mib: mean(&|c| side(c, "server").1),
             });
         }
     }
     out
 }
 
-/// Per-component resource columns, shared by the absolute and the overhead tables.
+/// Per-side resource columns (app + its proxy), shared by the absolute and overhead tables.
 const RESOURCE_HEADERS: [&str; 4] = [
-    "client CPU (cores)",
-    "server CPU (cores)",
-    "client mem (MiB)",
-    "server mem (MiB)",
+    "client side CPU (cores)",
+    "server side CPU (cores)",
+    "client side mem (MiB)",
+    "server side mem (MiB)",
 ];
 
 fn headers(leading: &[&str]) -> Vec<String> {
@@ -194,6 +203,50 @@ pub fn overhead_table(figures: &[Figures]) -> Table {
     Table {
         title: "Overhead relative to baseline".to_owned(),
         headers: headers(&["load", "scenario", "achieved rps", "p50 ms", "p99 ms"]),
+        rows,
+    }
+}
+
+/// Every measured process of every cell: which component costs what.
+pub fn component_table(result: &RunResult) -> Table {
+    let rows = result
+        .cells
+        .iter()
+        .flat_map(|c| {
+            c.resources.iter().map(move |r| {
+                vec![
+                    format!(
+                        "{} rps / {} conns",
+                        fmt_num(c.load_point.rps),
+                        c.load_point.connections
+                    ),
+                    c.scenario.clone(),
+                    c.repetition.to_string(),
+                    r.component.clone(),
+                    r.role.clone(),
+                    format!("{:.3}", r.cpu_cores_mean),
+                    format!("{:.3}", r.cpu_cores_max),
+                    format!("{:.1}", r.rss_mib_mean),
+                    format!("{:.1}", r.rss_mib_max),
+                ]
+            })
+        })
+        .collect();
+    Table {
+        title: "Resources by component".to_owned(),
+        headers: [
+            "load",
+            "scenario",
+            "rep",
+            "component",
+            "role",
+            "CPU mean (cores)",
+            "CPU max (cores)",
+            "mem mean (MiB)",
+            "mem max (MiB)",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows,
     }
 }

@@ -96,7 +96,7 @@ fn ca_commands_issue_usable_svids() {
 
 fn check_complete_run(dir: &Path, result: &RunResult) {
     assert_eq!(result.status, RunStatus::Complete);
-    assert_eq!(result.cells.len(), 4);
+    assert_eq!(result.cells.len(), 6, "3 scenarios x 2 load points");
     assert_eq!(result.environment.build_profile, "debug");
     for cell in &result.cells {
         let requested = cell.load_point.rps;
@@ -107,12 +107,20 @@ fn check_complete_run(dir: &Path, result: &RunResult) {
             cell.scenario
         );
         assert_eq!(cell.load.outcomes.get("http_200"), Some(&cell.load.sent));
-        let components: Vec<&str> = cell
+        let mut components: Vec<&str> = cell
             .resources
             .iter()
             .map(|r| r.component.as_str())
             .collect();
-        assert_eq!(components, ["client", "server"]);
+        components.sort();
+        if cell.scenario == "sidecar" {
+            assert_eq!(
+                components,
+                ["client", "client-sidecar", "server", "server-sidecar"]
+            );
+        } else {
+            assert_eq!(components, ["client", "server"]);
+        }
         for r in &cell.resources {
             assert!(r.samples >= 5, "{r:?}");
             assert!(r.rss_mib_max > 0.0 && r.cpu_cores_mean > 0.0, "{r:?}");
@@ -126,6 +134,7 @@ fn check_complete_run(dir: &Path, result: &RunResult) {
     );
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("Overhead relative to baseline") && md.contains("| baseline-mtls |"));
+    assert!(md.contains("| sidecar |") && md.contains("Resources by component"));
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains("<table>") && !html.contains("<script"));
 }
@@ -212,7 +221,7 @@ fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
     let result: RunResult = read_json(&results).unwrap();
     assert_eq!(result.status, RunStatus::Partial);
     assert_eq!(result.status_reason.as_deref(), Some("interrupted"));
-    assert!(!result.cells.is_empty() && result.cells.len() < 4);
+    assert!(!result.cells.is_empty() && result.cells.len() < 6);
     assert!(
         out_dir.join("report.md").exists(),
         "reports of the finished cells"

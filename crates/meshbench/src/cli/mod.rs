@@ -6,6 +6,7 @@ mod args;
 mod bench;
 mod ca;
 mod load;
+mod proxy;
 mod report;
 mod run;
 mod workload;
@@ -33,6 +34,9 @@ enum Command {
     Report(report::ReportArgs),
     /// Generate load against a URL (constant-rate open loop).
     Load(Box<load::LoadArgs>),
+    /// Act as a mesh proxy (the reference data plane).
+    #[command(subcommand)]
+    Proxy(proxy::ProxyCommand),
     /// Act as a workload server.
     #[command(subcommand)]
     Workload(workload::WorkloadCommand),
@@ -68,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Load(args) => load::run(*args),
         Command::Workload(cmd) => workload::run(cmd),
+        Command::Proxy(cmd) => proxy::run(cmd),
         Command::Ca(cmd) => ca::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
     };
@@ -97,6 +102,9 @@ fn exit_code(err: &anyhow::Error) -> u8 {
                 .is_some_and(|e| e.is_bad_input())
             || cause
                 .downcast_ref::<meshbench_experiment::Error>()
+                .is_some_and(|e| e.is_bad_input())
+            || cause
+                .downcast_ref::<meshbench_dataplane::Error>()
                 .is_some_and(|e| e.is_bad_input())
     });
     if bad_input {

@@ -1,0 +1,138 @@
+//! `meshbench proxy sidecar`: the reference data plane as a lab component.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use meshbench_dataplane::{
+    run_sidecar, InboundConfig, OutboundRoute, SidecarConfig, SidecarIdentity,
+};
+use meshbench_identity::SpiffeId;
+use meshbench_lab::ReadyEvent;
+use meshbench_policy::Policy;
+
+use super::BadInput;
+
+#[derive(Debug, Subcommand)]
+pub enum ProxyCommand {
+    /// A sidecar in front of one workload: inbound mTLS + policy, outbound mTLS (L4).
+    Sidecar(SidecarArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SidecarArgs {
+    /// Namespace of the workload the sidecar belongs to.
+    #[arg(long)]
+    namespace: String,
+    /// The workload the sidecar belongs to (policy selectors use it).
+    #[arg(long)]
+    workload: String,
+    /// The workload's SVID (PEM).
+    #[arg(long, requires_all = ["key", "ca"])]
+    cert: Option<PathBuf>,
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// Trust bundle for peers.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Plaintext between sidecars (for measuring what mTLS itself costs).
+    #[arg(long)]
+    no_mtls: bool,
+    /// Policy file (YAML); without one, PERMISSIVE and allow-all.
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Inbound listener and the app behind it: LISTEN=APP, e.g. 127.0.0.1:15006=127.0.0.1:8080.
+    #[arg(long, value_parser = parse_inbound)]
+    inbound: Option<(SocketAddr, SocketAddr)>,
+    /// Outbound route: LISTEN=UPSTREAM or LISTEN=UPSTREAM#SPIFFE_ID (repeatable).
+    #[arg(long, value_parser = parse_outbound)]
+    outbound: Vec<(SocketAddr, SocketAddr, Option<SpiffeId>)>,
+    /// Runtime worker threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn parse_inbound(value: &str) -> Result<(SocketAddr, SocketAddr), String> {
+    let (listen, app) = value
+        .split_once('=')
+        .ok_or("expected LISTEN=APP, e.g. 127.0.0.1:15006=127.0.0.1:8080")?;
+    Ok((
+        listen
+            .parse()
+            .map_err(|e| format!("listen address {listen:?}: {e}"))?,
+        app.parse()
+            .map_err(|e| format!("app address {app:?}: {e}"))?,
+    ))
+}
+
+fn parse_outbound(value: &str) -> Result<(SocketAddr, SocketAddr, Option<SpiffeId>), String> {
+    let (listen, rest) = value
+        .split_once('=')
+        .ok_or("expected LISTEN=UPSTREAM[#SPIFFE_ID]")?;
+    let (upstream, id) = match rest.split_once('#') {
+        Some((upstream, id)) => (
+            upstream,
+            Some(SpiffeId::parse(id).map_err(|e| e.to_string())?),
+        ),
+        None => (rest, None),
+    };
+    Ok((
+        listen
+            .parse()
+            .map_err(|e| format!("listen address {listen:?}: {e}"))?,
+        upstream
+            .parse()
+            .map_err(|e| format!("upstream address {upstream:?}: {e}"))?,
+        id,
+    ))
+}
+
+pub fn run(command: ProxyCommand) -> anyhow::Result<()> {
+    match command {
+        ProxyCommand::Sidecar(a) => sidecar(a),
+    }
+}
+
+fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
+    let policy = match &a.policy {
+        Some(path) => Policy::load(path).map_err(|e| BadInput(format!("--policy: {e}")))?,
+        None => Policy::from_yaml("{}").expect("the empty policy is valid"),
+    };
+    let identity = match (a.cert, a.key, a.ca) {
+        (Some(cert), Some(key), Some(ca)) => Some(SidecarIdentity { cert, key, ca }),
+        _ => None,
+    };
+    let config = SidecarConfig {
+        namespace: a.namespace,
+        workload: a.workload,
+        identity,
+        mtls: !a.no_mtls,
+        policy: Arc::new(policy),
+        inbound: a.inbound.map(|(listen, app)| InboundConfig { listen, app }),
+        outbound: a
+            .outbound
+            .into_iter()
+            .map(|(listen, upstream, upstream_id)| OutboundRoute {
+                listen,
+                upstream,
+                upstream_id,
+            })
+            .collect(),
+        detect_timeout: Duration::from_secs(5),
+    };
+    let runtime = meshbench_workload::runtime(a.threads)?;
+    runtime.block_on(async move {
+        let bound = run_sidecar(config).await?;
+        let mut ready = ReadyEvent::ready(bound.inbound_addr().map(|a| a.to_string()));
+        ready.outbound = bound
+            .outbound_addrs()
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        println!("{}", serde_json::to_string(&ready)?);
+        bound.serve(super::workload::shutdown_signal()).await;
+        Ok(())
+    })
+}
