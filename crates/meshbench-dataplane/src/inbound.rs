@@ -12,7 +12,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::SidecarConfig;
+use crate::l7::{serve_http, upstream_client, InboundContext, UpstreamClient};
+use crate::upstream::UpstreamConnector;
+use crate::{ProxyMode, SidecarConfig};
 
 /// First byte of a TLS handshake record (ClientHello).
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -24,6 +26,8 @@ pub(crate) struct Inbound {
     policy: Arc<Policy>,
     tls: Option<TlsAcceptor>,
     detect_timeout: Duration,
+    /// L7 mode: pooled connections to the app.
+    app_client: Option<UpstreamClient>,
 }
 
 impl Inbound {
@@ -39,6 +43,8 @@ impl Inbound {
             policy: config.policy.clone(),
             tls: tls.map(|c| TlsAcceptor::from(Arc::new(c))),
             detect_timeout: config.detect_timeout,
+            app_client: (config.mode == ProxyMode::L7)
+                .then(|| upstream_client(UpstreamConnector::new(app, None))),
         }
     }
 
@@ -84,8 +90,27 @@ impl Inbound {
 
     async fn forward_if_allowed<S>(&self, mut downstream: S, peer: &Peer)
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        if let Some(client) = &self.app_client {
+            // L7: peer authentication per connection, authorization per request.
+            let admitted = self
+                .policy
+                .admits_connection(&self.namespace, &self.workload, peer);
+            if !admitted.allowed {
+                tracing::info!(?peer, reason = %admitted.reason, "inbound connection refused");
+                return;
+            }
+            let context = InboundContext {
+                namespace: self.namespace.as_str().into(),
+                workload: self.workload.as_str().into(),
+                port: self.app.port(),
+                policy: self.policy.clone(),
+                peer: peer.clone(),
+            };
+            serve_http(downstream, Some(context), client.clone()).await;
+            return;
+        }
         let decision = self.policy.authorize(&Request {
             namespace: &self.namespace,
             workload: &self.workload,

@@ -1,17 +1,21 @@
 //! meshbench's reference mesh data plane, on the stack the best data planes use (tokio,
 //! rustls with aws-lc-rs): the lower bound every real mesh is compared with.
 //!
-//! This module set holds the sidecar's L4 path: inbound protocol detection, mTLS termination
-//! with the peer's SPIFFE ID from its verified certificate, peer authentication and
-//! authorization by the shared policy engine, and byte splicing to the app; outbound mTLS to
-//! the destination's sidecar, verified by the destination's SPIFFE ID.
+//! The sidecar: inbound protocol detection, mTLS termination with the peer's SPIFFE ID from its
+//! verified certificate, peer authentication and authorization by the shared policy engine;
+//! outbound mTLS to the destination's sidecar, verified by the destination's SPIFFE ID. In L4
+//! mode bytes are spliced; in L7 mode HTTP is parsed, every request is authorized (403 on
+//! deny) and forwarded over pooled upstream connections.
 
 mod error;
 mod inbound;
+mod l7;
 mod outbound;
 mod sidecar;
+mod upstream;
 
 pub use error::Error;
 pub use sidecar::{
-    run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, SidecarConfig, SidecarIdentity,
+    run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, ProxyMode, SidecarConfig,
+    SidecarIdentity,
 };

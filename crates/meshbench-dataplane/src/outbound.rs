@@ -8,20 +8,38 @@ use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use crate::l7::{serve_http, upstream_client, UpstreamClient};
+use crate::upstream::UpstreamConnector;
+use crate::ProxyMode;
+
 pub(crate) struct Outbound {
     upstream: SocketAddr,
     tls: Option<TlsConnector>,
+    /// L7 mode: pooled (m)TLS connections to the upstream sidecar.
+    client: Option<UpstreamClient>,
 }
 
 impl Outbound {
-    pub(crate) fn new(upstream: SocketAddr, tls: Option<rustls::ClientConfig>) -> Self {
+    pub(crate) fn new(
+        upstream: SocketAddr,
+        tls: Option<rustls::ClientConfig>,
+        mode: ProxyMode,
+    ) -> Self {
+        let tls = tls.map(|c| TlsConnector::from(Arc::new(c)));
+        let client = (mode == ProxyMode::L7)
+            .then(|| upstream_client(UpstreamConnector::new(upstream, tls.clone())));
         Outbound {
             upstream,
-            tls: tls.map(|c| TlsConnector::from(Arc::new(c))),
+            tls,
+            client,
         }
     }
 
     pub(crate) async fn handle(&self, mut app: TcpStream) {
+        if let Some(client) = &self.client {
+            serve_http(app, None, client.clone()).await;
+            return;
+        }
         let mut upstream = match TcpStream::connect(self.upstream).await {
             Ok(s) => s,
             Err(e) => {

@@ -40,6 +40,16 @@ pub struct OutboundRoute {
     pub upstream_id: Option<SpiffeId>,
 }
 
+/// What the sidecar understands of the traffic it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// Bytes are spliced; authorization by identity and port, deny closes the connection.
+    L4,
+    /// HTTP/1.1 and HTTP/2 parsed; per-request authorization with method and path, deny is a
+    /// 403; upstream connections pooled.
+    L7,
+}
+
 #[derive(Debug, Clone)]
 pub struct SidecarConfig {
     pub namespace: String,
@@ -48,6 +58,7 @@ pub struct SidecarConfig {
     pub identity: Option<SidecarIdentity>,
     /// Off: plaintext between sidecars (E1's throughput decomposition).
     pub mtls: bool,
+    pub mode: ProxyMode,
     pub policy: Arc<Policy>,
     pub inbound: Option<InboundConfig>,
     pub outbound: Vec<OutboundRoute>,
@@ -112,7 +123,7 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
             )?),
             _ => None,
         };
-        let handler = Outbound::new(route.upstream, tls);
+        let handler = Outbound::new(route.upstream, tls, config.mode);
         bound
             .outbound
             .push((listen(route.listen).await?, Arc::new(handler)));

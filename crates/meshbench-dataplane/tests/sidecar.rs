@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use meshbench_dataplane::{
-    run_sidecar, InboundConfig, OutboundRoute, SidecarConfig, SidecarIdentity,
+    run_sidecar, InboundConfig, OutboundRoute, ProxyMode, SidecarConfig, SidecarIdentity,
 };
 use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
 use meshbench_loadgen::{run_load, LoadConfig, LoadModel, LoadResult, Outcome, Stop, Target};
@@ -87,12 +87,17 @@ impl Lab {
 
     /// The calculator's inbound sidecar in front of an echo app.
     fn calculator(&self, policy: &str, mtls: bool) -> SocketAddr {
+        self.calculator_in(policy, mtls, ProxyMode::L4)
+    }
+
+    fn calculator_in(&self, policy: &str, mtls: bool, mode: ProxyMode) -> SocketAddr {
         let app = self.echo_app();
         self.sidecar(SidecarConfig {
             namespace: "app".into(),
             workload: "calculator".into(),
             identity: Some(self.identity("calculator")),
             mtls,
+            mode,
             policy: Arc::new(Policy::from_yaml(policy).unwrap()),
             inbound: Some(InboundConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),
@@ -107,11 +112,23 @@ impl Lab {
 
     /// A client's outbound sidecar routing to `upstream`, expecting `upstream_sa`.
     fn client(&self, sa: &str, upstream: SocketAddr, upstream_sa: &str, mtls: bool) -> SocketAddr {
+        self.client_in(sa, upstream, upstream_sa, mtls, ProxyMode::L4)
+    }
+
+    fn client_in(
+        &self,
+        sa: &str,
+        upstream: SocketAddr,
+        upstream_sa: &str,
+        mtls: bool,
+        mode: ProxyMode,
+    ) -> SocketAddr {
         self.sidecar(SidecarConfig {
             namespace: "app".into(),
             workload: sa.into(),
             identity: Some(self.identity(sa)),
             mtls,
+            mode,
             policy: Arc::new(Policy::from_yaml("{}").unwrap()),
             inbound: None,
             outbound: vec![OutboundRoute {
@@ -201,4 +218,65 @@ fn without_mtls_the_pair_forwards_plaintext() {
     let calculator = lab.calculator("{}", false);
     let client = lab.client("experimenter", calculator, "calculator", false);
     assert_eq!(only_outcome(&requests(client, 50)), Outcome::Http(200));
+}
+
+const L7_POLICY: &str = r#"
+peer_authentication:
+  - { name: strict-app, namespace: app, mode: STRICT }
+authorization:
+  - name: no-admin
+    namespace: app
+    workload: calculator
+    action: DENY
+    rules:
+      - to: { paths: ["/admin/*"] }
+  - name: calculator-only-from-experimenter
+    namespace: app
+    workload: calculator
+    action: ALLOW
+    rules:
+      - from: { principals: [cluster.local/ns/app/sa/experimenter] }
+        to: { methods: [GET] }
+"#;
+
+fn requests_to(url: &str, n: u64) -> LoadResult {
+    let mut config =
+        LoadConfig::open_loop(Target::parse(url).unwrap(), 1.0, 2, Duration::from_secs(1));
+    config.model = LoadModel::ClosedLoop;
+    config.stop = Stop::Requests(n);
+    config.timeout = Duration::from_secs(2);
+    run_load(config).unwrap()
+}
+
+#[test]
+fn l7_authorizes_every_request_and_answers_403_on_deny() {
+    let lab = Lab::new();
+    let calculator = lab.calculator_in(L7_POLICY, true, ProxyMode::L7);
+    let experimenter = lab.client_in(
+        "experimenter",
+        calculator,
+        "calculator",
+        true,
+        ProxyMode::L7,
+    );
+    let ok = requests_to(&format!("http://{experimenter}/"), 200);
+    assert_eq!(only_outcome(&ok), Outcome::Http(200));
+
+    let admin = requests_to(&format!("http://{experimenter}/admin/users"), 10);
+    assert_eq!(only_outcome(&admin), Outcome::Http(403), "DENY on the path");
+
+    // At L7 a refused identity is an HTTP 403 per request, not a dropped connection.
+    let checker = lab.client_in(
+        "security-checker",
+        calculator,
+        "calculator",
+        true,
+        ProxyMode::L7,
+    );
+    let denied = requests_to(&format!("http://{checker}/"), 10);
+    assert_eq!(only_outcome(&denied), Outcome::Http(403));
+
+    // Peer authentication still works per connection: STRICT refuses plaintext outright.
+    let plaintext = requests_to(&format!("http://{calculator}/"), 5);
+    assert_eq!(only_outcome(&plaintext), Outcome::ConnectionReset);
 }

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use meshbench_dataplane::{
-    run_sidecar, InboundConfig, OutboundRoute, SidecarConfig, SidecarIdentity,
+    run_sidecar, InboundConfig, OutboundRoute, ProxyMode, SidecarConfig, SidecarIdentity,
 };
 use meshbench_identity::SpiffeId;
 use meshbench_lab::ReadyEvent;
@@ -17,7 +17,7 @@ use super::BadInput;
 
 #[derive(Debug, Subcommand)]
 pub enum ProxyCommand {
-    /// A sidecar in front of one workload: inbound mTLS + policy, outbound mTLS (L4).
+    /// A sidecar in front of one workload: inbound mTLS + policy, outbound mTLS.
     Sidecar(SidecarArgs),
 }
 
@@ -40,6 +40,9 @@ pub struct SidecarArgs {
     /// Plaintext between sidecars (for measuring what mTLS itself costs).
     #[arg(long)]
     no_mtls: bool,
+    /// l4: splice bytes, authorize by identity; l7: parse HTTP, authorize every request.
+    #[arg(long, value_enum, default_value = "l4")]
+    mode: Mode,
     /// Policy file (YAML); without one, PERMISSIVE and allow-all.
     #[arg(long)]
     policy: Option<PathBuf>,
@@ -52,6 +55,12 @@ pub struct SidecarArgs {
     /// Runtime worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Mode {
+    L4,
+    L7,
 }
 
 fn parse_inbound(value: &str) -> Result<(SocketAddr, SocketAddr), String> {
@@ -109,6 +118,10 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
         workload: a.workload,
         identity,
         mtls: !a.no_mtls,
+        mode: match a.mode {
+            Mode::L4 => ProxyMode::L4,
+            Mode::L7 => ProxyMode::L7,
+        },
         policy: Arc::new(policy),
         inbound: a.inbound.map(|(listen, app)| InboundConfig { listen, app }),
         outbound: a
