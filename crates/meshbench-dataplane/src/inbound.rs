@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use meshbench_identity::spiffe_ids_of;
 use meshbench_policy::{Peer, Policy, Request};
@@ -12,7 +12,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::l7::{serve_http, upstream_client, InboundContext, UpstreamClient};
+use crate::l7::{serve_http, upstream_client, InboundContext, Recording, UpstreamClient};
+use crate::metrics::{Direction, ProxyMetrics};
 use crate::upstream::UpstreamConnector;
 use crate::{ProxyMode, SidecarConfig};
 
@@ -28,6 +29,7 @@ pub(crate) struct Inbound {
     detect_timeout: Duration,
     /// L7 mode: pooled connections to the app.
     app_client: Option<UpstreamClient>,
+    metrics: Option<Arc<ProxyMetrics>>,
 }
 
 impl Inbound {
@@ -44,11 +46,16 @@ impl Inbound {
             tls: tls.map(|c| TlsAcceptor::from(Arc::new(c))),
             detect_timeout: config.detect_timeout,
             app_client: (config.mode == ProxyMode::L7)
-                .then(|| upstream_client(UpstreamConnector::new(app, None))),
+                .then(|| upstream_client(UpstreamConnector::new(app, None, None))),
+            metrics: config.metrics.clone(),
         }
     }
 
     pub(crate) async fn handle(&self, stream: TcpStream, peer_addr: SocketAddr) {
+        let _open = self
+            .metrics
+            .as_ref()
+            .map(|m| m.connection(Direction::Inbound));
         let source_ip = Some(peer_addr.ip());
         let mut first = [0u8; 1];
         let is_tls = match tokio::time::timeout(self.detect_timeout, stream.peek(&mut first)).await
@@ -59,6 +66,7 @@ impl Inbound {
         };
         match (is_tls, &self.tls) {
             (true, Some(acceptor)) => {
+                let started = Instant::now();
                 let tls = match acceptor.accept(stream).await {
                     Ok(tls) => tls,
                     Err(e) => {
@@ -66,6 +74,9 @@ impl Inbound {
                         return;
                     }
                 };
+                if let Some(m) = &self.metrics {
+                    m.tls_handshake(Direction::Inbound, started.elapsed());
+                }
                 let id = tls
                     .get_ref()
                     .1
@@ -108,7 +119,11 @@ impl Inbound {
                 policy: self.policy.clone(),
                 peer: peer.clone(),
             };
-            serve_http(downstream, Some(context), client.clone()).await;
+            let recording = self.metrics.clone().map(|metrics| Recording {
+                metrics,
+                direction: Direction::Inbound,
+            });
+            serve_http(downstream, Some(context), client.clone(), recording).await;
             return;
         }
         let decision = self.policy.authorize(&Request {
@@ -118,6 +133,9 @@ impl Inbound {
             peer,
             http: None,
         });
+        if let Some(m) = &self.metrics {
+            m.authorized(decision.allowed);
+        }
         if !decision.allowed {
             tracing::info!(?peer, reason = %decision.reason, "inbound connection denied");
             return;
@@ -130,6 +148,12 @@ impl Inbound {
             }
         };
         let _ = app.set_nodelay(true);
-        let _ = tokio::io::copy_bidirectional(&mut downstream, &mut app).await;
+        if let Ok((forward, backward)) =
+            tokio::io::copy_bidirectional(&mut downstream, &mut app).await
+        {
+            if let Some(m) = &self.metrics {
+                m.carried(Direction::Inbound, forward, backward);
+            }
+        }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{header, HeaderMap, Request, Response, StatusCode, Uri};
@@ -16,6 +17,7 @@ use hyper_util::server::conn::auto;
 use meshbench_policy::{Peer, Policy, Request as PolicyRequest};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::metrics::{Direction, ProxyMetrics};
 use crate::upstream::UpstreamConnector;
 
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
@@ -25,6 +27,13 @@ pub(crate) fn upstream_client(connector: UpstreamConnector) -> UpstreamClient {
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(usize::MAX)
         .build(connector)
+}
+
+/// Where responses are counted.
+#[derive(Clone)]
+pub(crate) struct Recording {
+    pub metrics: Arc<ProxyMetrics>,
+    pub direction: Direction,
 }
 
 /// Who is asking, where to: the part of the policy request fixed per connection.
@@ -39,14 +48,26 @@ pub(crate) struct InboundContext {
 
 /// Serves HTTP on `io`, authorizing every request when `inbound` is set, forwarding it to
 /// `client`'s upstream.
-pub(crate) async fn serve_http<S>(io: S, inbound: Option<InboundContext>, client: UpstreamClient)
-where
+pub(crate) async fn serve_http<S>(
+    io: S,
+    inbound: Option<InboundContext>,
+    client: UpstreamClient,
+    recording: Option<Recording>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let inbound = inbound.clone();
         let client = client.clone();
-        async move { Ok::<_, Infallible>(handle(req, inbound.as_ref(), &client).await) }
+        let recording = recording.clone();
+        async move {
+            let started = Instant::now();
+            let response = handle(req, inbound.as_ref(), &client, recording.as_ref()).await;
+            if let Some(r) = &recording {
+                r.metrics.response(r.direction, response.status(), started);
+            }
+            Ok::<_, Infallible>(response)
+        }
     });
     let builder = auto::Builder::new(TokioExecutor::new());
     if let Err(e) = builder.serve_connection(TokioIo::new(io), service).await {
@@ -58,6 +79,7 @@ async fn handle(
     req: Request<Incoming>,
     inbound: Option<&InboundContext>,
     client: &UpstreamClient,
+    recording: Option<&Recording>,
 ) -> Response<ProxyBody> {
     if let Some(ctx) = inbound {
         let decision = ctx.policy.authorize(&PolicyRequest {
@@ -67,6 +89,9 @@ async fn handle(
             peer: &ctx.peer,
             http: Some((req.method().as_str(), req.uri().path())),
         });
+        if let Some(r) = recording {
+            r.metrics.authorized(decision.allowed);
+        }
         if !decision.allowed {
             tracing::info!(peer = ?ctx.peer, reason = %decision.reason, "request denied");
             return text(StatusCode::FORBIDDEN, "RBAC: access denied\n");

@@ -10,11 +10,13 @@
 mod error;
 mod inbound;
 mod l7;
+mod metrics;
 mod outbound;
 mod sidecar;
 mod upstream;
 
 pub use error::Error;
+pub use metrics::{bind_admin, serve_admin, ProxyMetrics};
 pub use sidecar::{
     run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, ProxyMode, SidecarConfig,
     SidecarIdentity,

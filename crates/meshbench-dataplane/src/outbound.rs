@@ -3,12 +3,14 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::l7::{serve_http, upstream_client, UpstreamClient};
+use crate::l7::{serve_http, upstream_client, Recording, UpstreamClient};
+use crate::metrics::{Direction, ProxyMetrics};
 use crate::upstream::UpstreamConnector;
 use crate::ProxyMode;
 
@@ -17,6 +19,7 @@ pub(crate) struct Outbound {
     tls: Option<TlsConnector>,
     /// L7 mode: pooled (m)TLS connections to the upstream sidecar.
     client: Option<UpstreamClient>,
+    metrics: Option<Arc<ProxyMetrics>>,
 }
 
 impl Outbound {
@@ -24,20 +27,35 @@ impl Outbound {
         upstream: SocketAddr,
         tls: Option<rustls::ClientConfig>,
         mode: ProxyMode,
+        metrics: Option<Arc<ProxyMetrics>>,
     ) -> Self {
         let tls = tls.map(|c| TlsConnector::from(Arc::new(c)));
-        let client = (mode == ProxyMode::L7)
-            .then(|| upstream_client(UpstreamConnector::new(upstream, tls.clone())));
+        let client = (mode == ProxyMode::L7).then(|| {
+            upstream_client(UpstreamConnector::new(
+                upstream,
+                tls.clone(),
+                metrics.clone(),
+            ))
+        });
         Outbound {
             upstream,
             tls,
             client,
+            metrics,
         }
     }
 
     pub(crate) async fn handle(&self, mut app: TcpStream) {
+        let _open = self
+            .metrics
+            .as_ref()
+            .map(|m| m.connection(Direction::Outbound));
         if let Some(client) = &self.client {
-            serve_http(app, None, client.clone()).await;
+            let recording = self.metrics.clone().map(|metrics| Recording {
+                metrics,
+                direction: Direction::Outbound,
+            });
+            serve_http(app, None, client.clone(), recording).await;
             return;
         }
         let mut upstream = match TcpStream::connect(self.upstream).await {
@@ -52,9 +70,13 @@ impl Outbound {
             Some(connector) => {
                 // The verifier checks the SPIFFE ID; the name only feeds SNI.
                 let name = ServerName::IpAddress(self.upstream.ip().into());
+                let started = Instant::now();
                 match connector.connect(name, upstream).await {
                     Ok(mut tls) => {
-                        let _ = tokio::io::copy_bidirectional(&mut app, &mut tls).await;
+                        if let Some(m) = &self.metrics {
+                            m.tls_handshake(Direction::Outbound, started.elapsed());
+                        }
+                        self.record(tokio::io::copy_bidirectional(&mut app, &mut tls).await);
                     }
                     Err(e) => {
                         tracing::info!(upstream = %self.upstream, error = %e, "outbound mTLS refused");
@@ -62,8 +84,14 @@ impl Outbound {
                 }
             }
             None => {
-                let _ = tokio::io::copy_bidirectional(&mut app, &mut upstream).await;
+                self.record(tokio::io::copy_bidirectional(&mut app, &mut upstream).await);
             }
+        }
+    }
+
+    fn record(&self, copied: std::io::Result<(u64, u64)>) {
+        if let (Some(m), Ok((forward, backward))) = (&self.metrics, copied) {
+            m.carried(Direction::Outbound, forward, backward);
         }
     }
 }

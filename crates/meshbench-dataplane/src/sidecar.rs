@@ -13,6 +13,7 @@ use meshbench_policy::Policy;
 use tokio::net::TcpListener;
 
 use crate::inbound::Inbound;
+use crate::metrics::ProxyMetrics;
 use crate::outbound::Outbound;
 use crate::Error;
 
@@ -59,6 +60,8 @@ pub struct SidecarConfig {
     /// Off: plaintext between sidecars (E1's throughput decomposition).
     pub mtls: bool,
     pub mode: ProxyMode,
+    /// `None`: no metrics are recorded (what metrics cost is part of E1's decomposition).
+    pub metrics: Option<Arc<ProxyMetrics>>,
     pub policy: Arc<Policy>,
     pub inbound: Option<InboundConfig>,
     pub outbound: Vec<OutboundRoute>,
@@ -91,6 +94,12 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
             ))
         }
     };
+    if let (Some(metrics), Some(id)) = (&config.metrics, &identity) {
+        let leaf = meshbench_identity::load_certs(&id.cert)?.remove(0);
+        if let Some(expiry) = meshbench_identity::not_after_unix(&leaf) {
+            metrics.set_certificate_expiry(expiry);
+        }
+    }
     let mut bound = BoundSidecar {
         inbound: None,
         outbound: Vec::new(),
@@ -123,7 +132,7 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
             )?),
             _ => None,
         };
-        let handler = Outbound::new(route.upstream, tls, config.mode);
+        let handler = Outbound::new(route.upstream, tls, config.mode, config.metrics.clone());
         bound
             .outbound
             .push((listen(route.listen).await?, Arc::new(handler)));

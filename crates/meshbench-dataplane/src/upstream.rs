@@ -6,7 +6,9 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use http::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection};
@@ -16,15 +18,26 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+use crate::metrics::{Direction, ProxyMetrics};
+
 #[derive(Clone)]
 pub(crate) struct UpstreamConnector {
     upstream: SocketAddr,
     tls: Option<TlsConnector>,
+    metrics: Option<Arc<ProxyMetrics>>,
 }
 
 impl UpstreamConnector {
-    pub(crate) fn new(upstream: SocketAddr, tls: Option<TlsConnector>) -> Self {
-        UpstreamConnector { upstream, tls }
+    pub(crate) fn new(
+        upstream: SocketAddr,
+        tls: Option<TlsConnector>,
+        metrics: Option<Arc<ProxyMetrics>>,
+    ) -> Self {
+        UpstreamConnector {
+            upstream,
+            tls,
+            metrics,
+        }
     }
 }
 
@@ -52,7 +65,11 @@ impl tower_service::Service<Uri> for UpstreamConnector {
                 Some(connector) => {
                     // The verifier checks the SPIFFE ID; the name only feeds SNI.
                     let name = ServerName::IpAddress(this.upstream.ip().into());
+                    let started = Instant::now();
                     let tls = connector.connect(name, tcp).await?;
+                    if let Some(m) = &this.metrics {
+                        m.tls_handshake(Direction::Outbound, started.elapsed());
+                    }
                     Ok(UpstreamIo::Tls(Box::new(TokioIo::new(tls))))
                 }
                 None => Ok(UpstreamIo::Plain(TokioIo::new(tcp))),

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use meshbench_dataplane::{
-    run_sidecar, InboundConfig, OutboundRoute, ProxyMode, SidecarConfig, SidecarIdentity,
+    bind_admin, run_sidecar, serve_admin, InboundConfig, OutboundRoute, ProxyMetrics, ProxyMode,
+    SidecarConfig, SidecarIdentity,
 };
 use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
 use meshbench_loadgen::{run_load, LoadConfig, LoadModel, LoadResult, Outcome, Stop, Target};
@@ -30,6 +31,8 @@ struct Lab {
     _dir: tempfile::TempDir,
     runtime: tokio::runtime::Runtime,
     ca_dir: std::path::PathBuf,
+    /// Metrics of the server-side (calculator) sidecars.
+    metrics: Option<Arc<ProxyMetrics>>,
 }
 
 impl Lab {
@@ -47,6 +50,7 @@ impl Lab {
             _dir: dir,
             runtime: meshbench_workload::runtime(Some(1)).unwrap(),
             ca_dir,
+            metrics: None,
         }
     }
 
@@ -98,6 +102,7 @@ impl Lab {
             identity: Some(self.identity("calculator")),
             mtls,
             mode,
+            metrics: self.metrics.clone(),
             policy: Arc::new(Policy::from_yaml(policy).unwrap()),
             inbound: Some(InboundConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),
@@ -129,6 +134,7 @@ impl Lab {
             identity: Some(self.identity(sa)),
             mtls,
             mode,
+            metrics: None,
             policy: Arc::new(Policy::from_yaml("{}").unwrap()),
             inbound: None,
             outbound: vec![OutboundRoute {
@@ -279,4 +285,139 @@ fn l7_authorizes_every_request_and_answers_403_on_deny() {
     // Peer authentication still works per connection: STRICT refuses plaintext outright.
     let plaintext = requests_to(&format!("http://{calculator}/"), 5);
     assert_eq!(only_outcome(&plaintext), Outcome::ConnectionReset);
+}
+
+/// The value of the sample `name` with exactly these labels, from an exposition.
+fn sample(exposition: &str, name_and_labels: &str) -> f64 {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name_and_labels} in:\n{exposition}"))
+}
+
+#[test]
+fn metrics_are_served_on_the_admin_port_and_pass_promtool() {
+    let mut lab = Lab::new();
+    let metrics = Arc::new(ProxyMetrics::new());
+    lab.metrics = Some(metrics.clone());
+    let calculator = lab.calculator_in(L7_POLICY, true, ProxyMode::L7);
+    let experimenter = lab.client_in(
+        "experimenter",
+        calculator,
+        "calculator",
+        true,
+        ProxyMode::L7,
+    );
+    let checker = lab.client_in(
+        "security-checker",
+        calculator,
+        "calculator",
+        true,
+        ProxyMode::L7,
+    );
+    assert_eq!(
+        only_outcome(&requests_to(&format!("http://{experimenter}/"), 30)),
+        Outcome::Http(200)
+    );
+    assert_eq!(
+        only_outcome(&requests_to(&format!("http://{checker}/"), 7)),
+        Outcome::Http(403)
+    );
+
+    let admin = lab
+        .runtime
+        .block_on(bind_admin("127.0.0.1:0".parse().unwrap()))
+        .unwrap();
+    let admin_addr = admin.local_addr().unwrap();
+    lab.runtime
+        .spawn(serve_admin(admin, metrics, std::future::pending()));
+    let exposition = lab.runtime.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(admin_addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        s.read_to_string(&mut response).await.unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_owned()
+    });
+
+    let inbound_ok = r#"meshbench_proxy_responses_total{direction="inbound",status_code="200"}"#;
+    let inbound_403 = r#"meshbench_proxy_responses_total{direction="inbound",status_code="403"}"#;
+    assert_eq!(sample(&exposition, inbound_ok), 30.0);
+    assert_eq!(sample(&exposition, inbound_403), 7.0);
+    assert_eq!(
+        sample(
+            &exposition,
+            r#"meshbench_proxy_authorization_decisions_total{decision="deny"}"#
+        ),
+        7.0
+    );
+    assert_eq!(
+        sample(
+            &exposition,
+            r#"meshbench_proxy_authorization_decisions_total{decision="allow"}"#
+        ),
+        30.0
+    );
+    assert!(
+        sample(
+            &exposition,
+            r#"meshbench_proxy_tls_handshake_duration_seconds_count{direction="inbound"}"#
+        ) >= 2.0
+    );
+    let expiry = sample(
+        &exposition,
+        "meshbench_proxy_certificate_expiration_timestamp_seconds",
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        expiry > now && expiry < now + 2.0 * 86_400.0,
+        "expiry {expiry}"
+    );
+
+    let openmetrics = lab.runtime.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(admin_addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nAccept: application/openmetrics-text\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        s.read_to_string(&mut response).await.unwrap();
+        response
+    });
+    assert!(
+        openmetrics.contains("application/openmetrics-text")
+            && openmetrics.trim_end().ends_with("# EOF")
+    );
+
+    let Some(promtool) = meshbench_testkit::require_tool("promtool") else {
+        return;
+    };
+    let mut check = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool rejected the exposition: {}{}\n{exposition}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -16,6 +16,6 @@ mod verifier;
 pub use ca::{CertificateAuthority, IssueOptions, IssuedSvid, DEFAULT_SVID_TTL};
 pub use error::Error;
 pub use pem::{load_certs, load_private_key};
-pub use spiffe::{spiffe_ids_of, SpiffeId};
+pub use spiffe::{not_after_unix, spiffe_ids_of, SpiffeId};
 pub use tls::{client_config, server_config, ClientTlsFiles, ServerTlsFiles};
 pub use verifier::SpiffeServerVerifier;

@@ -139,6 +139,12 @@ pub fn spiffe_ids_of(cert: &CertificateDer<'_>) -> Vec<SpiffeId> {
         .collect()
 }
 
+/// When a certificate expires, in Unix seconds.
+pub fn not_after_unix(cert: &CertificateDer<'_>) -> Option<i64> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    Some(parsed.validity().not_after.timestamp())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,9 @@ pub struct ReadyEvent {
     /// Outbound listeners, for proxies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbound: Vec<String>,
+    /// Admin endpoint (metrics), for proxies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<String>,
 }
 
 impl ReadyEvent {
@@ -30,6 +33,7 @@ impl ReadyEvent {
             event: "ready".to_owned(),
             addr,
             outbound: Vec::new(),
+            admin: None,
         }
     }
 }

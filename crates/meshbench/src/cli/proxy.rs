@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use meshbench_dataplane::{
-    run_sidecar, InboundConfig, OutboundRoute, ProxyMode, SidecarConfig, SidecarIdentity,
+    bind_admin, run_sidecar, serve_admin, InboundConfig, OutboundRoute, ProxyMetrics, ProxyMode,
+    SidecarConfig, SidecarIdentity,
 };
 use meshbench_identity::SpiffeId;
 use meshbench_lab::ReadyEvent;
@@ -52,6 +53,12 @@ pub struct SidecarArgs {
     /// Outbound route: LISTEN=UPSTREAM or LISTEN=UPSTREAM#SPIFFE_ID (repeatable).
     #[arg(long, value_parser = parse_outbound)]
     outbound: Vec<(SocketAddr, SocketAddr, Option<SpiffeId>)>,
+    /// Serve Prometheus metrics on this address (GET /metrics).
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// Record no metrics at all (part of E1's throughput decomposition).
+    #[arg(long, conflicts_with = "admin")]
+    no_metrics: bool,
     /// Runtime worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -113,11 +120,13 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
         (Some(cert), Some(key), Some(ca)) => Some(SidecarIdentity { cert, key, ca }),
         _ => None,
     };
+    let metrics = (!a.no_metrics).then(|| Arc::new(ProxyMetrics::new()));
     let config = SidecarConfig {
         namespace: a.namespace,
         workload: a.workload,
         identity,
         mtls: !a.no_mtls,
+        metrics: metrics.clone(),
         mode: match a.mode {
             Mode::L4 => ProxyMode::L4,
             Mode::L7 => ProxyMode::L7,
@@ -135,6 +144,7 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
             .collect(),
         detect_timeout: Duration::from_secs(5),
     };
+    let admin = a.admin;
     let runtime = meshbench_workload::runtime(a.threads)?;
     runtime.block_on(async move {
         let bound = run_sidecar(config).await?;
@@ -144,6 +154,11 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
             .iter()
             .map(|a| a.to_string())
             .collect();
+        if let (Some(addr), Some(metrics)) = (admin, metrics) {
+            let listener = bind_admin(addr).await?;
+            ready.admin = Some(listener.local_addr()?.to_string());
+            tokio::spawn(serve_admin(listener, metrics, std::future::pending()));
+        }
         println!("{}", serde_json::to_string(&ready)?);
         bound.serve(super::workload::shutdown_signal()).await;
         Ok(())
