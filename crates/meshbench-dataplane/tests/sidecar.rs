@@ -295,6 +295,20 @@ fn sample(exposition: &str, name_and_labels: &str) -> f64 {
         .unwrap_or_else(|| panic!("no sample {name_and_labels} in:\n{exposition}"))
 }
 
+/// `GET /metrics` on the admin endpoint: the response head and body.
+async fn scrape(admin: SocketAddr, accept: Option<&str>) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(admin).await.unwrap();
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    let request =
+        format!("GET /metrics HTTP/1.1\r\nHost: admin\r\n{accept}Connection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.to_owned(), body.to_owned())
+}
+
 #[test]
 fn metrics_are_served_on_the_admin_port_and_pass_promtool() {
     let mut lab = Lab::new();
@@ -331,18 +345,8 @@ fn metrics_are_served_on_the_admin_port_and_pass_promtool() {
     let admin_addr = admin.local_addr().unwrap();
     lab.runtime
         .spawn(serve_admin(admin, metrics, std::future::pending()));
-    let exposition = lab.runtime.block_on(async {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(admin_addr).await.unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut response = String::new();
-        s.read_to_string(&mut response).await.unwrap();
-        let (head, body) = response.split_once("\r\n\r\n").unwrap();
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        body.to_owned()
-    });
+    let (head, exposition) = lab.runtime.block_on(scrape(admin_addr, None));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 
     let inbound_ok = r#"meshbench_proxy_responses_total{direction="inbound",status_code="200"}"#;
     let inbound_403 = r#"meshbench_proxy_responses_total{direction="inbound",status_code="403"}"#;
@@ -381,20 +385,11 @@ fn metrics_are_served_on_the_admin_port_and_pass_promtool() {
         "expiry {expiry}"
     );
 
-    let openmetrics = lab.runtime.block_on(async {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(admin_addr).await.unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nAccept: application/openmetrics-text\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut response = String::new();
-        s.read_to_string(&mut response).await.unwrap();
-        response
-    });
-    assert!(
-        openmetrics.contains("application/openmetrics-text")
-            && openmetrics.trim_end().ends_with("# EOF")
-    );
+    let (head, openmetrics) = lab
+        .runtime
+        .block_on(scrape(admin_addr, Some("application/openmetrics-text")));
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(openmetrics.trim_end().ends_with("# EOF"));
 
     let Some(promtool) = meshbench_testkit::require_tool("promtool") else {
         return;

@@ -26,13 +26,7 @@ pub fn render_html(result: &RunResult) -> String {
         let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", escape(&key), escape(&value));
     }
     out.push_str("</dl>\n");
-    let figures = tables::figures(result);
-    for table in [
-        tables::absolute_table(&figures),
-        tables::overhead_table(&figures),
-        tables::component_table(result),
-        tables::outcome_table(result),
-    ] {
+    for table in tables::report_tables(result) {
         write_table(&mut out, &table);
     }
     out.push_str("</body></html>\n");

@@ -11,13 +11,7 @@ pub fn render_markdown(result: &RunResult) -> String {
     for (key, value) in tables::header_lines(result) {
         let _ = writeln!(out, "- **{key}**: {value}");
     }
-    let figures = tables::figures(result);
-    for table in [
-        tables::absolute_table(&figures),
-        tables::overhead_table(&figures),
-        tables::component_table(result),
-        tables::outcome_table(result),
-    ] {
+    for table in tables::report_tables(result) {
         out.push('\n');
         write_table(&mut out, &table);
     }

@@ -120,6 +120,14 @@ fn load_label(f: &Figures) -> String {
     format!("{} rps / {} conns", fmt_num(f.rps), f.connections)
 }
 
+fn cell_label(c: &Cell) -> String {
+    format!(
+        "{} rps / {} conns",
+        fmt_num(c.load_point.rps),
+        c.load_point.connections
+    )
+}
+
 fn fmt_num(x: f64) -> String {
     if x.fract() == 0.0 {
         format!("{x:.0}")
@@ -215,11 +223,7 @@ pub fn component_table(result: &RunResult) -> Table {
         .flat_map(|c| {
             c.resources.iter().map(move |r| {
                 vec![
-                    format!(
-                        "{} rps / {} conns",
-                        fmt_num(c.load_point.rps),
-                        c.load_point.connections
-                    ),
+                    cell_label(c),
                     c.scenario.clone(),
                     c.repetition.to_string(),
                     r.component.clone(),
@@ -268,11 +272,7 @@ pub fn outcome_table(result: &RunResult) -> Table {
         .iter()
         .map(|c| {
             let mut row = vec![
-                format!(
-                    "{} rps / {} conns",
-                    fmt_num(c.load_point.rps),
-                    c.load_point.connections
-                ),
+                cell_label(c),
                 c.scenario.clone(),
                 c.repetition.to_string(),
                 c.load.sent.to_string(),
@@ -289,6 +289,17 @@ pub fn outcome_table(result: &RunResult) -> Table {
         headers,
         rows,
     }
+}
+
+/// Every table of a run's report, in report order: Markdown and HTML render this one list.
+pub fn report_tables(result: &RunResult) -> Vec<Table> {
+    let figures = figures(result);
+    vec![
+        absolute_table(&figures),
+        overhead_table(&figures),
+        component_table(result),
+        outcome_table(result),
+    ]
 }
 
 /// Status, environment and configuration lines shown above the tables.
