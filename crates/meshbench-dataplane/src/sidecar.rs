@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId};
+use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId, TlsOptions};
 use meshbench_policy::Policy;
 use tokio::net::TcpListener;
 
@@ -59,6 +59,8 @@ pub struct SidecarConfig {
     pub identity: Option<SidecarIdentity>,
     /// Off: plaintext between sidecars (E1's throughput decomposition).
     pub mtls: bool,
+    /// Cipher suites and key exchange offered between sidecars (TLS 1.3 only).
+    pub tls: TlsOptions,
     pub mode: ProxyMode,
     /// `None`: no metrics are recorded (what metrics cost is part of E1's decomposition).
     pub metrics: Option<Arc<ProxyMetrics>>,
@@ -106,13 +108,14 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
     };
     if let Some(inbound) = &config.inbound {
         let tls = match (&identity, config.mtls) {
-            (Some(id), true) => Some(meshbench_identity::server_config(
+            (Some(id), true) => Some(meshbench_identity::server_config_with(
                 &ServerTlsFiles {
                     cert: id.cert.clone(),
                     key: id.key.clone(),
                     client_ca: Some(id.ca.clone()),
                 },
                 &[],
+                &config.tls,
             )?),
             _ => None,
         };
@@ -121,7 +124,7 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
     }
     for route in &config.outbound {
         let tls = match (&identity, config.mtls) {
-            (Some(id), true) => Some(meshbench_identity::client_config(
+            (Some(id), true) => Some(meshbench_identity::client_config_with(
                 &ClientTlsFiles {
                     cert: Some(id.cert.clone()),
                     key: Some(id.key.clone()),
@@ -129,6 +132,7 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
                     expect_server_id: route.upstream_id.clone(),
                 },
                 &[],
+                &config.tls,
             )?),
             _ => None,
         };

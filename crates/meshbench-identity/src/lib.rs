@@ -17,5 +17,8 @@ pub use ca::{CertificateAuthority, IssueOptions, IssuedSvid, DEFAULT_SVID_TTL};
 pub use error::Error;
 pub use pem::{load_certs, load_private_key};
 pub use spiffe::{not_after_unix, spiffe_ids_of, SpiffeId};
-pub use tls::{client_config, server_config, ClientTlsFiles, ServerTlsFiles};
+pub use tls::{
+    client_config, client_config_with, server_config, server_config_with, CipherSuite,
+    ClientTlsFiles, KeyExchange, ServerTlsFiles, TlsOptions,
+};
 pub use verifier::SpiffeServerVerifier;

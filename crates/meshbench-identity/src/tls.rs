@@ -30,8 +30,100 @@ pub struct ClientTlsFiles {
     pub expect_server_id: Option<SpiffeId>,
 }
 
+/// TLS 1.3 cipher suites meshbench can be told to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CipherSuite {
+    Aes128Gcm,
+    Aes256Gcm,
+    Chacha20Poly1305,
+}
+
+/// Key exchange groups meshbench can be told to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyExchange {
+    X25519,
+    /// Hybrid post-quantum key exchange (X25519 + ML-KEM-768).
+    X25519Mlkem768,
+}
+
+impl std::str::FromStr for CipherSuite {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
+            "aes128gcm" | "tls13aes128gcmsha256" => Ok(CipherSuite::Aes128Gcm),
+            "aes256gcm" | "tls13aes256gcmsha384" => Ok(CipherSuite::Aes256Gcm),
+            "chacha20poly1305" | "tls13chacha20poly1305sha256" => Ok(CipherSuite::Chacha20Poly1305),
+            _ => Err(Error::InvalidName {
+                field: "cipher suite",
+                value: s.to_owned(),
+                reason: "use aes128gcm, aes256gcm or chacha20poly1305".to_owned(),
+            }),
+        }
+    }
+}
+
+impl std::str::FromStr for KeyExchange {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
+            "x25519" => Ok(KeyExchange::X25519),
+            "x25519mlkem768" => Ok(KeyExchange::X25519Mlkem768),
+            _ => Err(Error::InvalidName {
+                field: "key exchange",
+                value: s.to_owned(),
+                reason: "use x25519 or x25519mlkem768".to_owned(),
+            }),
+        }
+    }
+}
+
+/// What a TLS endpoint offers, in order of preference. TLS 1.3 only, always.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsOptions {
+    pub cipher_suites: Vec<CipherSuite>,
+    pub key_exchange: Vec<KeyExchange>,
+}
+
+impl Default for TlsOptions {
+    /// All three TLS 1.3 suites in rustls' order, and X25519.
+    fn default() -> Self {
+        TlsOptions {
+            cipher_suites: vec![
+                CipherSuite::Aes256Gcm,
+                CipherSuite::Aes128Gcm,
+                CipherSuite::Chacha20Poly1305,
+            ],
+            key_exchange: vec![KeyExchange::X25519],
+        }
+    }
+}
+
+fn provider_with(options: &TlsOptions) -> Arc<rustls::crypto::CryptoProvider> {
+    use rustls::crypto::aws_lc_rs::{cipher_suite, kx_group};
+    Arc::new(rustls::crypto::CryptoProvider {
+        cipher_suites: options
+            .cipher_suites
+            .iter()
+            .map(|s| match s {
+                CipherSuite::Aes128Gcm => cipher_suite::TLS13_AES_128_GCM_SHA256,
+                CipherSuite::Aes256Gcm => cipher_suite::TLS13_AES_256_GCM_SHA384,
+                CipherSuite::Chacha20Poly1305 => cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+            })
+            .collect(),
+        kx_groups: options
+            .key_exchange
+            .iter()
+            .map(|k| match k {
+                KeyExchange::X25519 => kx_group::X25519,
+                KeyExchange::X25519Mlkem768 => kx_group::X25519MLKEM768,
+            })
+            .collect(),
+        ..rustls::crypto::aws_lc_rs::default_provider()
+    })
+}
+
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    provider_with(&TlsOptions::default())
 }
 
 fn root_store(path: &std::path::Path) -> Result<(RootCertStore, Option<String>), Error> {
@@ -52,9 +144,17 @@ fn root_store(path: &std::path::Path) -> Result<(RootCertStore, Option<String>),
 }
 
 pub fn server_config(files: &ServerTlsFiles, alpn: &[&[u8]]) -> Result<ServerConfig, Error> {
+    server_config_with(files, alpn, &TlsOptions::default())
+}
+
+pub fn server_config_with(
+    files: &ServerTlsFiles,
+    alpn: &[&[u8]],
+    options: &TlsOptions,
+) -> Result<ServerConfig, Error> {
     let certs = load_certs(&files.cert)?;
     let key = load_private_key(&files.key)?;
-    let builder = ServerConfig::builder_with_provider(provider())
+    let builder = ServerConfig::builder_with_provider(provider_with(options))
         .with_protocol_versions(&[&rustls::version::TLS13])?;
     let builder = match &files.client_ca {
         Some(ca) => {
@@ -71,13 +171,21 @@ pub fn server_config(files: &ServerTlsFiles, alpn: &[&[u8]]) -> Result<ServerCon
 }
 
 pub fn client_config(files: &ClientTlsFiles, alpn: &[&[u8]]) -> Result<ClientConfig, Error> {
+    client_config_with(files, alpn, &TlsOptions::default())
+}
+
+pub fn client_config_with(
+    files: &ClientTlsFiles,
+    alpn: &[&[u8]],
+    options: &TlsOptions,
+) -> Result<ClientConfig, Error> {
     let (roots, trust_domain) = root_store(&files.ca)?;
     let verifier = SpiffeServerVerifier::new(
         Arc::new(roots),
         trust_domain,
         files.expect_server_id.clone(),
     );
-    let builder = ClientConfig::builder_with_provider(provider())
+    let builder = ClientConfig::builder_with_provider(provider_with(options))
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(verifier));

@@ -10,7 +10,7 @@ use meshbench_dataplane::{
     bind_admin, run_sidecar, serve_admin, InboundConfig, OutboundRoute, ProxyMetrics, ProxyMode,
     SidecarConfig, SidecarIdentity,
 };
-use meshbench_identity::SpiffeId;
+use meshbench_identity::{CipherSuite, KeyExchange, SpiffeId, TlsOptions};
 use meshbench_lab::ReadyEvent;
 use meshbench_policy::Policy;
 
@@ -41,6 +41,16 @@ pub struct SidecarArgs {
     /// Plaintext between sidecars (for measuring what mTLS itself costs).
     #[arg(long)]
     no_mtls: bool,
+    /// TLS 1.3 cipher suites to offer, in order: aes128gcm, aes256gcm, chacha20poly1305.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "aes256gcm,aes128gcm,chacha20poly1305"
+    )]
+    cipher_suites: Vec<CipherSuite>,
+    /// Key exchange groups to offer, in order: x25519, x25519mlkem768.
+    #[arg(long, value_delimiter = ',', default_value = "x25519")]
+    key_exchange: Vec<KeyExchange>,
     /// l4: splice bytes, authorize by identity; l7: parse HTTP, authorize every request.
     #[arg(long, value_enum, default_value = "l4")]
     mode: Mode,
@@ -126,6 +136,10 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
         workload: a.workload,
         identity,
         mtls: !a.no_mtls,
+        tls: TlsOptions {
+            cipher_suites: a.cipher_suites,
+            key_exchange: a.key_exchange,
+        },
         metrics: metrics.clone(),
         mode: match a.mode {
             Mode::L4 => ProxyMode::L4,
