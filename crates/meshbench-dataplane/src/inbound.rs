@@ -123,7 +123,13 @@ impl Inbound {
                 metrics,
                 direction: Direction::Inbound,
             });
-            serve_http(downstream, Some(context), client.clone(), recording).await;
+            serve_http(
+                downstream,
+                Some(Arc::new(context)),
+                client.clone(),
+                recording,
+            )
+            .await;
             return;
         }
         let decision = self.policy.authorize(&Request {

@@ -36,8 +36,8 @@ pub(crate) struct Recording {
     pub direction: Direction,
 }
 
-/// Who is asking, where to: the part of the policy request fixed per connection.
-#[derive(Clone)]
+/// Who is asking, where to: the part of the policy request fixed per connection, shared by
+/// its requests.
 pub(crate) struct InboundContext {
     pub namespace: Arc<str>,
     pub workload: Arc<str>,
@@ -50,7 +50,7 @@ pub(crate) struct InboundContext {
 /// `client`'s upstream.
 pub(crate) async fn serve_http<S>(
     io: S,
-    inbound: Option<InboundContext>,
+    inbound: Option<Arc<InboundContext>>,
     client: UpstreamClient,
     recording: Option<Recording>,
 ) where
@@ -62,7 +62,7 @@ pub(crate) async fn serve_http<S>(
         let recording = recording.clone();
         async move {
             let started = Instant::now();
-            let response = handle(req, inbound.as_ref(), &client, recording.as_ref()).await;
+            let response = handle(req, inbound.as_deref(), &client, recording.as_ref()).await;
             if let Some(r) = &recording {
                 r.metrics.response(r.direction, response.status(), started);
             }

@@ -185,8 +185,13 @@ impl Policy {
                     && p.workload.as_deref().is_none_or(|w| w == req.workload)
             })
             .collect();
+        let facts = PeerFacts::of(req.peer);
         for policy in selected.iter().filter(|p| p.action == Action::Deny) {
-            if policy.rules.iter().any(|r| deny_rule_matches(r, req)) {
+            if policy
+                .rules
+                .iter()
+                .any(|r| deny_rule_matches(r, req, &facts))
+            {
                 return Decision::deny(format!("denied by DENY policy {}", policy.name));
             }
         }
@@ -197,7 +202,7 @@ impl Policy {
         if !allows.is_empty() {
             return match allows
                 .iter()
-                .find(|p| p.rules.iter().any(|r| allow_rule_matches(r, req)))
+                .find(|p| p.rules.iter().any(|r| allow_rule_matches(r, req, &facts)))
             {
                 Some(p) => Decision::allow(format!("allowed by ALLOW policy {}", p.name)),
                 None => {
@@ -234,18 +239,32 @@ impl Policy {
     }
 }
 
+/// What identity conditions are evaluated against, derived once per decision.
+struct PeerFacts {
+    /// `<trust-domain>/ns/<ns>/sa/<sa>`, as Istio writes principals.
+    principal: Option<String>,
+    namespace: Option<String>,
+}
+
+impl PeerFacts {
+    fn of(peer: &Peer) -> Self {
+        let identity = peer.identity();
+        PeerFacts {
+            principal: identity.map(|id| format!("{}{}", id.trust_domain(), id.path())),
+            namespace: identity.and_then(|id| {
+                id.path()
+                    .strip_prefix("/ns/")
+                    .and_then(|rest| rest.split('/').next())
+                    .map(str::to_owned)
+            }),
+        }
+    }
+}
+
 /// Verdicts of every condition a rule sets.
-fn verdicts(rule: &CompiledRule, req: &Request<'_>) -> Vec<Verdict> {
+fn verdicts(rule: &CompiledRule, req: &Request<'_>, facts: &PeerFacts) -> Vec<Verdict> {
     let mut out = Vec::with_capacity(7);
-    let identity = req.peer.identity();
-    // `<trust-domain>/ns/<ns>/sa/<sa>`, as Istio writes principals.
-    let principal = identity.map(|id| format!("{}{}", id.trust_domain(), id.path()));
-    let namespace = identity.and_then(|id| {
-        id.path()
-            .strip_prefix("/ns/")
-            .and_then(|rest| rest.split('/').next())
-            .map(str::to_owned)
-    });
+    let (principal, namespace) = (&facts.principal, &facts.namespace);
     let any = |patterns: &[Pattern], value: &str| patterns.iter().any(|p| p.matches(value));
     let mut identity_condition = |patterns: &[Pattern], value: &Option<String>, negated: bool| {
         if patterns.is_empty() {
@@ -257,10 +276,10 @@ fn verdicts(rule: &CompiledRule, req: &Request<'_>) -> Vec<Verdict> {
             Some(_) => Verdict::NoMatch,
         });
     };
-    identity_condition(&rule.principals, &principal, false);
-    identity_condition(&rule.not_principals, &principal, true);
-    identity_condition(&rule.namespaces, &namespace, false);
-    identity_condition(&rule.not_namespaces, &namespace, true);
+    identity_condition(&rule.principals, principal, false);
+    identity_condition(&rule.not_principals, principal, true);
+    identity_condition(&rule.namespaces, namespace, false);
+    identity_condition(&rule.not_namespaces, namespace, true);
     if !rule.ports.is_empty() {
         out.push(if rule.ports.contains(&req.port) {
             Verdict::Match
@@ -286,13 +305,17 @@ fn verdicts(rule: &CompiledRule, req: &Request<'_>) -> Vec<Verdict> {
 }
 
 /// ALLOW: every condition must positively match; what cannot be evaluated does not allow.
-fn allow_rule_matches(rule: &CompiledRule, req: &Request<'_>) -> bool {
-    verdicts(rule, req).iter().all(|v| *v == Verdict::Match)
+fn allow_rule_matches(rule: &CompiledRule, req: &Request<'_>, facts: &PeerFacts) -> bool {
+    verdicts(rule, req, facts)
+        .iter()
+        .all(|v| *v == Verdict::Match)
 }
 
 /// DENY: fails closed; what cannot be evaluated counts as matching.
-fn deny_rule_matches(rule: &CompiledRule, req: &Request<'_>) -> bool {
-    verdicts(rule, req).iter().all(|v| *v != Verdict::NoMatch)
+fn deny_rule_matches(rule: &CompiledRule, req: &Request<'_>, facts: &PeerFacts) -> bool {
+    verdicts(rule, req, facts)
+        .iter()
+        .all(|v| *v != Verdict::NoMatch)
 }
 
 fn validate_scopes(file: &PolicyFile) -> Result<(), Error> {
