@@ -18,6 +18,6 @@ mod upstream;
 pub use error::Error;
 pub use metrics::{bind_admin, serve_admin, ProxyMetrics};
 pub use sidecar::{
-    run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, ProxyMode, SidecarConfig,
+    run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, ProxyMode, Rotation, SidecarConfig,
     SidecarIdentity,
 };

@@ -99,6 +99,7 @@ pub struct ProxyMetrics {
     authorization: Family<AuthzLabels, Counter>,
     tls_handshake_duration: Family<DirectionLabels, Histogram, fn() -> Histogram>,
     certificate_expiry: Gauge,
+    certificate_rotations: Counter,
 }
 
 impl ProxyMetrics {
@@ -118,6 +119,7 @@ impl ProxyMetrics {
                 latency_histogram,
             );
         let certificate_expiry = Gauge::default();
+        let certificate_rotations = Counter::default();
         registry.register(
             "responses",
             "HTTP responses by direction and status (L7 mode)",
@@ -158,6 +160,11 @@ impl ProxyMetrics {
             "When the proxy's workload certificate expires, Unix seconds",
             certificate_expiry.clone(),
         );
+        registry.register(
+            "certificate_rotations",
+            "Workload certificates renewed through the CA since the proxy started",
+            certificate_rotations.clone(),
+        );
         ProxyMetrics {
             registry,
             responses,
@@ -168,10 +175,17 @@ impl ProxyMetrics {
             authorization,
             tls_handshake_duration,
             certificate_expiry,
+            certificate_rotations,
         }
     }
 
     pub fn set_certificate_expiry(&self, unix_seconds: i64) {
+        self.certificate_expiry.set(unix_seconds);
+    }
+
+    /// A renewed certificate is in use from now on, expiring at `unix_seconds`.
+    pub fn certificate_rotated(&self, unix_seconds: i64) {
+        self.certificate_rotations.inc();
         self.certificate_expiry.set(unix_seconds);
     }
 

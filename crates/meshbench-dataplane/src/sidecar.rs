@@ -1,6 +1,8 @@
 //! A sidecar: one inbound listener in front of its workload's app and any number of outbound
 //! listeners, each forwarding the app's plaintext to one destination over mTLS. Listeners are
 //! bound first (so port conflicts surface before anything runs), then served until shutdown.
+//! Every listener presents the SVID held in one store, which a rotation task keeps renewed
+//! through the CA service when one is configured.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -8,7 +10,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId, TlsOptions};
+use meshbench_identity::{
+    client_config_for, rotate_forever, server_config_for, CaClient, SpiffeId, SvidStore, TlsOptions,
+};
 use meshbench_policy::Policy;
 use tokio::net::TcpListener;
 
@@ -23,6 +27,16 @@ pub struct SidecarIdentity {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub ca: PathBuf,
+    /// Renew the SVID through a CA service; without it the SVID is used until it expires.
+    pub rotation: Option<Rotation>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Rotation {
+    /// The CA service (`meshbench ca serve`).
+    pub ca_endpoint: SocketAddr,
+    /// Renew when this fraction of the remaining lifetime has passed.
+    pub fraction: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -74,6 +88,8 @@ pub struct SidecarConfig {
 pub struct BoundSidecar {
     inbound: Option<(TcpListener, Arc<Inbound>)>,
     outbound: Vec<(TcpListener, Arc<Outbound>)>,
+    rotation: Option<(Arc<SvidStore>, CaClient, f64)>,
+    metrics: Option<Arc<ProxyMetrics>>,
 }
 
 async fn listen(addr: SocketAddr) -> Result<TcpListener, Error> {
@@ -96,24 +112,36 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
             ))
         }
     };
-    if let (Some(metrics), Some(id)) = (&config.metrics, &identity) {
-        let leaf = meshbench_identity::load_certs(&id.cert)?.remove(0);
-        if let Some(expiry) = meshbench_identity::not_after_unix(&leaf) {
-            metrics.set_certificate_expiry(expiry);
-        }
+    // One store for every listener, so a rotation reaches them all at once.
+    let store = match &identity {
+        Some(id) => Some(Arc::new(SvidStore::from_files(&id.cert, &id.key)?)),
+        None => None,
+    };
+    if let (Some(metrics), Some(store)) = (&config.metrics, &store) {
+        metrics.set_certificate_expiry(store.not_after_unix());
     }
+    let rotation = match (&identity, &store) {
+        (Some(id), Some(store)) => match &id.rotation {
+            Some(rotation) => Some((
+                store.clone(),
+                CaClient::new(rotation.ca_endpoint, store.clone(), &id.ca)?,
+                rotation.fraction,
+            )),
+            None => None,
+        },
+        _ => None,
+    };
     let mut bound = BoundSidecar {
         inbound: None,
         outbound: Vec::new(),
+        rotation,
+        metrics: config.metrics.clone(),
     };
     if let Some(inbound) = &config.inbound {
-        let tls = match (&identity, config.mtls) {
-            (Some(id), true) => Some(meshbench_identity::server_config_with(
-                &ServerTlsFiles {
-                    cert: id.cert.clone(),
-                    key: id.key.clone(),
-                    client_ca: Some(id.ca.clone()),
-                },
+        let tls = match (&identity, &store, config.mtls) {
+            (Some(id), Some(store), true) => Some(server_config_for(
+                store.clone(),
+                Some(&id.ca),
                 &[],
                 &config.tls,
             )?),
@@ -123,14 +151,11 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
         bound.inbound = Some((listen(inbound.listen).await?, Arc::new(handler)));
     }
     for route in &config.outbound {
-        let tls = match (&identity, config.mtls) {
-            (Some(id), true) => Some(meshbench_identity::client_config_with(
-                &ClientTlsFiles {
-                    cert: Some(id.cert.clone()),
-                    key: Some(id.key.clone()),
-                    ca: id.ca.clone(),
-                    expect_server_id: route.upstream_id.clone(),
-                },
+        let tls = match (&identity, &store, config.mtls) {
+            (Some(id), Some(store), true) => Some(client_config_for(
+                store.clone(),
+                &id.ca,
+                route.upstream_id.clone(),
                 &[],
                 &config.tls,
             )?),
@@ -160,6 +185,14 @@ impl BoundSidecar {
     /// finish on their own tasks.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let mut tasks = tokio::task::JoinSet::new();
+        if let Some((store, client, fraction)) = self.rotation {
+            let metrics = self.metrics.clone();
+            tasks.spawn(rotate_forever(store, client, fraction, move |store| {
+                if let Some(m) = &metrics {
+                    m.certificate_rotated(store.not_after_unix());
+                }
+            }));
+        }
         if let Some((listener, handler)) = self.inbound {
             tasks.spawn(accept_loop(listener, move |stream, peer| {
                 let handler = handler.clone();

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use meshbench_dataplane::{
     bind_admin, run_sidecar, serve_admin, InboundConfig, OutboundRoute, ProxyMetrics, ProxyMode,
-    SidecarConfig, SidecarIdentity,
+    Rotation, SidecarConfig, SidecarIdentity,
 };
-use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
+use meshbench_identity::{bind_ca_server, CertificateAuthority, IssueOptions, SpiffeId};
 use meshbench_loadgen::{run_load, LoadConfig, LoadModel, LoadResult, Outcome, Stop, Target};
 use meshbench_policy::Policy;
 use meshbench_workload::{bind, EchoConfig, EchoService, ServeOptions};
@@ -33,6 +33,8 @@ struct Lab {
     ca_dir: std::path::PathBuf,
     /// Metrics of the server-side (calculator) sidecars.
     metrics: Option<Arc<ProxyMetrics>>,
+    /// SVID renewal for every sidecar the lab starts.
+    rotation: Option<Rotation>,
 }
 
 impl Lab {
@@ -51,6 +53,7 @@ impl Lab {
             runtime: meshbench_workload::runtime(Some(1)).unwrap(),
             ca_dir,
             metrics: None,
+            rotation: None,
         }
     }
 
@@ -60,6 +63,7 @@ impl Lab {
             cert: d.join(format!("{sa}.pem")),
             key: d.join(format!("{sa}.key")),
             ca: d.join("ca.pem"),
+            rotation: self.rotation.clone(),
         }
     }
 
@@ -416,5 +420,58 @@ fn metrics_are_served_on_the_admin_port_and_pass_promtool() {
         "promtool rejected the exposition: {}{}\n{exposition}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn svids_rotate_under_load_without_failing_a_request() {
+    let mut lab = Lab::new();
+    // Two-second SVIDs, renewed at half-life: several rotations within the run, and the
+    // first SVIDs expire while connections made with them are still carrying requests.
+    let ca = CertificateAuthority::load(&lab.ca_dir).unwrap();
+    let short = IssueOptions {
+        ttl: Some(Duration::from_secs(2)),
+        ..IssueOptions::default()
+    };
+    for sa in ["calculator", "experimenter"] {
+        ca.issue("app", sa, &short)
+            .unwrap()
+            .write(&lab.ca_dir, sa)
+            .unwrap();
+    }
+    let ca_service = lab
+        .runtime
+        .block_on(bind_ca_server(
+            ca,
+            "127.0.0.1:0".parse().unwrap(),
+            Duration::from_secs(2),
+        ))
+        .unwrap();
+    lab.rotation = Some(Rotation {
+        ca_endpoint: ca_service.local_addr().unwrap(),
+        fraction: 0.5,
+    });
+    lab.runtime.spawn(ca_service.serve(std::future::pending()));
+    let metrics = Arc::new(ProxyMetrics::new());
+    lab.metrics = Some(metrics.clone());
+    let calculator = lab.calculator(POLICY, true);
+    let experimenter = lab.client("experimenter", calculator, "calculator", true);
+
+    let mut config = LoadConfig::open_loop(
+        Target::parse(&format!("http://{experimenter}/")).unwrap(),
+        200.0,
+        4,
+        Duration::from_secs(5),
+    );
+    // Some connections outlive every rotation; others are replaced and handshake again.
+    config.max_requests_per_connection = Some(100);
+    config.timeout = Duration::from_secs(2);
+    let result = run_load(config).unwrap();
+    assert_eq!(only_outcome(&result), Outcome::Http(200));
+
+    let exposition = metrics.encode_prometheus_text();
+    assert!(
+        sample(&exposition, "meshbench_proxy_certificate_rotations_total") >= 3.0,
+        "{exposition}"
     );
 }

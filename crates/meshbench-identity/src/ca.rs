@@ -40,6 +40,13 @@ pub struct IssueOptions {
     pub ip_addresses: Vec<IpAddr>,
 }
 
+/// A certificate signed for a key the workload keeps to itself.
+#[derive(Debug, Clone)]
+pub struct SignedSvid {
+    pub cert_pem: String,
+    pub not_after: OffsetDateTime,
+}
+
 /// A freshly issued SVID, as PEM.
 #[derive(Debug, Clone)]
 pub struct IssuedSvid {
@@ -157,10 +164,54 @@ impl CertificateAuthority {
     pub fn issue(&self, ns: &str, sa: &str, opts: &IssueOptions) -> Result<IssuedSvid, Error> {
         let spiffe_id = SpiffeId::for_workload(&self.trust_domain, ns, sa)?;
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
+        let (params, not_after) = self.workload_params(&spiffe_id, opts)?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(IssuedSvid {
+            spiffe_id,
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            not_after,
+        })
+    }
+
+    /// Signs a certificate signing request for `id`, the identity the caller has already
+    /// authenticated. Only the request's public key is used (its signature proves possession);
+    /// whatever names it asks for are ignored, so a workload cannot widen its identity.
+    pub fn sign_request(
+        &self,
+        csr_pem: &str,
+        id: &SpiffeId,
+        ttl: Option<Duration>,
+    ) -> Result<SignedSvid, Error> {
+        if id.trust_domain() != self.trust_domain {
+            return Err(Error::Csr(format!(
+                "{id} is not in trust domain {}",
+                self.trust_domain
+            )));
+        }
+        let request = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)
+            .map_err(|e| Error::Csr(e.to_string()))?;
+        let opts = IssueOptions {
+            ttl,
+            ..IssueOptions::default()
+        };
+        let (params, not_after) = self.workload_params(id, &opts)?;
+        let cert = params.signed_by(&request.public_key, &self.issuer)?;
+        Ok(SignedSvid {
+            cert_pem: cert.pem(),
+            not_after,
+        })
+    }
+
+    fn workload_params(
+        &self,
+        id: &SpiffeId,
+        opts: &IssueOptions,
+    ) -> Result<(CertificateParams, OffsetDateTime), Error> {
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::OrganizationName, self.trust_domain.clone());
-        dn.push(DnType::CommonName, format!("{sa}.{ns}"));
+        dn.push(DnType::CommonName, common_name(id));
         params.distinguished_name = dn;
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -169,20 +220,26 @@ impl CertificateAuthority {
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
         params.use_authority_key_identifier_extension = true;
-        let mut sans = vec![SanType::URI(ia5(&spiffe_id.to_string())?)];
+        let mut sans = vec![SanType::URI(ia5(&id.to_string())?)];
         for dns in &opts.dns_names {
             sans.push(SanType::DnsName(ia5(dns)?));
         }
         sans.extend(opts.ip_addresses.iter().copied().map(SanType::IpAddress));
         params.subject_alt_names = sans;
         let not_after = set_validity(&mut params, opts.ttl.unwrap_or(DEFAULT_SVID_TTL));
-        let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(IssuedSvid {
-            spiffe_id,
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            not_after,
-        })
+        Ok((params, not_after))
+    }
+}
+
+/// `<sa>.<ns>` for Kubernetes-style IDs, the path otherwise; informational only.
+fn common_name(id: &SpiffeId) -> String {
+    match id
+        .path()
+        .strip_prefix("/ns/")
+        .and_then(|p| p.split_once("/sa/"))
+    {
+        Some((ns, sa)) => format!("{sa}.{ns}"),
+        None => id.path().trim_start_matches('/').to_owned(),
     }
 }
 

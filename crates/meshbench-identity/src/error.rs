@@ -32,6 +32,18 @@ pub enum Error {
     CaExists { dir: PathBuf },
     #[error("{dir} holds no CA (expected ca.pem and ca.key; run `meshbench ca init`)")]
     NoCa { dir: PathBuf },
+    #[error("certificate signing request rejected: {0}")]
+    Csr(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("SVID renewal through the CA at {endpoint} failed: {reason}")]
+    Renew {
+        endpoint: std::net::SocketAddr,
+        reason: String,
+    },
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
     #[error("TLS configuration rejected: {0}")]
@@ -44,6 +56,9 @@ impl Error {
     /// True when the error is the user's input (a path, a name, a file's content) rather than
     /// a failure of the machine; the CLI exits with code 2 for these.
     pub fn is_bad_input(&self) -> bool {
-        !matches!(self, Error::Write { .. } | Error::Generate(_))
+        !matches!(
+            self,
+            Error::Write { .. } | Error::Generate(_) | Error::Renew { .. }
+        )
     }
 }

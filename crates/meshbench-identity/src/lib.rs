@@ -7,18 +7,24 @@
 //! linkerd2-proxy and ztunnel do.
 
 mod ca;
+mod ca_server;
 mod error;
 mod pem;
+mod rotation;
 mod spiffe;
+mod store;
 mod tls;
 mod verifier;
 
-pub use ca::{CertificateAuthority, IssueOptions, IssuedSvid, DEFAULT_SVID_TTL};
+pub use ca::{CertificateAuthority, IssueOptions, IssuedSvid, SignedSvid, DEFAULT_SVID_TTL};
+pub use ca_server::{bind_ca_server, ca_service_id, BoundCaServer, RENEW_PATH};
 pub use error::Error;
 pub use pem::{load_certs, load_private_key};
+pub use rotation::{rotate_forever, CaClient, DEFAULT_ROTATE_FRACTION};
 pub use spiffe::{not_after_unix, spiffe_ids_of, SpiffeId};
+pub use store::{SvidRequest, SvidStore};
 pub use tls::{
-    client_config, client_config_with, server_config, server_config_with, CipherSuite,
-    ClientTlsFiles, KeyExchange, ServerTlsFiles, TlsOptions,
+    client_config, client_config_for, client_config_with, server_config, server_config_for,
+    server_config_with, CipherSuite, ClientTlsFiles, KeyExchange, ServerTlsFiles, TlsOptions,
 };
 pub use verifier::SpiffeServerVerifier;

@@ -44,3 +44,15 @@ pub fn load_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, Error> {
         },
     })
 }
+
+/// Certificates from PEM text held in memory.
+pub(crate) fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, Error> {
+    CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::Csr(format!("not a PEM certificate: {e}")))
+}
+
+/// A private key from PEM text held in memory.
+pub(crate) fn key_from_pem(pem: &[u8]) -> Result<PrivateKeyDer<'static>, Error> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| Error::Csr(format!("not a PEM key: {e}")))
+}

@@ -2,14 +2,15 @@
 //! from a given CA, and a client that presents an SVID and verifies the server by SPIFFE ID.
 //! TLS 1.3 only, aws-lc-rs provider.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::client::WantsClientCert;
+use rustls::server::{WantsServerCert, WebPkiClientVerifier};
+use rustls::{ClientConfig, ConfigBuilder, RootCertStore, ServerConfig};
 
 use crate::spiffe::{spiffe_ids_of, SpiffeId};
-use crate::{load_certs, load_private_key, Error, SpiffeServerVerifier};
+use crate::{load_certs, load_private_key, Error, SpiffeServerVerifier, SvidStore};
 
 #[derive(Debug, Clone)]
 pub struct ServerTlsFiles {
@@ -126,7 +127,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     provider_with(&TlsOptions::default())
 }
 
-fn root_store(path: &std::path::Path) -> Result<(RootCertStore, Option<String>), Error> {
+fn root_store(path: &Path) -> Result<(RootCertStore, Option<String>), Error> {
     let mut roots = RootCertStore::empty();
     let mut trust_domain = None;
     for cert in load_certs(path)? {
@@ -154,20 +155,48 @@ pub fn server_config_with(
 ) -> Result<ServerConfig, Error> {
     let certs = load_certs(&files.cert)?;
     let key = load_private_key(&files.key)?;
+    let client_roots = match &files.client_ca {
+        Some(ca) => Some(root_store(ca)?.0),
+        None => None,
+    };
+    let mut config = server_builder(client_roots, options)?.with_single_cert(certs, key)?;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// A server presenting whatever SVID `store` holds at each handshake (so rotation takes
+/// effect without a restart), requiring client certificates from `client_ca` when given.
+pub fn server_config_for(
+    store: Arc<SvidStore>,
+    client_ca: Option<&Path>,
+    alpn: &[&[u8]],
+    options: &TlsOptions,
+) -> Result<ServerConfig, Error> {
+    let client_roots = match client_ca {
+        Some(ca) => Some(root_store(ca)?.0),
+        None => None,
+    };
+    let mut config = server_builder(client_roots, options)?.with_cert_resolver(store);
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// TLS 1.3 with `options`; client certificates required and verified against `client_roots`
+/// when given.
+pub(crate) fn server_builder(
+    client_roots: Option<RootCertStore>,
+    options: &TlsOptions,
+) -> Result<ConfigBuilder<ServerConfig, WantsServerCert>, Error> {
     let builder = ServerConfig::builder_with_provider(provider_with(options))
         .with_protocol_versions(&[&rustls::version::TLS13])?;
-    let builder = match &files.client_ca {
-        Some(ca) => {
-            let (roots, _) = root_store(ca)?;
+    Ok(match client_roots {
+        Some(roots) => {
             let verifier =
                 WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider()).build()?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
-    };
-    let mut config = builder.with_single_cert(certs, key)?;
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(config)
+    })
 }
 
 pub fn client_config(files: &ClientTlsFiles, alpn: &[&[u8]]) -> Result<ClientConfig, Error> {
@@ -179,16 +208,7 @@ pub fn client_config_with(
     alpn: &[&[u8]],
     options: &TlsOptions,
 ) -> Result<ClientConfig, Error> {
-    let (roots, trust_domain) = root_store(&files.ca)?;
-    let verifier = SpiffeServerVerifier::new(
-        Arc::new(roots),
-        trust_domain,
-        files.expect_server_id.clone(),
-    );
-    let builder = ClientConfig::builder_with_provider(provider_with(options))
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier));
+    let builder = client_builder(&files.ca, files.expect_server_id.clone(), options)?;
     let mut config = match (&files.cert, &files.key) {
         (Some(cert), Some(key)) => {
             builder.with_client_auth_cert(load_certs(cert)?, load_private_key(key)?)?
@@ -204,4 +224,32 @@ pub fn client_config_with(
     };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
+}
+
+/// A client presenting whatever SVID `store` holds at each handshake and verifying the
+/// server against the bundle in `ca` (and `expect_server_id` when given).
+pub fn client_config_for(
+    store: Arc<SvidStore>,
+    ca: &Path,
+    expect_server_id: Option<SpiffeId>,
+    alpn: &[&[u8]],
+    options: &TlsOptions,
+) -> Result<ClientConfig, Error> {
+    let mut config =
+        client_builder(ca, expect_server_id, options)?.with_client_cert_resolver(store);
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+fn client_builder(
+    ca: &Path,
+    expect_server_id: Option<SpiffeId>,
+    options: &TlsOptions,
+) -> Result<ConfigBuilder<ClientConfig, WantsClientCert>, Error> {
+    let (roots, trust_domain) = root_store(ca)?;
+    let verifier = SpiffeServerVerifier::new(Arc::new(roots), trust_domain, expect_server_id);
+    Ok(ClientConfig::builder_with_provider(provider_with(options))
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier)))
 }

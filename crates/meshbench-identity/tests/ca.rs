@@ -5,6 +5,7 @@ use std::process::Command;
 
 use meshbench_identity::{load_certs, spiffe_ids_of, CertificateAuthority, IssueOptions, SpiffeId};
 use meshbench_testkit::require_tool;
+use rustls_pki_types::pem::PemObject;
 
 #[test]
 fn openssl_verifies_the_issued_chain_and_reads_the_spiffe_san() {
@@ -94,4 +95,34 @@ fn bad_names_are_rejected_with_the_offending_value() {
     let missing = tempfile::tempdir().unwrap();
     let err = CertificateAuthority::load(missing.path()).err().unwrap();
     assert!(err.to_string().contains("meshbench ca init"), "{err}");
+}
+
+#[test]
+fn a_signing_request_gets_the_authenticated_identity_not_the_one_it_asks_for() {
+    let ca = CertificateAuthority::generate("lab.test").unwrap();
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut greedy = rcgen::CertificateParams::default();
+    greedy.subject_alt_names = vec![rcgen::SanType::URI(
+        "spiffe://lab.test/ns/kube-system/sa/admin"
+            .try_into()
+            .unwrap(),
+    )];
+    let csr = greedy.serialize_request(&key).unwrap().pem().unwrap();
+    let caller = SpiffeId::parse("spiffe://lab.test/ns/default/sa/web").unwrap();
+    let signed = ca.sign_request(&csr, &caller, None).unwrap();
+    let leaf =
+        rustls_pki_types::CertificateDer::from_pem_slice(signed.cert_pem.as_bytes()).unwrap();
+    assert_eq!(spiffe_ids_of(&leaf), vec![caller]);
+
+    let other_domain = SpiffeId::parse("spiffe://elsewhere.test/ns/default/sa/web").unwrap();
+    let err = ca.sign_request(&csr, &other_domain, None).unwrap_err();
+    assert!(err.to_string().contains("elsewhere.test"), "{err}");
+    let err = ca
+        .sign_request(
+            "not a csr",
+            &SpiffeId::parse("spiffe://lab.test/x").unwrap(),
+            None,
+        )
+        .unwrap_err();
+    assert!(err.is_bad_input(), "{err}");
 }

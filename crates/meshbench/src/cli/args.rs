@@ -22,6 +22,14 @@ pub fn size(value: &str) -> Result<u64, String> {
         .map_err(|e| format!("{e} (expected a size such as 1024, 1KiB or 16KB)"))
 }
 
+/// A fraction strictly between 0 and 1, such as the point of an SVID's life to renew it at.
+pub fn fraction(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(f) if f > 0.0 && f < 1.0 => Ok(f),
+        _ => Err("expected a fraction between 0 and 1, such as 0.5".to_owned()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -34,5 +42,7 @@ mod tests {
         assert!(positive_rate("0").is_err());
         assert!(positive_rate("NaN").is_err());
         assert!(duration("10x").is_err());
+        assert_eq!(fraction("0.5").unwrap(), 0.5);
+        assert!(fraction("1").is_err());
     }
 }

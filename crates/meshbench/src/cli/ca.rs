@@ -1,11 +1,13 @@
-//! `meshbench ca init|issue`: the built-in CA on disk.
+//! `meshbench ca init|issue|serve`: the built-in CA on disk, and as the lab's control plane
+//! that renews workload SVIDs.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use meshbench_identity::{CertificateAuthority, IssueOptions};
+use meshbench_identity::{bind_ca_server, CertificateAuthority, IssueOptions};
+use meshbench_lab::ReadyEvent;
 
 use super::args;
 
@@ -15,6 +17,21 @@ pub enum CaCommand {
     Init(InitArgs),
     /// Issue a workload SVID (<ns>.<sa>.pem and .key) from an existing CA.
     Issue(IssueArgs),
+    /// Serve SVID renewals over mTLS (POST a CSR to /v1/svid), authenticated by the caller's
+    /// current SVID.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Directory of the CA.
+    #[arg(long, default_value = "meshbench-ca")]
+    dir: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:15012")]
+    listen: SocketAddr,
+    /// Lifetime of the SVIDs it signs.
+    #[arg(long, value_parser = args::duration, default_value = "24h")]
+    ttl: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -82,6 +99,19 @@ pub fn run(command: CaCommand) -> anyhow::Result<()> {
                 key.display()
             );
         }
+        CaCommand::Serve(a) => serve(a)?,
     }
     Ok(())
+}
+
+fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let ca = CertificateAuthority::load(&a.dir)?;
+    let runtime = meshbench_workload::runtime(Some(1))?;
+    runtime.block_on(async move {
+        let server = bind_ca_server(ca, a.listen, a.ttl).await?;
+        let ready = ReadyEvent::ready(Some(server.local_addr()?.to_string()));
+        println!("{}", serde_json::to_string(&ready)?);
+        server.serve(super::workload::shutdown_signal()).await;
+        Ok(())
+    })
 }

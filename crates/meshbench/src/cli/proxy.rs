@@ -8,9 +8,9 @@ use std::time::Duration;
 use clap::{Args, Subcommand, ValueEnum};
 use meshbench_dataplane::{
     bind_admin, run_sidecar, serve_admin, InboundConfig, OutboundRoute, ProxyMetrics, ProxyMode,
-    SidecarConfig, SidecarIdentity,
+    Rotation, SidecarConfig, SidecarIdentity,
 };
-use meshbench_identity::{CipherSuite, KeyExchange, SpiffeId, TlsOptions};
+use meshbench_identity::{CipherSuite, KeyExchange, SpiffeId, TlsOptions, DEFAULT_ROTATE_FRACTION};
 use meshbench_lab::ReadyEvent;
 use meshbench_policy::Policy;
 
@@ -19,7 +19,7 @@ use super::BadInput;
 #[derive(Debug, Subcommand)]
 pub enum ProxyCommand {
     /// A sidecar in front of one workload: inbound mTLS + policy, outbound mTLS.
-    Sidecar(SidecarArgs),
+    Sidecar(Box<SidecarArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -38,6 +38,12 @@ pub struct SidecarArgs {
     /// Trust bundle for peers.
     #[arg(long)]
     ca: Option<PathBuf>,
+    /// Renew the SVID through this CA service (`meshbench ca serve`).
+    #[arg(long, requires = "cert")]
+    ca_endpoint: Option<SocketAddr>,
+    /// Renew when this fraction of the SVID's remaining lifetime has passed.
+    #[arg(long, value_parser = super::args::fraction, default_value_t = DEFAULT_ROTATE_FRACTION)]
+    rotate_at: f64,
     /// Plaintext between sidecars (for measuring what mTLS itself costs).
     #[arg(long)]
     no_mtls: bool,
@@ -117,7 +123,7 @@ fn parse_outbound(value: &str) -> Result<(SocketAddr, SocketAddr, Option<SpiffeI
 
 pub fn run(command: ProxyCommand) -> anyhow::Result<()> {
     match command {
-        ProxyCommand::Sidecar(a) => sidecar(a),
+        ProxyCommand::Sidecar(a) => sidecar(*a),
     }
 }
 
@@ -127,7 +133,15 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
         None => Policy::from_yaml("{}").expect("the empty policy is valid"),
     };
     let identity = match (a.cert, a.key, a.ca) {
-        (Some(cert), Some(key), Some(ca)) => Some(SidecarIdentity { cert, key, ca }),
+        (Some(cert), Some(key), Some(ca)) => Some(SidecarIdentity {
+            cert,
+            key,
+            ca,
+            rotation: a.ca_endpoint.map(|ca_endpoint| Rotation {
+                ca_endpoint,
+                fraction: a.rotate_at,
+            }),
+        }),
         _ => None,
     };
     let metrics = (!a.no_metrics).then(|| Arc::new(ProxyMetrics::new()));
