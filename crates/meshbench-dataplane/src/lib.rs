@@ -6,17 +6,25 @@
 //! outbound mTLS to the destination's sidecar, verified by the destination's SPIFFE ID. In L4
 //! mode bytes are spliced; in L7 mode HTTP is parsed, every request is authorized (403 on
 //! deny) and forwarded over pooled upstream connections.
+//!
+//! The node agent: one per node, holding every local workload's SVID, tunnelling between nodes
+//! as HTTP/2 CONNECT streams over pooled mTLS connections (HBONE).
 
 mod error;
 mod inbound;
 mod l7;
 mod metrics;
+mod node_agent;
 mod outbound;
 mod sidecar;
 mod upstream;
 
 pub use error::Error;
 pub use metrics::{bind_admin, serve_admin, ProxyMetrics};
+pub use node_agent::{
+    run_node_agent, BoundNodeAgent, LocalWorkload, NodeAgentConfig, NodeAgentFile,
+    OutboundListener, RemoteWorkload, DEFAULT_HBONE_PORT,
+};
 pub use sidecar::{
     run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, ProxyMode, Rotation, SidecarConfig,
     SidecarIdentity,

@@ -210,7 +210,7 @@ impl BoundSidecar {
     }
 }
 
-async fn accept_loop<F, Fut>(listener: TcpListener, handle: F)
+pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, handle: F)
 where
     F: Fn(tokio::net::TcpStream, SocketAddr) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::WantsClientCert;
-use rustls::server::{WantsServerCert, WebPkiClientVerifier};
+use rustls::server::{ResolvesServerCert, WantsServerCert, WebPkiClientVerifier};
 use rustls::{ClientConfig, ConfigBuilder, RootCertStore, ServerConfig};
 
 use crate::spiffe::{spiffe_ids_of, SpiffeId};
@@ -164,10 +164,11 @@ pub fn server_config_with(
     Ok(config)
 }
 
-/// A server presenting whatever SVID `store` holds at each handshake (so rotation takes
-/// effect without a restart), requiring client certificates from `client_ca` when given.
+/// A server presenting whatever SVID `resolver` gives at each handshake (an [`SvidStore`], so
+/// rotation takes effect without a restart, or one store per workload chosen by SNI),
+/// requiring client certificates from `client_ca` when given.
 pub fn server_config_for(
-    store: Arc<SvidStore>,
+    resolver: Arc<dyn ResolvesServerCert>,
     client_ca: Option<&Path>,
     alpn: &[&[u8]],
     options: &TlsOptions,
@@ -176,7 +177,7 @@ pub fn server_config_for(
         Some(ca) => Some(root_store(ca)?.0),
         None => None,
     };
-    let mut config = server_builder(client_roots, options)?.with_cert_resolver(store);
+    let mut config = server_builder(client_roots, options)?.with_cert_resolver(resolver);
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
 }

@@ -1,4 +1,4 @@
-//! `meshbench proxy sidecar`: the reference data plane as a lab component.
+//! `meshbench proxy sidecar|node-agent`: the reference data plane as lab components.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use meshbench_dataplane::{
-    bind_admin, run_sidecar, serve_admin, InboundConfig, OutboundRoute, ProxyMetrics, ProxyMode,
-    Rotation, SidecarConfig, SidecarIdentity,
+    bind_admin, run_node_agent, run_sidecar, serve_admin, InboundConfig, NodeAgentConfig,
+    NodeAgentFile, OutboundRoute, ProxyMetrics, ProxyMode, Rotation, SidecarConfig,
+    SidecarIdentity,
 };
 use meshbench_identity::{CipherSuite, KeyExchange, SpiffeId, TlsOptions, DEFAULT_ROTATE_FRACTION};
 use meshbench_lab::ReadyEvent;
@@ -20,6 +21,50 @@ use super::BadInput;
 pub enum ProxyCommand {
     /// A sidecar in front of one workload: inbound mTLS + policy, outbound mTLS.
     Sidecar(Box<SidecarArgs>),
+    /// A per-node agent (ztunnel-like) serving every workload of its node: HBONE tunnels
+    /// (HTTP/2 CONNECT over pooled mTLS) between nodes, L4 policy.
+    NodeAgent(NodeAgentArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeAgentArgs {
+    /// The agent's configuration (YAML): workloads, destinations, outbound listeners.
+    #[arg(long)]
+    config: PathBuf,
+    #[command(flatten)]
+    tls: TlsArgs,
+    /// Serve Prometheus metrics on this address (GET /metrics).
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// Record no metrics at all.
+    #[arg(long, conflicts_with = "admin")]
+    no_metrics: bool,
+    /// Runtime worker threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+struct TlsArgs {
+    /// TLS 1.3 cipher suites to offer, in order: aes128gcm, aes256gcm, chacha20poly1305.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "aes256gcm,aes128gcm,chacha20poly1305"
+    )]
+    cipher_suites: Vec<CipherSuite>,
+    /// Key exchange groups to offer, in order: x25519, x25519mlkem768.
+    #[arg(long, value_delimiter = ',', default_value = "x25519")]
+    key_exchange: Vec<KeyExchange>,
+}
+
+impl TlsArgs {
+    fn options(self) -> TlsOptions {
+        TlsOptions {
+            cipher_suites: self.cipher_suites,
+            key_exchange: self.key_exchange,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -47,16 +92,8 @@ pub struct SidecarArgs {
     /// Plaintext between sidecars (for measuring what mTLS itself costs).
     #[arg(long)]
     no_mtls: bool,
-    /// TLS 1.3 cipher suites to offer, in order: aes128gcm, aes256gcm, chacha20poly1305.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "aes256gcm,aes128gcm,chacha20poly1305"
-    )]
-    cipher_suites: Vec<CipherSuite>,
-    /// Key exchange groups to offer, in order: x25519, x25519mlkem768.
-    #[arg(long, value_delimiter = ',', default_value = "x25519")]
-    key_exchange: Vec<KeyExchange>,
+    #[command(flatten)]
+    tls: TlsArgs,
     /// l4: splice bytes, authorize by identity; l7: parse HTTP, authorize every request.
     #[arg(long, value_enum, default_value = "l4")]
     mode: Mode,
@@ -124,6 +161,7 @@ fn parse_outbound(value: &str) -> Result<(SocketAddr, SocketAddr, Option<SpiffeI
 pub fn run(command: ProxyCommand) -> anyhow::Result<()> {
     match command {
         ProxyCommand::Sidecar(a) => sidecar(*a),
+        ProxyCommand::NodeAgent(a) => node_agent(a),
     }
 }
 
@@ -150,10 +188,7 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
         workload: a.workload,
         identity,
         mtls: !a.no_mtls,
-        tls: TlsOptions {
-            cipher_suites: a.cipher_suites,
-            key_exchange: a.key_exchange,
-        },
+        tls: a.tls.options(),
         metrics: metrics.clone(),
         mode: match a.mode {
             Mode::L4 => ProxyMode::L4,
@@ -177,6 +212,40 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let bound = run_sidecar(config).await?;
         let mut ready = ReadyEvent::ready(bound.inbound_addr().map(|a| a.to_string()));
+        ready.outbound = bound
+            .outbound_addrs()
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        if let (Some(addr), Some(metrics)) = (admin, metrics) {
+            let listener = bind_admin(addr).await?;
+            ready.admin = Some(listener.local_addr()?.to_string());
+            tokio::spawn(serve_admin(listener, metrics, std::future::pending()));
+        }
+        println!("{}", serde_json::to_string(&ready)?);
+        bound.serve(super::workload::shutdown_signal()).await;
+        Ok(())
+    })
+}
+
+fn node_agent(a: NodeAgentArgs) -> anyhow::Result<()> {
+    let file = NodeAgentFile::load(&a.config).map_err(|e| BadInput(format!("--config: {e}")))?;
+    let policy = match &file.policy {
+        Some(path) => Policy::load(path).map_err(|e| BadInput(format!("policy: {e}")))?,
+        None => Policy::from_yaml("{}").expect("the empty policy is valid"),
+    };
+    let metrics = (!a.no_metrics).then(|| Arc::new(ProxyMetrics::new()));
+    let config = NodeAgentConfig {
+        file,
+        policy: Arc::new(policy),
+        tls: a.tls.options(),
+        metrics: metrics.clone(),
+    };
+    let admin = a.admin;
+    let runtime = meshbench_workload::runtime(a.threads)?;
+    runtime.block_on(async move {
+        let bound = run_node_agent(config).await?;
+        let mut ready = ReadyEvent::ready(bound.hbone_addr().map(|a| a.to_string()));
         ready.outbound = bound
             .outbound_addrs()
             .iter()

@@ -1,0 +1,135 @@
+//! The node agent's configuration file (YAML): the workloads on its node with their SVIDs, the
+//! directory of every destination it may tunnel to (what ztunnel learns from the control
+//! plane), and the outbound listeners apps send to. Relative paths are resolved against the
+//! file's directory.
+//!
+//! ```yaml
+//! node: node-a
+//! ca: pki/ca.pem
+//! hbone: 127.0.0.1:15008
+//! same_node_encryption: true
+//! workloads:
+//!   - { namespace: app, name: client, service_account: client,
+//!       cert: pki/app.client.pem, key: pki/app.client.key, address: 127.0.0.1:9000 }
+//! destinations:
+//!   - { namespace: app, name: server, service_account: server,
+//!       address: 127.0.0.1:8080, node_agent: 127.0.0.1:25008 }
+//! outbound:
+//!   - { listen: 127.0.0.1:15001, source: app/client, destination: 127.0.0.1:8080 }
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// Istio ambient's HBONE port.
+pub const DEFAULT_HBONE_PORT: u16 = 15008;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeAgentFile {
+    pub node: String,
+    /// Trust bundle for peers.
+    pub ca: PathBuf,
+    /// Where the agent accepts HBONE tunnels from other agents.
+    #[serde(default = "default_hbone")]
+    pub hbone: SocketAddr,
+    /// Whether traffic between two workloads of this node is encrypted too (ztunnel: yes;
+    /// Cilium: no).
+    #[serde(default = "yes")]
+    pub same_node_encryption: bool,
+    /// Policy file; without one, PERMISSIVE and allow-all.
+    #[serde(default)]
+    pub policy: Option<PathBuf>,
+    /// Renew the workloads' SVIDs through this CA service.
+    #[serde(default)]
+    pub ca_endpoint: Option<SocketAddr>,
+    #[serde(default)]
+    pub rotate_at: Option<f64>,
+    /// Workloads on this node, whose SVIDs the agent holds.
+    pub workloads: Vec<LocalWorkload>,
+    /// Workloads on other nodes.
+    #[serde(default)]
+    pub destinations: Vec<RemoteWorkload>,
+    #[serde(default)]
+    pub outbound: Vec<OutboundListener>,
+}
+
+fn default_hbone() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], DEFAULT_HBONE_PORT))
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalWorkload {
+    pub namespace: String,
+    pub name: String,
+    pub service_account: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Where the workload's app listens.
+    pub address: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteWorkload {
+    pub namespace: String,
+    pub name: String,
+    pub service_account: String,
+    /// Where the workload's app listens, as its own node sees it.
+    pub address: SocketAddr,
+    /// The HBONE address of the agent on the workload's node.
+    pub node_agent: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboundListener {
+    pub listen: SocketAddr,
+    /// The local workload sending, as `namespace/name`.
+    pub source: String,
+    /// The destination workload's address.
+    pub destination: SocketAddr,
+}
+
+impl NodeAgentFile {
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+        let mut file: NodeAgentFile = serde_yaml_ng::from_str(&text)
+            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        if let Some(base) = path.parent() {
+            file.resolve_paths(base);
+        }
+        Ok(file)
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        resolve(&mut self.ca);
+        if let Some(policy) = &mut self.policy {
+            resolve(policy);
+        }
+        for w in &mut self.workloads {
+            resolve(&mut w.cert);
+            resolve(&mut w.key);
+        }
+    }
+
+    /// Writes the file as YAML, for the lab that generates it.
+    pub fn to_yaml(&self) -> String {
+        serde_yaml_ng::to_string(self).expect("the node agent file serializes")
+    }
+}

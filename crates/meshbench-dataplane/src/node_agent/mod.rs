@@ -1,0 +1,163 @@
+//! The node agent (ztunnel-like): one per node, serving every workload on it. It holds each
+//! local workload's SVID and presents the right one per connection; traffic between nodes
+//! travels as HTTP/2 CONNECT streams (HBONE) multiplexed over pooled mTLS connections between
+//! agents. L4 only: identity-based authorization, bytes spliced.
+//!
+//! Identities on the wire: the sending agent presents the *source* workload's SVID as its
+//! client certificate and asks, by SNI, for the *destination* workload's; the receiving agent
+//! checks that the tunnel's target is that workload before authorizing.
+
+mod config;
+mod directory;
+mod inbound;
+mod outbound;
+mod pool;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use meshbench_identity::{rotate_forever, server_config_for, CaClient, SvidStore, TlsOptions};
+use meshbench_policy::Policy;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+pub use config::{
+    LocalWorkload, NodeAgentFile, OutboundListener, RemoteWorkload, DEFAULT_HBONE_PORT,
+};
+use directory::Directory;
+use inbound::HboneInbound;
+use outbound::AgentOutbound;
+use pool::HbonePool;
+
+use crate::metrics::ProxyMetrics;
+use crate::Error;
+
+pub struct NodeAgentConfig {
+    pub file: NodeAgentFile,
+    pub policy: Arc<Policy>,
+    pub tls: TlsOptions,
+    pub metrics: Option<Arc<ProxyMetrics>>,
+}
+
+pub struct BoundNodeAgent {
+    hbone: TcpListener,
+    inbound: Arc<HboneInbound>,
+    outbound: Vec<(TcpListener, Arc<AgentOutbound>)>,
+    rotations: Vec<(Arc<SvidStore>, CaClient, f64)>,
+    metrics: Option<Arc<ProxyMetrics>>,
+}
+
+async fn listen(addr: SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })
+}
+
+/// Loads every local SVID, builds the directory and binds the HBONE and outbound listeners.
+pub async fn run_node_agent(config: NodeAgentConfig) -> Result<BoundNodeAgent, Error> {
+    let directory = Arc::new(Directory::new(&config.file)?);
+    let server_tls = server_config_for(
+        directory.clone(),
+        Some(&config.file.ca),
+        &[b"h2"],
+        &config.tls,
+    )?;
+    let hbone = listen(config.file.hbone).await?;
+    let hbone_addr = hbone.local_addr().map_err(|source| Error::Bind {
+        addr: config.file.hbone,
+        source,
+    })?;
+    let inbound = Arc::new(HboneInbound::new(
+        directory.clone(),
+        config.policy.clone(),
+        TlsAcceptor::from(Arc::new(server_tls)),
+        config.metrics.clone(),
+    ));
+    let pool = Arc::new(HbonePool::new(
+        config.file.ca.clone(),
+        config.tls.clone(),
+        config.metrics.clone(),
+    ));
+    let mut outbound = Vec::new();
+    for listener in &config.file.outbound {
+        let handler = AgentOutbound::new(
+            &directory,
+            listener,
+            hbone_addr,
+            config.file.same_node_encryption,
+            pool.clone(),
+            config.policy.clone(),
+            config.metrics.clone(),
+        )?;
+        outbound.push((listen(listener.listen).await?, Arc::new(handler)));
+    }
+    let mut rotations = Vec::new();
+    if let Some(endpoint) = config.file.ca_endpoint {
+        let fraction = config
+            .file
+            .rotate_at
+            .unwrap_or(meshbench_identity::DEFAULT_ROTATE_FRACTION);
+        for store in directory.stores() {
+            let client = CaClient::new(endpoint, store.clone(), &config.file.ca)?;
+            rotations.push((store, client, fraction));
+        }
+    }
+    if let Some(m) = &config.metrics {
+        if let Some(earliest) = directory.stores().iter().map(|s| s.not_after_unix()).min() {
+            m.set_certificate_expiry(earliest);
+        }
+    }
+    Ok(BoundNodeAgent {
+        hbone,
+        inbound,
+        outbound,
+        rotations,
+        metrics: config.metrics,
+    })
+}
+
+impl BoundNodeAgent {
+    pub fn hbone_addr(&self) -> Option<SocketAddr> {
+        self.hbone.local_addr().ok()
+    }
+
+    pub fn outbound_addrs(&self) -> Vec<SocketAddr> {
+        self.outbound
+            .iter()
+            .filter_map(|(l, _)| l.local_addr().ok())
+            .collect()
+    }
+
+    /// Serves until `shutdown` resolves; established tunnels finish on their own tasks.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (store, client, fraction) in self.rotations {
+            let metrics = self.metrics.clone();
+            tasks.spawn(rotate_forever(store, client, fraction, move |store| {
+                if let Some(m) = &metrics {
+                    m.certificate_rotated(store.not_after_unix());
+                }
+            }));
+        }
+        let inbound = self.inbound;
+        tasks.spawn(crate::sidecar::accept_loop(
+            self.hbone,
+            move |stream, peer| {
+                let inbound = inbound.clone();
+                async move { inbound.handle(stream, peer).await }
+            },
+        ));
+        for (listener, handler) in self.outbound {
+            tasks.spawn(crate::sidecar::accept_loop(
+                listener,
+                move |stream, _peer| {
+                    let handler = handler.clone();
+                    async move { handler.handle(stream).await }
+                },
+            ));
+        }
+        shutdown.await;
+        tasks.abort_all();
+    }
+}

@@ -1,0 +1,296 @@
+//! Two node agents over real sockets: app -> agent (node a) -> HBONE (HTTP/2 CONNECT over
+//! mTLS) -> agent (node b) -> app, with each workload's own SVID and the shared policy engine.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshbench_dataplane::{
+    run_node_agent, LocalWorkload, NodeAgentConfig, NodeAgentFile, OutboundListener, ProxyMetrics,
+    RemoteWorkload,
+};
+use meshbench_identity::{CertificateAuthority, IssueOptions};
+use meshbench_loadgen::{run_load, LoadConfig, LoadModel, LoadResult, Outcome, Stop, Target};
+use meshbench_policy::Policy;
+use meshbench_workload::{bind, EchoConfig, EchoService, ServeOptions};
+
+const POLICY: &str = r#"
+peer_authentication:
+  - { name: strict-app, namespace: app, mode: STRICT }
+authorization:
+  - name: calculator-only-from-experimenter
+    namespace: app
+    workload: calculator
+    action: ALLOW
+    rules:
+      - from: { principals: [cluster.local/ns/app/sa/experimenter] }
+"#;
+
+const ANY: &str = "127.0.0.1:0";
+
+struct Lab {
+    dir: tempfile::TempDir,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Lab {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
+        for sa in ["calculator", "experimenter", "security-checker"] {
+            ca.issue("app", sa, &IssueOptions::default())
+                .unwrap()
+                .write(dir.path(), sa)
+                .unwrap();
+        }
+        Lab {
+            dir,
+            runtime: meshbench_workload::runtime(Some(1)).unwrap(),
+        }
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    fn echo_app(&self) -> SocketAddr {
+        let server = self
+            .runtime
+            .block_on(bind(&ServeOptions {
+                listen: ANY.parse().unwrap(),
+                tls: None,
+                drain_timeout: Duration::from_millis(100),
+            }))
+            .unwrap();
+        let addr = server.local_addr();
+        let service = EchoService::new(&EchoConfig {
+            delay: Duration::ZERO,
+            response_size: 512,
+        });
+        self.runtime
+            .spawn(server.serve(service, std::future::pending()));
+        addr
+    }
+
+    fn workload(&self, sa: &str, address: SocketAddr) -> LocalWorkload {
+        LocalWorkload {
+            namespace: "app".into(),
+            name: sa.into(),
+            service_account: sa.into(),
+            cert: self.path(&format!("{sa}.pem")),
+            key: self.path(&format!("{sa}.key")),
+            address,
+        }
+    }
+
+    fn file(&self, node: &str, workloads: Vec<LocalWorkload>) -> NodeAgentFile {
+        NodeAgentFile {
+            node: node.into(),
+            ca: self.path("ca.pem"),
+            hbone: ANY.parse().unwrap(),
+            same_node_encryption: true,
+            policy: None,
+            ca_endpoint: None,
+            rotate_at: None,
+            workloads,
+            destinations: vec![],
+            outbound: vec![],
+        }
+    }
+
+    /// Starts an agent; returns its HBONE address and outbound listeners.
+    fn agent(
+        &self,
+        file: NodeAgentFile,
+        metrics: Option<Arc<ProxyMetrics>>,
+    ) -> (SocketAddr, Vec<SocketAddr>) {
+        let bound = self
+            .runtime
+            .block_on(run_node_agent(NodeAgentConfig {
+                file,
+                policy: Arc::new(Policy::from_yaml(POLICY).unwrap()),
+                tls: Default::default(),
+                metrics,
+            }))
+            .unwrap();
+        let addrs = (bound.hbone_addr().unwrap(), bound.outbound_addrs());
+        self.runtime.spawn(bound.serve(std::future::pending()));
+        addrs
+    }
+}
+
+fn outbound(source: &str, destination: SocketAddr) -> OutboundListener {
+    OutboundListener {
+        listen: ANY.parse().unwrap(),
+        source: format!("app/{source}"),
+        destination,
+    }
+}
+
+fn load(addr: SocketAddr, n: u64, per_connection: Option<u64>) -> LoadResult {
+    let mut config = LoadConfig::open_loop(
+        Target::parse(&format!("http://{addr}/")).unwrap(),
+        1.0,
+        4,
+        Duration::from_secs(1),
+    );
+    config.model = LoadModel::ClosedLoop;
+    config.stop = Stop::Requests(n);
+    config.timeout = Duration::from_secs(2);
+    config.max_requests_per_connection = per_connection;
+    run_load(config).unwrap()
+}
+
+fn outcomes(result: &LoadResult) -> Vec<Outcome> {
+    result.recorder.outcomes.keys().cloned().collect()
+}
+
+fn sample(metrics: &ProxyMetrics, name_and_labels: &str) -> f64 {
+    let exposition = metrics.encode_prometheus_text();
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+const INBOUND_HANDSHAKES: &str =
+    r#"meshbench_proxy_tls_handshake_duration_seconds_count{direction="inbound"}"#;
+const INBOUND_TUNNELS: &str =
+    r#"meshbench_proxy_tcp_connections_opened_total{direction="inbound"}"#;
+
+#[test]
+fn connections_between_nodes_share_one_mtls_connection_as_http2_streams() {
+    let lab = Lab::new();
+    let app = lab.echo_app();
+    let node_b_metrics = Arc::new(ProxyMetrics::new());
+    let (node_b, _) = lab.agent(
+        lab.file("node-b", vec![lab.workload("calculator", app)]),
+        Some(node_b_metrics.clone()),
+    );
+    let mut node_a = lab.file(
+        "node-a",
+        vec![
+            lab.workload("experimenter", "127.0.0.1:1".parse().unwrap()),
+            lab.workload("security-checker", "127.0.0.1:2".parse().unwrap()),
+        ],
+    );
+    node_a.destinations = vec![RemoteWorkload {
+        namespace: "app".into(),
+        name: "calculator".into(),
+        service_account: "calculator".into(),
+        address: app,
+        node_agent: node_b,
+    }];
+    node_a.outbound = vec![
+        outbound("experimenter", app),
+        outbound("security-checker", app),
+    ];
+    let (_, listeners) = lab.agent(node_a, None);
+
+    // 200 requests over app connections of 10 requests each: 20+ tunnels, one HBONE connection.
+    let allowed = load(listeners[0], 200, Some(10));
+    assert_eq!(outcomes(&allowed), vec![Outcome::Http(200)]);
+    assert_eq!(sample(&node_b_metrics, INBOUND_HANDSHAKES), 1.0);
+    assert!(sample(&node_b_metrics, INBOUND_TUNNELS) >= 20.0);
+
+    // Another identity from the same node is refused by the destination's policy.
+    let denied = load(listeners[1], 8, None);
+    assert!(
+        !outcomes(&denied).contains(&Outcome::Http(200)),
+        "{:?}",
+        denied.recorder.outcomes
+    );
+    assert!(
+        sample(
+            &node_b_metrics,
+            r#"meshbench_proxy_authorization_decisions_total{decision="deny"}"#
+        ) >= 1.0
+    );
+    // Its tunnels ran over a connection of its own: the checker's SVID, not the experimenter's.
+    assert_eq!(sample(&node_b_metrics, INBOUND_HANDSHAKES), 2.0);
+}
+
+#[test]
+fn same_node_traffic_is_encrypted_only_when_configured() {
+    for encrypted in [true, false] {
+        let lab = Lab::new();
+        let app = lab.echo_app();
+        let metrics = Arc::new(ProxyMetrics::new());
+        let mut file = lab.file(
+            "node-a",
+            vec![
+                lab.workload("calculator", app),
+                lab.workload("experimenter", "127.0.0.1:1".parse().unwrap()),
+                lab.workload("security-checker", "127.0.0.1:2".parse().unwrap()),
+            ],
+        );
+        file.same_node_encryption = encrypted;
+        file.outbound = vec![
+            outbound("experimenter", app),
+            outbound("security-checker", app),
+        ];
+        let (_, listeners) = lab.agent(file, Some(metrics.clone()));
+
+        let allowed = load(listeners[0], 50, None);
+        assert_eq!(outcomes(&allowed), vec![Outcome::Http(200)]);
+        let handshakes = sample(&metrics, INBOUND_HANDSHAKES);
+        if encrypted {
+            assert_eq!(handshakes, 1.0, "same-node tunnel over mTLS");
+        } else {
+            assert_eq!(handshakes, 0.0, "same-node traffic skips TLS");
+        }
+        // Policy holds either way.
+        let denied = load(listeners[1], 4, None);
+        assert!(!outcomes(&denied).contains(&Outcome::Http(200)));
+    }
+}
+
+#[test]
+fn an_agent_without_the_destination_workload_cannot_impersonate_it() {
+    let lab = Lab::new();
+    let app = lab.echo_app();
+    // node-b holds only the checker's SVID, yet node-a is told the calculator lives there.
+    let (node_b, _) = lab.agent(
+        lab.file("node-b", vec![lab.workload("security-checker", app)]),
+        None,
+    );
+    let mut node_a = lab.file(
+        "node-a",
+        vec![lab.workload("experimenter", "127.0.0.1:1".parse().unwrap())],
+    );
+    let calculator: SocketAddr = "127.0.0.1:3".parse().unwrap();
+    node_a.destinations = vec![RemoteWorkload {
+        namespace: "app".into(),
+        name: "calculator".into(),
+        service_account: "calculator".into(),
+        address: calculator,
+        node_agent: node_b,
+    }];
+    node_a.outbound = vec![outbound("experimenter", calculator)];
+    let (_, listeners) = lab.agent(node_a, None);
+    let result = load(listeners[0], 4, None);
+    assert!(!outcomes(&result).contains(&Outcome::Http(200)));
+}
+
+#[test]
+fn a_bad_configuration_names_what_is_wrong() {
+    let lab = Lab::new();
+    let mut file = lab.file(
+        "node-a",
+        vec![lab.workload("experimenter", "127.0.0.1:1".parse().unwrap())],
+    );
+    file.outbound = vec![outbound("nobody", "127.0.0.1:1".parse().unwrap())];
+    let err = lab
+        .runtime
+        .block_on(run_node_agent(NodeAgentConfig {
+            file,
+            policy: Arc::new(Policy::from_yaml("{}").unwrap()),
+            tls: Default::default(),
+            metrics: None,
+        }))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("app/nobody"), "{err}");
+    assert!(err.is_bad_input());
+}
