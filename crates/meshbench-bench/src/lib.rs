@@ -2,10 +2,12 @@
 //! the same target, with CPU pinning, reported as ratios against the project's targets.
 //! Performance is measured here, never asserted in a unit test.
 
+mod dataplane;
 mod loadgen;
 mod process;
 mod table;
 
+pub use dataplane::{bench_dataplane, DataplaneBenchOptions, Plane};
 pub use loadgen::{bench_loadgen, LoadgenBenchOptions};
 pub use table::render_markdown;
 

@@ -50,7 +50,7 @@ fn find_peers() -> Result<Peers, Error> {
     })
 }
 
-fn which(tool: &str) -> Option<PathBuf> {
+pub(crate) fn which(tool: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(tool))
         .find(|p| p.is_file())
@@ -101,11 +101,11 @@ fn start_target(opts: &LoadgenBenchOptions) -> Result<Target, Error> {
     })
 }
 
-fn secs(d: Duration) -> String {
+pub(crate) fn secs(d: Duration) -> String {
     format!("{}s", d.as_secs().max(1))
 }
 
-fn measurement(
+pub(crate) fn measurement(
     case: &str,
     tool: &str,
     version: &str,
@@ -124,6 +124,9 @@ fn measurement(
         cpu_seconds,
         cpu_us_per_request: cpu_seconds * 1e6 / requests.max(1) as f64,
         p50_us,
+        p99_us: None,
+        errors: None,
+        memory_bytes: None,
     }
 }
 

@@ -83,10 +83,109 @@ pub(crate) fn version_of(tool: &std::path::Path, args: &[&str]) -> String {
             };
             String::from_utf8_lossy(&text)
                 .lines()
-                .next()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
                 .unwrap_or("")
-                .trim()
                 .to_owned()
         })
         .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// A long-running peer (a proxy, a server) pinned to a CPU, measured from /proc while it runs
+/// and killed when dropped.
+pub(crate) struct Daemon {
+    child: Child,
+    pub name: String,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    /// Spawns `command` pinned to `cpu`, its stderr going to `log` (a pipe nobody reads
+    /// could fill up and stall the daemon mid-measurement).
+    pub(crate) fn spawn(
+        command: &mut Command,
+        cpu: usize,
+        name: &str,
+        log: &std::path::Path,
+    ) -> Result<Self, Error> {
+        let log_file = std::fs::File::create(log).map_err(|source| Error::Io {
+            path: log.to_path_buf(),
+            source,
+        })?;
+        command.stdin(Stdio::null()).stderr(log_file);
+        let child = spawn_pinned(command, cpu, name)?;
+        Ok(Daemon {
+            child,
+            name: name.to_owned(),
+            log: log.to_path_buf(),
+        })
+    }
+
+    /// The first line the daemon prints: meshbench components announce their addresses so.
+    pub(crate) fn ready_line(&mut self) -> Result<serde_json::Value, Error> {
+        use std::io::{BufRead, BufReader};
+        let stdout = self
+            .child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Target(format!("{}: stdout is not piped", self.name)))?;
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .map_err(|e| Error::Target(format!("{}: {e}", self.name)))?;
+        serde_json::from_str(&line).map_err(|_| self.died(&format!("no ready line (got {line:?})")))
+    }
+
+    /// Waits until `addr` accepts connections, failing if the daemon exits first.
+    pub(crate) fn wait_listening(&mut self, addr: std::net::SocketAddr) -> Result<(), Error> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            if std::net::TcpStream::connect(addr).is_ok() {
+                return Ok(());
+            }
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Err(self.died("exited before listening"));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(self.died(&format!("not listening on {addr} after 20 s")));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    fn died(&mut self, what: &str) -> Error {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let stderr = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        Error::Target(format!("{}: {what}: {}", self.name, tail.join("\n")))
+    }
+
+    /// CPU seconds (user + system) the daemon has used so far.
+    pub(crate) fn cpu_seconds(&self) -> f64 {
+        meshbench_lab::sample_process(self.child.id()).map_or(0.0, |s| s.cpu_ns as f64 / 1e9)
+    }
+
+    pub(crate) fn rss_bytes(&self) -> u64 {
+        meshbench_lab::sample_process(self.child.id()).map_or(0, |s| s.rss_bytes)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port free now, for peers that cannot report the port they bound (HAProxy).
+pub(crate) fn free_port() -> Result<u16, Error> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|source| Error::Io {
+            path: "127.0.0.1:0".into(),
+            source,
+        })
 }

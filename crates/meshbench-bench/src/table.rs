@@ -21,24 +21,29 @@ pub fn render_markdown(report: &BenchReport) -> String {
     for line in &report.setup {
         let _ = writeln!(out, "- {line}");
     }
-    out.push_str("\n## Measurements\n\n| case | tool | version | requests | rps | CPU s | CPU us/request | p50 us |\n|---|---|---|---|---|---|---|---|\n");
+    out.push_str("\n## Measurements\n\n| case | tool | version | requests | rps | CPU s | CPU us/request | p50 us | p99 us | errors | memory MiB |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
     for m in &report.measurements {
-        let p50 = m
-            .p50_us
-            .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.0} | {:.3} | {:.2} | {p50} |",
+            "| {} | {} | {} | {} | {:.0} | {:.3} | {:.2} | {} | {} | {} | {} |",
             m.case,
             m.tool,
             m.tool_version,
             m.requests,
             m.requests_per_second,
             m.cpu_seconds,
-            m.cpu_us_per_request
+            m.cpu_us_per_request,
+            or_dash(m.p50_us.map(|v| format!("{v:.1}"))),
+            or_dash(m.p99_us.map(|v| format!("{v:.1}"))),
+            or_dash(m.errors.map(|v| v.to_string())),
+            or_dash(
+                m.memory_bytes
+                    .map(|v| format!("{:.1}", v as f64 / 1048576.0))
+            ),
         );
     }
-    out.push_str("\n## Ratios (meshbench / peer)\n\n| case | metric | peer | meshbench | peer | ratio | target | met |\n|---|---|---|---|---|---|---|---|\n");
+    out.push_str("\n## Ratios (ours / peer)\n\n| ours | metric | peer | ours | peer | ratio | target | met |\n|---|---|---|---|---|---|---|---|\n");
     for r in &report.ratios {
         let met = match r.met {
             Some(true) => "yes",

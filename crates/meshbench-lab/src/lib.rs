@@ -11,7 +11,7 @@ mod sampler;
 
 pub use environment::{describe_environment, BuildInfo};
 pub use process::{ComponentProcess, ReadyEvent};
-pub use sampler::{ResourceSampler, Sample, SampleSeries};
+pub use sampler::{sample_process, ResourceSampler, Sample, SampleSeries};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

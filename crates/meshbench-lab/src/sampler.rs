@@ -87,6 +87,15 @@ fn sample_loop(
     series
 }
 
+/// One sample of a process now; `None` if it is gone.
+pub fn sample_process(pid: u32) -> Option<Sample> {
+    read_proc(
+        pid,
+        rustix::param::clock_ticks_per_second(),
+        rustix::param::page_size() as u64,
+    )
+}
+
 fn read_proc(pid: u32, ticks_per_second: u64, page_size: u64) -> Option<Sample> {
     let t_ns = now_ns();
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -37,6 +37,14 @@ pub struct BenchMeasurement {
     pub cpu_us_per_request: f64,
     /// The tool's own p50, where it reports one.
     pub p50_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_us: Option<f64>,
+    /// Requests that did not get a 2xx response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<u64>,
+    /// Resident memory of the measured process(es), where the case measures memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
 }
 
 /// Ours divided by a peer's figure for one metric.

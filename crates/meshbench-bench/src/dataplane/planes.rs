@@ -1,0 +1,363 @@
+//! Starting each data plane as a pair of proxies in front of the echo app: the client side
+//! takes plaintext from the load generator, the server side hands plaintext to the app, and
+//! between them runs mTLS with both SPIFFE identities. Every proxy is single-threaded and
+//! pinned to the system-under-test CPU.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use meshbench_dataplane::{LocalWorkload, NodeAgentFile, OutboundListener, RemoteWorkload};
+use meshbench_identity::{CertificateAuthority, IssueOptions};
+
+use super::configs;
+use crate::process::{free_port, Daemon};
+use crate::Error;
+
+pub(crate) const NAMESPACE: &str = "bench";
+const TRUST_DOMAIN: &str = "cluster.local";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plane {
+    /// No proxies: the load generator talks to the app.
+    Direct,
+    SidecarL4,
+    SidecarL7,
+    NodeAgent,
+    Haproxy,
+    Envoy,
+}
+
+impl Plane {
+    pub const ALL: [Plane; 6] = [
+        Plane::Direct,
+        Plane::SidecarL4,
+        Plane::SidecarL7,
+        Plane::NodeAgent,
+        Plane::Haproxy,
+        Plane::Envoy,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Plane::Direct => "direct",
+            Plane::SidecarL4 => "meshbench-sidecar-l4",
+            Plane::SidecarL7 => "meshbench-sidecar-l7",
+            Plane::NodeAgent => "meshbench-node-agent",
+            Plane::Haproxy => "haproxy",
+            Plane::Envoy => "envoy",
+        }
+    }
+
+    pub fn is_ours(self) -> bool {
+        matches!(self, Plane::SidecarL4 | Plane::SidecarL7 | Plane::NodeAgent)
+    }
+}
+
+/// The CA and the two workloads' SVIDs, on disk where the peers can read them.
+pub(crate) struct Pki {
+    pub dir: PathBuf,
+}
+
+impl Pki {
+    pub(crate) fn create(dir: &Path) -> Result<Self, Error> {
+        let io = |source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        };
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(io)?;
+        }
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let identity = |e: meshbench_identity::Error| Error::Target(format!("bench PKI: {e}"));
+        let ca = CertificateAuthority::init(dir, TRUST_DOMAIN).map_err(identity)?;
+        for sa in ["client", "server"] {
+            let svid = ca
+                .issue(NAMESPACE, sa, &IssueOptions::default())
+                .map_err(identity)?;
+            svid.write(dir, sa).map_err(identity)?;
+            // HAProxy wants the certificate and its key in one file.
+            std::fs::write(
+                dir.join(format!("{sa}.combined.pem")),
+                format!("{}{}", svid.cert_pem, svid.key_pem),
+            )
+            .map_err(io)?;
+        }
+        Ok(Pki {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    pub(crate) fn id(sa: &str) -> String {
+        format!("spiffe://{TRUST_DOMAIN}/ns/{NAMESPACE}/sa/{sa}")
+    }
+}
+
+pub(crate) struct Tools {
+    pub meshbench: PathBuf,
+    pub haproxy: PathBuf,
+    pub envoy: PathBuf,
+}
+
+/// A running pair: where the load generator sends, and the proxies to measure.
+pub(crate) struct Pair {
+    pub entry: SocketAddr,
+    pub proxies: Vec<Daemon>,
+}
+
+pub(crate) struct PairContext<'a> {
+    pub tools: &'a Tools,
+    pub pki: &'a Pki,
+    pub app: SocketAddr,
+    pub cpu: usize,
+    pub work_dir: &'a Path,
+}
+
+impl PairContext<'_> {
+    fn write(&self, name: &str, contents: &str) -> Result<PathBuf, Error> {
+        let path = self.work_dir.join(name);
+        std::fs::write(&path, contents).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    fn log(&self, name: &str) -> PathBuf {
+        self.work_dir.join(format!("{name}.log"))
+    }
+
+    /// Starts a meshbench component and reads its ready line.
+    fn meshbench(&self, name: &str, args: &[String]) -> Result<(Daemon, serde_json::Value), Error> {
+        let mut command = Command::new(&self.tools.meshbench);
+        command.args(args).stdout(Stdio::piped());
+        let mut daemon = Daemon::spawn(&mut command, self.cpu, name, &self.log(name))?;
+        let ready = daemon.ready_line()?;
+        Ok((daemon, ready))
+    }
+}
+
+fn addr_field(ready: &serde_json::Value, pointer: &str, who: &str) -> Result<SocketAddr, Error> {
+    ready
+        .pointer(pointer)
+        .and_then(|v| v.as_str())
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| Error::Target(format!("{who}: no address at {pointer} in {ready}")))
+}
+
+pub(crate) fn start(plane: Plane, ctx: &PairContext<'_>) -> Result<Pair, Error> {
+    match plane {
+        Plane::Direct => Ok(Pair {
+            entry: ctx.app,
+            proxies: vec![],
+        }),
+        Plane::SidecarL4 => sidecar_pair(ctx, "l4"),
+        Plane::SidecarL7 => sidecar_pair(ctx, "l7"),
+        Plane::NodeAgent => node_agent_pair(ctx),
+        Plane::Haproxy => haproxy_pair(ctx),
+        Plane::Envoy => envoy_pair(ctx),
+    }
+}
+
+fn sidecar_args(ctx: &PairContext<'_>, sa: &str, mode: &str) -> Vec<String> {
+    let pki = ctx.pki;
+    [
+        "proxy",
+        "sidecar",
+        "--threads",
+        "1",
+        "--mode",
+        mode,
+        "--namespace",
+        NAMESPACE,
+        "--workload",
+        sa,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        "--cert".into(),
+        pki.file(&format!("{sa}.pem")).display().to_string(),
+        "--key".into(),
+        pki.file(&format!("{sa}.key")).display().to_string(),
+        "--ca".into(),
+        pki.file("ca.pem").display().to_string(),
+    ])
+    .collect()
+}
+
+fn sidecar_pair(ctx: &PairContext<'_>, mode: &str) -> Result<Pair, Error> {
+    let mut server_args = sidecar_args(ctx, "server", mode);
+    server_args.extend(["--inbound".into(), format!("127.0.0.1:0={}", ctx.app)]);
+    let (server, ready) = ctx.meshbench(&format!("sidecar-{mode}-server"), &server_args)?;
+    let inbound = addr_field(&ready, "/addr", "server sidecar")?;
+    let mut client_args = sidecar_args(ctx, "client", mode);
+    client_args.extend([
+        "--outbound".into(),
+        format!("127.0.0.1:0={inbound}#{}", Pki::id("server")),
+    ]);
+    let (client, ready) = ctx.meshbench(&format!("sidecar-{mode}-client"), &client_args)?;
+    Ok(Pair {
+        entry: addr_field(&ready, "/outbound/0", "client sidecar")?,
+        proxies: vec![client, server],
+    })
+}
+
+fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
+    let pki = ctx.pki;
+    let workload = |sa: &str, address: SocketAddr| LocalWorkload {
+        namespace: NAMESPACE.into(),
+        name: sa.into(),
+        service_account: sa.into(),
+        cert: pki.file(&format!("{sa}.pem")),
+        key: pki.file(&format!("{sa}.key")),
+        address,
+    };
+    let file = |node: &str, workloads| NodeAgentFile {
+        node: node.into(),
+        ca: pki.file("ca.pem"),
+        hbone: SocketAddr::from(([127, 0, 0, 1], 0)),
+        same_node_encryption: true,
+        policy: None,
+        ca_endpoint: None,
+        rotate_at: None,
+        workloads,
+        destinations: vec![],
+        outbound: vec![],
+    };
+    let server_file = file("node-b", vec![workload("server", ctx.app)]);
+    let server_config = ctx.write("node-agent-server.yaml", &server_file.to_yaml())?;
+    let args = |config: &Path| -> Vec<String> {
+        ["proxy", "node-agent", "--threads", "1", "--config"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([config.display().to_string()])
+            .collect()
+    };
+    let (server, ready) = ctx.meshbench("node-agent-server", &args(&server_config))?;
+    let hbone = addr_field(&ready, "/addr", "server node agent")?;
+    // The client app has no listener of its own; its address only names it in the directory.
+    let mut client_file = file(
+        "node-a",
+        vec![workload("client", SocketAddr::from(([127, 0, 0, 1], 1)))],
+    );
+    client_file.destinations = vec![RemoteWorkload {
+        namespace: NAMESPACE.into(),
+        name: "server".into(),
+        service_account: "server".into(),
+        address: ctx.app,
+        node_agent: hbone,
+    }];
+    client_file.outbound = vec![OutboundListener {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        source: format!("{NAMESPACE}/client"),
+        destination: ctx.app,
+    }];
+    let client_config = ctx.write("node-agent-client.yaml", &client_file.to_yaml())?;
+    let (client, ready) = ctx.meshbench("node-agent-client", &args(&client_config))?;
+    Ok(Pair {
+        entry: addr_field(&ready, "/outbound/0", "client node agent")?,
+        proxies: vec![client, server],
+    })
+}
+
+fn haproxy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
+    let pki = ctx.pki;
+    let (inbound, outbound) = (free_port()?, free_port()?);
+    let server_cfg = ctx.write(
+        "haproxy-server.cfg",
+        &configs::haproxy_inbound(
+            inbound,
+            ctx.app.port(),
+            &pki.file("server.combined.pem"),
+            &pki.file("ca.pem"),
+        ),
+    )?;
+    let client_cfg = ctx.write(
+        "haproxy-client.cfg",
+        &configs::haproxy_outbound(
+            outbound,
+            inbound,
+            &pki.file("client.combined.pem"),
+            &pki.file("ca.pem"),
+        ),
+    )?;
+    let start = |name: &str, cfg: &Path, port: u16| -> Result<Daemon, Error> {
+        let mut command = Command::new(&ctx.tools.haproxy);
+        command.arg("-db").arg("-f").arg(cfg).stdout(Stdio::null());
+        let mut daemon = Daemon::spawn(&mut command, ctx.cpu, name, &ctx.log(name))?;
+        daemon.wait_listening(SocketAddr::from(([127, 0, 0, 1], port)))?;
+        Ok(daemon)
+    };
+    let server = start("haproxy-server", &server_cfg, inbound)?;
+    let client = start("haproxy-client", &client_cfg, outbound)?;
+    Ok(Pair {
+        entry: SocketAddr::from(([127, 0, 0, 1], outbound)),
+        proxies: vec![client, server],
+    })
+}
+
+fn envoy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
+    let pki = ctx.pki;
+    let (inbound, outbound) = (free_port()?, free_port()?);
+    let (ca, server_cert, server_key, client_cert, client_key) = (
+        pki.file("ca.pem"),
+        pki.file("server.pem"),
+        pki.file("server.key"),
+        pki.file("client.pem"),
+        pki.file("client.key"),
+    );
+    let server_cfg = ctx.write(
+        "envoy-server.yaml",
+        &configs::envoy_inbound(
+            inbound,
+            ctx.app.port(),
+            &configs::EnvoyTls {
+                cert: &server_cert,
+                key: &server_key,
+                ca: &ca,
+                peer_id: &Pki::id("client"),
+            },
+        ),
+    )?;
+    let client_cfg = ctx.write(
+        "envoy-client.yaml",
+        &configs::envoy_outbound(
+            outbound,
+            inbound,
+            &configs::EnvoyTls {
+                cert: &client_cert,
+                key: &client_key,
+                ca: &ca,
+                peer_id: &Pki::id("server"),
+            },
+        ),
+    )?;
+    let start = |name: &str, cfg: &Path, port: u16| -> Result<Daemon, Error> {
+        let mut command = Command::new(&ctx.tools.envoy);
+        command
+            .arg("-c")
+            .arg(cfg)
+            .args([
+                "--concurrency",
+                "1",
+                "--disable-hot-restart",
+                "--log-level",
+                "warn",
+            ])
+            .stdout(Stdio::null());
+        let mut daemon = Daemon::spawn(&mut command, ctx.cpu, name, &ctx.log(name))?;
+        daemon.wait_listening(SocketAddr::from(([127, 0, 0, 1], port)))?;
+        Ok(daemon)
+    };
+    let server = start("envoy-server", &server_cfg, inbound)?;
+    let client = start("envoy-client", &client_cfg, outbound)?;
+    Ok(Pair {
+        entry: SocketAddr::from(([127, 0, 0, 1], outbound)),
+        proxies: vec![client, server],
+    })
+}
