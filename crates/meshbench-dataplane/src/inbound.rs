@@ -154,9 +154,7 @@ impl Inbound {
             }
         };
         let _ = app.set_nodelay(true);
-        if let Ok((forward, backward)) =
-            tokio::io::copy_bidirectional(&mut downstream, &mut app).await
-        {
+        if let Ok((forward, backward)) = crate::splice::splice(&mut downstream, &mut app).await {
             if let Some(m) = &self.metrics {
                 m.carried(Direction::Inbound, forward, backward);
             }

@@ -17,6 +17,7 @@ mod metrics;
 mod node_agent;
 mod outbound;
 mod sidecar;
+mod splice;
 mod upstream;
 
 pub use error::Error;

@@ -76,7 +76,7 @@ impl Outbound {
                         if let Some(m) = &self.metrics {
                             m.tls_handshake(Direction::Outbound, started.elapsed());
                         }
-                        self.record(tokio::io::copy_bidirectional(&mut app, &mut tls).await);
+                        self.record(crate::splice::splice(&mut app, &mut tls).await);
                     }
                     Err(e) => {
                         tracing::info!(upstream = %self.upstream, error = %e, "outbound mTLS refused");
@@ -84,7 +84,7 @@ impl Outbound {
                 }
             }
             None => {
-                self.record(tokio::io::copy_bidirectional(&mut app, &mut upstream).await);
+                self.record(crate::splice::splice(&mut app, &mut upstream).await);
             }
         }
     }

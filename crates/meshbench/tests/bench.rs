@@ -59,7 +59,7 @@ fn loadgen_bench_runs_meshbench_wrk_and_fortio_side_by_side() {
         .collect();
     assert_eq!(targets, ["client CPU us per request", "p50 us"]);
     let md = std::fs::read_to_string(dir.path().join("bench.md")).unwrap();
-    assert!(md.contains("## Ratios (meshbench / peer)"));
+    assert!(md.contains("## Ratios (ours / peer)"));
 }
 
 #[test]

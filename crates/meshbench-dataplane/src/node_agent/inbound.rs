@@ -156,8 +156,7 @@ async fn tunnel(caller: &Caller, mut request: Request<Incoming>) -> Response<Emp
             return;
         };
         let mut stream = TokioIo::new(upgraded);
-        if let Ok((forward, backward)) = tokio::io::copy_bidirectional(&mut stream, &mut app).await
-        {
+        if let Ok((forward, backward)) = crate::splice::splice(&mut stream, &mut app).await {
             if let Some(m) = &metrics {
                 m.carried(Direction::Inbound, forward, backward);
             }

@@ -100,7 +100,7 @@ impl AgentOutbound {
                     }
                 };
                 let mut tunnel = TokioIo::new(upgraded);
-                tokio::io::copy_bidirectional(&mut app, &mut tunnel).await
+                crate::splice::splice(&mut app, &mut tunnel).await
             }
             Route::Direct { destination } => {
                 let peer = Peer::Authenticated {
@@ -129,7 +129,7 @@ impl AgentOutbound {
                     }
                 };
                 let _ = upstream.set_nodelay(true);
-                tokio::io::copy_bidirectional(&mut app, &mut upstream).await
+                crate::splice::splice(&mut app, &mut upstream).await
             }
         };
         if let (Some(m), Ok((forward, backward))) = (&self.metrics, copied) {

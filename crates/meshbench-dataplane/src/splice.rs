@@ -1,0 +1,175 @@
+//! Copying bytes both ways between two streams without holding buffers while idle.
+//!
+//! `tokio::io::copy_bidirectional` keeps an 8 KiB buffer per direction for the whole life of a
+//! connection: 16 KiB per proxied connection even when nothing moves, which is most of a
+//! proxy's memory with many open connections. Here reads go into one scratch buffer per thread;
+//! only bytes the writer could not take at once are copied into a buffer of their own, kept
+//! until written. Like HAProxy's buffer pool, an idle connection costs no buffer.
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Matches the largest TLS record's plaintext, so one read can take a whole record.
+const SCRATCH_BYTES: usize = 16 * 1024;
+
+thread_local! {
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; SCRATCH_BYTES].into_boxed_slice());
+}
+
+#[derive(Default)]
+struct Direction {
+    /// Bytes read but not yet written, and how far writing got.
+    unwritten: Option<(Vec<u8>, usize)>,
+    needs_flush: bool,
+    read_done: bool,
+    done: bool,
+    transferred: u64,
+}
+
+impl Direction {
+    fn poll_copy<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut reader: Pin<&mut R>,
+        mut writer: Pin<&mut W>,
+    ) -> Poll<io::Result<()>>
+    where
+        R: AsyncRead + ?Sized,
+        W: AsyncWrite + ?Sized,
+    {
+        loop {
+            if self.done {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some((bytes, written)) = &mut self.unwritten {
+                while *written < bytes.len() {
+                    let n = ready!(writer.as_mut().poll_write(cx, &bytes[*written..]))?;
+                    if n == 0 {
+                        return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                    }
+                    *written += n;
+                }
+                self.unwritten = None;
+                self.needs_flush = true;
+            }
+            if self.read_done {
+                ready!(writer.as_mut().poll_flush(cx))?;
+                ready!(writer.as_mut().poll_shutdown(cx))?;
+                self.done = true;
+                return Poll::Ready(Ok(()));
+            }
+            let read = SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                let mut buf = ReadBuf::new(&mut scratch[..]);
+                match reader.as_mut().poll_read(cx, &mut buf) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Ready(Ok(())) if buf.filled().is_empty() => Poll::Ready(Ok(None)),
+                    Poll::Ready(Ok(())) => {
+                        let data = buf.filled();
+                        // Hand the writer what it takes now; keep only the rest.
+                        let taken = match writer.as_mut().poll_write(cx, data) {
+                            Poll::Ready(Ok(0)) => {
+                                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()))
+                            }
+                            Poll::Ready(Ok(n)) => n,
+                            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                            Poll::Pending => 0,
+                        };
+                        let rest = (taken < data.len()).then(|| data[taken..].to_vec());
+                        Poll::Ready(Ok(Some((data.len(), rest))))
+                    }
+                }
+            });
+            match read {
+                Poll::Pending => {
+                    // Nothing more to read now: push out whatever the writer buffered.
+                    if self.needs_flush {
+                        ready!(writer.as_mut().poll_flush(cx))?;
+                        self.needs_flush = false;
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(None)) => self.read_done = true,
+                Poll::Ready(Ok(Some((n, rest)))) => {
+                    self.transferred += n as u64;
+                    self.needs_flush = true;
+                    self.unwritten = rest.map(|bytes| (bytes, 0));
+                }
+            }
+        }
+    }
+}
+
+/// Copies `a` to `b` and `b` to `a` until both directions reach end of stream (each shut
+/// down on the other side as its reader ends), like `tokio::io::copy_bidirectional`. Returns
+/// the bytes copied from `a` to `b` and from `b` to `a`.
+pub(crate) async fn splice<A, B>(a: &mut A, b: &mut B) -> io::Result<(u64, u64)>
+where
+    A: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    let mut a_to_b = Direction::default();
+    let mut b_to_a = Direction::default();
+    poll_fn(|cx| {
+        let forward = a_to_b.poll_copy(cx, Pin::new(&mut *a), Pin::new(&mut *b))?;
+        let backward = b_to_a.poll_copy(cx, Pin::new(&mut *b), Pin::new(&mut *a))?;
+        match (forward, backward) {
+            (Poll::Ready(()), Poll::Ready(())) => {
+                Poll::Ready(Ok((a_to_b.transferred, b_to_a.transferred)))
+            }
+            _ => Poll::Pending,
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn copies_both_ways_through_small_pipes_and_propagates_end_of_stream() {
+        // 64-byte pipes force partial writes and the leftover path.
+        let (mut client, mut proxy_front) = tokio::io::duplex(64);
+        let (mut proxy_back, mut server) = tokio::io::duplex(64);
+        let proxy = tokio::spawn(async move { splice(&mut proxy_front, &mut proxy_back).await });
+        let request: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+        let response: Vec<u8> = request.iter().rev().copied().collect();
+        let (sent, expected) = (request.clone(), response.clone());
+        let server_task = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let (mut r, mut w) = tokio::io::split(&mut server);
+            let reader = async {
+                r.read_to_end(&mut got).await.unwrap();
+            };
+            let writer = async {
+                w.write_all(&expected).await.unwrap();
+                w.shutdown().await.unwrap();
+            };
+            tokio::join!(reader, writer);
+            got
+        });
+        let (mut r, mut w) = tokio::io::split(&mut client);
+        let mut answer = Vec::new();
+        let reader = async {
+            r.read_to_end(&mut answer).await.unwrap();
+        };
+        let writer = async {
+            w.write_all(&sent).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        tokio::join!(reader, writer);
+        assert_eq!(answer, response);
+        assert_eq!(server_task.await.unwrap(), request);
+        let (forward, backward) = proxy.await.unwrap().unwrap();
+        assert_eq!((forward, backward), (200_000, 200_000));
+    }
+}
