@@ -5,15 +5,14 @@
 //! and Fortio); a fixed 5k rps (client CPU per 100k requests, against Fortio `-uniform`); a
 //! fixed 1k rps over 16 connections (the p50 measurement floor, against Fortio `-uniform`).
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use meshbench_lab::BuildInfo;
 use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
 
-use crate::process::{run_measured, spawn_pinned, version_of};
+use crate::process::{run_measured, start_echo, version_of};
 use crate::Error;
 
 const FORTIO_INSTALL: &str =
@@ -54,51 +53,6 @@ pub(crate) fn which(tool: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(tool))
         .find(|p| p.is_file())
-}
-
-/// The echo target, pinned; killed when dropped.
-struct Target {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_target(opts: &LoadgenBenchOptions) -> Result<Target, Error> {
-    let mut command = Command::new(&opts.meshbench);
-    command
-        .args([
-            "workload",
-            "echo",
-            "--listen",
-            "127.0.0.1:0",
-            "--threads",
-            "1",
-        ])
-        .arg("--response-size")
-        .arg(opts.response_bytes.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = spawn_pinned(&mut command, opts.target_cpu, "meshbench workload echo")?;
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .map_err(|e| Error::Target(e.to_string()))?;
-    let addr = serde_json::from_str::<serde_json::Value>(&line)
-        .ok()
-        .and_then(|v| v["addr"].as_str().map(str::to_owned))
-        .ok_or_else(|| Error::Target(format!("unexpected ready line {line:?}")))?;
-    Ok(Target {
-        child,
-        url: format!("http://{addr}/"),
-    })
 }
 
 pub(crate) fn secs(d: Duration) -> String {
@@ -303,8 +257,13 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         path: opts.work_dir.clone(),
         source,
     })?;
-    let target = start_target(opts)?;
-    let url = target.url.clone();
+    let (target, target_addr) = start_echo(
+        &opts.meshbench,
+        opts.target_cpu,
+        opts.response_bytes,
+        &opts.work_dir.join("target.log"),
+    )?;
+    let url = format!("http://{target_addr}/");
     let mut m = Vec::new();
 
     let closed = "closed-loop-16";

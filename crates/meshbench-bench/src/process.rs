@@ -179,6 +179,35 @@ impl Drop for Daemon {
     }
 }
 
+/// The echo app every bench targets: one thread, pinned to `cpu`, on an ephemeral port.
+pub(crate) fn start_echo(
+    meshbench: &std::path::Path,
+    cpu: usize,
+    response_bytes: u64,
+    log: &std::path::Path,
+) -> Result<(Daemon, std::net::SocketAddr), Error> {
+    let mut command = Command::new(meshbench);
+    command
+        .args([
+            "workload",
+            "echo",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+        ])
+        .arg("--response-size")
+        .arg(response_bytes.to_string())
+        .stdout(Stdio::piped());
+    let mut app = Daemon::spawn(&mut command, cpu, "echo app", log)?;
+    let ready = app.ready_line()?;
+    let addr = ready["addr"]
+        .as_str()
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| Error::Target(format!("echo app ready line {ready}")))?;
+    Ok((app, addr))
+}
+
 /// A loopback port free now, for peers that cannot report the port they bound (HAProxy).
 pub(crate) fn free_port() -> Result<u16, Error> {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -16,6 +16,7 @@ mod l7;
 mod metrics;
 mod node_agent;
 mod outbound;
+mod serving;
 mod sidecar;
 mod splice;
 mod upstream;

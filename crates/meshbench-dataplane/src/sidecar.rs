@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use meshbench_identity::{
-    client_config_for, rotate_forever, server_config_for, CaClient, SpiffeId, SvidStore, TlsOptions,
+    client_config_for, server_config_for, CaClient, SpiffeId, SvidStore, TlsOptions,
 };
 use meshbench_policy::Policy;
 use tokio::net::TcpListener;
@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use crate::inbound::Inbound;
 use crate::metrics::ProxyMetrics;
 use crate::outbound::Outbound;
+use crate::serving::{accept_loop, listen, spawn_rotation};
 use crate::Error;
 
 /// The workload's SVID and the trust bundle it verifies peers with.
@@ -90,12 +91,6 @@ pub struct BoundSidecar {
     outbound: Vec<(TcpListener, Arc<Outbound>)>,
     rotation: Option<(Arc<SvidStore>, CaClient, f64)>,
     metrics: Option<Arc<ProxyMetrics>>,
-}
-
-async fn listen(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { addr, source })
 }
 
 /// Loads the identity, builds the TLS configurations and binds every listener.
@@ -186,12 +181,7 @@ impl BoundSidecar {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let mut tasks = tokio::task::JoinSet::new();
         if let Some((store, client, fraction)) = self.rotation {
-            let metrics = self.metrics.clone();
-            tasks.spawn(rotate_forever(store, client, fraction, move |store| {
-                if let Some(m) = &metrics {
-                    m.certificate_rotated(store.not_after_unix());
-                }
-            }));
+            spawn_rotation(&mut tasks, store, client, fraction, self.metrics.clone());
         }
         if let Some((listener, handler)) = self.inbound {
             tasks.spawn(accept_loop(listener, move |stream, peer| {
@@ -207,25 +197,5 @@ impl BoundSidecar {
         }
         shutdown.await;
         tasks.abort_all();
-    }
-}
-
-pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, handle: F)
-where
-    F: Fn(tokio::net::TcpStream, SocketAddr) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                let _ = stream.set_nodelay(true);
-                tokio::spawn(handle(stream, peer));
-            }
-            Err(e) => {
-                // Out of descriptors or similar: keep serving what is established.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
     }
 }

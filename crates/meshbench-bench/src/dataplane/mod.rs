@@ -12,7 +12,7 @@ mod planes;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use meshbench_lab::BuildInfo;
@@ -22,7 +22,7 @@ pub use planes::Plane;
 use planes::{PairContext, Pki, Tools};
 
 use crate::loadgen::{measurement, secs, which};
-use crate::process::{run_measured, version_of, Daemon};
+use crate::process::{run_measured, start_echo, version_of, Daemon};
 use crate::Error;
 
 const HAPROXY_INSTALL: &str = "install it with `apt-get install haproxy`";
@@ -72,34 +72,6 @@ fn find_tools(opts: &DataplaneBenchOptions) -> Result<Tools, Error> {
             PathBuf::new()
         },
     })
-}
-
-fn start_app(opts: &DataplaneBenchOptions) -> Result<(Daemon, SocketAddr), Error> {
-    let mut command = Command::new(&opts.meshbench);
-    command
-        .args([
-            "workload",
-            "echo",
-            "--listen",
-            "127.0.0.1:0",
-            "--threads",
-            "1",
-        ])
-        .arg("--response-size")
-        .arg(opts.response_bytes.to_string())
-        .stdout(Stdio::piped());
-    let mut app = Daemon::spawn(
-        &mut command,
-        opts.proxy_cpu,
-        "echo app",
-        &opts.work_dir.join("app.log"),
-    )?;
-    let ready = app.ready_line()?;
-    let addr = ready["addr"]
-        .as_str()
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| Error::Target(format!("app ready line {ready}")))?;
-    Ok((app, addr))
 }
 
 /// One `meshbench load` run against `entry`, pinned to the generator CPU.
@@ -340,7 +312,12 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
         source,
     })?;
     let pki = Pki::create(&opts.work_dir.join("pki"))?;
-    let (app, app_addr) = start_app(opts)?;
+    let (app, app_addr) = start_echo(
+        &opts.meshbench,
+        opts.proxy_cpu,
+        opts.response_bytes,
+        &opts.work_dir.join("app.log"),
+    )?;
     let ctx = PairContext {
         tools: &tools,
         pki: &pki,

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use meshbench_identity::{rotate_forever, server_config_for, CaClient, SvidStore, TlsOptions};
+use meshbench_identity::{server_config_for, CaClient, SvidStore, TlsOptions};
 use meshbench_policy::Policy;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -31,6 +31,7 @@ use outbound::AgentOutbound;
 use pool::HbonePool;
 
 use crate::metrics::ProxyMetrics;
+use crate::serving::{accept_loop, listen, spawn_rotation};
 use crate::Error;
 
 pub struct NodeAgentConfig {
@@ -46,12 +47,6 @@ pub struct BoundNodeAgent {
     outbound: Vec<(TcpListener, Arc<AgentOutbound>)>,
     rotations: Vec<(Arc<SvidStore>, CaClient, f64)>,
     metrics: Option<Arc<ProxyMetrics>>,
-}
-
-async fn listen(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { addr, source })
 }
 
 /// Loads every local SVID, builds the directory and binds the HBONE and outbound listeners.
@@ -133,29 +128,18 @@ impl BoundNodeAgent {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let mut tasks = tokio::task::JoinSet::new();
         for (store, client, fraction) in self.rotations {
-            let metrics = self.metrics.clone();
-            tasks.spawn(rotate_forever(store, client, fraction, move |store| {
-                if let Some(m) = &metrics {
-                    m.certificate_rotated(store.not_after_unix());
-                }
-            }));
+            spawn_rotation(&mut tasks, store, client, fraction, self.metrics.clone());
         }
         let inbound = self.inbound;
-        tasks.spawn(crate::sidecar::accept_loop(
-            self.hbone,
-            move |stream, peer| {
-                let inbound = inbound.clone();
-                async move { inbound.handle(stream, peer).await }
-            },
-        ));
+        tasks.spawn(accept_loop(self.hbone, move |stream, peer| {
+            let inbound = inbound.clone();
+            async move { inbound.handle(stream, peer).await }
+        }));
         for (listener, handler) in self.outbound {
-            tasks.spawn(crate::sidecar::accept_loop(
-                listener,
-                move |stream, _peer| {
-                    let handler = handler.clone();
-                    async move { handler.handle(stream).await }
-                },
-            ));
+            tasks.spawn(accept_loop(listener, move |stream, _peer| {
+                let handler = handler.clone();
+                async move { handler.handle(stream).await }
+            }));
         }
         shutdown.await;
         tasks.abort_all();

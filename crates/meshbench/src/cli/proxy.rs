@@ -211,18 +211,13 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
     let runtime = meshbench_workload::runtime(a.threads)?;
     runtime.block_on(async move {
         let bound = run_sidecar(config).await?;
-        let mut ready = ReadyEvent::ready(bound.inbound_addr().map(|a| a.to_string()));
-        ready.outbound = bound
-            .outbound_addrs()
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
-        if let (Some(addr), Some(metrics)) = (admin, metrics) {
-            let listener = bind_admin(addr).await?;
-            ready.admin = Some(listener.local_addr()?.to_string());
-            tokio::spawn(serve_admin(listener, metrics, std::future::pending()));
-        }
-        println!("{}", serde_json::to_string(&ready)?);
+        announce(
+            bound.inbound_addr(),
+            &bound.outbound_addrs(),
+            admin,
+            metrics,
+        )
+        .await?;
         bound.serve(super::workload::shutdown_signal()).await;
         Ok(())
     })
@@ -245,19 +240,26 @@ fn node_agent(a: NodeAgentArgs) -> anyhow::Result<()> {
     let runtime = meshbench_workload::runtime(a.threads)?;
     runtime.block_on(async move {
         let bound = run_node_agent(config).await?;
-        let mut ready = ReadyEvent::ready(bound.hbone_addr().map(|a| a.to_string()));
-        ready.outbound = bound
-            .outbound_addrs()
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
-        if let (Some(addr), Some(metrics)) = (admin, metrics) {
-            let listener = bind_admin(addr).await?;
-            ready.admin = Some(listener.local_addr()?.to_string());
-            tokio::spawn(serve_admin(listener, metrics, std::future::pending()));
-        }
-        println!("{}", serde_json::to_string(&ready)?);
+        announce(bound.hbone_addr(), &bound.outbound_addrs(), admin, metrics).await?;
         bound.serve(super::workload::shutdown_signal()).await;
         Ok(())
     })
+}
+
+/// Starts the admin endpoint when asked for, then prints the ready line the lab waits for.
+async fn announce(
+    main: Option<SocketAddr>,
+    outbound: &[SocketAddr],
+    admin: Option<SocketAddr>,
+    metrics: Option<Arc<ProxyMetrics>>,
+) -> anyhow::Result<()> {
+    let mut ready = ReadyEvent::ready(main.map(|a| a.to_string()));
+    ready.outbound = outbound.iter().map(|a| a.to_string()).collect();
+    if let (Some(addr), Some(metrics)) = (admin, metrics) {
+        let listener = bind_admin(addr).await?;
+        ready.admin = Some(listener.local_addr()?.to_string());
+        tokio::spawn(serve_admin(listener, metrics, std::future::pending()));
+    }
+    println!("{}", serde_json::to_string(&ready)?);
+    Ok(())
 }
