@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use meshbench_lab::{
-    describe_environment, BuildInfo, ComponentProcess, ReadyEvent, ResourceSampler,
+    describe_environment, BuildInfo, ComponentProcess, ReadyEvent, ResourceSampler, SampleTarget,
 };
 use meshbench_results::{
     read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus, SCHEMA_VERSION,
@@ -254,11 +254,11 @@ impl Runner {
             ComponentProcess::spawn("client", &self.options.exe, &client_args).map_err(lab_err)?;
         let mut targets = vec![];
         if let Some(pid) = client.pid() {
-            targets.push(("client".to_owned(), "load-generator".to_owned(), pid));
+            targets.push(SampleTarget::process("client", "load-generator", pid));
         }
         for (component, role) in &components {
             if let Some(pid) = component.pid() {
-                targets.push((component.name().to_owned(), (*role).to_owned(), pid));
+                targets.push(SampleTarget::process(component.name(), role, pid));
             }
         }
         let sampler = ResourceSampler::start(targets, profile.sample_interval);

@@ -5,13 +5,19 @@
 //! Time is CLOCK_MONOTONIC nanoseconds throughout, the same clock the load generator stamps
 //! its measurement window with, so resource figures cover exactly that window.
 
+mod cgroup;
 mod environment;
+mod launch;
 mod process;
 mod sampler;
+mod topology;
 
+pub use cgroup::{destroy_lab_dir, Cgroup, CgroupFs, CgroupReading};
 pub use environment::{describe_environment, BuildInfo};
+pub use launch::Launch;
 pub use process::{ComponentProcess, ReadyEvent};
-pub use sampler::{sample_process, ResourceSampler, Sample, SampleSeries};
+pub use sampler::{sample_process, ResourceSampler, Sample, SampleSeries, SampleTarget};
+pub use topology::{Pod, Service, Topology, Workload};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -30,10 +36,24 @@ pub enum Error {
     NotReady { component: String, seconds: u64 },
     #[error("{component} wrote an unreadable ready line {line:?}")]
     BadReadyLine { component: String, line: String },
+    #[error("topology: {field}: {message}")]
+    Topology { field: String, message: String },
+    #[error("cgroup {path}: {source}")]
+    Cgroup {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("{component} failed ({status}): {stderr}")]
     Failed {
         component: String,
         status: String,
         stderr: String,
     },
+}
+
+impl Error {
+    /// Whether the error is the user's input (exit code 2) rather than a failure.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, Error::Topology { .. })
+    }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 
-use crate::Error;
+use crate::{Error, Launch};
 
 /// The line a component prints on stdout once it serves.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,6 +48,17 @@ impl ComponentProcess {
     /// Starts `program args...` with stdout piped for the ready line and stderr kept for
     /// error messages.
     pub fn spawn(name: &str, program: &Path, args: &[String]) -> Result<Self, Error> {
+        Self::spawn_with(name, &Launch::default(), program, args)
+    }
+
+    /// Starts `program args...` in the namespace, cgroup, user and CPUs `launch` names.
+    pub fn spawn_with(
+        name: &str,
+        launch: &Launch,
+        program: &Path,
+        args: &[String],
+    ) -> Result<Self, Error> {
+        let (program, args) = launch.wrap(program, args);
         let mut command = Command::new(program);
         command
             .args(args)

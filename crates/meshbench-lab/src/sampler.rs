@@ -1,5 +1,7 @@
-//! CPU and memory sampling of lab processes from /proc, on a fixed interval, in a thread of
-//! its own so sampling never waits behind the async runtime.
+//! CPU and memory sampling of lab components on a fixed interval, in a thread of its own so
+//! sampling never waits behind the async runtime. A component with a cgroup is read from it
+//! (CPU and working set of everything it forked, RSS summed over its processes); one without
+//! falls back to its process's /proc entries.
 //!
 //! Figures are cut to a measurement window afterwards: cumulative CPU time is interpolated at
 //! the window's edges, so the mean CPU covers exactly the window no matter how the sampling
@@ -12,12 +14,36 @@ use std::time::Duration;
 use meshbench_results::ComponentResources;
 use meshbench_time::now_ns;
 
+use crate::Cgroup;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
     pub t_ns: u64,
     /// Cumulative user + system CPU time of the whole process (all threads).
     pub cpu_ns: u64,
     pub rss_bytes: u64,
+    /// The cgroup's working set, where the component has a cgroup.
+    pub working_set_bytes: Option<u64>,
+}
+
+/// What to sample: a component's main process, and its cgroup where it has one.
+#[derive(Debug, Clone)]
+pub struct SampleTarget {
+    pub component: String,
+    pub role: String,
+    pub pid: u32,
+    pub cgroup: Option<Cgroup>,
+}
+
+impl SampleTarget {
+    pub fn process(component: &str, role: &str, pid: u32) -> Self {
+        SampleTarget {
+            component: component.to_owned(),
+            role: role.to_owned(),
+            pid,
+            cgroup: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -25,6 +51,8 @@ pub struct SampleSeries {
     pub component: String,
     pub role: String,
     pub pid: u32,
+    /// `procfs`, `cgroup-v1` or `cgroup-v2`.
+    pub source: &'static str,
     pub samples: Vec<Sample>,
 }
 
@@ -34,9 +62,9 @@ pub struct ResourceSampler {
 }
 
 impl ResourceSampler {
-    /// Starts sampling `(component, role, pid)` targets every `interval`. A process that
-    /// exits simply stops contributing samples.
-    pub fn start(targets: Vec<(String, String, u32)>, interval: Duration) -> Self {
+    /// Starts sampling `targets` every `interval`. A process that exits simply stops
+    /// contributing samples.
+    pub fn start(targets: Vec<SampleTarget>, interval: Duration) -> Self {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("resource-sampler".into())
@@ -52,39 +80,72 @@ impl ResourceSampler {
 }
 
 fn sample_loop(
-    targets: Vec<(String, String, u32)>,
+    targets: Vec<SampleTarget>,
     interval: Duration,
     stopped: mpsc::Receiver<()>,
 ) -> Vec<SampleSeries> {
     let ticks_per_second = rustix::param::clock_ticks_per_second();
     let page_size = rustix::param::page_size() as u64;
-    let mut series: Vec<SampleSeries> = targets
+    let mut series: Vec<(SampleSeries, Option<Cgroup>)> = targets
         .into_iter()
-        .map(|(component, role, pid)| SampleSeries {
-            component,
-            role,
-            pid,
-            samples: Vec::new(),
+        .map(|t| {
+            let source = t.cgroup.as_ref().map_or("procfs", |g| g.source());
+            let series = SampleSeries {
+                component: t.component,
+                role: t.role,
+                pid: t.pid,
+                source,
+                samples: Vec::new(),
+            };
+            (series, t.cgroup)
         })
         .collect();
-    loop {
-        for s in &mut series {
-            if let Some(sample) = read_proc(s.pid, ticks_per_second, page_size) {
+    let sample_all = |series: &mut Vec<(SampleSeries, Option<Cgroup>)>| {
+        for (s, group) in series.iter_mut() {
+            let sample = match group {
+                Some(group) => read_cgroup(group, page_size),
+                None => read_proc(s.pid, ticks_per_second, page_size),
+            };
+            if let Some(sample) = sample {
                 s.samples.push(sample);
             }
         }
+    };
+    loop {
+        sample_all(&mut series);
         match stopped.recv_timeout(interval) {
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             _ => break,
         }
     }
     // One last sample so the window's end is bracketed.
-    for s in &mut series {
-        if let Some(sample) = read_proc(s.pid, ticks_per_second, page_size) {
-            s.samples.push(sample);
-        }
+    sample_all(&mut series);
+    series.into_iter().map(|(s, _)| s).collect()
+}
+
+fn read_cgroup(group: &Cgroup, page_size: u64) -> Option<Sample> {
+    let t_ns = now_ns();
+    let pids = group.pids();
+    if pids.is_empty() {
+        return None;
     }
-    series
+    let reading = group.read()?;
+    let rss_bytes = pids
+        .iter()
+        .filter_map(|&pid| resident_bytes(pid, page_size))
+        .sum();
+    Some(Sample {
+        t_ns,
+        cpu_ns: reading.cpu_ns,
+        rss_bytes,
+        working_set_bytes: Some(reading.working_set_bytes),
+    })
+}
+
+fn resident_bytes(pid: u32, page_size: u64) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let resident_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(resident_pages * page_size)
 }
 
 /// One sample of a process now; `None` if it is gone.
@@ -108,12 +169,11 @@ fn read_proc(pid: u32, ticks_per_second: u64, page_size: u64) -> Option<Sample> 
     }
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let resident_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(Sample {
         t_ns,
         cpu_ns: (utime + stime) * 1_000_000_000 / ticks_per_second,
-        rss_bytes: resident_pages * page_size,
+        rss_bytes: resident_bytes(pid, page_size)?,
+        working_set_bytes: None,
     })
 }
 
@@ -145,15 +205,28 @@ impl SampleSeries {
             let max = in_window.iter().map(|s| s.rss_bytes).max().unwrap_or(0);
             (sum / in_window.len() as f64, mib(max))
         };
+        let working_sets: Vec<u64> = in_window
+            .iter()
+            .filter_map(|s| s.working_set_bytes)
+            .collect();
+        let (working_set_mib_mean, working_set_mib_max) = if working_sets.is_empty() {
+            (None, None)
+        } else {
+            let sum: f64 = working_sets.iter().map(|&b| mib(b)).sum();
+            let max = working_sets.iter().copied().max().unwrap_or(0);
+            (Some(sum / working_sets.len() as f64), Some(mib(max)))
+        };
         ComponentResources {
             component: self.component.clone(),
             role: self.role.clone(),
-            source: "procfs".to_owned(),
+            source: self.source.to_owned(),
             samples: in_window.len() as u32,
             cpu_cores_mean,
             cpu_cores_max,
             rss_mib_mean,
             rss_mib_max,
+            working_set_mib_mean,
+            working_set_mib_max,
         }
     }
 
@@ -184,12 +257,14 @@ mod tests {
             component: "server".into(),
             role: "app".into(),
             pid: 1,
+            source: "procfs",
             samples: points
                 .iter()
                 .map(|&(t, cpu, rss)| Sample {
                     t_ns: t,
                     cpu_ns: cpu,
                     rss_bytes: rss,
+                    working_set_bytes: None,
                 })
                 .collect(),
         }
@@ -221,7 +296,7 @@ mod tests {
     #[test]
     fn samples_a_real_busy_process() {
         let sampler = ResourceSampler::start(
-            vec![("me".into(), "test".into(), std::process::id())],
+            vec![SampleTarget::process("me", "test", std::process::id())],
             Duration::from_millis(20),
         );
         let start = now_ns();

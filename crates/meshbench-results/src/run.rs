@@ -120,4 +120,10 @@ pub struct ComponentResources {
     pub cpu_cores_max: f64,
     pub rss_mib_mean: f64,
     pub rss_mib_max: f64,
+    /// The cgroup's working set (usage minus inactive file cache, as kubelet reports it);
+    /// absent when the figures come from /proc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_set_mib_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_set_mib_max: Option<f64>,
 }

@@ -22,6 +22,30 @@ pub fn require_tool(tool: &str) -> Option<PathBuf> {
     None
 }
 
+/// Whether this test may build network namespaces (root, `ip`, `iptables`). Under CI a
+/// missing privilege or tool fails the test; elsewhere it is skipped with the reason.
+pub fn require_netns() -> bool {
+    let euid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|v| v.split_whitespace().nth(1).map(str::to_owned))
+        })
+        .unwrap_or_default();
+    if euid != "0" {
+        let msg = "this test builds network namespaces and needs root";
+        if std::env::var_os("CI").is_some() {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED: {msg}");
+        return false;
+    }
+    ["ip", "iptables", "sysctl"]
+        .iter()
+        .all(|tool| require_tool(tool).is_some())
+}
+
 pub fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)

@@ -1,0 +1,181 @@
+//! Traffic capture by iptables REDIRECT, as meshes do it.
+//!
+//! In a pod (Istio's init container): outbound TCP from the app goes to the sidecar's
+//! outbound port, inbound TCP to the sidecar's inbound port; the proxy itself runs as
+//! [`PROXY_UID`] and its own connections are left alone, as is loopback traffic. On a node
+//! (a node agent): connections from a meshed pod to a service are redirected to the agent's
+//! listener for that pair, ahead of the node's service DNAT.
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::command::run_in;
+use crate::Error;
+
+/// The UID proxies run as; capture rules exempt it (Istio uses the same number).
+pub const PROXY_UID: u32 = 1337;
+
+const INBOUND_CHAIN: &str = "MESHBENCH_INBOUND";
+const OUTBOUND_CHAIN: &str = "MESHBENCH_OUTPUT";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidecarCapture {
+    pub outbound_port: u16,
+    pub inbound_port: u16,
+    /// Capture only connections to these destinations (proxies that cannot read the original
+    /// destination need one listener per destination); `None`: every TCP destination.
+    pub outbound_only: Option<Vec<(SocketAddr, u16)>>,
+    /// Capture inbound connections only to these ports; `None`: every port except
+    /// `inbound_ports_excluded`.
+    pub inbound_only: Option<Vec<u16>>,
+    /// Ports reachable without the proxy (admin endpoints).
+    pub inbound_ports_excluded: Vec<u16>,
+}
+
+impl SidecarCapture {
+    pub(crate) fn install(&self, netns: &str) -> Result<(), Error> {
+        let ipt = |args: &[&str]| -> Result<(), Error> {
+            let mut full = vec!["-t", "nat"];
+            full.extend_from_slice(args);
+            run_in(netns, "iptables", &full).map(|_| ())
+        };
+        let inbound = self.inbound_port.to_string();
+        let outbound = self.outbound_port.to_string();
+        ipt(&["-N", INBOUND_CHAIN])?;
+        ipt(&["-A", "PREROUTING", "-p", "tcp", "-j", INBOUND_CHAIN])?;
+        for port in &self.inbound_ports_excluded {
+            ipt(&[
+                "-A",
+                INBOUND_CHAIN,
+                "-p",
+                "tcp",
+                "--dport",
+                &port.to_string(),
+                "-j",
+                "RETURN",
+            ])?;
+        }
+        match &self.inbound_only {
+            Some(ports) => {
+                for port in ports {
+                    ipt(&[
+                        "-A",
+                        INBOUND_CHAIN,
+                        "-p",
+                        "tcp",
+                        "--dport",
+                        &port.to_string(),
+                        "-j",
+                        "REDIRECT",
+                        "--to-ports",
+                        &inbound,
+                    ])?;
+                }
+            }
+            None => {
+                ipt(&[
+                    "-A",
+                    INBOUND_CHAIN,
+                    "-p",
+                    "tcp",
+                    "--dport",
+                    &inbound,
+                    "-j",
+                    "RETURN",
+                ])?;
+                ipt(&[
+                    "-A",
+                    INBOUND_CHAIN,
+                    "-p",
+                    "tcp",
+                    "-j",
+                    "REDIRECT",
+                    "--to-ports",
+                    &inbound,
+                ])?;
+            }
+        }
+        ipt(&["-N", OUTBOUND_CHAIN])?;
+        ipt(&["-A", "OUTPUT", "-p", "tcp", "-j", OUTBOUND_CHAIN])?;
+        let uid = PROXY_UID.to_string();
+        ipt(&[
+            "-A",
+            OUTBOUND_CHAIN,
+            "-m",
+            "owner",
+            "--uid-owner",
+            &uid,
+            "-j",
+            "RETURN",
+        ])?;
+        ipt(&["-A", OUTBOUND_CHAIN, "-d", "127.0.0.0/8", "-j", "RETURN"])?;
+        match &self.outbound_only {
+            Some(destinations) => {
+                for (destination, to_port) in destinations {
+                    ipt(&[
+                        "-A",
+                        OUTBOUND_CHAIN,
+                        "-d",
+                        &destination.ip().to_string(),
+                        "-p",
+                        "tcp",
+                        "--dport",
+                        &destination.port().to_string(),
+                        "-j",
+                        "REDIRECT",
+                        "--to-ports",
+                        &to_port.to_string(),
+                    ])?;
+                }
+            }
+            None => ipt(&[
+                "-A",
+                OUTBOUND_CHAIN,
+                "-p",
+                "tcp",
+                "-j",
+                "REDIRECT",
+                "--to-ports",
+                &outbound,
+            ])?,
+        }
+        Ok(())
+    }
+}
+
+/// Send one source pod's connections to one service to a node agent's listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRedirect {
+    pub source: IpAddr,
+    pub destination: SocketAddr,
+    pub to_port: u16,
+}
+
+impl NodeRedirect {
+    pub(crate) fn install(&self, netns: &str) -> Result<(), Error> {
+        // Inserted first: it must win over the node's service DNAT.
+        run_in(
+            netns,
+            "iptables",
+            &[
+                "-t",
+                "nat",
+                "-I",
+                "PREROUTING",
+                "1",
+                "-s",
+                &self.source.to_string(),
+                "-d",
+                &self.destination.ip().to_string(),
+                "-p",
+                "tcp",
+                "--dport",
+                &self.destination.port().to_string(),
+                "-j",
+                "REDIRECT",
+                "--to-ports",
+                &self.to_port.to_string(),
+            ],
+        )
+        .map(|_| ())
+    }
+}

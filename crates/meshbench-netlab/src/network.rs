@@ -1,0 +1,218 @@
+//! One interface over both backends, for the runner and the mesh adapters: where pods, nodes
+//! and services are, how to start a process in a pod or on a node, and (netns only) how a
+//! mesh captures traffic.
+
+use std::net::{IpAddr, SocketAddr};
+
+use meshbench_lab::{Launch, Topology};
+
+use crate::capture::{NodeRedirect, SidecarCapture};
+use crate::loopback::LoopbackLab;
+use crate::netns::NetnsLab;
+use crate::plan::AddressPlan;
+use crate::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Netns,
+    Loopback,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Netns => "netns",
+            Backend::Loopback => "loopback",
+        }
+    }
+
+    /// netns where this process may build it, loopback otherwise.
+    pub fn default_here() -> Backend {
+        if NetnsLab::check_permitted().is_ok() {
+            Backend::Netns
+        } else {
+            Backend::Loopback
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "netns" => Ok(Backend::Netns),
+            "loopback" => Ok(Backend::Loopback),
+            other => Err(format!(
+                "unknown backend {other:?} (expected netns or loopback)"
+            )),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum LabNetwork {
+    Netns(NetnsLab),
+    Loopback(LoopbackLab),
+}
+
+impl LabNetwork {
+    pub fn create(backend: Backend, id: &str, topology: &Topology) -> Result<Self, Error> {
+        Ok(match backend {
+            Backend::Netns => LabNetwork::Netns(NetnsLab::create(id, topology)?),
+            Backend::Loopback => LabNetwork::Loopback(LoopbackLab::create(id, topology)?),
+        })
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            LabNetwork::Netns(_) => Backend::Netns,
+            LabNetwork::Loopback(_) => Backend::Loopback,
+        }
+    }
+
+    pub fn plan(&self) -> &AddressPlan {
+        match self {
+            LabNetwork::Netns(l) => l.plan(),
+            LabNetwork::Loopback(l) => l.plan(),
+        }
+    }
+
+    pub fn topology(&self) -> &Topology {
+        match self {
+            LabNetwork::Netns(l) => l.topology(),
+            LabNetwork::Loopback(l) => l.topology(),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        match self {
+            LabNetwork::Netns(l) => l.id(),
+            LabNetwork::Loopback(l) => l.id(),
+        }
+    }
+
+    pub fn pod_ip(&self, pod: &str) -> Result<IpAddr, Error> {
+        Ok(self.plan().pod(pod)?.ip.into())
+    }
+
+    pub fn node_ip(&self, node: &str) -> Result<IpAddr, Error> {
+        Ok(self.plan().node(node)?.ip.into())
+    }
+
+    /// What a client dials for a service.
+    pub fn service_addr(&self, service: &str) -> Result<SocketAddr, Error> {
+        Ok(self.plan().service(service)?.addr)
+    }
+
+    /// The name a client can put in a URL for a service: its DNS-style name where pods have
+    /// hosts files (netns), its address otherwise.
+    pub fn service_host(&self, service: &str) -> Result<String, Error> {
+        let s = self.plan().service(service)?;
+        Ok(match self {
+            LabNetwork::Netns(_) => format!("{}:{}", s.name, s.addr.port()),
+            LabNetwork::Loopback(_) => s.addr.to_string(),
+        })
+    }
+
+    /// The address a pod's processes bind to for others to reach them.
+    pub fn pod_bind_ip(&self, pod: &str) -> Result<IpAddr, Error> {
+        match self {
+            LabNetwork::Netns(l) => {
+                l.plan().pod(pod)?;
+                Ok(IpAddr::from([0, 0, 0, 0]))
+            }
+            LabNetwork::Loopback(l) => Ok(l.plan().pod(pod)?.ip.into()),
+        }
+    }
+
+    /// The address a node's processes bind to.
+    pub fn node_bind_ip(&self, node: &str) -> Result<IpAddr, Error> {
+        match self {
+            LabNetwork::Netns(l) => {
+                l.plan().node(node)?;
+                Ok(IpAddr::from([0, 0, 0, 0]))
+            }
+            LabNetwork::Loopback(l) => Ok(l.plan().node(node)?.ip.into()),
+        }
+    }
+
+    pub fn launch_in_pod(&self, pod: &str) -> Result<Launch, Error> {
+        match self {
+            LabNetwork::Netns(l) => l.launch_in_pod(pod),
+            LabNetwork::Loopback(l) => {
+                l.plan().pod(pod)?;
+                Ok(l.launch())
+            }
+        }
+    }
+
+    pub fn launch_on_node(&self, node: &str) -> Result<Launch, Error> {
+        match self {
+            LabNetwork::Netns(l) => l.launch_on_node(node),
+            LabNetwork::Loopback(l) => {
+                l.plan().node(node)?;
+                Ok(l.launch())
+            }
+        }
+    }
+
+    /// Whether meshes capture traffic here (netns) or clients dial proxies (loopback).
+    pub fn captures(&self) -> bool {
+        matches!(self, LabNetwork::Netns(_))
+    }
+
+    pub fn capture_sidecar(&self, pod: &str, capture: &SidecarCapture) -> Result<(), Error> {
+        match self {
+            LabNetwork::Netns(l) => capture.install(&l.pod_netns(pod)),
+            LabNetwork::Loopback(_) => Err(Error::Unsupported {
+                what: "traffic capture",
+                backend: "loopback",
+            }),
+        }
+    }
+
+    pub fn redirect_on_node(&self, node: &str, redirect: &NodeRedirect) -> Result<(), Error> {
+        match self {
+            LabNetwork::Netns(l) => redirect.install(&l.node_netns(node)),
+            LabNetwork::Loopback(_) => Err(Error::Unsupported {
+                what: "traffic capture",
+                backend: "loopback",
+            }),
+        }
+    }
+
+    /// The namespace and interface that carry a node's inter-node traffic (netns only).
+    pub fn uplink_of(&self, node: &str) -> Result<(String, &'static str), Error> {
+        match self {
+            LabNetwork::Netns(l) => {
+                l.plan().node(node)?;
+                Ok((l.node_netns(node), crate::netns::UPLINK))
+            }
+            LabNetwork::Loopback(_) => Err(Error::Unsupported {
+                what: "an inter-node link",
+                backend: "loopback",
+            }),
+        }
+    }
+
+    pub fn teardown(&mut self) -> Result<(), Error> {
+        match self {
+            LabNetwork::Netns(l) => l.teardown(),
+            LabNetwork::Loopback(_) => Ok(()),
+        }
+    }
+}
+
+/// A fresh lab id: short (interface and namespace names stay readable), unlikely to repeat.
+pub fn new_lab_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("{:06x}", h.finish() & 0xff_ffff)
+}
