@@ -24,6 +24,7 @@ pub(crate) struct Inbound {
     namespace: String,
     workload: String,
     app: SocketAddr,
+    transparent: bool,
     policy: Arc<Policy>,
     tls: Option<TlsAcceptor>,
     detect_timeout: Duration,
@@ -36,12 +37,14 @@ impl Inbound {
     pub(crate) fn new(
         config: &SidecarConfig,
         app: SocketAddr,
+        transparent: bool,
         tls: Option<rustls::ServerConfig>,
     ) -> Self {
         Inbound {
             namespace: config.namespace.clone(),
             workload: config.workload.clone(),
             app,
+            transparent,
             policy: config.policy.clone(),
             tls: tls.map(|c| TlsAcceptor::from(Arc::new(c))),
             detect_timeout: config.detect_timeout,
@@ -57,6 +60,17 @@ impl Inbound {
             .as_ref()
             .map(|m| m.connection(Direction::Inbound));
         let source_ip = Some(peer_addr.ip());
+        // A REDIRECTed connection goes to the app port it was sent to.
+        let app = match self.transparent {
+            true => match crate::serving::original_destination(&stream) {
+                Ok(original) => SocketAddr::new(self.app.ip(), original.port()),
+                Err(e) => {
+                    tracing::info!(%peer_addr, error = %e, "no original destination");
+                    return;
+                }
+            },
+            false => self.app,
+        };
         let mut first = [0u8; 1];
         let is_tls = match tokio::time::timeout(self.detect_timeout, stream.peek(&mut first)).await
         {
@@ -88,18 +102,18 @@ impl Inbound {
                     // A verified certificate without a SPIFFE ID carries no mesh identity.
                     None => Peer::Plaintext { source_ip },
                 };
-                self.forward_if_allowed(tls, &peer).await;
+                self.forward_if_allowed(tls, &peer, app).await;
             }
             // TLS arriving at a sidecar that does not terminate it: not ours to accept.
             (true, None) => {}
             (false, _) => {
-                self.forward_if_allowed(stream, &Peer::Plaintext { source_ip })
+                self.forward_if_allowed(stream, &Peer::Plaintext { source_ip }, app)
                     .await
             }
         }
     }
 
-    async fn forward_if_allowed<S>(&self, mut downstream: S, peer: &Peer)
+    async fn forward_if_allowed<S>(&self, mut downstream: S, peer: &Peer, app: SocketAddr)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -115,7 +129,7 @@ impl Inbound {
             let context = InboundContext {
                 namespace: self.namespace.as_str().into(),
                 workload: self.workload.as_str().into(),
-                port: self.app.port(),
+                port: app.port(),
                 policy: self.policy.clone(),
                 peer: peer.clone(),
             };
@@ -135,7 +149,7 @@ impl Inbound {
         let decision = self.policy.authorize(&Request {
             namespace: &self.namespace,
             workload: &self.workload,
-            port: self.app.port(),
+            port: app.port(),
             peer,
             http: None,
         });
@@ -146,10 +160,10 @@ impl Inbound {
             tracing::info!(?peer, reason = %decision.reason, "inbound connection denied");
             return;
         }
-        let mut app = match TcpStream::connect(self.app).await {
+        let mut app = match TcpStream::connect(app).await {
             Ok(app) => app,
             Err(e) => {
-                tracing::warn!(app = %self.app, error = %e, "cannot reach the app");
+                tracing::warn!(%app, error = %e, "cannot reach the app");
                 return;
             }
         };

@@ -29,5 +29,5 @@ pub use node_agent::{
 };
 pub use sidecar::{
     run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, ProxyMode, Rotation, SidecarConfig,
-    SidecarIdentity,
+    SidecarIdentity, TransparentOutbound,
 };

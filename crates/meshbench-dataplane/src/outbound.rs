@@ -1,6 +1,7 @@
 //! The outbound path: take the app's plaintext connection and carry it to the destination's
 //! sidecar over mTLS, presenting this workload's SVID and requiring the destination's.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -92,6 +93,51 @@ impl Outbound {
     fn record(&self, copied: std::io::Result<(u64, u64)>) {
         if let (Some(m), Ok((forward, backward))) = (&self.metrics, copied) {
             m.carried(Direction::Outbound, forward, backward);
+        }
+    }
+}
+
+/// Connections iptables REDIRECTed from the app: routed by their original destination.
+pub(crate) struct Captured {
+    routes: HashMap<SocketAddr, Outbound>,
+    metrics: Option<Arc<ProxyMetrics>>,
+}
+
+impl Captured {
+    pub(crate) fn new(
+        routes: HashMap<SocketAddr, Outbound>,
+        metrics: Option<Arc<ProxyMetrics>>,
+    ) -> Self {
+        Captured { routes, metrics }
+    }
+
+    pub(crate) async fn handle(&self, mut app: TcpStream) {
+        let destination = match crate::serving::original_destination(&app) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::info!(error = %e, "captured connection without an original destination");
+                return;
+            }
+        };
+        if let Some(route) = self.routes.get(&destination) {
+            return route.handle(app).await;
+        }
+        // Not a mesh destination: pass it through untouched.
+        let _open = self
+            .metrics
+            .as_ref()
+            .map(|m| m.connection(Direction::Outbound));
+        match TcpStream::connect(destination).await {
+            Ok(mut upstream) => {
+                let _ = upstream.set_nodelay(true);
+                let copied = crate::splice::splice(&mut app, &mut upstream).await;
+                if let (Some(m), Ok((forward, backward))) = (&self.metrics, copied) {
+                    m.carried(Direction::Outbound, forward, backward);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(%destination, error = %e, "passthrough destination unreachable")
+            }
         }
     }
 }

@@ -14,6 +14,17 @@ use tokio::task::JoinSet;
 use crate::metrics::ProxyMetrics;
 use crate::Error;
 
+/// Where a connection REDIRECTed by iptables was headed (`SO_ORIGINAL_DST`).
+pub(crate) fn original_destination(stream: &tokio::net::TcpStream) -> std::io::Result<SocketAddr> {
+    let socket = socket2::SockRef::from(stream);
+    let addr = match stream.local_addr()? {
+        SocketAddr::V4(_) => socket.original_dst_v4()?,
+        SocketAddr::V6(_) => socket.original_dst_v6()?,
+    };
+    addr.as_socket()
+        .ok_or_else(|| std::io::Error::other("original destination is not an IP address"))
+}
+
 pub(crate) async fn listen(addr: SocketAddr) -> Result<TcpListener, Error> {
     TcpListener::bind(addr)
         .await

@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 
 use crate::inbound::Inbound;
 use crate::metrics::ProxyMetrics;
-use crate::outbound::Outbound;
+use crate::outbound::{Captured, Outbound};
 use crate::serving::{accept_loop, listen, spawn_rotation};
 use crate::Error;
 
@@ -45,6 +45,19 @@ pub struct InboundConfig {
     pub listen: SocketAddr,
     /// The local app the sidecar fronts.
     pub app: SocketAddr,
+    /// Connections arrive REDIRECTed by iptables: L4 forwards each to the app's address at
+    /// the port it was originally sent to, and policy sees that port.
+    pub transparent: bool,
+}
+
+/// The listener iptables REDIRECTs the app's outbound connections to. Each connection's
+/// original destination picks its route; destinations outside the mesh are passed through
+/// in plaintext (Istio's `ALLOW_ANY`).
+#[derive(Debug, Clone)]
+pub struct TransparentOutbound {
+    pub listen: SocketAddr,
+    /// Meshed destinations and the identity each must present.
+    pub destinations: Vec<(SocketAddr, Option<SpiffeId>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +95,7 @@ pub struct SidecarConfig {
     pub policy: Arc<Policy>,
     pub inbound: Option<InboundConfig>,
     pub outbound: Vec<OutboundRoute>,
+    pub transparent_outbound: Option<TransparentOutbound>,
     /// How long inbound waits for a client's first bytes to tell TLS from plaintext.
     pub detect_timeout: Duration,
 }
@@ -89,13 +103,17 @@ pub struct SidecarConfig {
 pub struct BoundSidecar {
     inbound: Option<(TcpListener, Arc<Inbound>)>,
     outbound: Vec<(TcpListener, Arc<Outbound>)>,
+    transparent: Option<(TcpListener, Arc<Captured>)>,
     rotation: Option<(Arc<SvidStore>, CaClient, f64)>,
     metrics: Option<Arc<ProxyMetrics>>,
 }
 
 /// Loads the identity, builds the TLS configurations and binds every listener.
 pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
-    if config.inbound.is_none() && config.outbound.is_empty() {
+    if config.inbound.is_none()
+        && config.outbound.is_empty()
+        && config.transparent_outbound.is_none()
+    {
         return Err(Error::NothingToDo);
     }
     let identity = match (&config.identity, config.mtls) {
@@ -129,6 +147,7 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
     let mut bound = BoundSidecar {
         inbound: None,
         outbound: Vec::new(),
+        transparent: None,
         rotation,
         metrics: config.metrics.clone(),
     };
@@ -142,24 +161,40 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
             )?),
             _ => None,
         };
-        let handler = Inbound::new(&config, inbound.app, tls);
+        let handler = Inbound::new(&config, inbound.app, inbound.transparent, tls);
         bound.inbound = Some((listen(inbound.listen).await?, Arc::new(handler)));
     }
-    for route in &config.outbound {
+    let outbound_to = |upstream: SocketAddr, upstream_id: Option<SpiffeId>| {
         let tls = match (&identity, &store, config.mtls) {
             (Some(id), Some(store), true) => Some(client_config_for(
                 store.clone(),
                 &id.ca,
-                route.upstream_id.clone(),
+                upstream_id,
                 &[],
                 &config.tls,
             )?),
             _ => None,
         };
-        let handler = Outbound::new(route.upstream, tls, config.mode, config.metrics.clone());
+        Ok::<_, Error>(Outbound::new(
+            upstream,
+            tls,
+            config.mode,
+            config.metrics.clone(),
+        ))
+    };
+    for route in &config.outbound {
+        let handler = outbound_to(route.upstream, route.upstream_id.clone())?;
         bound
             .outbound
             .push((listen(route.listen).await?, Arc::new(handler)));
+    }
+    if let Some(transparent) = &config.transparent_outbound {
+        let mut routes = std::collections::HashMap::new();
+        for (destination, id) in &transparent.destinations {
+            routes.insert(*destination, outbound_to(*destination, id.clone())?);
+        }
+        let captured = Captured::new(routes, config.metrics.clone());
+        bound.transparent = Some((listen(transparent.listen).await?, Arc::new(captured)));
     }
     Ok(bound)
 }
@@ -169,10 +204,13 @@ impl BoundSidecar {
         self.inbound.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
+    /// Explicit outbound listeners in the order configured, then the transparent one.
     pub fn outbound_addrs(&self) -> Vec<SocketAddr> {
         self.outbound
             .iter()
-            .filter_map(|(l, _)| l.local_addr().ok())
+            .map(|(l, _)| l)
+            .chain(self.transparent.as_ref().map(|(l, _)| l))
+            .filter_map(|l| l.local_addr().ok())
             .collect()
     }
 
@@ -187,6 +225,12 @@ impl BoundSidecar {
             tasks.spawn(accept_loop(listener, move |stream, peer| {
                 let handler = handler.clone();
                 async move { handler.handle(stream, peer).await }
+            }));
+        }
+        if let Some((listener, handler)) = self.transparent {
+            tasks.spawn(accept_loop(listener, move |stream, _peer| {
+                let handler = handler.clone();
+                async move { handler.handle(stream).await }
             }));
         }
         for (listener, handler) in self.outbound {

@@ -112,8 +112,10 @@ impl Lab {
             inbound: Some(InboundConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),
                 app,
+                transparent: false,
             }),
             outbound: vec![],
+            transparent_outbound: None,
             detect_timeout: Duration::from_secs(1),
         })
         .0
@@ -150,6 +152,7 @@ impl Lab {
                     SpiffeId::for_workload("cluster.local", "app", upstream_sa).unwrap(),
                 ),
             }],
+            transparent_outbound: None,
             detect_timeout: Duration::from_secs(1),
         })
         .1[0]

@@ -13,17 +13,16 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("setting up identities: {0}")]
-    Identity(#[from] meshbench_identity::Error),
-    #[error("cell {cell}: {source}")]
-    Lab {
+    #[error("setting up the lab: {0}")]
+    Mesh(meshbench_meshes::Error),
+    #[error(transparent)]
+    Network(#[from] meshbench_netlab::Error),
+    /// Not a `source`: the message carries the cause once, also where only `Display` is
+    /// shown (a partial run's status reason).
+    #[error("cell {cell}: {error}")]
+    Cell {
         cell: String,
-        source: meshbench_lab::Error,
-    },
-    #[error("cell {cell}: the load generator's result is missing or invalid: {source}")]
-    LoadResult {
-        cell: String,
-        source: meshbench_results::Error,
+        error: meshbench_meshes::Error,
     },
     #[error(transparent)]
     Results(#[from] meshbench_results::Error),
@@ -31,9 +30,10 @@ pub enum Error {
 
 impl Error {
     pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            Error::UnknownProfile { .. } | Error::OutputExists { .. }
-        )
+        match self {
+            Error::UnknownProfile { .. } | Error::OutputExists { .. } => true,
+            Error::Network(e) => e.is_bad_input(),
+            _ => false,
+        }
     }
 }

@@ -10,4 +10,4 @@ mod scenario;
 pub use error::Error;
 pub use profile::{Profile, PROFILE_NAMES};
 pub use runner::{CellId, Progress, RunOptions, Runner};
-pub use scenario::Scenario;
+pub use scenario::Placement;

@@ -4,14 +4,18 @@ use std::time::Duration;
 
 use meshbench_results::{LoadPoint, RunConfig, WorkloadConfig};
 
-use crate::{Error, Scenario};
+use meshbench_meshes::Mesh;
 
-pub const PROFILE_NAMES: &[&str] = &["quick", "smoke"];
+use crate::scenario::{describe, Placement};
+use crate::Error;
+
+pub const PROFILE_NAMES: &[&str] = &["quick", "smoke", "meshes"];
 
 #[derive(Debug, Clone)]
 pub struct Profile {
     pub name: String,
-    pub scenarios: Vec<Scenario>,
+    pub scenarios: Vec<Mesh>,
+    pub placements: Vec<Placement>,
     pub load_points: Vec<LoadPoint>,
     pub repetitions: u32,
     pub duration: Duration,
@@ -24,11 +28,7 @@ pub struct Profile {
 
 impl Profile {
     pub fn builtin(name: &str) -> Result<Self, Error> {
-        let all = vec![
-            Scenario::Baseline,
-            Scenario::BaselineMtls,
-            Scenario::Sidecar,
-        ];
+        let all = vec![Mesh::None, Mesh::AppMtls, Mesh::Sidecar];
         let point = |rps: f64, connections: u32| LoadPoint { rps, connections };
         match name {
             // The default: E1's baseline, baseline-mTLS and a sidecar mesh (our reference
@@ -37,6 +37,7 @@ impl Profile {
             "quick" => Ok(Profile {
                 name: name.to_owned(),
                 scenarios: all.clone(),
+                placements: vec![Placement::IntraNode],
                 load_points: vec![point(500.0, 8), point(2000.0, 32), point(4000.0, 64)],
                 repetitions: 1,
                 duration: Duration::from_secs(10),
@@ -50,6 +51,7 @@ impl Profile {
             "smoke" => Ok(Profile {
                 name: name.to_owned(),
                 scenarios: all,
+                placements: vec![Placement::IntraNode],
                 load_points: vec![point(200.0, 4), point(400.0, 8)],
                 repetitions: 1,
                 duration: Duration::from_secs(2),
@@ -57,6 +59,35 @@ impl Profile {
                 request_timeout: Duration::from_secs(5),
                 sample_interval: Duration::from_millis(100),
                 server_delay: Duration::from_millis(1),
+                response_bytes: 1024,
+            }),
+            // E1's comparison of mTLS architectures on the lab: no mesh, app-level mTLS, our
+            // sidecar, our node agent (same-node traffic encrypted or not) and third-party
+            // sidecars, with client and server on one node and on two.
+            "meshes" => Ok(Profile {
+                name: name.to_owned(),
+                scenarios: vec![
+                    Mesh::None,
+                    Mesh::AppMtls,
+                    Mesh::Sidecar,
+                    Mesh::NodeAgent {
+                        same_node_encryption: true,
+                    },
+                    Mesh::NodeAgent {
+                        same_node_encryption: false,
+                    },
+                    Mesh::Envoy,
+                    Mesh::Haproxy,
+                    Mesh::Nginx,
+                ],
+                placements: vec![Placement::IntraNode, Placement::InterNode],
+                load_points: vec![point(1000.0, 16)],
+                repetitions: 1,
+                duration: Duration::from_secs(10),
+                warmup: Duration::from_secs(2),
+                request_timeout: Duration::from_secs(5),
+                sample_interval: Duration::from_millis(200),
+                server_delay: Duration::ZERO,
                 response_bytes: 1024,
             }),
             _ => Err(Error::UnknownProfile {
@@ -67,7 +98,10 @@ impl Profile {
     }
 
     pub fn cells(&self) -> usize {
-        self.scenarios.len() * self.load_points.len() * self.repetitions as usize
+        self.scenarios.len()
+            * self.placements.len()
+            * self.load_points.len()
+            * self.repetitions as usize
     }
 
     /// Rough wall-clock length, for the progress estimate.
@@ -80,7 +114,13 @@ impl Profile {
         RunConfig {
             profile: self.name.clone(),
             platform: platform.to_owned(),
-            scenarios: self.scenarios.iter().map(|s| s.describe()).collect(),
+            scenarios: self.scenarios.iter().map(|&s| describe(s)).collect(),
+            placements: self
+                .placements
+                .iter()
+                .map(|p| p.name().to_owned())
+                .collect(),
+            unavailable: Vec::new(),
             load_points: self.load_points.clone(),
             repetitions: self.repetitions,
             duration_seconds: self.duration.as_secs_f64(),

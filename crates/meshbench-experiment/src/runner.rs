@@ -1,29 +1,34 @@
 //! The runner: turns a profile into cells and runs each on the local lab.
 //!
-//! A cell is one (repetition, load point, scenario). Scenarios are innermost, so a run goes
-//! A B A B ... and slow machine drift spreads over all scenarios instead of biasing one. For
-//! each cell the runner starts a fresh server process, waits for it to be ready, starts the
-//! load generator process, samples both processes' CPU and memory, and cuts those samples to
-//! the generator's measurement window. `results.json` is rewritten atomically after every
-//! cell; an interrupted run keeps its finished cells and is marked partial.
+//! A cell is one (repetition, load point, placement, scenario). Scenarios are innermost, so a
+//! run goes A B C A B C ... and slow machine drift spreads over all scenarios instead of
+//! biasing one. For each cell the runner builds the lab network for the placement (netns
+//! namespaces or loopback addresses), starts the server app in its pod, deploys the scenario's
+//! mesh around it, runs the load generator in the client pod, samples every component's CPU
+//! and memory (from its cgroup where there is one) and cuts those samples to the generator's
+//! measurement window. `results.json` is rewritten atomically after every cell; an
+//! interrupted run keeps its finished cells and is marked partial. Whatever a cell created
+//! (processes, namespaces, cgroups) is removed when it ends, however it ends.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use meshbench_lab::{
-    describe_environment, BuildInfo, ComponentProcess, ReadyEvent, ResourceSampler, SampleTarget,
+    describe_environment, BuildInfo, CgroupFs, LabComponent, Readiness, ResourceSampler,
 };
+use meshbench_meshes::{deploy, Mesh, MeshContext, MeshPki};
+use meshbench_netlab::{new_lab_id, Backend, LabNetwork};
 use meshbench_results::{
-    read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus, SCHEMA_VERSION,
+    read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus,
+    UnavailableScenario, SCHEMA_VERSION,
 };
 
-use crate::scenario::LabPki;
-use crate::{Error, Profile, Scenario};
+use crate::scenario::{policy_yaml, Placement, CLIENT, SERVER, SERVICE};
+use crate::{Error, Profile};
 
-const PLATFORM: &str = "local-lab/loopback";
-const READY_TIMEOUT: Duration = Duration::from_secs(15);
 const STOP_GRACE: Duration = Duration::from_secs(2);
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -32,6 +37,9 @@ pub struct RunOptions {
     /// The meshbench binary, started once per lab component.
     pub exe: PathBuf,
     pub build: BuildInfo,
+    pub backend: Backend,
+    /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
+    pub pin: bool,
 }
 
 /// Identifies a cell for progress reporting.
@@ -39,7 +47,8 @@ pub struct RunOptions {
 pub struct CellId {
     pub index: usize,
     pub total: usize,
-    pub scenario: Scenario,
+    pub scenario: Mesh,
+    pub placement: Placement,
     pub load_point: LoadPoint,
     pub repetition: u32,
 }
@@ -47,8 +56,9 @@ pub struct CellId {
 impl CellId {
     pub fn label(&self) -> String {
         format!(
-            "{} @ {} rps / {} conns (rep {})",
+            "{} {} @ {} rps / {} conns (rep {})",
             self.scenario.name(),
+            self.placement.name(),
             self.load_point.rps,
             self.load_point.connections,
             self.repetition
@@ -60,12 +70,14 @@ impl CellId {
 pub trait Progress {
     fn cell_started(&self, cell: &CellId);
     fn cell_finished(&self, cell: &CellId, result: &Cell);
+    fn scenario_unavailable(&self, scenario: &UnavailableScenario);
 }
 
 pub struct Runner {
     options: RunOptions,
     result: RunResult,
     results_path: PathBuf,
+    cgroups: Option<CgroupFs>,
 }
 
 impl Runner {
@@ -75,10 +87,14 @@ impl Runner {
         if results_path.exists() {
             return Err(Error::OutputExists { path: results_path });
         }
+        if options.backend == Backend::Netns {
+            meshbench_netlab::NetnsLab::check_permitted()?;
+        }
         std::fs::create_dir_all(&options.out_dir).map_err(|source| Error::CreateDir {
             path: options.out_dir.clone(),
             source,
         })?;
+        let platform = format!("local-lab/{}", options.backend.name());
         let result = RunResult {
             schema_version: SCHEMA_VERSION,
             kind: "meshbench.run".to_owned(),
@@ -87,13 +103,14 @@ impl Runner {
             started_at: timestamp(),
             finished_at: None,
             environment: describe_environment(&options.build),
-            config: options.profile.describe(PLATFORM),
+            config: options.profile.describe(&platform),
             cells: Vec::new(),
         };
         Ok(Runner {
             options,
             result,
             results_path,
+            cgroups: CgroupFs::detect(),
         })
     }
 
@@ -110,7 +127,8 @@ impl Runner {
     ) -> Result<RunResult, Error> {
         write_json_atomic(&self.results_path, &self.result)?;
         tokio::pin!(cancel);
-        // `None`: cancelled. Dropping the cell future kills its lab processes.
+        // `None`: cancelled. Dropping the cell future kills its lab processes and tears its
+        // network down.
         let finished = tokio::select! {
             outcome = self.run_cells(progress) => Some(outcome),
             () = &mut cancel => None,
@@ -141,98 +159,177 @@ impl Runner {
 
     async fn run_cells(&mut self, progress: &dyn Progress) -> Result<(), Error> {
         let profile = self.options.profile.clone();
-        let pki = if profile.scenarios.iter().any(|s| s.uses_tls()) {
-            Some(LabPki::create(&self.options.out_dir.join("pki"))?)
-        } else {
-            None
-        };
-        let total = profile.cells();
+        // Meshes this machine cannot run are reported, never silently dropped.
+        let mut scenarios = Vec::new();
+        for &mesh in &profile.scenarios {
+            match mesh.binary() {
+                Ok(_) => scenarios.push(mesh),
+                Err(missing) => {
+                    let entry = UnavailableScenario {
+                        name: mesh.name().to_owned(),
+                        reason: missing.to_string(),
+                        install: missing.install.clone(),
+                    };
+                    progress.scenario_unavailable(&entry);
+                    self.result.config.unavailable.push(entry);
+                }
+            }
+        }
+        write_json_atomic(&self.results_path, &self.result)?;
+        let pki = MeshPki::create(
+            &self.options.out_dir.join("pki"),
+            &Placement::InterNode.topology(),
+            &policy_yaml(),
+        )
+        .map_err(Error::Mesh)?;
+        let total = scenarios.len()
+            * profile.placements.len()
+            * profile.load_points.len()
+            * profile.repetitions as usize;
         let mut index = 0;
         for repetition in 1..=profile.repetitions {
             for &load_point in &profile.load_points {
-                for &scenario in &profile.scenarios {
-                    index += 1;
-                    let id = CellId {
-                        index,
-                        total,
-                        scenario,
-                        load_point,
-                        repetition,
-                    };
-                    progress.cell_started(&id);
-                    let cell = self.run_cell(&id, pki.as_ref()).await?;
-                    progress.cell_finished(&id, &cell);
-                    self.result.cells.push(cell);
-                    write_json_atomic(&self.results_path, &self.result)?;
+                for &placement in &profile.placements {
+                    for &scenario in &scenarios {
+                        index += 1;
+                        let id = CellId {
+                            index,
+                            total,
+                            scenario,
+                            placement,
+                            load_point,
+                            repetition,
+                        };
+                        progress.cell_started(&id);
+                        let cell = self.run_cell(&id, &pki).await?;
+                        progress.cell_finished(&id, &cell);
+                        self.result.cells.push(cell);
+                        write_json_atomic(&self.results_path, &self.result)?;
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    async fn run_cell(&self, id: &CellId, pki: Option<&LabPki>) -> Result<Cell, Error> {
-        let profile = &self.options.profile;
+    async fn run_cell(&self, id: &CellId, pki: &MeshPki) -> Result<Cell, Error> {
         let label = id.label();
-        let lab_err = |source| Error::Lab {
+        let cell_err = |error: meshbench_meshes::Error| Error::Cell {
             cell: label.clone(),
-            source,
+            error,
         };
         let started_at = timestamp();
-        let pki = if id.scenario.uses_tls() { pki } else { None };
-        // Long-running components of this cell, stopped in reverse order at the end.
-        let mut components: Vec<(ComponentProcess, &'static str)> = Vec::new();
+        let cell_dir = self.options.out_dir.join("cells").join(format!(
+            "{:03}-{}-{}-{}rps-rep{}",
+            id.index,
+            id.scenario.name(),
+            id.placement.name(),
+            id.load_point.rps,
+            id.repetition
+        ));
+        std::fs::create_dir_all(&cell_dir).map_err(|source| Error::CreateDir {
+            path: cell_dir.clone(),
+            source,
+        })?;
+        let topology = id.placement.topology();
+        let lab_id = new_lab_id();
+        // Declared first so it is dropped last: after the components are killed, the lab's
+        // cgroups are removed.
+        let _cgroups = LabCgroups {
+            fs: self.cgroups.clone(),
+            lab: lab_id.clone(),
+        };
+        let mut net = LabNetwork::create(self.options.backend, &lab_id, &topology)
+            .map_err(|e| cell_err(e.into()))?;
+        let client_pod = topology.first_pod(CLIENT).expect("static topology");
+        let server_pod = topology.first_pod(SERVER).expect("static topology");
+        let (generator_cpus, sut_cpus) = self.cpus();
+        let ctx = MeshContext {
+            net: &net,
+            pki,
+            exe: &self.options.exe,
+            work_dir: &cell_dir,
+            cgroups: self.cgroups.as_ref(),
+            sut_cpus,
+            client_pod: &client_pod,
+            server_pod: &server_pod,
+            service: SERVICE,
+        };
+        let outcome = self
+            .measure(id, &ctx, &cell_dir, generator_cpus)
+            .await
+            .map_err(cell_err);
+        drop(ctx);
+        if let Err(e) = net.teardown() {
+            tracing::warn!(error = %e, "lab teardown incomplete; run `meshbench lab clean`");
+        }
+        let (load, resources) = outcome?;
+        Ok(Cell {
+            scenario: id.scenario.name().to_owned(),
+            placement: Some(id.placement.name().to_owned()),
+            load_point: id.load_point,
+            repetition: id.repetition,
+            started_at,
+            load,
+            resources,
+        })
+    }
 
+    /// The CPUs of the load generator and of the system under test, when pinning.
+    fn cpus(&self) -> (Option<String>, Option<String>) {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if !self.options.pin || cores < 2 {
+            return (None, None);
+        }
+        (Some("0".into()), Some(format!("1-{}", cores - 1)))
+    }
+
+    async fn measure(
+        &self,
+        id: &CellId,
+        ctx: &MeshContext<'_>,
+        cell_dir: &Path,
+        generator_cpus: Option<String>,
+    ) -> Result<(LoadReport, Vec<meshbench_results::ComponentResources>), meshbench_meshes::Error>
+    {
+        let profile = &self.options.profile;
+        let mut components: Vec<LabComponent> = Vec::new();
         let mut server_args = vec![
             "workload".to_owned(),
             "echo".to_owned(),
             "--listen".to_owned(),
-            "127.0.0.1:0".to_owned(),
+            ctx.server_app_listen()?.to_string(),
             "--delay".to_owned(),
             format!("{}us", profile.server_delay.as_micros()),
             "--response-size".to_owned(),
             profile.response_bytes.to_string(),
         ];
-        let app_tls = pki.filter(|_| id.scenario == Scenario::BaselineMtls);
-        if let Some(pki) = app_tls {
-            server_args.extend(pki.server_args());
+        server_args.extend(ctx.server_app_args(id.scenario));
+        let mut launch = ctx.net.launch_in_pod(&ctx.server_pod.name)?;
+        if let Some(fs) = &self.cgroups {
+            launch.cgroup = Some(fs.create(ctx.net.id(), &ctx.server_pod.name)?);
         }
-        let (server, ready) = self.start("server", &server_args).await.map_err(lab_err)?;
-        components.push((server, "app"));
-        let mut target = ready.addr.unwrap_or_default();
+        launch.cpus = ctx.sut_cpus.clone();
+        components.push(
+            LabComponent::start(
+                &ctx.server_pod.name,
+                "app",
+                &launch,
+                &self.options.exe,
+                &server_args,
+                Readiness::ReadyLine,
+                READY_TIMEOUT,
+            )
+            .await?,
+        );
+        let deployment = deploy(id.scenario, ctx).await?;
+        components.extend(deployment.components);
 
-        if let (Scenario::Sidecar, Some(pki)) = (id.scenario, pki) {
-            let mut args = pki.sidecar_args(true);
-            args.extend(["--inbound".to_owned(), format!("127.0.0.1:0={target}")]);
-            let (sidecar, ready) = self.start("server-sidecar", &args).await.map_err(lab_err)?;
-            components.push((sidecar, "sidecar"));
-            let inbound = ready.addr.unwrap_or_default();
-            let mut args = pki.sidecar_args(false);
-            args.extend([
-                "--outbound".to_owned(),
-                format!("127.0.0.1:0={inbound}#{}", pki.server_id),
-            ]);
-            let (sidecar, ready) = self.start("client-sidecar", &args).await.map_err(lab_err)?;
-            components.push((sidecar, "sidecar"));
-            target = ready.outbound.first().cloned().unwrap_or_default();
-        }
-
-        let cells_dir = self.options.out_dir.join("cells");
-        std::fs::create_dir_all(&cells_dir).map_err(|source| Error::CreateDir {
-            path: cells_dir.clone(),
-            source,
-        })?;
-        let load_json = cells_dir.join(format!(
-            "{:03}-{}-{}rps-rep{}.load.json",
-            id.index,
-            id.scenario.name(),
-            id.load_point.rps,
-            id.repetition
-        ));
-        let scheme = if app_tls.is_some() { "https" } else { "http" };
+        let load_json = cell_dir.join("load.json");
         let mut client_args = vec![
             "load".to_owned(),
             "--url".to_owned(),
-            format!("{scheme}://{target}/"),
+            deployment.url,
             "--rps".to_owned(),
             id.load_point.rps.to_string(),
             "--connections".to_owned(),
@@ -247,55 +344,65 @@ impl Runner {
             load_json.to_string_lossy().into_owned(),
             "--quiet".to_owned(),
         ];
-        if let Some(pki) = app_tls {
-            client_args.extend(pki.client_args());
+        client_args.extend(deployment.client_args);
+        let mut launch = ctx.net.launch_in_pod(&ctx.client_pod.name)?;
+        if let Some(fs) = &self.cgroups {
+            launch.cgroup = Some(fs.create(ctx.net.id(), &ctx.client_pod.name)?);
         }
-        let client =
-            ComponentProcess::spawn("client", &self.options.exe, &client_args).map_err(lab_err)?;
-        let mut targets = vec![];
-        if let Some(pid) = client.pid() {
-            targets.push(SampleTarget::process("client", "load-generator", pid));
-        }
-        for (component, role) in &components {
-            if let Some(pid) = component.pid() {
-                targets.push(SampleTarget::process(component.name(), role, pid));
-            }
-        }
+        launch.cpus = generator_cpus;
+        let client = LabComponent::start(
+            &ctx.client_pod.name,
+            "load-generator",
+            &launch,
+            &self.options.exe,
+            &client_args,
+            Readiness::Started,
+            READY_TIMEOUT,
+        )
+        .await?;
+        let targets = std::iter::once(&client)
+            .chain(&components)
+            .filter_map(|c| c.sample_target())
+            .collect();
         let sampler = ResourceSampler::start(targets, profile.sample_interval);
-        let finished = client.wait_success().await;
+        let client_group = client.cgroup.clone();
+        let finished = client.process.wait_success().await;
         let series = sampler.finish();
-        for (component, _) in components.into_iter().rev() {
+        for component in components.into_iter().rev() {
             component.stop(STOP_GRACE).await;
         }
-        finished.map_err(lab_err)?;
-
-        let load: LoadReport = read_json(&load_json).map_err(|source| Error::LoadResult {
-            cell: label.clone(),
-            source,
+        if let Some(group) = client_group {
+            let _ = group.remove();
+        }
+        finished?;
+        let load: LoadReport = read_json(&load_json).map_err(|e| meshbench_meshes::Error::Io {
+            path: load_json.clone(),
+            source: std::io::Error::other(format!(
+                "the load generator's result is missing or invalid: {e}"
+            )),
         })?;
         let resources = series
             .iter()
             .map(|s| s.summarize(load.window.start_monotonic_ns, load.window.end_monotonic_ns))
             .collect();
-        Ok(Cell {
-            scenario: id.scenario.name().to_owned(),
-            load_point: id.load_point,
-            repetition: id.repetition,
-            started_at,
-            load,
-            resources,
-        })
+        Ok((load, resources))
     }
+}
 
-    /// Starts a long-running lab component and waits for its ready line.
-    async fn start(
-        &self,
-        name: &str,
-        args: &[String],
-    ) -> Result<(ComponentProcess, ReadyEvent), meshbench_lab::Error> {
-        let mut process = ComponentProcess::spawn(name, &self.options.exe, args)?;
-        let ready = process.wait_ready(READY_TIMEOUT).await?;
-        Ok((process, ready))
+/// Removes a cell's cgroups (killing anything left in them) when the cell ends, however.
+struct LabCgroups {
+    fs: Option<CgroupFs>,
+    lab: String,
+}
+
+impl Drop for LabCgroups {
+    fn drop(&mut self) {
+        let Some(fs) = &self.fs else { return };
+        for dir in fs.lab_dirs().into_iter().filter(|d| d.ends_with(&self.lab)) {
+            if let Err(e) = meshbench_lab::destroy_lab_dir(&dir) {
+                tracing::warn!(error = %e, "lab cgroups left behind; run `meshbench lab clean`");
+            }
+        }
     }
 }
 

@@ -74,6 +74,12 @@ impl CgroupFs {
             .map(|h| h.join(&relative))
             .collect::<Vec<_>>();
         for dir in &dirs {
+            for ancestor in [dir.parent().and_then(Path::parent), dir.parent()]
+                .into_iter()
+                .flatten()
+            {
+                create_dir(ancestor)?;
+            }
             create_dir(dir)?;
         }
         Ok(Cgroup {

@@ -6,6 +6,7 @@
 //! its measurement window with, so resource figures cover exactly that window.
 
 mod cgroup;
+mod component;
 mod environment;
 mod launch;
 mod process;
@@ -13,6 +14,7 @@ mod sampler;
 mod topology;
 
 pub use cgroup::{destroy_lab_dir, Cgroup, CgroupFs, CgroupReading};
+pub use component::{LabComponent, Readiness};
 pub use environment::{describe_environment, BuildInfo};
 pub use launch::Launch;
 pub use process::{ComponentProcess, ReadyEvent};
@@ -38,7 +40,7 @@ pub enum Error {
     BadReadyLine { component: String, line: String },
     #[error("topology: {field}: {message}")]
     Topology { field: String, message: String },
-    #[error("cgroup {path}: {source}")]
+    #[error("cgroup {path}")]
     Cgroup {
         path: std::path::PathBuf,
         source: std::io::Error,

@@ -115,6 +115,14 @@ impl ComponentProcess {
             })
     }
 
+    /// If the component has exited: the error saying how, with its stderr.
+    pub async fn exited(&mut self) -> Option<Error> {
+        match self.child.try_wait() {
+            Ok(Some(_)) | Err(_) => Some(self.exited_early().await),
+            Ok(None) => None,
+        }
+    }
+
     async fn exited_early(&mut self) -> Error {
         let status = match self.child.wait().await {
             Ok(status) => status.to_string(),

@@ -49,7 +49,7 @@ pub enum Error {
         "the netns backend needs `{tool}`, which is not installed; install it with: {install}"
     )]
     MissingTool { tool: String, install: String },
-    #[error("{0}")]
+    #[error(transparent)]
     Topology(#[from] meshbench_lab::Error),
     #[error("{path}: {source}")]
     Io {

@@ -16,6 +16,8 @@ pub struct Table {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Figures {
     pub scenario: String,
+    /// `intra-node`, `inter-node`, or empty for results without placements.
+    pub placement: String,
     pub rps: f64,
     pub connections: u32,
     pub repetitions: u32,
@@ -32,6 +34,24 @@ pub struct Figures {
     pub server_cpu: f64,
     pub client_mib: f64,
     pub server_mib: f64,
+    /// Node agents and the control plane: the mesh's shared components.
+    pub shared_cpu: f64,
+    pub shared_mib: f64,
+}
+
+impl Figures {
+    /// The scenario, with its placement when the run has placements.
+    pub fn label(&self) -> String {
+        scenario_label(&self.scenario, &self.placement)
+    }
+}
+
+fn scenario_label(scenario: &str, placement: &str) -> String {
+    if placement.is_empty() {
+        scenario.to_owned()
+    } else {
+        format!("{scenario} ({placement})")
+    }
 }
 
 /// Requests that did not end in a 2xx response.
@@ -44,16 +64,26 @@ pub fn error_count(cell: &Cell) -> u64 {
         .sum()
 }
 
-/// CPU cores (mean) and memory (MiB, max) of one side: `client` is the load generator plus
-/// its proxy (`client-sidecar`), `server` the app plus its proxy, as E1 splits them.
-fn side(cell: &Cell, side: &str) -> (f64, f64) {
+/// Component name prefixes of each side: the pod's app and its sidecar (`load-generator-1`,
+/// `load-generator-1-sidecar`), and the names of results from before pods (`client`).
+const CLIENT_SIDE: [&str; 2] = ["client", "load-generator"];
+const SERVER_SIDE: [&str; 2] = ["server", "echo-server"];
+/// Roles of components shared by the mesh rather than belonging to one pod.
+const SHARED_ROLES: [&str; 2] = ["node-agent", "control-plane"];
+
+/// CPU cores (mean) and memory (MiB, max) of one side: the client is the load generator plus
+/// its proxy, the server the app plus its proxy, as E1 splits them.
+fn side(cell: &Cell, prefixes: &[&str]) -> (f64, f64) {
     cell.resources
         .iter()
+        .filter(|r| !SHARED_ROLES.contains(&r.role.as_str()))
         .filter(|r| {
-            r.component == side
-                || r.component
-                    .strip_prefix(side)
-                    .is_some_and(|rest| rest.starts_with('-'))
+            prefixes.iter().any(|side| {
+                r.component == *side
+                    || r.component
+                        .strip_prefix(side)
+                        .is_some_and(|rest| rest.starts_with('-'))
+            })
         })
         .fold((0.0, 0.0), |(cpu, mem), r| {
             (cpu + r.cpu_cores_mean, mem + r.rss_mib_max)
@@ -63,49 +93,76 @@ fn side(cell: &Cell, side: &str) -> (f64, f64) {
 /// Figures per (load point, scenario), in the order of the run's configuration.
 pub fn figures(result: &RunResult) -> Vec<Figures> {
     let mut out = Vec::new();
+    let placements: Vec<String> = if result.config.placements.is_empty() {
+        vec![String::new()]
+    } else {
+        result.config.placements.clone()
+    };
     for lp in &result.config.load_points {
-        for scenario in &result.config.scenarios {
-            let cells: Vec<&Cell> = result
-                .cells
-                .iter()
-                .filter(|c| c.scenario == scenario.name && c.load_point == *lp)
-                .collect();
-            if cells.is_empty() {
-                continue;
+        for placement in &placements {
+            for scenario in &result.config.scenarios {
+                let cells: Vec<&Cell> = result
+                    .cells
+                    .iter()
+                    .filter(|c| {
+                        c.scenario == scenario.name
+                            && c.load_point == *lp
+                            && c.placement.as_deref().unwrap_or("") == placement
+                    })
+                    .collect();
+                if cells.is_empty() {
+                    continue;
+                }
+                let n = cells.len() as f64;
+                let mean = |f: &dyn Fn(&Cell) -> f64| cells.iter().map(|c| f(c)).sum::<f64>() / n;
+                let ms = |us: u64| us as f64 / 1e3;
+                out.push(Figures {
+                    scenario: scenario.name.clone(),
+                    placement: placement.clone(),
+                    rps: lp.rps,
+                    connections: lp.connections,
+                    repetitions: cells.len() as u32,
+                    achieved_rps: mean(&|c| c.load.achieved_rps),
+                    sent: mean(&|c| c.load.sent as f64),
+                    errors: mean(&|c| error_count(c) as f64),
+                    unsent: mean(&|c| c.load.unsent as f64),
+                    p50_ms: mean(&|c| ms(c.load.latency.p50_us)),
+                    p90_ms: mean(&|c| ms(c.load.latency.p90_us)),
+                    p99_ms: mean(&|c| ms(c.load.latency.p99_us)),
+                    p999_ms: mean(&|c| ms(c.load.latency.p99_9_us)),
+                    max_ms: mean(&|c| ms(c.load.latency.max_us)),
+                    client_cpu: mean(&|c| side(c, &CLIENT_SIDE).0),
+                    server_cpu: mean(&|c| side(c, &SERVER_SIDE).0),
+                    client_mib: mean(&|c| side(c, &CLIENT_SIDE).1),
+                    server_mib: mean(&|c| side(c, &SERVER_SIDE).1),
+                    shared_cpu: mean(&|c| shared(c).0),
+                    shared_mib: mean(&|c| shared(c).1),
+                });
             }
-            let n = cells.len() as f64;
-            let mean = |f: &dyn Fn(&Cell) -> f64| cells.iter().map(|c| f(c)).sum::<f64>() / n;
-            let ms = |us: u64| us as f64 / 1e3;
-            out.push(Figures {
-                scenario: scenario.name.clone(),
-                rps: lp.rps,
-                connections: lp.connections,
-                repetitions: cells.len() as u32,
-                achieved_rps: mean(&|c| c.load.achieved_rps),
-                sent: mean(&|c| c.load.sent as f64),
-                errors: mean(&|c| error_count(c) as f64),
-                unsent: mean(&|c| c.load.unsent as f64),
-                p50_ms: mean(&|c| ms(c.load.latency.p50_us)),
-                p90_ms: mean(&|c| ms(c.load.latency.p90_us)),
-                p99_ms: mean(&|c| ms(c.load.latency.p99_us)),
-                p999_ms: mean(&|c| ms(c.load.latency.p99_9_us)),
-                max_ms: mean(&|c| ms(c.load.latency.max_us)),
-                client_cpu: mean(&|c| side(c, "client").0),
-                server_cpu: mean(&|c| side(c, "server").0),
-                client_mib: mean(&|c| side(c, "client").1),
-                server_mib: mean(&|c| side(c, "server").1),
-            });
         }
     }
     out
 }
 
-/// Per-side resource columns (app + its proxy), shared by the absolute and overhead tables.
-const RESOURCE_HEADERS: [&str; 4] = [
+/// CPU and memory of the mesh's shared components (node agents, control plane).
+fn shared(cell: &Cell) -> (f64, f64) {
+    cell.resources
+        .iter()
+        .filter(|r| SHARED_ROLES.contains(&r.role.as_str()))
+        .fold((0.0, 0.0), |(cpu, mem), r| {
+            (cpu + r.cpu_cores_mean, mem + r.rss_mib_max)
+        })
+}
+
+/// Per-side resource columns (app + its proxy, then the mesh's shared components), shared by
+/// the absolute and overhead tables.
+const RESOURCE_HEADERS: [&str; 6] = [
     "client side CPU (cores)",
     "server side CPU (cores)",
+    "agents + control plane CPU (cores)",
     "client side mem (MiB)",
     "server side mem (MiB)",
+    "agents + control plane mem (MiB)",
 ];
 
 fn headers(leading: &[&str]) -> Vec<String> {
@@ -157,7 +214,7 @@ pub fn absolute_table(figures: &[Figures]) -> Table {
             .map(|f| {
                 vec![
                     load_label(f),
-                    f.scenario.clone(),
+                    f.label(),
                     format!("{:.1}", f.achieved_rps),
                     fmt_num(f.errors),
                     fmt_num(f.unsent),
@@ -168,8 +225,10 @@ pub fn absolute_table(figures: &[Figures]) -> Table {
                     format!("{:.3}", f.max_ms),
                     format!("{:.3}", f.client_cpu),
                     format!("{:.3}", f.server_cpu),
+                    format!("{:.3}", f.shared_cpu),
                     format!("{:.1}", f.client_mib),
                     format!("{:.1}", f.server_mib),
+                    format!("{:.1}", f.shared_mib),
                 ]
             })
             .collect(),
@@ -190,22 +249,26 @@ fn delta(value: f64, base: f64, decimals: usize) -> String {
 pub fn overhead_table(figures: &[Figures]) -> Table {
     let mut rows = Vec::new();
     for f in figures.iter().filter(|f| f.scenario != BASELINE) {
-        let Some(base) = figures
-            .iter()
-            .find(|b| b.scenario == BASELINE && b.rps == f.rps && b.connections == f.connections)
-        else {
+        let Some(base) = figures.iter().find(|b| {
+            b.scenario == BASELINE
+                && b.placement == f.placement
+                && b.rps == f.rps
+                && b.connections == f.connections
+        }) else {
             continue;
         };
         rows.push(vec![
             load_label(f),
-            f.scenario.clone(),
+            f.label(),
             delta(f.achieved_rps, base.achieved_rps, 1),
             delta(f.p50_ms, base.p50_ms, 3),
             delta(f.p99_ms, base.p99_ms, 3),
             delta(f.client_cpu, base.client_cpu, 3),
             delta(f.server_cpu, base.server_cpu, 3),
+            delta(f.shared_cpu, base.shared_cpu, 3),
             delta(f.client_mib, base.client_mib, 1),
             delta(f.server_mib, base.server_mib, 1),
+            delta(f.shared_mib, base.shared_mib, 1),
         ]);
     }
     Table {
@@ -224,7 +287,7 @@ pub fn component_table(result: &RunResult) -> Table {
             c.resources.iter().map(move |r| {
                 vec![
                     cell_label(c),
-                    c.scenario.clone(),
+                    scenario_label(&c.scenario, c.placement.as_deref().unwrap_or("")),
                     c.repetition.to_string(),
                     r.component.clone(),
                     r.role.clone(),
@@ -232,6 +295,9 @@ pub fn component_table(result: &RunResult) -> Table {
                     format!("{:.3}", r.cpu_cores_max),
                     format!("{:.1}", r.rss_mib_mean),
                     format!("{:.1}", r.rss_mib_max),
+                    r.working_set_mib_max
+                        .map_or("-".to_owned(), |w| format!("{w:.1}")),
+                    r.source.clone(),
                 ]
             })
         })
@@ -246,8 +312,10 @@ pub fn component_table(result: &RunResult) -> Table {
             "role",
             "CPU mean (cores)",
             "CPU max (cores)",
-            "mem mean (MiB)",
-            "mem max (MiB)",
+            "RSS mean (MiB)",
+            "RSS max (MiB)",
+            "working set max (MiB)",
+            "source",
         ]
         .map(String::from)
         .to_vec(),
@@ -273,7 +341,7 @@ pub fn outcome_table(result: &RunResult) -> Table {
         .map(|c| {
             let mut row = vec![
                 cell_label(c),
-                c.scenario.clone(),
+                scenario_label(&c.scenario, c.placement.as_deref().unwrap_or("")),
                 c.repetition.to_string(),
                 c.load.sent.to_string(),
             ];

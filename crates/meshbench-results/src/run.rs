@@ -57,6 +57,12 @@ pub struct RunConfig {
     /// Where the experiment ran, e.g. `local-lab/loopback`.
     pub platform: String,
     pub scenarios: Vec<ScenarioConfig>,
+    /// `intra-node`, `inter-node`: where the client and server pods run.
+    #[serde(default)]
+    pub placements: Vec<String>,
+    /// Scenarios of the profile this machine cannot run, with why and how to fix it.
+    #[serde(default)]
+    pub unavailable: Vec<UnavailableScenario>,
     pub load_points: Vec<LoadPoint>,
     pub repetitions: u32,
     pub duration_seconds: f64,
@@ -76,6 +82,15 @@ pub struct ScenarioConfig {
     /// SPIFFE IDs of the client and server, where identities are used.
     pub client_identity: Option<String>,
     pub server_identity: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UnavailableScenario {
+    pub name: String,
+    pub reason: String,
+    /// The command that installs what is missing.
+    pub install: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -98,6 +113,9 @@ pub struct WorkloadConfig {
 #[serde(deny_unknown_fields)]
 pub struct Cell {
     pub scenario: String,
+    /// `intra-node` or `inter-node`; absent in results from before placements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
     pub load_point: LoadPoint,
     pub repetition: u32,
     pub started_at: String,
@@ -109,9 +127,9 @@ pub struct Cell {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ComponentResources {
-    /// e.g. `client`, `server`.
+    /// e.g. `echo-server-1`, `echo-server-1-sidecar`, `node-1-agent`, `ca`.
     pub component: String,
-    /// e.g. `app`, `load-generator`, `sidecar`.
+    /// `app`, `load-generator`, `sidecar`, `node-agent`, `control-plane`.
     pub role: String,
     /// Where the figures come from: `procfs` (per-process /proc) or a cgroup.
     pub source: String,

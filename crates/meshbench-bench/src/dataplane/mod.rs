@@ -6,7 +6,6 @@
 //! throughput in a closed loop (as a ratio of direct, with the proxies' CPU per request), and
 //! the proxies' resident memory with many connections open through the pair.
 
-mod configs;
 mod planes;
 
 use std::io::{Read, Write};

@@ -10,9 +10,9 @@ use std::process::{Command, Stdio};
 use meshbench_dataplane::{LocalWorkload, NodeAgentFile, OutboundListener, RemoteWorkload};
 use meshbench_identity::{CertificateAuthority, IssueOptions};
 
-use super::configs;
 use crate::process::{free_port, Daemon};
 use crate::Error;
+use meshbench_meshes::configs;
 
 pub(crate) const NAMESPACE: &str = "bench";
 const TRUST_DOMAIN: &str = "cluster.local";
@@ -73,7 +73,15 @@ impl Pki {
         let ca = CertificateAuthority::init(dir, TRUST_DOMAIN).map_err(identity)?;
         for sa in ["client", "server"] {
             let svid = ca
-                .issue(NAMESPACE, sa, &IssueOptions::default())
+                .issue(
+                    NAMESPACE,
+                    sa,
+                    &IssueOptions {
+                        // HAProxy checks the server by DNS name; see meshbench_meshes::configs.
+                        dns_names: vec![Pki::dns_name(sa)],
+                        ..IssueOptions::default()
+                    },
+                )
                 .map_err(identity)?;
             svid.write(dir, sa).map_err(identity)?;
             // HAProxy wants the certificate and its key in one file.
@@ -90,6 +98,10 @@ impl Pki {
 
     pub(crate) fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
+    }
+
+    pub(crate) fn dns_name(sa: &str) -> String {
+        format!("{sa}.{NAMESPACE}.svc")
     }
 
     pub(crate) fn id(sa: &str) -> String {
@@ -139,6 +151,10 @@ impl PairContext<'_> {
         let ready = daemon.ready_line()?;
         Ok((daemon, ready))
     }
+}
+
+fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 fn addr_field(ready: &serde_json::Value, pointer: &str, who: &str) -> Result<SocketAddr, Error> {
@@ -271,8 +287,8 @@ fn haproxy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
     let server_cfg = ctx.write(
         "haproxy-server.cfg",
         &configs::haproxy_inbound(
-            inbound,
-            ctx.app.port(),
+            local(inbound),
+            ctx.app,
             &pki.file("server.combined.pem"),
             &pki.file("ca.pem"),
         ),
@@ -280,8 +296,9 @@ fn haproxy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
     let client_cfg = ctx.write(
         "haproxy-client.cfg",
         &configs::haproxy_outbound(
-            outbound,
-            inbound,
+            local(outbound),
+            local(inbound),
+            &Pki::dns_name("server"),
             &pki.file("client.combined.pem"),
             &pki.file("ca.pem"),
         ),
@@ -314,8 +331,8 @@ fn envoy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
     let server_cfg = ctx.write(
         "envoy-server.yaml",
         &configs::envoy_inbound(
-            inbound,
-            ctx.app.port(),
+            local(inbound),
+            ctx.app,
             &configs::EnvoyTls {
                 cert: &server_cert,
                 key: &server_key,
@@ -327,8 +344,8 @@ fn envoy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
     let client_cfg = ctx.write(
         "envoy-client.yaml",
         &configs::envoy_outbound(
-            outbound,
-            inbound,
+            local(outbound),
+            local(inbound),
             &configs::EnvoyTls {
                 cert: &client_cert,
                 key: &client_key,

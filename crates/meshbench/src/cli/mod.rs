@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod ca;
+mod lab;
 mod load;
 mod proxy;
 mod report;
@@ -43,6 +44,9 @@ enum Command {
     /// The built-in certificate authority (SPIFFE X.509 SVIDs).
     #[command(subcommand)]
     Ca(ca::CaCommand),
+    /// Local lab housekeeping.
+    #[command(subcommand)]
+    Lab(lab::LabCommand),
     /// Benchmark a meshbench component against its peers, side by side.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -75,6 +79,7 @@ pub fn main() -> ExitCode {
         Command::Proxy(cmd) => proxy::run(cmd),
         Command::Ca(cmd) => ca::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Lab(cmd) => lab::run(cmd),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -105,6 +110,9 @@ fn exit_code(err: &anyhow::Error) -> u8 {
                 .is_some_and(|e| e.is_bad_input())
             || cause
                 .downcast_ref::<meshbench_dataplane::Error>()
+                .is_some_and(|e| e.is_bad_input())
+            || cause
+                .downcast_ref::<meshbench_netlab::Error>()
                 .is_some_and(|e| e.is_bad_input())
     });
     if bad_input {

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use meshbench_dataplane::{
     bind_admin, run_node_agent, run_sidecar, serve_admin, InboundConfig, NodeAgentConfig,
     NodeAgentFile, OutboundRoute, ProxyMetrics, ProxyMode, Rotation, SidecarConfig,
-    SidecarIdentity,
+    SidecarIdentity, TransparentOutbound,
 };
 use meshbench_identity::{CipherSuite, KeyExchange, SpiffeId, TlsOptions, DEFAULT_ROTATE_FRACTION};
 use meshbench_lab::ReadyEvent;
@@ -103,9 +103,21 @@ pub struct SidecarArgs {
     /// Inbound listener and the app behind it: LISTEN=APP, e.g. 127.0.0.1:15006=127.0.0.1:8080.
     #[arg(long, value_parser = parse_inbound)]
     inbound: Option<(SocketAddr, SocketAddr)>,
+    /// The inbound listener receives connections REDIRECTed by iptables and forwards each to
+    /// the app's address at the port it was originally sent to (L4).
+    #[arg(long, requires = "inbound")]
+    inbound_transparent: bool,
     /// Outbound route: LISTEN=UPSTREAM or LISTEN=UPSTREAM#SPIFFE_ID (repeatable).
     #[arg(long, value_parser = parse_outbound)]
     outbound: Vec<(SocketAddr, SocketAddr, Option<SpiffeId>)>,
+    /// Listener for the app's connections REDIRECTed by iptables; each is routed by its
+    /// original destination (SO_ORIGINAL_DST).
+    #[arg(long)]
+    transparent_outbound: Option<SocketAddr>,
+    /// A meshed destination of the transparent listener: ADDR or ADDR#SPIFFE_ID
+    /// (repeatable); other destinations pass through in plaintext.
+    #[arg(long, value_parser = parse_destination, requires = "transparent_outbound")]
+    destination: Vec<(SocketAddr, Option<SpiffeId>)>,
     /// Serve Prometheus metrics on this address (GET /metrics).
     #[arg(long)]
     admin: Option<SocketAddr>,
@@ -133,6 +145,18 @@ fn parse_inbound(value: &str) -> Result<(SocketAddr, SocketAddr), String> {
             .map_err(|e| format!("listen address {listen:?}: {e}"))?,
         app.parse()
             .map_err(|e| format!("app address {app:?}: {e}"))?,
+    ))
+}
+
+fn parse_destination(value: &str) -> Result<(SocketAddr, Option<SpiffeId>), String> {
+    let (addr, id) = match value.split_once('#') {
+        Some((addr, id)) => (addr, Some(SpiffeId::parse(id).map_err(|e| e.to_string())?)),
+        None => (value, None),
+    };
+    Ok((
+        addr.parse()
+            .map_err(|e| format!("destination address {addr:?}: {e}"))?,
+        id,
     ))
 }
 
@@ -195,7 +219,15 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
             Mode::L7 => ProxyMode::L7,
         },
         policy: Arc::new(policy),
-        inbound: a.inbound.map(|(listen, app)| InboundConfig { listen, app }),
+        inbound: a.inbound.map(|(listen, app)| InboundConfig {
+            listen,
+            app,
+            transparent: a.inbound_transparent,
+        }),
+        transparent_outbound: a.transparent_outbound.map(|listen| TransparentOutbound {
+            listen,
+            destinations: a.destination,
+        }),
         outbound: a
             .outbound
             .into_iter()

@@ -8,32 +8,56 @@ use std::time::SystemTime;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner};
-use meshbench_results::{Cell, RunResult, RunStatus};
+use meshbench_netlab::Backend;
+use meshbench_results::{Cell, RunResult, RunStatus, UnavailableScenario};
 
 use super::Interrupted;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Built-in experiment profile: quick (default), smoke.
+    /// Built-in experiment profile: quick (default), smoke, meshes.
     #[arg(long, default_value = "quick")]
     profile: String,
+    /// Lab backend: netns (nodes and pods as network namespaces; needs root) or loopback
+    /// (pods on 127.x addresses). Default: netns where permitted.
+    #[arg(long)]
+    backend: Option<Backend>,
+    /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
+    #[arg(long)]
+    pin: bool,
+    /// Measured duration of every cell, instead of the profile's.
+    #[arg(long, value_parser = super::args::duration)]
+    duration: Option<std::time::Duration>,
+    /// Warm-up of every cell, instead of the profile's.
+    #[arg(long, value_parser = super::args::duration)]
+    warmup: Option<std::time::Duration>,
     /// Result directory (default: meshbench-results/<profile>-<timestamp>).
     #[arg(long)]
     out: Option<PathBuf>,
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    let profile = Profile::builtin(&a.profile)?;
+    let mut profile = Profile::builtin(&a.profile)?;
+    if let Some(duration) = a.duration {
+        profile.duration = duration;
+    }
+    if let Some(warmup) = a.warmup {
+        profile.warmup = warmup;
+    }
+    let backend = a.backend.unwrap_or_else(Backend::default_here);
     let out_dir = a.out.unwrap_or_else(|| default_out_dir(&profile.name));
     let runner = Runner::new(RunOptions {
         profile: profile.clone(),
         out_dir: out_dir.clone(),
         exe: std::env::current_exe()?,
         build: super::build_info(),
+        backend,
+        pin: a.pin,
     })?;
     eprintln!(
-        "meshbench run: profile {} ({} cells, about {}), results in {}",
+        "meshbench run: profile {} on the {} backend ({} cells, about {}), results in {}",
         profile.name,
+        backend.name(),
         profile.cells(),
         humantime::format_duration(profile.estimated_duration()),
         out_dir.display()
@@ -98,6 +122,14 @@ impl CellProgress {
 }
 
 impl Progress for CellProgress {
+    fn scenario_unavailable(&self, scenario: &UnavailableScenario) {
+        self.bar
+            .println(format!("skipping {}: {}", scenario.name, scenario.reason));
+        if !self.interactive {
+            eprintln!("skipping {}: {}", scenario.name, scenario.reason);
+        }
+    }
+
     fn cell_started(&self, cell: &CellId) {
         self.bar.set_message(cell.label());
     }

@@ -1,0 +1,69 @@
+//! nginx sidecars (one worker, HTTP proxying with upstream keep-alive). nginx cannot read URI
+//! SANs: the outbound side checks the server's DNS SAN (`proxy_ssl_name`), the inbound side
+//! the client's chain. Every path nginx writes is under the sidecar's own directory so it runs
+//! as the unprivileged proxy user.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use super::p;
+
+pub struct NginxTls<'a> {
+    pub cert: &'a Path,
+    pub key: &'a Path,
+    pub ca: &'a Path,
+}
+
+fn common(dir: &Path, server: &str) -> String {
+    let d = p(dir);
+    format!(
+        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         events {{ worker_connections 8192; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+         \x20 fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+         {server}}}\n"
+    )
+}
+
+/// Plaintext HTTP in on `listen`, mTLS to `upstream`, which must present `upstream_dns`.
+/// `dir` holds nginx's pid, log and temporary files.
+pub fn nginx_outbound(
+    dir: &Path,
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    upstream_dns: &str,
+    tls: &NginxTls<'_>,
+) -> String {
+    let server = format!(
+        "  upstream up {{ server {upstream}; keepalive 64; }}\n  server {{\n    listen {listen};\n    keepalive_requests 100000;\n    location / {{\n\
+         \x20     proxy_pass https://up;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n\
+         \x20     proxy_ssl_certificate {};\n      proxy_ssl_certificate_key {};\n\
+         \x20     proxy_ssl_trusted_certificate {};\n      proxy_ssl_verify on;\n\
+         \x20     proxy_ssl_name {upstream_dns};\n      proxy_ssl_server_name on;\n\
+         \x20     proxy_ssl_protocols TLSv1.3;\n      proxy_ssl_session_reuse on;\n    }}\n  }}\n",
+        p(tls.cert),
+        p(tls.key),
+        p(tls.ca)
+    );
+    common(dir, &server)
+}
+
+/// mTLS in on `listen` (client certificate required), plaintext to `app`.
+pub fn nginx_inbound(
+    dir: &Path,
+    listen: SocketAddr,
+    app: SocketAddr,
+    tls: &NginxTls<'_>,
+) -> String {
+    let server = format!(
+        "  upstream app {{ server {app}; keepalive 64; }}\n  server {{\n    listen {listen} ssl;\n\
+         \x20   ssl_certificate {};\n    ssl_certificate_key {};\n    ssl_client_certificate {};\n\
+         \x20   ssl_verify_client on;\n    ssl_protocols TLSv1.3;\n    keepalive_requests 100000;\n\
+         \x20   location / {{\n      proxy_pass http://app;\n      proxy_http_version 1.1;\n\
+         \x20     proxy_set_header Connection \"\";\n    }}\n  }}\n",
+        p(tls.cert),
+        p(tls.key),
+        p(tls.ca)
+    );
+    common(dir, &server)
+}

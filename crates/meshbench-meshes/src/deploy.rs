@@ -1,0 +1,643 @@
+//! Deploying a mesh around a running server app: the components it needs, where they run,
+//! their configuration and the traffic capture that sends the apps' connections through them.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use meshbench_dataplane::{LocalWorkload, NodeAgentFile, OutboundListener, RemoteWorkload};
+use meshbench_lab::{CgroupFs, LabComponent, Launch, Pod, Readiness};
+use meshbench_netlab::{LabNetwork, NodeRedirect, SidecarCapture, PROXY_UID};
+
+use crate::configs;
+use crate::{Error, Mesh, MeshPki};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The well-known ports of lab components (the same in every pod and node; on loopback each
+/// pod and node has its own address).
+#[derive(Debug, Clone, Copy)]
+pub struct Ports;
+
+impl Ports {
+    pub const APP: u16 = 8080;
+    pub const OUTBOUND: u16 = 15001;
+    pub const INBOUND: u16 = 15006;
+    pub const HBONE: u16 = 15008;
+    pub const CA: u16 = 15012;
+}
+
+/// What an adapter needs to know about the cell it deploys into.
+pub struct MeshContext<'a> {
+    pub net: &'a LabNetwork,
+    pub pki: &'a MeshPki,
+    /// The meshbench binary (sidecars, agents and the CA are roles of it).
+    pub exe: &'a Path,
+    /// Where configs and logs of this cell go.
+    pub work_dir: &'a Path,
+    pub cgroups: Option<&'a CgroupFs>,
+    /// CPUs for the system under test (apps, proxies), as a taskset list.
+    pub sut_cpus: Option<String>,
+    pub client_pod: &'a Pod,
+    pub server_pod: &'a Pod,
+    /// The service in front of the server pod.
+    pub service: &'a str,
+}
+
+/// A deployed mesh: its components and how the client reaches the server through it.
+pub struct Deployment {
+    pub components: Vec<LabComponent>,
+    pub url: String,
+    /// Extra `meshbench load` arguments (app-level mTLS credentials).
+    pub client_args: Vec<String>,
+}
+
+/// Where a component runs.
+enum Place<'a> {
+    Pod(&'a str),
+    Node(&'a str),
+}
+
+impl MeshContext<'_> {
+    /// Extra arguments of the server app (`meshbench workload echo`) for this mesh.
+    pub fn server_app_args(&self, mesh: Mesh) -> Vec<String> {
+        if mesh != Mesh::AppMtls {
+            return vec![];
+        }
+        let w = &self.server_pod.workload;
+        let svid = self.pki.svid(&w.namespace, &w.service_account);
+        vec![
+            "--tls-cert".into(),
+            arg(&svid.cert),
+            "--tls-key".into(),
+            arg(&svid.key),
+            "--client-ca".into(),
+            arg(&self.pki.ca),
+        ]
+    }
+
+    /// The address the server app listens on.
+    pub fn server_app_listen(&self) -> Result<SocketAddr, Error> {
+        Ok(SocketAddr::new(
+            self.net.pod_bind_ip(&self.server_pod.name)?,
+            Ports::APP,
+        ))
+    }
+
+    /// How to start a component at `place`, in a cgroup of its own.
+    fn launch(&self, name: &str, place: &Place<'_>, as_proxy: bool) -> Result<Launch, Error> {
+        let mut launch = match place {
+            Place::Pod(pod) => self.net.launch_in_pod(pod)?,
+            Place::Node(node) => self.net.launch_on_node(node)?,
+        };
+        if let Some(fs) = self.cgroups {
+            launch.cgroup = Some(fs.create(self.net.id(), name)?);
+        }
+        launch.cpus = self.sut_cpus.clone();
+        if as_proxy {
+            launch.run_as = Some(PROXY_UID);
+        }
+        Ok(launch)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start(
+        &self,
+        name: &str,
+        role: &str,
+        place: Place<'_>,
+        as_proxy: bool,
+        program: &Path,
+        args: Vec<String>,
+        readiness: Readiness,
+    ) -> Result<LabComponent, Error> {
+        let launch = self.launch(name, &place, as_proxy)?;
+        Ok(LabComponent::start(
+            name,
+            role,
+            &launch,
+            program,
+            &args,
+            readiness,
+            READY_TIMEOUT,
+        )
+        .await?)
+    }
+
+    fn write(&self, name: &str, contents: &str) -> Result<PathBuf, Error> {
+        let path = self.work_dir.join(name);
+        std::fs::write(&path, contents).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    /// A directory the proxy user may write to.
+    fn proxy_dir(&self, name: &str) -> Result<PathBuf, Error> {
+        let dir = self.work_dir.join(name);
+        let io = |source| Error::Io {
+            path: dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        std::os::unix::fs::chown(&dir, Some(PROXY_UID), Some(PROXY_UID)).map_err(io)?;
+        Ok(dir)
+    }
+
+    fn pod_ip(&self, pod: &Pod) -> Result<IpAddr, Error> {
+        Ok(self.net.pod_ip(&pod.name)?)
+    }
+
+    fn server_svid(&self) -> crate::WorkloadSvid {
+        let w = &self.server_pod.workload;
+        self.pki.svid(&w.namespace, &w.service_account)
+    }
+
+    fn client_svid(&self) -> crate::WorkloadSvid {
+        let w = &self.client_pod.workload;
+        self.pki.svid(&w.namespace, &w.service_account)
+    }
+
+    /// The URL of the service as the client dials it, plain or TLS.
+    fn service_url(&self, scheme: &str) -> Result<String, Error> {
+        Ok(format!(
+            "{scheme}://{}/",
+            self.net.service_host(self.service)?
+        ))
+    }
+
+    /// The CA service, on the first node (the lab's control plane).
+    async fn control_plane(&self) -> Result<(LabComponent, SocketAddr), Error> {
+        let node = self.net.topology().nodes[0].clone();
+        let listen = SocketAddr::new(self.net.node_bind_ip(&node)?, Ports::CA);
+        let args = vec![
+            "ca".into(),
+            "serve".into(),
+            "--dir".into(),
+            arg(&self.pki.dir),
+            "--listen".into(),
+            listen.to_string(),
+        ];
+        let ca = self
+            .start(
+                "ca",
+                "control-plane",
+                Place::Node(&node),
+                false,
+                self.exe,
+                args,
+                Readiness::ReadyLine,
+            )
+            .await?;
+        Ok((ca, SocketAddr::new(self.net.node_ip(&node)?, Ports::CA)))
+    }
+
+    fn sidecar_args(&self, pod: &Pod, ca_endpoint: SocketAddr) -> Vec<String> {
+        let w = &pod.workload;
+        let svid = self.pki.svid(&w.namespace, &w.service_account);
+        vec![
+            "proxy".into(),
+            "sidecar".into(),
+            "--threads".into(),
+            "1".into(),
+            "--namespace".into(),
+            w.namespace.clone(),
+            "--workload".into(),
+            w.name.clone(),
+            "--cert".into(),
+            arg(&svid.cert),
+            "--key".into(),
+            arg(&svid.key),
+            "--ca".into(),
+            arg(&self.pki.ca),
+            "--policy".into(),
+            arg(&self.pki.policy),
+            "--ca-endpoint".into(),
+            ca_endpoint.to_string(),
+        ]
+    }
+
+    fn pod_capture(&self, pod: &Pod, capture: &SidecarCapture) -> Result<(), Error> {
+        if self.net.captures() {
+            self.net.capture_sidecar(&pod.name, capture)?;
+        }
+        Ok(())
+    }
+}
+
+fn arg(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Starts `mesh` around the server app (already running) and says how the client reaches it.
+pub async fn deploy(mesh: Mesh, ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
+    let binary = mesh.binary()?;
+    match mesh {
+        Mesh::None => Ok(Deployment {
+            components: vec![],
+            url: ctx.service_url("http")?,
+            client_args: vec![],
+        }),
+        Mesh::AppMtls => {
+            let client = ctx.client_svid();
+            Ok(Deployment {
+                components: vec![],
+                url: ctx.service_url("https")?,
+                client_args: vec![
+                    "--cert".into(),
+                    arg(&client.cert),
+                    "--key".into(),
+                    arg(&client.key),
+                    "--cacert".into(),
+                    arg(&ctx.pki.ca),
+                    "--expect-server-id".into(),
+                    ctx.server_svid().id,
+                ],
+            })
+        }
+        Mesh::Sidecar => sidecars(ctx).await,
+        Mesh::NodeAgent {
+            same_node_encryption,
+        } => node_agents(ctx, same_node_encryption).await,
+        Mesh::Envoy | Mesh::Haproxy | Mesh::Nginx => {
+            third_party(
+                mesh,
+                ctx,
+                &binary.expect("third-party meshes have a binary"),
+            )
+            .await
+        }
+    }
+}
+
+async fn sidecars(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
+    let (ca, ca_endpoint) = ctx.control_plane().await?;
+    let mut components = vec![ca];
+    let (client, server) = (ctx.client_pod, ctx.server_pod);
+    let server_ip = ctx.pod_ip(server)?;
+    let client_ip = ctx.pod_ip(client)?;
+    let capture = SidecarCapture {
+        outbound_port: Ports::OUTBOUND,
+        inbound_port: Ports::INBOUND,
+        outbound_only: None,
+        inbound_only: None,
+        inbound_ports_excluded: vec![],
+    };
+
+    let mut args = ctx.sidecar_args(server, ca_endpoint);
+    if ctx.net.captures() {
+        args.extend([
+            "--inbound".into(),
+            format!("0.0.0.0:{}=127.0.0.1:{}", Ports::INBOUND, Ports::APP),
+            "--inbound-transparent".into(),
+        ]);
+    } else {
+        args.extend([
+            "--inbound".into(),
+            format!(
+                "{}={}",
+                SocketAddr::new(server_ip, Ports::INBOUND),
+                SocketAddr::new(server_ip, Ports::APP)
+            ),
+        ]);
+    }
+    let name = format!("{}-sidecar", server.name);
+    components.push(
+        ctx.start(
+            &name,
+            "sidecar",
+            Place::Pod(&server.name),
+            true,
+            ctx.exe,
+            args,
+            Readiness::ReadyLine,
+        )
+        .await?,
+    );
+    ctx.pod_capture(server, &capture)?;
+
+    let server_id = ctx.server_svid().id;
+    let mut args = ctx.sidecar_args(client, ca_endpoint);
+    let url = if ctx.net.captures() {
+        let service = ctx.net.service_addr(ctx.service)?;
+        args.extend([
+            "--transparent-outbound".into(),
+            format!("127.0.0.1:{}", Ports::OUTBOUND),
+            "--destination".into(),
+            format!("{service}#{server_id}"),
+        ]);
+        ctx.service_url("http")?
+    } else {
+        let listen = SocketAddr::new(client_ip, Ports::OUTBOUND);
+        args.extend([
+            "--outbound".into(),
+            format!(
+                "{listen}={}#{server_id}",
+                SocketAddr::new(server_ip, Ports::INBOUND)
+            ),
+        ]);
+        format!("http://{listen}/")
+    };
+    let name = format!("{}-sidecar", client.name);
+    components.push(
+        ctx.start(
+            &name,
+            "sidecar",
+            Place::Pod(&client.name),
+            true,
+            ctx.exe,
+            args,
+            Readiness::ReadyLine,
+        )
+        .await?,
+    );
+    ctx.pod_capture(client, &capture)?;
+    Ok(Deployment {
+        components,
+        url,
+        client_args: vec![],
+    })
+}
+
+async fn node_agents(
+    ctx: &MeshContext<'_>,
+    same_node_encryption: bool,
+) -> Result<Deployment, Error> {
+    let (ca, ca_endpoint) = ctx.control_plane().await?;
+    let mut components = vec![ca];
+    let net = ctx.net;
+    let (client, server) = (ctx.client_pod, ctx.server_pod);
+    let server_app = SocketAddr::new(ctx.pod_ip(server)?, Ports::APP);
+    let pods = [client, server];
+    let client_ns_name = format!("{}/{}", client.workload.namespace, client.workload.name);
+    let mut nodes: Vec<&str> = pods.iter().map(|p| p.workload.node.as_str()).collect();
+    nodes.dedup();
+    let mut url = String::new();
+    for node in nodes {
+        let bind = net.node_bind_ip(node)?;
+        let local = |p: &Pod| p.workload.node == node;
+        let workloads = pods
+            .iter()
+            .filter(|p| local(p))
+            .map(|p| {
+                let svid = ctx
+                    .pki
+                    .svid(&p.workload.namespace, &p.workload.service_account);
+                // The client app has no listener; its address only names it.
+                let port = if p.name == server.name { Ports::APP } else { 1 };
+                Ok(LocalWorkload {
+                    namespace: p.workload.namespace.clone(),
+                    name: p.workload.name.clone(),
+                    service_account: p.workload.service_account.clone(),
+                    cert: svid.cert,
+                    key: svid.key,
+                    address: SocketAddr::new(ctx.pod_ip(p)?, port),
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let mut destinations = vec![];
+        if !local(server) {
+            destinations.push(RemoteWorkload {
+                namespace: server.workload.namespace.clone(),
+                name: server.workload.name.clone(),
+                service_account: server.workload.service_account.clone(),
+                address: server_app,
+                node_agent: SocketAddr::new(net.node_ip(&server.workload.node)?, Ports::HBONE),
+            });
+        }
+        let mut outbound = vec![];
+        if local(client) {
+            let listen = SocketAddr::new(bind, Ports::OUTBOUND);
+            outbound.push(OutboundListener {
+                listen,
+                source: client_ns_name.clone(),
+                destination: server_app,
+            });
+            url = if net.captures() {
+                ctx.service_url("http")?
+            } else {
+                format!("http://{listen}/")
+            };
+        }
+        let file = NodeAgentFile {
+            node: node.to_owned(),
+            ca: ctx.pki.ca.clone(),
+            hbone: SocketAddr::new(bind, Ports::HBONE),
+            same_node_encryption,
+            policy: Some(ctx.pki.policy.clone()),
+            ca_endpoint: Some(ca_endpoint),
+            rotate_at: None,
+            workloads,
+            destinations,
+            outbound,
+        };
+        let config = ctx.write(&format!("node-agent-{node}.yaml"), &file.to_yaml())?;
+        let args = vec![
+            "proxy".into(),
+            "node-agent".into(),
+            "--threads".into(),
+            "1".into(),
+            "--config".into(),
+            arg(&config),
+        ];
+        let name = format!("{node}-agent");
+        components.push(
+            ctx.start(
+                &name,
+                "node-agent",
+                Place::Node(node),
+                false,
+                ctx.exe,
+                args,
+                Readiness::ReadyLine,
+            )
+            .await?,
+        );
+        if local(client) && net.captures() {
+            net.redirect_on_node(
+                node,
+                &NodeRedirect {
+                    source: ctx.pod_ip(client)?,
+                    destination: net.service_addr(ctx.service)?,
+                    to_port: Ports::OUTBOUND,
+                },
+            )?;
+        }
+    }
+    Ok(Deployment {
+        components,
+        url,
+        client_args: vec![],
+    })
+}
+
+async fn third_party(
+    mesh: Mesh,
+    ctx: &MeshContext<'_>,
+    binary: &Path,
+) -> Result<Deployment, Error> {
+    let net = ctx.net;
+    let (client, server) = (ctx.client_pod, ctx.server_pod);
+    let (client_ip, server_ip) = (ctx.pod_ip(client)?, ctx.pod_ip(server)?);
+    let captures = net.captures();
+    let (inbound_listen, app, outbound_listen, upstream) = if captures {
+        (
+            SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
+            SocketAddr::from(([127, 0, 0, 1], Ports::APP)),
+            SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
+            net.service_addr(ctx.service)?,
+        )
+    } else {
+        (
+            SocketAddr::new(server_ip, Ports::INBOUND),
+            SocketAddr::new(server_ip, Ports::APP),
+            SocketAddr::new(client_ip, Ports::OUTBOUND),
+            SocketAddr::new(server_ip, Ports::INBOUND),
+        )
+    };
+    let (client_svid, server_svid) = (ctx.client_svid(), ctx.server_svid());
+    let prefix = mesh.name().trim_end_matches("-sidecar");
+    let mut components = vec![];
+    for (pod, inbound) in [(server, true), (client, false)] {
+        let name = format!("{}-{prefix}", pod.name);
+        let dir = ctx.proxy_dir(&name)?;
+        let (own, peer) = if inbound {
+            (&server_svid, &client_svid)
+        } else {
+            (&client_svid, &server_svid)
+        };
+        let (args, port) = match mesh {
+            Mesh::Envoy => {
+                let tls = configs::EnvoyTls {
+                    cert: &own.cert,
+                    key: &own.key,
+                    ca: &ctx.pki.ca,
+                    peer_id: &peer.id,
+                };
+                let (config, port) = if inbound {
+                    (
+                        configs::envoy_inbound(inbound_listen, app, &tls),
+                        inbound_listen.port(),
+                    )
+                } else {
+                    (
+                        configs::envoy_outbound(outbound_listen, upstream, &tls),
+                        outbound_listen.port(),
+                    )
+                };
+                let path = ctx.write(&format!("{name}.yaml"), &config)?;
+                let args = vec![
+                    "-c".into(),
+                    arg(&path),
+                    "--concurrency".into(),
+                    "1".into(),
+                    "--disable-hot-restart".into(),
+                    "--log-level".into(),
+                    "warn".into(),
+                    "--log-path".into(),
+                    arg(&dir.join("envoy.log")),
+                ];
+                (args, port)
+            }
+            Mesh::Haproxy => {
+                let (config, port) = if inbound {
+                    (
+                        configs::haproxy_inbound(inbound_listen, app, &own.combined, &ctx.pki.ca),
+                        inbound_listen.port(),
+                    )
+                } else {
+                    (
+                        configs::haproxy_outbound(
+                            outbound_listen,
+                            upstream,
+                            &peer.dns_name,
+                            &own.combined,
+                            &ctx.pki.ca,
+                        ),
+                        outbound_listen.port(),
+                    )
+                };
+                let path = ctx.write(&format!("{name}.cfg"), &config)?;
+                (vec!["-db".into(), "-f".into(), arg(&path)], port)
+            }
+            Mesh::Nginx => {
+                let tls = configs::NginxTls {
+                    cert: &own.cert,
+                    key: &own.key,
+                    ca: &ctx.pki.ca,
+                };
+                let (config, port) = if inbound {
+                    (
+                        configs::nginx_inbound(&dir, inbound_listen, app, &tls),
+                        inbound_listen.port(),
+                    )
+                } else {
+                    (
+                        configs::nginx_outbound(
+                            &dir,
+                            outbound_listen,
+                            upstream,
+                            &peer.dns_name,
+                            &tls,
+                        ),
+                        outbound_listen.port(),
+                    )
+                };
+                let path = ctx.write(&format!("{name}.conf"), &config)?;
+                let args = vec![
+                    "-p".into(),
+                    arg(&dir),
+                    "-e".into(),
+                    arg(&dir.join("error.log")),
+                    "-c".into(),
+                    arg(&path),
+                ];
+                (args, port)
+            }
+            _ => unreachable!("only third-party meshes"),
+        };
+        components.push(
+            ctx.start(
+                &name,
+                "sidecar",
+                Place::Pod(&pod.name),
+                true,
+                binary,
+                args,
+                Readiness::Listening(port),
+            )
+            .await?,
+        );
+    }
+    let url = if captures {
+        ctx.pod_capture(
+            server,
+            &SidecarCapture {
+                outbound_port: Ports::OUTBOUND,
+                inbound_port: Ports::INBOUND,
+                outbound_only: Some(vec![]),
+                inbound_only: Some(vec![Ports::APP]),
+                inbound_ports_excluded: vec![],
+            },
+        )?;
+        ctx.pod_capture(
+            client,
+            &SidecarCapture {
+                outbound_port: Ports::OUTBOUND,
+                inbound_port: Ports::INBOUND,
+                outbound_only: Some(vec![(upstream, Ports::OUTBOUND)]),
+                inbound_only: Some(vec![]),
+                inbound_ports_excluded: vec![],
+            },
+        )?;
+        ctx.service_url("http")?
+    } else {
+        format!("http://{outbound_listen}/")
+    };
+    Ok(Deployment {
+        components,
+        url,
+        client_args: vec![],
+    })
+}

@@ -1,0 +1,37 @@
+//! Mesh adapters for the local lab. Each adapter knows what its mesh needs in a topology of a
+//! client pod, a server pod and a service in front of it: which components to start where
+//! (sidecars in the pods, agents on the nodes, a control plane), how they are configured,
+//! how traffic reaches them (iptables capture on the netns backend, explicit proxy ports on
+//! loopback), and which URL and arguments the client uses. A mesh whose binary is missing is
+//! reported unavailable with the command that installs it.
+
+pub mod configs;
+mod deploy;
+mod mesh;
+mod pki;
+
+pub use deploy::{deploy, Deployment, MeshContext, Ports};
+pub use mesh::{Mesh, Unavailable};
+pub use pki::{spiffe_id, MeshPki, WorkloadSvid, TRUST_DOMAIN};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Identity(#[from] meshbench_identity::Error),
+    #[error(transparent)]
+    Lab(#[from] meshbench_lab::Error),
+    #[error(transparent)]
+    Network(#[from] meshbench_netlab::Error),
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Unavailable(#[from] Unavailable),
+    #[error("{component}: no {what} in its ready line")]
+    ReadyLine {
+        component: String,
+        what: &'static str,
+    },
+}

@@ -1,0 +1,101 @@
+//! The lab's identities: a CA, one SVID per workload of the topology (SPIFFE ID, plus the DNS
+//! name `<sa>.<ns>.svc` for proxies that can only match DNS SANs, plus a combined PEM for
+//! HAProxy), and the zero-trust policy of the experiment. Files are readable by the proxy
+//! user, which every sidecar and agent runs as.
+
+use std::path::{Path, PathBuf};
+
+use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
+use meshbench_lab::Topology;
+use meshbench_netlab::PROXY_UID;
+
+use crate::Error;
+
+pub const TRUST_DOMAIN: &str = "cluster.local";
+
+#[derive(Debug, Clone)]
+pub struct MeshPki {
+    pub dir: PathBuf,
+    pub ca: PathBuf,
+    pub policy: PathBuf,
+}
+
+/// One workload's credentials.
+#[derive(Debug, Clone)]
+pub struct WorkloadSvid {
+    pub id: String,
+    pub dns_name: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Certificate and key in one file (HAProxy).
+    pub combined: PathBuf,
+}
+
+impl MeshPki {
+    /// Creates the CA and SVIDs in `dir`. `policy_yaml` is written as `policy.yaml`.
+    pub fn create(dir: &Path, topology: &Topology, policy_yaml: &str) -> Result<Self, Error> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Io { path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let ca = CertificateAuthority::init(dir, TRUST_DOMAIN)?;
+        for w in &topology.workloads {
+            let dns_name = dns_name(&w.namespace, &w.service_account);
+            let svid = ca.issue(
+                &w.namespace,
+                &w.service_account,
+                &IssueOptions {
+                    dns_names: vec![dns_name],
+                    ..IssueOptions::default()
+                },
+            )?;
+            let stem = stem(&w.namespace, &w.service_account);
+            svid.write(dir, &stem)?;
+            let combined = dir.join(format!("{stem}.combined.pem"));
+            std::fs::write(&combined, format!("{}{}", svid.cert_pem, svid.key_pem))
+                .map_err(io(&combined))?;
+        }
+        let policy = dir.join("policy.yaml");
+        std::fs::write(&policy, policy_yaml).map_err(io(&policy))?;
+        // The proxies run as the proxy user and must read their keys.
+        for entry in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
+            let path = entry.path();
+            let is_ca_key = path.file_name().is_some_and(|n| n == "ca.key");
+            if !is_ca_key {
+                std::os::unix::fs::chown(&path, Some(PROXY_UID), Some(PROXY_UID))
+                    .map_err(io(&path))?;
+            }
+        }
+        Ok(MeshPki {
+            dir: dir.to_path_buf(),
+            ca: dir.join("ca.pem"),
+            policy,
+        })
+    }
+
+    pub fn svid(&self, namespace: &str, service_account: &str) -> WorkloadSvid {
+        let stem = stem(namespace, service_account);
+        WorkloadSvid {
+            id: spiffe_id(namespace, service_account),
+            dns_name: dns_name(namespace, service_account),
+            cert: self.dir.join(format!("{stem}.pem")),
+            key: self.dir.join(format!("{stem}.key")),
+            combined: self.dir.join(format!("{stem}.combined.pem")),
+        }
+    }
+}
+
+pub fn spiffe_id(namespace: &str, service_account: &str) -> String {
+    SpiffeId::for_workload(TRUST_DOMAIN, namespace, service_account)
+        .map(|id| id.to_string())
+        .unwrap_or_else(|_| format!("spiffe://{TRUST_DOMAIN}/ns/{namespace}/sa/{service_account}"))
+}
+
+fn dns_name(namespace: &str, service_account: &str) -> String {
+    format!("{service_account}.{namespace}.svc")
+}
+
+fn stem(namespace: &str, service_account: &str) -> String {
+    format!("{namespace}.{service_account}")
+}
