@@ -6,6 +6,12 @@ use std::path::PathBuf;
 pub enum Error {
     #[error("unknown profile {name:?}; known profiles: {known}")]
     UnknownProfile { name: String, known: String },
+    #[error("{field}: the profile has no {name:?}; it has: {known}")]
+    UnknownSelection {
+        field: &'static str,
+        name: String,
+        known: String,
+    },
     #[error("{path} already holds a run's results; choose another --out directory")]
     OutputExists { path: PathBuf },
     #[error("cannot create {path}: {source}")]
@@ -31,7 +37,9 @@ pub enum Error {
 impl Error {
     pub fn is_bad_input(&self) -> bool {
         match self {
-            Error::UnknownProfile { .. } | Error::OutputExists { .. } => true,
+            Error::UnknownProfile { .. }
+            | Error::OutputExists { .. }
+            | Error::UnknownSelection { .. } => true,
             Error::Network(e) => e.is_bad_input(),
             _ => false,
         }

@@ -97,6 +97,48 @@ impl Profile {
         }
     }
 
+    /// Keeps only the named scenarios and placements (all when a list is empty). A name the
+    /// profile does not have is an error naming it.
+    pub fn select(&mut self, scenarios: &[String], placements: &[String]) -> Result<(), Error> {
+        for name in scenarios {
+            if !self.scenarios.iter().any(|m| m.name() == name) {
+                return Err(Error::UnknownSelection {
+                    field: "--scenarios",
+                    name: name.clone(),
+                    known: self
+                        .scenarios
+                        .iter()
+                        .map(|m| m.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+        }
+        for name in placements {
+            if !self.placements.iter().any(|p| p.name() == name) {
+                return Err(Error::UnknownSelection {
+                    field: "--placements",
+                    name: name.clone(),
+                    known: self
+                        .placements
+                        .iter()
+                        .map(|p| p.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+        }
+        if !scenarios.is_empty() {
+            self.scenarios
+                .retain(|m| scenarios.iter().any(|n| n == m.name()));
+        }
+        if !placements.is_empty() {
+            self.placements
+                .retain(|p| placements.iter().any(|n| n == p.name()));
+        }
+        Ok(())
+    }
+
     pub fn cells(&self) -> usize {
         self.scenarios.len()
             * self.placements.len()

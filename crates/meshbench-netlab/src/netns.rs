@@ -118,6 +118,10 @@ impl NetnsLab {
         self.add_netns(&fabric)?;
         ip(&fabric, &["link", "add", "br0", "type", "bridge"])?;
         ip(&fabric, &["link", "set", "br0", "up"])?;
+        // With br_netfilter loaded, bridged frames would pass this namespace's iptables and
+        // conntrack, which drop the first packet of a flow on a fresh bridge. A switch
+        // switches; the setting is absent where br_netfilter is not loaded.
+        let _ = no_bridge_netfilter(&fabric);
         let nodes = self.plan.nodes.clone();
         for node in &nodes {
             let ns = self.node_netns(&node.name);
@@ -128,6 +132,7 @@ impl NetnsLab {
                 &["addr", "add", &format!("{}/24", node.ip), "dev", "br0"],
             )?;
             ip(&ns, &["link", "set", "br0", "up"])?;
+            let _ = no_bridge_netfilter(&ns);
             let fabric_port = format!("n{}", node.index);
             run(
                 "ip",
@@ -257,6 +262,41 @@ impl NetnsLab {
                 source,
             })?;
         }
+        self.wait_links_up()
+    }
+
+    /// Waits until every interface of the lab is operationally up. The kernel activates a
+    /// new veth's queue only when its link-watch event fires, up to a second later; until
+    /// then it drops what it should send, and the first connection across it would wait for
+    /// TCP's one-second SYN retry.
+    fn wait_links_up(&self) -> Result<(), Error> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for ns in &self.created {
+            loop {
+                let brief = ip(ns, &["-br", "link"])?;
+                let down: Vec<&str> = brief
+                    .lines()
+                    .filter(|l| !l.starts_with("lo "))
+                    .filter(|l| {
+                        let mut fields = l.split_whitespace();
+                        let (name, state) = (fields.next(), fields.next());
+                        // A bridge without ports (a node with no pods) stays UNKNOWN.
+                        !(state == Some("UP") || (name == Some("br0") && state == Some("UNKNOWN")))
+                    })
+                    .collect();
+                if down.is_empty() {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(Error::Command {
+                        command: format!("ip -n {ns} -br link"),
+                        status: "interfaces not up after 10 s".into(),
+                        stderr: down.join("; "),
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
         Ok(())
     }
 
@@ -288,6 +328,19 @@ impl Drop for NetnsLab {
             tracing::warn!(lab = %self.id, error = %e, "netns lab teardown incomplete; run `meshbench lab clean`");
         }
     }
+}
+
+fn no_bridge_netfilter(netns: &str) -> Result<String, Error> {
+    run_in(
+        netns,
+        "sysctl",
+        &[
+            "-qw",
+            "net.bridge.bridge-nf-call-iptables=0",
+            "net.bridge.bridge-nf-call-ip6tables=0",
+            "net.bridge.bridge-nf-call-arptables=0",
+        ],
+    )
 }
 
 fn ip(netns: &str, args: &[&str]) -> Result<String, Error> {

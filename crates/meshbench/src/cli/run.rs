@@ -28,6 +28,13 @@ pub struct RunArgs {
     /// Measured duration of every cell, instead of the profile's.
     #[arg(long, value_parser = super::args::duration)]
     duration: Option<std::time::Duration>,
+    /// Only these scenarios of the profile (comma-separated mesh names, e.g.
+    /// baseline,meshbench-sidecar).
+    #[arg(long, value_delimiter = ',')]
+    scenarios: Vec<String>,
+    /// Only these placements of the profile: intra-node, inter-node.
+    #[arg(long, value_delimiter = ',')]
+    placements: Vec<String>,
     /// Warm-up of every cell, instead of the profile's.
     #[arg(long, value_parser = super::args::duration)]
     warmup: Option<std::time::Duration>,
@@ -44,6 +51,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     if let Some(warmup) = a.warmup {
         profile.warmup = warmup;
     }
+    profile.select(&a.scenarios, &a.placements)?;
     let backend = a.backend.unwrap_or_else(Backend::default_here);
     let out_dir = a.out.unwrap_or_else(|| default_out_dir(&profile.name));
     let runner = Runner::new(RunOptions {
