@@ -21,7 +21,7 @@ use meshbench_meshes::{deploy, Mesh, MeshContext, MeshPki};
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork};
 use meshbench_results::{
     read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus,
-    UnavailableScenario, SCHEMA_VERSION,
+    UnavailableScenario, WireObservation, SCHEMA_VERSION,
 };
 
 use crate::scenario::{policy_yaml, Placement, CLIENT, SERVER, SERVICE};
@@ -40,6 +40,9 @@ pub struct RunOptions {
     pub backend: Backend,
     /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
     pub pin: bool,
+    /// Capture the inter-node link during inter-node cells (netns backend) and record what
+    /// it saw: TLS or plaintext, and whether the request marker leaked.
+    pub capture_link: bool,
 }
 
 /// Identifies a cell for progress reporting.
@@ -263,7 +266,7 @@ impl Runner {
         if let Err(e) = net.teardown() {
             tracing::warn!(error = %e, "lab teardown incomplete; run `meshbench lab clean`");
         }
-        let (load, resources) = outcome?;
+        let (load, resources, wire) = outcome?;
         Ok(Cell {
             scenario: id.scenario.name().to_owned(),
             placement: Some(id.placement.name().to_owned()),
@@ -272,6 +275,7 @@ impl Runner {
             started_at,
             load,
             resources,
+            wire,
         })
     }
 
@@ -290,8 +294,14 @@ impl Runner {
         ctx: &MeshContext<'_>,
         cell_dir: &Path,
         generator_cpus: Option<String>,
-    ) -> Result<(LoadReport, Vec<meshbench_results::ComponentResources>), meshbench_meshes::Error>
-    {
+    ) -> Result<
+        (
+            LoadReport,
+            Vec<meshbench_results::ComponentResources>,
+            Option<WireObservation>,
+        ),
+        meshbench_meshes::Error,
+    > {
         let profile = &self.options.profile;
         let mut components: Vec<LabComponent> = Vec::new();
         let mut server_args = vec![
@@ -345,6 +355,23 @@ impl Runner {
             "--quiet".to_owned(),
         ];
         client_args.extend(deployment.client_args);
+        let marker = format!("meshbench-marker-{}", ctx.net.id());
+        let capture = if self.options.capture_link
+            && id.placement == Placement::InterNode
+            && ctx.net.captures()
+        {
+            client_args.extend([
+                "--header".to_owned(),
+                format!("x-meshbench-marker: {marker}"),
+            ]);
+            let node = &ctx.client_pod.workload.node;
+            let (netns, interface) = ctx.net.uplink_of(node)?;
+            let pcap = cell_dir.join("uplink.pcap");
+            let capture = meshbench_netlab::WireCapture::start(&netns, interface, &pcap)?;
+            Some((capture, format!("{node}/{interface}"), pcap))
+        } else {
+            None
+        };
         let mut launch = ctx.net.launch_in_pod(&ctx.client_pod.name)?;
         if let Some(fs) = &self.cgroups {
             launch.cgroup = Some(fs.create(ctx.net.id(), &ctx.client_pod.name)?);
@@ -375,6 +402,19 @@ impl Runner {
             let _ = group.remove();
         }
         finished?;
+        let wire = match capture {
+            Some((capture, link, pcap)) => {
+                let report = capture.finish(marker.as_bytes())?;
+                Some(observation(
+                    &report,
+                    link,
+                    &pcap,
+                    &self.options.out_dir,
+                    marker,
+                ))
+            }
+            None => None,
+        };
         let load: LoadReport = read_json(&load_json).map_err(|e| meshbench_meshes::Error::Io {
             path: load_json.clone(),
             source: std::io::Error::other(format!(
@@ -385,7 +425,45 @@ impl Runner {
             .iter()
             .map(|s| s.summarize(load.window.start_monotonic_ns, load.window.end_monotonic_ns))
             .collect();
-        Ok((load, resources))
+        Ok((load, resources, wire))
+    }
+}
+
+fn observation(
+    report: &meshbench_netlab::WireReport,
+    link: String,
+    pcap: &Path,
+    out_dir: &Path,
+    marker: String,
+) -> WireObservation {
+    let mut versions: Vec<String> = report
+        .flows
+        .iter()
+        .filter_map(|f| f.tls_version.clone())
+        .collect();
+    versions.sort();
+    versions.dedup();
+    let mut suites: Vec<String> = report
+        .flows
+        .iter()
+        .filter_map(|f| f.cipher_suite.clone())
+        .collect();
+    suites.sort();
+    suites.dedup();
+    WireObservation {
+        link,
+        pcap: pcap
+            .strip_prefix(out_dir)
+            .unwrap_or(pcap)
+            .display()
+            .to_string(),
+        packets: report.packets,
+        connections: report.flows.len() as u32,
+        tls_connections: report.flows.iter().filter(|f| f.tls).count() as u32,
+        marker,
+        marker_seen: report.marker_seen(),
+        tls_versions: versions,
+        cipher_suites: suites,
     }
 }
 

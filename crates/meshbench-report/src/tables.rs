@@ -359,15 +359,59 @@ pub fn outcome_table(result: &RunResult) -> Table {
     }
 }
 
+/// What captures on the inter-node link saw, per cell that had one.
+pub fn wire_table(result: &RunResult) -> Option<Table> {
+    let rows: Vec<Vec<String>> = result
+        .cells
+        .iter()
+        .filter_map(|c| {
+            let w = c.wire.as_ref()?;
+            let verdict = if w.marker_seen {
+                "PLAINTEXT: request marker visible"
+            } else if w.connections > 0 && w.tls_connections == w.connections {
+                "encrypted (TLS only)"
+            } else {
+                "not all TLS, marker not seen"
+            };
+            Some(vec![
+                scenario_label(&c.scenario, c.placement.as_deref().unwrap_or("")),
+                w.link.clone(),
+                w.packets.to_string(),
+                format!("{}/{}", w.tls_connections, w.connections),
+                w.tls_versions.join(", "),
+                w.cipher_suites.join(", "),
+                verdict.to_owned(),
+            ])
+        })
+        .collect();
+    (!rows.is_empty()).then(|| Table {
+        title: "On the wire (inter-node link)".to_owned(),
+        headers: [
+            "scenario",
+            "link",
+            "packets",
+            "TLS connections",
+            "TLS versions",
+            "cipher suites",
+            "verdict",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    })
+}
+
 /// Every table of a run's report, in report order: Markdown and HTML render this one list.
 pub fn report_tables(result: &RunResult) -> Vec<Table> {
     let figures = figures(result);
-    vec![
+    let mut tables = vec![
         absolute_table(&figures),
         overhead_table(&figures),
         component_table(result),
         outcome_table(result),
-    ]
+    ];
+    tables.extend(wire_table(result));
+    tables
 }
 
 /// Status, environment and configuration lines shown above the tables.
@@ -378,6 +422,14 @@ pub fn header_lines(result: &RunResult) -> Vec<(String, String)> {
         ("status".to_owned(), format!("{:?}", result.status).to_lowercase()),
         ("profile".to_owned(), cfg.profile.clone()),
         ("platform".to_owned(), cfg.platform.clone()),
+        (
+            "placements".to_owned(),
+            if cfg.placements.is_empty() {
+                "-".to_owned()
+            } else {
+                cfg.placements.join(", ")
+            },
+        ),
         (
             "started / finished".to_owned(),
             format!(
@@ -420,6 +472,12 @@ pub fn header_lines(result: &RunResult) -> Vec<(String, String)> {
     ];
     if let Some(reason) = &result.status_reason {
         lines.insert(1, ("status reason".to_owned(), reason.clone()));
+    }
+    for missing in &cfg.unavailable {
+        lines.push((
+            format!("unavailable: {}", missing.name),
+            format!("{} (install: {})", missing.reason, missing.install),
+        ));
     }
     lines
 }

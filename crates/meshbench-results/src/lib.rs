@@ -18,7 +18,7 @@ pub use load::{
 };
 pub use run::{
     Cell, ComponentResources, Environment, LoadPoint, RunConfig, RunResult, RunStatus,
-    ScenarioConfig, UnavailableScenario, WorkloadConfig,
+    ScenarioConfig, UnavailableScenario, WireObservation, WorkloadConfig,
 };
 
 /// Version of the JSON contract. Bump it whenever a field is removed, renamed or changes

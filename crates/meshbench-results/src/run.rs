@@ -122,6 +122,31 @@ pub struct Cell {
     pub load: LoadReport,
     /// One entry per measured process, sampled over exactly the load window.
     pub resources: Vec<ComponentResources>,
+    /// What a capture on the inter-node link saw during the cell, when one was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<WireObservation>,
+}
+
+/// A packet capture's verdict on the traffic of a cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WireObservation {
+    /// Where the capture ran, e.g. `node-1/uplink`.
+    pub link: String,
+    /// The pcap file, relative to the result directory.
+    pub pcap: String,
+    pub packets: u64,
+    /// TCP connections that carried payload.
+    pub connections: u32,
+    /// Connections whose every byte, both ways, was in TLS records.
+    pub tls_connections: u32,
+    /// The string the load generator put in every request (a header).
+    pub marker: String,
+    /// Whether the marker appeared in any captured payload: plaintext on the wire.
+    pub marker_seen: bool,
+    /// Versions and cipher suites servers chose (from ServerHellos).
+    pub tls_versions: Vec<String>,
+    pub cipher_suites: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

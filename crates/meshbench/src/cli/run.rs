@@ -25,6 +25,10 @@ pub struct RunArgs {
     /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
     #[arg(long)]
     pin: bool,
+    /// Capture the inter-node link during inter-node cells (netns backend, needs tcpdump)
+    /// and record whether traffic was TLS and whether the request marker leaked.
+    #[arg(long)]
+    capture_link: bool,
     /// Measured duration of every cell, instead of the profile's.
     #[arg(long, value_parser = super::args::duration)]
     duration: Option<std::time::Duration>,
@@ -61,6 +65,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         build: super::build_info(),
         backend,
         pin: a.pin,
+        capture_link: a.capture_link,
     })?;
     eprintln!(
         "meshbench run: profile {} on the {} backend ({} cells, about {}), results in {}",
