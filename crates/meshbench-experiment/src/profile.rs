@@ -100,43 +100,10 @@ impl Profile {
     /// Keeps only the named scenarios and placements (all when a list is empty). A name the
     /// profile does not have is an error naming it.
     pub fn select(&mut self, scenarios: &[String], placements: &[String]) -> Result<(), Error> {
-        for name in scenarios {
-            if !self.scenarios.iter().any(|m| m.name() == name) {
-                return Err(Error::UnknownSelection {
-                    field: "--scenarios",
-                    name: name.clone(),
-                    known: self
-                        .scenarios
-                        .iter()
-                        .map(|m| m.name())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                });
-            }
-        }
-        for name in placements {
-            if !self.placements.iter().any(|p| p.name() == name) {
-                return Err(Error::UnknownSelection {
-                    field: "--placements",
-                    name: name.clone(),
-                    known: self
-                        .placements
-                        .iter()
-                        .map(|p| p.name())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                });
-            }
-        }
-        if !scenarios.is_empty() {
-            self.scenarios
-                .retain(|m| scenarios.iter().any(|n| n == m.name()));
-        }
-        if !placements.is_empty() {
-            self.placements
-                .retain(|p| placements.iter().any(|n| n == p.name()));
-        }
-        Ok(())
+        keep_named(&mut self.scenarios, scenarios, "--scenarios", |m| m.name())?;
+        keep_named(&mut self.placements, placements, "--placements", |p| {
+            p.name()
+        })
     }
 
     pub fn cells(&self) -> usize {
@@ -177,4 +144,27 @@ impl Profile {
             },
         }
     }
+}
+
+/// Keeps the items whose name is in `wanted` (all of them when `wanted` is empty).
+fn keep_named<T>(
+    items: &mut Vec<T>,
+    wanted: &[String],
+    field: &'static str,
+    name_of: impl Fn(&T) -> &'static str,
+) -> Result<(), Error> {
+    if let Some(unknown) = wanted
+        .iter()
+        .find(|w| !items.iter().any(|i| name_of(i) == w.as_str()))
+    {
+        return Err(Error::UnknownSelection {
+            field,
+            name: unknown.clone(),
+            known: items.iter().map(&name_of).collect::<Vec<_>>().join(", "),
+        });
+    }
+    if !wanted.is_empty() {
+        items.retain(|i| wanted.iter().any(|w| w == name_of(i)));
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! A cell's scenario (which mesh) and placement (client and server on one node or two), and
 //! the topology they give: a load-generator pod, an echo-server pod and the `echo` service.
 
-use meshbench_lab::{Service, Topology, Workload};
+use meshbench_lab::Topology;
 use meshbench_meshes::{spiffe_id, Mesh};
 use meshbench_results::ScenarioConfig;
 
@@ -30,25 +30,13 @@ impl Placement {
             Placement::IntraNode => "node-1",
             Placement::InterNode => "node-2",
         };
-        let workload = |name: &str, node: &str| Workload {
-            name: name.into(),
-            namespace: NAMESPACE.into(),
-            service_account: name.into(),
-            node: node.into(),
-            replicas: 1,
-            meshed: true,
-        };
-        Topology {
-            nodes: vec!["node-1".into(), "node-2".into()],
-            workloads: vec![workload(CLIENT, "node-1"), workload(SERVER, server_node)],
-            services: vec![Service {
-                name: SERVICE.into(),
-                namespace: NAMESPACE.into(),
-                workload: SERVER.into(),
-                port: 80,
-                target_port: meshbench_meshes::Ports::APP,
-            }],
-        }
+        Topology::client_server(
+            NAMESPACE,
+            (CLIENT, SERVER),
+            server_node,
+            SERVICE,
+            meshbench_meshes::Ports::APP,
+        )
     }
 }
 

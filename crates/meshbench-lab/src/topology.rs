@@ -47,6 +47,37 @@ pub struct Pod {
 }
 
 impl Topology {
+    /// Two nodes, a `client` workload on `node-1`, a `server` workload on `server_node`, one
+    /// replica each, every service account named after its workload, and `service` (port 80)
+    /// in front of the server's `target_port`: the shape of E1's experiments.
+    pub fn client_server(
+        namespace: &str,
+        (client, server): (&str, &str),
+        server_node: &str,
+        service: &str,
+        target_port: u16,
+    ) -> Topology {
+        let workload = |name: &str, node: &str| Workload {
+            name: name.into(),
+            namespace: namespace.into(),
+            service_account: name.into(),
+            node: node.into(),
+            replicas: 1,
+            meshed: true,
+        };
+        Topology {
+            nodes: vec!["node-1".into(), "node-2".into()],
+            workloads: vec![workload(client, "node-1"), workload(server, server_node)],
+            services: vec![Service {
+                name: service.into(),
+                namespace: namespace.into(),
+                workload: server.into(),
+                port: 80,
+                target_port,
+            }],
+        }
+    }
+
     /// Checks names and references; every error names the offending entry.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |field: &str, message: String| Error::Topology {
@@ -183,25 +214,7 @@ mod tests {
     use super::*;
 
     fn two_nodes() -> Topology {
-        let w = |name: &str, node: &str| Workload {
-            name: name.into(),
-            namespace: "default".into(),
-            service_account: name.into(),
-            node: node.into(),
-            replicas: 1,
-            meshed: true,
-        };
-        Topology {
-            nodes: vec!["node-1".into(), "node-2".into()],
-            workloads: vec![w("client", "node-1"), w("server", "node-2")],
-            services: vec![Service {
-                name: "echo".into(),
-                namespace: "default".into(),
-                workload: "server".into(),
-                port: 80,
-                target_port: 8080,
-            }],
-        }
+        Topology::client_server("default", ("client", "server"), "node-2", "echo", 8080)
     }
 
     #[test]

@@ -200,32 +200,14 @@ impl AddressPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meshbench_lab::{Service, Workload};
 
     fn topology() -> Topology {
-        let w = |name: &str, node: &str| Workload {
-            name: name.into(),
-            namespace: "default".into(),
-            service_account: name.into(),
-            node: node.into(),
-            replicas: 1,
-            meshed: true,
-        };
-        Topology {
-            nodes: vec!["node-1".into(), "node-2".into()],
-            workloads: vec![
-                w("client", "node-1"),
-                w("server", "node-2"),
-                w("peer", "node-1"),
-            ],
-            services: vec![Service {
-                name: "echo".into(),
-                namespace: "default".into(),
-                workload: "server".into(),
-                port: 80,
-                target_port: 8080,
-            }],
-        }
+        let mut t =
+            Topology::client_server("default", ("client", "server"), "node-2", "echo", 8080);
+        let mut peer = t.workloads[0].clone();
+        peer.name = "peer".into();
+        t.workloads.push(peer);
+        t
     }
 
     #[test]

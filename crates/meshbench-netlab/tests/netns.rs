@@ -7,29 +7,11 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use meshbench_lab::{Service, Topology, Workload};
+use meshbench_lab::Topology;
 use meshbench_netlab::{clean_all, new_lab_id, Backend, LabNetwork, SidecarCapture, WireCapture};
 
 fn topology() -> Topology {
-    let w = |name: &str, node: &str| Workload {
-        name: name.into(),
-        namespace: "default".into(),
-        service_account: name.into(),
-        node: node.into(),
-        replicas: 1,
-        meshed: false,
-    };
-    Topology {
-        nodes: vec!["node-1".into(), "node-2".into()],
-        workloads: vec![w("client", "node-1"), w("server", "node-2")],
-        services: vec![Service {
-            name: "echo".into(),
-            namespace: "default".into(),
-            workload: "server".into(),
-            port: 80,
-            target_port: 8080,
-        }],
-    }
+    Topology::client_server("default", ("client", "server"), "node-2", "echo", 8080)
 }
 
 /// Runs `f` on a thread that has entered network namespace `netns`; sockets it opens stay

@@ -29,6 +29,10 @@ fn bad_input_is_named_and_exits_with_code_2() {
         "unknown profile \"nope\"",
     );
     assert_bad_input(
+        &run(&["run", "--profile", "meshes", "--scenarios", "istio"]),
+        "--scenarios: the profile has no \"istio\"",
+    );
+    assert_bad_input(
         &run(&[
             "load",
             "--url",
