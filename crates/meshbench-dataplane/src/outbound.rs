@@ -111,7 +111,7 @@ impl Captured {
         Captured { routes, metrics }
     }
 
-    pub(crate) async fn handle(&self, mut app: TcpStream) {
+    pub(crate) async fn handle(&self, app: TcpStream) {
         let destination = match crate::serving::original_destination(&app) {
             Ok(d) => d,
             Err(e) => {
@@ -119,24 +119,13 @@ impl Captured {
                 return;
             }
         };
-        if let Some(route) = self.routes.get(&destination) {
-            return route.handle(app).await;
-        }
-        // Not a mesh destination: pass it through untouched.
-        let _open = self
-            .metrics
-            .as_ref()
-            .map(|m| m.connection(Direction::Outbound));
-        match TcpStream::connect(destination).await {
-            Ok(mut upstream) => {
-                let _ = upstream.set_nodelay(true);
-                let copied = crate::splice::splice(&mut app, &mut upstream).await;
-                if let (Some(m), Ok((forward, backward))) = (&self.metrics, copied) {
-                    m.carried(Direction::Outbound, forward, backward);
-                }
-            }
-            Err(e) => {
-                tracing::debug!(%destination, error = %e, "passthrough destination unreachable")
+        match self.routes.get(&destination) {
+            Some(route) => route.handle(app).await,
+            // Not a mesh destination: pass it through untouched, plaintext and L4.
+            None => {
+                Outbound::new(destination, None, ProxyMode::L4, self.metrics.clone())
+                    .handle(app)
+                    .await
             }
         }
     }

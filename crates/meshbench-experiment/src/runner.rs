@@ -315,11 +315,7 @@ impl Runner {
             profile.response_bytes.to_string(),
         ];
         server_args.extend(ctx.server_app_args(id.scenario));
-        let mut launch = ctx.net.launch_in_pod(&ctx.server_pod.name)?;
-        if let Some(fs) = &self.cgroups {
-            launch.cgroup = Some(fs.create(ctx.net.id(), &ctx.server_pod.name)?);
-        }
-        launch.cpus = ctx.sut_cpus.clone();
+        let launch = ctx.app_launch(ctx.server_pod, ctx.sut_cpus.clone())?;
         components.push(
             LabComponent::start(
                 &ctx.server_pod.name,
@@ -372,11 +368,7 @@ impl Runner {
         } else {
             None
         };
-        let mut launch = ctx.net.launch_in_pod(&ctx.client_pod.name)?;
-        if let Some(fs) = &self.cgroups {
-            launch.cgroup = Some(fs.create(ctx.net.id(), &ctx.client_pod.name)?);
-        }
-        launch.cpus = generator_cpus;
+        let launch = ctx.app_launch(ctx.client_pod, generator_cpus)?;
         let client = LabComponent::start(
             &ctx.client_pod.name,
             "load-generator",
@@ -392,14 +384,11 @@ impl Runner {
             .filter_map(|c| c.sample_target())
             .collect();
         let sampler = ResourceSampler::start(targets, profile.sample_interval);
-        let client_group = client.cgroup.clone();
+        // The client's cgroup goes with the cell's `LabCgroups` guard.
         let finished = client.process.wait_success().await;
         let series = sampler.finish();
         for component in components.into_iter().rev() {
             component.stop(STOP_GRACE).await;
-        }
-        if let Some(group) = client_group {
-            let _ = group.remove();
         }
         finished?;
         let wire = match capture {

@@ -84,7 +84,15 @@ impl MeshContext<'_> {
         ))
     }
 
-    /// How to start a component at `place`, in a cgroup of its own.
+    /// How to start a pod's app (named after the pod) in its own cgroup, on `cpus`.
+    pub fn app_launch(&self, pod: &Pod, cpus: Option<String>) -> Result<Launch, Error> {
+        let mut launch = self.launch(&pod.name, &Place::Pod(&pod.name), false)?;
+        launch.cpus = cpus;
+        Ok(launch)
+    }
+
+    /// How to start a component at `place`, in a cgroup of its own, on the system under
+    /// test's CPUs.
     fn launch(&self, name: &str, place: &Place<'_>, as_proxy: bool) -> Result<Launch, Error> {
         let mut launch = match place {
             Place::Pod(pod) => self.net.launch_in_pod(pod)?,

@@ -123,20 +123,14 @@ impl Mesh {
         let Some((tool, install)) = self.tool() else {
             return Ok(None);
         };
-        which(tool).map(Some).ok_or_else(|| Unavailable {
-            mesh: self.name().into(),
-            tool: tool.into(),
-            install: install.into(),
-        })
+        meshbench_netlab::which(tool)
+            .map(Some)
+            .ok_or_else(|| Unavailable {
+                mesh: self.name().into(),
+                tool: tool.into(),
+                install: install.into(),
+            })
     }
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
-        .map(|dir| dir.join(tool))
-        .find(|p| p.is_file())
 }
 
 #[cfg(test)]

@@ -35,8 +35,16 @@ pub(crate) fn run_in(netns: &str, program: &str, args: &[&str]) -> Result<String
     run("ip", &full)
 }
 
-/// Whether `tool` is on PATH.
+/// Whether `tool` is installed.
 pub(crate) fn has_tool(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+    which(tool).is_some()
+}
+
+/// Where `tool` is: on PATH, or in the sbin directories a non-login root PATH may lack.
+pub fn which(tool: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(std::path::PathBuf::from))
+        .map(|dir| dir.join(tool))
+        .find(|p| p.is_file())
 }

@@ -21,6 +21,7 @@ mod wire;
 
 pub use capture::{NodeRedirect, SidecarCapture, PROXY_UID};
 pub use clean::{clean_all, CleanReport};
+pub use command::which;
 pub use loopback::LoopbackLab;
 pub use netns::NetnsLab;
 pub use network::{new_lab_id, Backend, LabNetwork};
