@@ -13,7 +13,7 @@ use meshbench_dataplane::{
 use meshbench_identity::{CertificateAuthority, IssueOptions};
 use meshbench_loadgen::{run_load, LoadConfig, LoadModel, LoadResult, Outcome, Stop, Target};
 use meshbench_policy::Policy;
-use meshbench_workload::{bind, EchoConfig, EchoService, ServeOptions};
+use meshbench_workload::{bind, Echo, EchoConfig, RoleService, ServeOptions};
 
 const POLICY: &str = r#"
 peer_authentication:
@@ -64,10 +64,7 @@ impl Lab {
             }))
             .unwrap();
         let addr = server.local_addr();
-        let service = EchoService::new(&EchoConfig {
-            delay: Duration::ZERO,
-            response_size: 512,
-        });
+        let service = RoleService::new(Echo::new(&EchoConfig::fixed(Duration::ZERO, 512)));
         self.runtime
             .spawn(server.serve(service, std::future::pending()));
         addr

@@ -7,10 +7,12 @@
 
 pub mod configs;
 mod deploy;
+mod gateway;
 mod mesh;
 mod pki;
 
 pub use deploy::{deploy, Deployment, MeshContext, Ports};
+pub use gateway::start_gateway;
 pub use mesh::{Mesh, Unavailable};
 pub use pki::{spiffe_id, MeshPki, WorkloadSvid, TRUST_DOMAIN};
 

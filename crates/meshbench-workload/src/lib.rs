@@ -1,11 +1,32 @@
 //! Workloads: the applications the studies measured, as roles of the meshbench binary
-//! (`meshbench workload <role>`). Each role is a hyper service served by [`serve`], which
-//! owns the listener, optional mTLS, HTTP/1.1 + h2c detection and graceful shutdown.
+//! (`meshbench workload <role>`). Each role implements [`Role`]; [`RoleService`] adds the
+//! health endpoint and request logging, and [`serve`] owns the listener, optional mTLS,
+//! HTTP/1.1 + h2c detection and graceful shutdown. Roles that call other services share one
+//! [`Caller`], which classifies every failure.
 
+mod analyzer;
+mod calculator;
+mod checker;
+mod client;
+mod counter;
 mod echo;
+mod experimenter;
+mod fields;
+mod grpc_echo;
+mod http;
+mod mix;
 mod serve;
 
-pub use echo::{EchoConfig, EchoService};
+pub use analyzer::{Analysis, Analyzer, ANALYZE_PATH};
+pub use calculator::{Calculator, Operation};
+pub use checker::{CheckReport, CheckTarget, SecurityChecker, CHECK_PATH};
+pub use client::{Call, Caller, MARKER_HEADER};
+pub use counter::{CountReply, Counter, Hop, COUNT_PATH};
+pub use echo::{Echo, EchoConfig};
+pub use experimenter::{ExperimentResult, Experimenter, Workload, EXPERIMENT_PATH};
+pub use grpc_echo::{grpc_echo_service, proto, GrpcEcho, GrpcEchoConfig};
+pub use http::{Reply, Role, RoleService, HEALTH_PATH};
+pub use mix::{parse_delay, parse_size, parse_status, Mix, MixError};
 pub use serve::{bind, BoundServer, ServeOptions};
 
 use std::net::SocketAddr;
@@ -30,6 +51,8 @@ pub enum Error {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("{uri:?} is not a usable base URI: {problem}")]
+    BadUri { uri: String, problem: String },
     #[error(transparent)]
     Identity(#[from] meshbench_identity::Error),
 }
@@ -38,7 +61,7 @@ impl Error {
     /// Bad input (address in use, unreadable certificate) rather than a machine failure.
     pub fn is_bad_input(&self) -> bool {
         match self {
-            Error::Bind { .. } => true,
+            Error::Bind { .. } | Error::BadUri { .. } => true,
             Error::Identity(e) => e.is_bad_input(),
         }
     }

@@ -7,10 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::Full;
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 use hyper::service::Service;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -20,6 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
 use crate::Error;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -67,11 +67,14 @@ impl BoundServer {
     }
 
     /// Serves `service` until `shutdown` resolves, then drains in-flight connections.
-    pub async fn serve<S>(self, service: S, shutdown: impl Future<Output = ()>)
+    pub async fn serve<S, B>(self, service: S, shutdown: impl Future<Output = ()>)
     where
-        S: Service<Request<Incoming>, Response = Response<Full<Bytes>>> + Clone + Send + 'static,
+        S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
         S::Future: Send + 'static,
-        S::Error: std::error::Error + Send + Sync + 'static,
+        S::Error: Into<BoxError>,
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
     {
         let graceful = GracefulShutdown::new();
         let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
@@ -110,17 +113,20 @@ impl BoundServer {
     }
 }
 
-async fn serve_connection<S>(
+async fn serve_connection<S, B>(
     stream: TcpStream,
     tls: Option<TlsAcceptor>,
     builder: &auto::Builder<TokioExecutor>,
     service: S,
     watcher: hyper_util::server::graceful::Watcher,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+) -> Result<(), BoxError>
 where
-    S: Service<Request<Incoming>, Response = Response<Full<Bytes>>> + Send + 'static,
+    S: Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
     S::Future: Send + 'static,
-    S::Error: std::error::Error + Send + Sync + 'static,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
 {
     match tls {
         Some(acceptor) => {

@@ -12,7 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use meshbench_identity::{
     client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, ServerTlsFiles, SpiffeId,
 };
-use meshbench_workload::{bind, EchoConfig, EchoService, ServeOptions};
+use meshbench_workload::{bind, Echo, EchoConfig, RoleService, ServeOptions};
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -32,10 +32,7 @@ async fn start_echo(
     .await
     .unwrap();
     let addr = server.local_addr();
-    let service = EchoService::new(&EchoConfig {
-        delay,
-        response_size: 1024,
-    });
+    let service = RoleService::new(Echo::new(&EchoConfig::fixed(delay, 1024)));
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(server.serve(service, async move {
         let _ = stopped.await;

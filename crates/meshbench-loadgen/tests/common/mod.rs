@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use meshbench_identity::ServerTlsFiles;
-use meshbench_workload::{bind, EchoConfig, EchoService, ServeOptions};
+use meshbench_workload::{bind, Echo, EchoConfig, RoleService, ServeOptions};
 
 /// An echo server on its own runtime thread, so it never shares a core's scheduler with the
 /// generator under test. Stops when dropped.
@@ -24,10 +24,7 @@ pub fn echo_server(delay: Duration, tls: Option<ServerTlsFiles>) -> EchoServer {
         }))
         .unwrap();
     let addr = server.local_addr();
-    let service = EchoService::new(&EchoConfig {
-        delay,
-        response_size: 1024,
-    });
+    let service = RoleService::new(Echo::new(&EchoConfig::fixed(delay, 1024)));
     runtime.spawn(server.serve(service, std::future::pending()));
     EchoServer {
         addr,

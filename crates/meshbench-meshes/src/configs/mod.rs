@@ -11,7 +11,7 @@ mod nginx;
 
 pub use envoy::{envoy_inbound, envoy_outbound, EnvoyTls};
 pub use haproxy::{haproxy_inbound, haproxy_outbound};
-pub use nginx::{nginx_inbound, nginx_outbound, NginxTls};
+pub use nginx::{nginx_gateway, nginx_inbound, nginx_outbound, GatewayRoute, NginxTls};
 
 use std::path::Path;
 

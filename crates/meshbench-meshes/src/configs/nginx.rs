@@ -67,3 +67,39 @@ pub fn nginx_inbound(
     );
     common(dir, &server)
 }
+
+/// One `location` of the gateway: requests under `prefix` go to `upstream` (`host:port`);
+/// with `path` set, nginx replaces the matched prefix with it (`/api/calculator/` -> `/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayRoute {
+    pub prefix: String,
+    pub upstream: String,
+    pub path: Option<String>,
+}
+
+/// E3's entry point: one nginx in front of the application's services. Long experiments
+/// must not hit a proxy timeout (E3's original did), so reads and sends may take an hour, and
+/// an analyzer upload may be 32 MiB.
+pub fn nginx_gateway(dir: &Path, listen: SocketAddr, routes: &[GatewayRoute]) -> String {
+    let mut server = String::new();
+    for (i, route) in routes.iter().enumerate() {
+        server.push_str(&format!(
+            "  upstream route{i} {{ server {}; keepalive 16; }}\n",
+            route.upstream
+        ));
+    }
+    server.push_str(&format!(
+        "  server {{\n    listen {listen};\n    client_max_body_size 32m;\n    keepalive_requests 100000;\n"
+    ));
+    for (i, route) in routes.iter().enumerate() {
+        server.push_str(&format!(
+            "    location {} {{\n      proxy_pass http://route{i}{};\n      proxy_http_version 1.1;\n\
+             \x20     proxy_set_header Connection \"\";\n      proxy_set_header Host $host;\n\
+             \x20     proxy_read_timeout 3600s;\n      proxy_send_timeout 3600s;\n    }}\n",
+            route.prefix,
+            route.path.as_deref().unwrap_or("")
+        ));
+    }
+    server.push_str("  }\n");
+    common(dir, &server)
+}

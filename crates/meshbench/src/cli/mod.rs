@@ -23,8 +23,18 @@ use clap::{Parser, Subcommand};
     about = "Measures what zero-trust service-to-service security costs, and checks that it protects"
 )]
 struct Cli {
+    /// Log lines on stderr as text or as one JSON object per line (level from MESHBENCH_LOG,
+    /// default warn).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -64,13 +74,16 @@ pub(crate) struct Interrupted(pub String);
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MESHBENCH_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let outcome = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Report(args) => report::run(args),

@@ -1,36 +1,136 @@
-//! `meshbench workload <role>`: the lab's application servers.
+//! `meshbench workload <role>`: the studies' applications (echo, calculator, experimenter,
+//! analyzer, security checker, counter) and E3's nginx entry point.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use http::{StatusCode, Uri};
 use meshbench_identity::ServerTlsFiles;
-use meshbench_lab::ReadyEvent;
-use meshbench_workload::{EchoConfig, EchoService, ServeOptions};
+use meshbench_lab::{Launch, ReadyEvent};
+use meshbench_meshes::configs::GatewayRoute;
+use meshbench_workload::{
+    grpc_echo_service, Analyzer, BoundServer, Calculator, Counter, Echo, EchoConfig, Experimenter,
+    GrpcEchoConfig, Mix, Role, RoleService, SecurityChecker, ServeOptions,
+};
 
 use super::{args, BadInput};
 
 #[derive(Debug, Subcommand)]
 pub enum WorkloadCommand {
-    /// HTTP/1.1 and h2c server that waits --delay, then answers --response-size bytes.
+    /// HTTP/1.1 and h2c echo server: waits a delay, then answers a status and a body of a
+    /// size; each may be a mix (`503:10`) and overridden per request (`?delay=5ms&size=4KiB`).
     Echo(EchoArgs),
+    /// Unary gRPC echo (Fortio's fgrpc.PingServer/Ping, plus grpc.health.v1), h2c or TLS.
+    GrpcEcho(GrpcEchoArgs),
+    /// E3's calculator: POST /add, /subtract, /multiply, /divide.
+    Calculator(ServerArgs),
+    /// E3's experimenter: POST /api/experimenter/experiment runs requests to the calculator.
+    Experimenter(ExperimenterArgs),
+    /// E3's analyzer: POST /api/analyzer/analyze turns an experiment into percentiles.
+    Analyzer(ServerArgs),
+    /// E3's security checker: POST /api/security-checker/check calls a target and reports
+    /// the status or connection error it got.
+    SecurityChecker(CheckerArgs),
+    /// E4's counter: POST /count increments and forwards to --next until count == max_count.
+    Counter(CounterArgs),
+    /// E3's entry point: nginx routing path prefixes to the application's services.
+    Gateway(GatewayArgs),
 }
 
 #[derive(Debug, Args)]
-pub struct EchoArgs {
+pub struct ServerArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Time to wait before answering (E1's server sleeps 200ms).
-    #[arg(long, value_parser = args::duration, default_value = "0s")]
-    delay: Duration,
-    #[arg(long, value_parser = args::size, default_value = "1KiB")]
-    response_size: u64,
     #[command(flatten)]
     tls: ServerTlsArgs,
     /// Runtime worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct EchoArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Time to wait before answering, or a mix such as `1ms:90,50ms:10` (E1's server
+    /// sleeps 200ms).
+    #[arg(long, value_parser = delay_mix, default_value = "0s")]
+    delay: Mix<Duration>,
+    /// Response body size, or a mix such as `1KiB:50,16KiB:50`.
+    #[arg(long, value_parser = size_mix, default_value = "1KiB")]
+    response_size: Mix<usize>,
+    /// Response status, or a mix such as `503:10` (the rest get 200).
+    #[arg(long, value_parser = status_mix, default_value = "200")]
+    status: Mix<StatusCode>,
+}
+
+#[derive(Debug, Args)]
+pub struct GrpcEchoArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Time to wait before answering when the request sets no delayNanos; may be a mix.
+    #[arg(long, value_parser = delay_mix, default_value = "0s")]
+    delay: Mix<Duration>,
+    /// Reply payload size (default: echo the request's payload); may be a mix.
+    #[arg(long, value_parser = size_mix)]
+    response_size: Option<Mix<usize>>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExperimenterArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The calculator's base URL.
+    #[arg(long, value_parser = base_uri)]
+    calculator: Uri,
+    /// Bound on each call to the calculator.
+    #[arg(long, value_parser = args::duration, default_value = "10s")]
+    timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckerArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// This checker's name in its reports.
+    #[arg(long, default_value = "security-checker")]
+    name: String,
+    /// The namespace it runs in, for its reports.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Bound on each check's call.
+    #[arg(long, value_parser = args::duration, default_value = "5s")]
+    timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct CounterArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// This hop's name in the per-hop timing.
+    #[arg(long, default_value = "counter")]
+    name: String,
+    /// The other deployment's base URL; without it, a request must end here.
+    #[arg(long, value_parser = base_uri)]
+    next: Option<Uri>,
+    /// Bound on the call to the next hop (which includes the rest of the chain).
+    #[arg(long, value_parser = args::duration, default_value = "30s")]
+    timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// `PREFIX=http://HOST:PORT[/PATH]`, repeated: requests under PREFIX go to that upstream
+    /// (with /PATH, nginx replaces PREFIX by it).
+    #[arg(long = "route", value_parser = GatewayRoute::parse, required = true)]
+    routes: Vec<GatewayRoute>,
+    /// Where nginx's configuration, pid and logs go (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -55,41 +155,140 @@ impl ServerTlsArgs {
     }
 }
 
+fn delay_mix(value: &str) -> Result<Mix<Duration>, String> {
+    Mix::parse("delay", value, meshbench_workload::parse_delay).map_err(|e| e.to_string())
+}
+
+fn size_mix(value: &str) -> Result<Mix<usize>, String> {
+    Mix::parse("size", value, meshbench_workload::parse_size).map_err(|e| e.to_string())
+}
+
+fn status_mix(value: &str) -> Result<Mix<StatusCode>, String> {
+    Mix::parse("status", value, meshbench_workload::parse_status).map_err(|e| e.to_string())
+}
+
+fn base_uri(value: &str) -> Result<Uri, String> {
+    let uri: Uri = value
+        .parse()
+        .map_err(|e| format!("{e} (expected a URL such as http://calculator:8080)"))?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err("expected an http:// URL with a host, such as http://calculator:8080".into());
+    }
+    Ok(uri)
+}
+
 pub fn run(command: WorkloadCommand) -> anyhow::Result<()> {
     match command {
         WorkloadCommand::Echo(a) => {
-            let response_size = usize::try_from(a.response_size).map_err(|_| {
-                BadInput(format!("--response-size {} is too large", a.response_size))
-            })?;
-            let service = EchoService::new(&EchoConfig {
+            let config = EchoConfig {
                 delay: a.delay,
-                response_size,
-            });
-            let options = ServeOptions {
-                listen: a.listen,
-                tls: a.tls.files(),
-                drain_timeout: Duration::from_secs(5),
+                response_size: a.response_size,
+                status: a.status,
             };
-            serve(a.threads, options, service)
+            serve(&a.server, Echo::new(&config))
         }
+        WorkloadCommand::GrpcEcho(a) => {
+            let config = GrpcEchoConfig {
+                delay: a.delay,
+                response_size: a.response_size,
+            };
+            serve_grpc_echo(&a.server, &config)
+        }
+        WorkloadCommand::Calculator(a) => serve(&a, Calculator),
+        WorkloadCommand::Analyzer(a) => serve(&a, Analyzer),
+        WorkloadCommand::Experimenter(a) => {
+            let role = Experimenter::new(&a.calculator, a.timeout)?;
+            serve(&a.server, role)
+        }
+        WorkloadCommand::SecurityChecker(a) => serve(
+            &a.server,
+            SecurityChecker::new(&a.name, &a.namespace, a.timeout),
+        ),
+        WorkloadCommand::Counter(a) => {
+            let role = Counter::new(&a.name, a.next.as_ref(), a.timeout)?;
+            serve(&a.server, role)
+        }
+        WorkloadCommand::Gateway(a) => gateway(a),
     }
 }
 
-fn serve(
-    threads: Option<usize>,
-    options: ServeOptions,
-    service: EchoService,
+fn serve<R: Role>(server: &ServerArgs, role: R) -> anyhow::Result<()> {
+    serve_with(server, R::NAME, move |bound| async move {
+        bound.serve(RoleService::new(role), shutdown_signal()).await;
+    })
+}
+
+fn serve_grpc_echo(server: &ServerArgs, config: &GrpcEchoConfig) -> anyhow::Result<()> {
+    serve_with(server, "grpc-echo", |bound| async move {
+        bound
+            .serve(grpc_echo_service(config).await, shutdown_signal())
+            .await;
+    })
+}
+
+/// Binds, prints the ready line, then runs `serve` (which serves until SIGTERM or Ctrl-C
+/// and drains).
+fn serve_with<F: std::future::Future<Output = ()>>(
+    server: &ServerArgs,
+    role: &'static str,
+    serve: impl FnOnce(BoundServer) -> F,
 ) -> anyhow::Result<()> {
-    if threads == Some(0) {
+    if server.threads == Some(0) {
         return Err(BadInput("--threads must be at least 1".into()).into());
     }
-    let runtime = meshbench_workload::runtime(threads)?;
+    let options = ServeOptions {
+        listen: server.listen,
+        tls: server.tls.files(),
+        drain_timeout: Duration::from_secs(5),
+    };
+    let runtime = meshbench_workload::runtime(server.threads)?;
     runtime.block_on(async move {
-        let server = meshbench_workload::bind(&options).await?;
-        let ready = ReadyEvent::ready(Some(server.local_addr().to_string()));
+        let bound = meshbench_workload::bind(&options).await?;
+        let address = bound.local_addr();
+        let ready = ReadyEvent::ready(Some(address.to_string()));
         println!("{}", serde_json::to_string(&ready)?);
-        server.serve(service, shutdown_signal()).await;
+        tracing::info!(role, %address, tls = options.tls.is_some(), "serving");
+        serve(bound).await;
+        tracing::info!(role, "stopped");
         Ok(())
+    })
+}
+
+fn gateway(a: GatewayArgs) -> anyhow::Result<()> {
+    let scratch;
+    let dir = match a.dir {
+        Some(dir) => dir,
+        None => {
+            scratch = tempfile::tempdir()?;
+            scratch.path().to_owned()
+        }
+    };
+    let runtime = meshbench_workload::runtime(Some(1))?;
+    runtime.block_on(async move {
+        let mut gateway =
+            meshbench_meshes::start_gateway(&dir, a.listen, &a.routes, &Launch::default()).await?;
+        let ready = ReadyEvent::ready(Some(a.listen.to_string()));
+        println!("{}", serde_json::to_string(&ready)?);
+        tracing::info!(address = %a.listen, routes = a.routes.len(), "gateway serving");
+        let exited = async {
+            loop {
+                if let Some(e) = gateway.process.exited().await {
+                    return e;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        let nginx_failed = tokio::select! {
+            () = shutdown_signal() => None,
+            e = exited => Some(e),
+        };
+        match nginx_failed {
+            Some(e) => Err(anyhow::Error::new(e).context("nginx stopped")),
+            None => {
+                gateway.stop(Duration::from_secs(5)).await;
+                Ok(())
+            }
+        }
     })
 }
 

@@ -1,0 +1,238 @@
+//! The experimenter role, E3's API: `POST /api/experimenter/experiment` with
+//! `{"interactions": N, "batchSize": G, "intervalBetweenBatchesInMilliseconds": I,
+//! "allowedOperations": [...]}` sends N requests to the calculator one at a time, in groups of
+//! G with I ms between groups, operations in round-robin, and answers
+//! `{"rttsInMilliseconds": [...], "failures": n, "mean": x, "median": x,
+//! "standardDeviation": x, "workload": {...}}`.
+//!
+//! Unlike the original: N need not be a multiple of G (the last group is shorter); an RTT
+//! runs until the response body is read; a failure is recorded by class in
+//! `failuresByClass` (`http_403`, `connect_refused`, `connection_reset`, `tls_...`,
+//! `timeout`) and its RTT is left out of the list; and the server has no write timeout, so
+//! a long experiment is answered when it ends. `maxOperand` (default 100) sets the operand
+//! range for E3's "bigger numbers" run (10^16). Divisors are drawn from 1 up, so a division
+//! by zero never shows up as a failure of the mesh.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Method, Request, StatusCode, Uri};
+use hyper::body::Incoming;
+use rand::Rng;
+use serde::Serialize;
+
+use crate::calculator::Operation;
+use crate::client::{millis, Caller};
+use crate::fields::{self, Object};
+use crate::http::{error, json, not_found, read_json_object, Reply, Role};
+
+pub const EXPERIMENT_PATH: &str = "/api/experimenter/experiment";
+
+/// The largest experiment one request may ask for.
+const MAX_INTERACTIONS: u64 = 10_000_000;
+/// E3's "bigger numbers" run draws operands up to 10^16.
+const MAX_OPERAND: u64 = 10_000_000_000_000_000;
+
+pub struct Experimenter {
+    /// The calculator's URI for each operation, in [`Operation::ALL`] order.
+    operation_uris: [Uri; 4],
+    caller: Caller,
+}
+
+impl Experimenter {
+    /// `calculator` is the calculator's base URI (`http://calculator:8080`); `timeout` bounds
+    /// each call to it.
+    pub fn new(calculator: &Uri, timeout: Duration) -> Result<Self, crate::Error> {
+        let base = calculator.to_string();
+        let base = base.trim_end_matches('/');
+        let uri = |op: Operation| {
+            format!("{base}{}", op.path())
+                .parse::<Uri>()
+                .map_err(|e| crate::Error::BadUri {
+                    uri: calculator.to_string(),
+                    problem: e.to_string(),
+                })
+        };
+        Ok(Experimenter {
+            operation_uris: [
+                uri(Operation::Add)?,
+                uri(Operation::Subtract)?,
+                uri(Operation::Multiply)?,
+                uri(Operation::Divide)?,
+            ],
+            caller: Caller::new(timeout),
+        })
+    }
+
+    fn uri(&self, op: Operation) -> &Uri {
+        let index = Operation::ALL
+            .iter()
+            .position(|o| *o == op)
+            .expect("ALL lists every operation");
+        &self.operation_uris[index]
+    }
+}
+
+/// The experiment as requested, with defaults filled in (E3's frontend defaults).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Workload {
+    pub interactions: u64,
+    pub batch_size: u64,
+    pub interval_between_batches_in_milliseconds: u64,
+    #[serde(serialize_with = "operation_names")]
+    pub allowed_operations: Vec<Operation>,
+    pub max_operand: u64,
+}
+
+fn operation_names<S: serde::Serializer>(ops: &[Operation], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(ops.iter().map(|op| op.experiment_name()))
+}
+
+impl Workload {
+    pub fn parse(object: &Object) -> Result<Workload, String> {
+        let interactions = fields::whole(object, "interactions", Some(100), 1, MAX_INTERACTIONS)?;
+        let batch_size = fields::whole(object, "batchSize", Some(10), 1, MAX_INTERACTIONS)?;
+        let interval = fields::whole(
+            object,
+            "intervalBetweenBatchesInMilliseconds",
+            Some(0),
+            0,
+            3_600_000,
+        )?;
+        let names = if object.contains_key("allowedOperations") {
+            fields::strings(object, "allowedOperations")?
+        } else {
+            Operation::ALL
+                .iter()
+                .map(|op| op.experiment_name())
+                .collect()
+        };
+        if names.is_empty() {
+            return Err(
+                "allowedOperations: empty (allow at least one of sum, subtraction, \
+                        multiplication, division)"
+                    .to_owned(),
+            );
+        }
+        let mut allowed_operations = Vec::with_capacity(names.len());
+        for (i, name) in names.iter().enumerate() {
+            let op = Operation::from_experiment_name(name).ok_or_else(|| {
+                format!(
+                    "allowedOperations[{i}]: unknown operation {name:?} (expected sum, \
+                     subtraction, multiplication or division)"
+                )
+            })?;
+            allowed_operations.push(op);
+        }
+        let max_operand = fields::whole(object, "maxOperand", Some(100), 0, MAX_OPERAND)?;
+        if max_operand == 0 && allowed_operations.contains(&Operation::Divide) {
+            return Err("maxOperand: must be at least 1 when division is allowed".to_owned());
+        }
+        Ok(Workload {
+            interactions,
+            batch_size,
+            interval_between_batches_in_milliseconds: interval,
+            allowed_operations,
+            max_operand,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExperimentResult {
+    /// One RTT per successful request, in the order sent.
+    pub rtts_in_milliseconds: Vec<f64>,
+    pub failures: u64,
+    /// Failures by outcome class; their counts add up to `failures`.
+    pub failures_by_class: BTreeMap<String, u64>,
+    /// Over the successful RTTs; `null` when there were none.
+    pub mean: Option<f64>,
+    pub median: Option<f64>,
+    pub standard_deviation: Option<f64>,
+    pub workload: Workload,
+    pub elapsed_milliseconds: f64,
+}
+
+impl Experimenter {
+    pub async fn run(&self, workload: &Workload) -> ExperimentResult {
+        let started = Instant::now();
+        let mut rtts = Vec::with_capacity(workload.interactions.min(1 << 20) as usize);
+        let mut failures_by_class = BTreeMap::new();
+        let interval = Duration::from_millis(workload.interval_between_batches_in_milliseconds);
+        for i in 0..workload.interactions {
+            if i > 0 && i % workload.batch_size == 0 && !interval.is_zero() {
+                tokio::time::sleep(interval).await;
+            }
+            let op = workload.allowed_operations
+                [(i % workload.allowed_operations.len() as u64) as usize];
+            let (first, second) = {
+                let mut rng = rand::rng();
+                let divisor_floor = u64::from(op == Operation::Divide);
+                (
+                    rng.random_range(0..=workload.max_operand),
+                    rng.random_range(divisor_floor..=workload.max_operand),
+                )
+            };
+            let body = serde_json::json!({ "firstNumber": first, "secondNumber": second });
+            let call = self.caller.post_json(self.uri(op), &body).await;
+            if call.is_success() {
+                rtts.push(millis(call.elapsed));
+            } else {
+                *failures_by_class
+                    .entry(call.outcome.to_string())
+                    .or_insert(0) += 1;
+            }
+        }
+        let summary = meshbench_stats::Summary::of(&rtts);
+        ExperimentResult {
+            failures: failures_by_class.values().sum(),
+            failures_by_class,
+            mean: summary.as_ref().map(|s| s.mean),
+            median: summary.as_ref().map(|s| s.median),
+            standard_deviation: summary.as_ref().map(|s| s.std_dev),
+            rtts_in_milliseconds: rtts,
+            workload: workload.clone(),
+            elapsed_milliseconds: millis(started.elapsed()),
+        }
+    }
+}
+
+impl Role for Experimenter {
+    const NAME: &'static str = "experimenter";
+
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Reply {
+        if req.uri().path() != EXPERIMENT_PATH {
+            return not_found(&req);
+        }
+        if req.method() != Method::POST {
+            return error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("{EXPERIMENT_PATH} takes POST, not {}", req.method()),
+            );
+        }
+        let object = match read_json_object(req.into_body()).await {
+            Ok(object) => object,
+            Err(reply) => return reply,
+        };
+        let workload = match Workload::parse(&object) {
+            Ok(workload) => workload,
+            Err(message) => return error(StatusCode::BAD_REQUEST, message),
+        };
+        tracing::info!(
+            interactions = workload.interactions,
+            batch_size = workload.batch_size,
+            "experiment started"
+        );
+        let result = self.run(&workload).await;
+        tracing::info!(
+            successes = result.rtts_in_milliseconds.len(),
+            failures = result.failures,
+            elapsed_ms = result.elapsed_milliseconds,
+            "experiment finished"
+        );
+        json(StatusCode::OK, &result)
+    }
+}

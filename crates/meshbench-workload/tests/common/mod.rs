@@ -1,0 +1,71 @@
+//! Starting roles on 127.0.0.1:0 and calling them over real sockets.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Uri};
+use http_body_util::Full;
+use meshbench_workload::{bind, Call, Caller, Role, RoleService, ServeOptions};
+use tokio::sync::oneshot;
+
+/// A role serving on loopback; it stops (draining) when this is dropped.
+pub struct Running {
+    pub addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Running {
+    pub fn url(&self, path: &str) -> Uri {
+        format!("http://{}{path}", self.addr).parse().unwrap()
+    }
+
+    pub fn base(&self) -> Uri {
+        format!("http://{}", self.addr).parse().unwrap()
+    }
+}
+
+pub async fn start<R: Role>(role: R) -> Running {
+    let server = bind(&ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        tls: None,
+        drain_timeout: Duration::from_secs(1),
+    })
+    .await
+    .unwrap();
+    let addr = server.local_addr();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server.serve(RoleService::new(role), async move {
+        let _ = stopped.await;
+    }));
+    Running { addr, _stop: stop }
+}
+
+/// A loopback address nothing listens on: bound, then released.
+pub fn closed_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+pub async fn post(uri: Uri, body: &str) -> (u16, serde_json::Value) {
+    let call = request(Method::POST, uri, body).await;
+    let status = match call.outcome {
+        meshbench_loadgen::Outcome::Http(status) => status,
+        other => panic!("no HTTP response: {other} {:?}", call.error),
+    };
+    let value = serde_json::from_slice(&call.body).unwrap_or(serde_json::Value::Null);
+    (status, value)
+}
+
+pub async fn request(method: Method, uri: Uri, body: &str) -> Call {
+    let caller = Caller::new(Duration::from_secs(10));
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    caller.send(req).await
+}
