@@ -20,6 +20,9 @@ use crate::Error;
 pub struct WireCapture {
     child: Child,
     path: PathBuf,
+    netns: String,
+    interface: String,
+    link_packets_at_start: Option<u64>,
 }
 
 impl WireCapture {
@@ -82,6 +85,9 @@ impl WireCapture {
         let deadline = Instant::now() + Duration::from_secs(10);
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(Ok(())) => Ok(WireCapture {
+                link_packets_at_start: link_packets(netns, interface),
+                netns: netns.to_owned(),
+                interface: interface.to_owned(),
                 child,
                 path: path.to_path_buf(),
             }),
@@ -107,12 +113,63 @@ impl WireCapture {
 
     /// Stops the capture (flushing the file) and analyzes it.
     pub fn finish(mut self, marker: &[u8]) -> Result<WireReport, Error> {
+        self.wait_until_caught_up();
         if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
         }
         let _ = self.child.wait();
         analyze_pcap(&self.path, marker)
     }
+}
+
+impl WireCapture {
+    /// tcpdump reads the kernel's capture buffer asynchronously and drops what is still in it
+    /// when interrupted, so on a busy machine the last packets (a whole short exchange) could
+    /// be missing. Wait until the file holds as many packets as the interface has counted
+    /// since the capture began; give up after a deadline (the kernel may have dropped some,
+    /// and the analysis then reports what was captured).
+    fn wait_until_caught_up(&self) {
+        let (Some(start), Some(now)) = (
+            self.link_packets_at_start,
+            link_packets(&self.netns, &self.interface),
+        ) else {
+            return;
+        };
+        let expected = now.saturating_sub(start);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while count_packets(&self.path) < expected && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Packets received plus sent on `interface`, as the kernel counts them.
+fn link_packets(netns: &str, interface: &str) -> Option<u64> {
+    let stats = format!("/sys/class/net/{interface}/statistics");
+    let text = crate::command::run_in(
+        netns,
+        "cat",
+        &[&format!("{stats}/rx_packets"), &format!("{stats}/tx_packets")],
+    )
+    .ok()?;
+    text.split_whitespace()
+        .map(|n| n.parse::<u64>().ok())
+        .sum::<Option<u64>>()
+}
+
+/// Complete packet records in a pcap file that may still be growing.
+fn count_packets(path: &Path) -> u64 {
+    let Ok(file) = std::fs::File::open(path) else {
+        return 0;
+    };
+    let Ok(mut reader) = pcap_file::pcap::PcapReader::new(file) else {
+        return 0;
+    };
+    let mut count = 0;
+    while let Some(Ok(_)) = reader.next_packet() {
+        count += 1;
+    }
+    count
 }
 
 impl Drop for WireCapture {

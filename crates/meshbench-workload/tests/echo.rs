@@ -283,3 +283,67 @@ async fn curl_talks_mtls_to_the_server_with_the_issued_pem_files() {
 fn outcome_of(err: &(dyn std::error::Error + 'static)) -> String {
     meshbench_loadgen::Outcome::classify(err).to_string()
 }
+
+/// Calls `uri` on the echo over HTTP/1.1 with `headers`; returns status and body length.
+async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, usize) {
+    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+    tokio::spawn(conn);
+    let mut req = http::Request::get(path).header("host", "localhost");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let resp = sender
+        .send_request(req.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, body.len())
+}
+
+#[tokio::test]
+async fn a_request_overrides_status_size_and_delay_as_fortio_echo_allows() {
+    let (addr, _stop) = start_echo(None, Duration::ZERO).await;
+    assert_eq!(get_with(addr, "/?status=418&size=10", &[]).await, (418, 10));
+    assert_eq!(
+        get_with(
+            addr,
+            "/",
+            &[("x-echo-status", "503"), ("x-echo-size", "2KiB")]
+        )
+        .await,
+        (503, 2048)
+    );
+    // The query wins over the header.
+    assert_eq!(
+        get_with(addr, "/?size=5", &[("x-echo-size", "7")]).await,
+        (200, 5)
+    );
+    let started = std::time::Instant::now();
+    assert_eq!(get_with(addr, "/?delay=30ms", &[]).await.0, 200);
+    assert!(started.elapsed() >= Duration::from_millis(30));
+}
+
+#[tokio::test]
+async fn a_status_mix_gives_each_status_its_share() {
+    let (addr, _stop) = start_echo(None, Duration::ZERO).await;
+    let mut failures = 0;
+    for _ in 0..200 {
+        let (status, _) = get_with(addr, "/?status=503:25", &[]).await;
+        assert!(status == 200 || status == 503, "{status}");
+        failures += usize::from(status == 503);
+    }
+    assert!(
+        (45..=55).contains(&failures),
+        "{failures} of 200 were 503, want about 50"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_knob_is_a_400_naming_it() {
+    let (addr, _stop) = start_echo(None, Duration::ZERO).await;
+    assert_eq!(get_with(addr, "/?delay=soon", &[]).await.0, 400);
+    assert_eq!(get_with(addr, "/?status=42", &[]).await.0, 400);
+    assert_eq!(get_with(addr, "/healthz", &[]).await.0, 200);
+}

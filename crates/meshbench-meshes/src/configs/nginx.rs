@@ -89,7 +89,8 @@ pub fn nginx_gateway(dir: &Path, listen: SocketAddr, routes: &[GatewayRoute]) ->
         ));
     }
     server.push_str(&format!(
-        "  server {{\n    listen {listen};\n    client_max_body_size 32m;\n    keepalive_requests 100000;\n"
+        "  server {{\n    listen {listen};\n    client_max_body_size 32m;\n    keepalive_requests 100000;\n\
+         \x20   location = /healthz {{ default_type application/json; return 200 '{{\"status\":\"ok\",\"role\":\"gateway\"}}'; }}\n"
     ));
     for (i, route) in routes.iter().enumerate() {
         server.push_str(&format!(
