@@ -149,7 +149,10 @@ fn link_packets(netns: &str, interface: &str) -> Option<u64> {
     let text = crate::command::run_in(
         netns,
         "cat",
-        &[&format!("{stats}/rx_packets"), &format!("{stats}/tx_packets")],
+        &[
+            &format!("{stats}/rx_packets"),
+            &format!("{stats}/tx_packets"),
+        ],
     )
     .ok()?;
     text.split_whitespace()
