@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use meshbench_lab::{
     describe_environment, BuildInfo, CgroupFs, LabComponent, Readiness, ResourceSampler,
 };
-use meshbench_meshes::{deploy, Mesh, MeshContext, MeshPki};
+use meshbench_meshes::{deploy, LabContext, Mesh, MeshContext, MeshPki};
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork};
 use meshbench_results::{
     read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus,
@@ -248,12 +248,14 @@ impl Runner {
         let server_pod = topology.first_pod(SERVER).expect("static topology");
         let (generator_cpus, sut_cpus) = self.cpus();
         let ctx = MeshContext {
-            net: &net,
-            pki,
-            exe: &self.options.exe,
-            work_dir: &cell_dir,
-            cgroups: self.cgroups.as_ref(),
-            sut_cpus,
+            lab: LabContext {
+                net: &net,
+                pki,
+                exe: &self.options.exe,
+                work_dir: &cell_dir,
+                cgroups: self.cgroups.as_ref(),
+                sut_cpus,
+            },
             client_pod: &client_pod,
             server_pod: &server_pod,
             service: SERVICE,

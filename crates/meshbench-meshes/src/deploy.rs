@@ -27,8 +27,9 @@ impl Ports {
     pub const CA: u16 = 15012;
 }
 
-/// What an adapter needs to know about the cell it deploys into.
-pub struct MeshContext<'a> {
+/// Where a lab's components run: the network, the PKI, the binary, the cell's directory,
+/// cgroups and CPUs. Everything that starts a component goes through it.
+pub struct LabContext<'a> {
     pub net: &'a LabNetwork,
     pub pki: &'a MeshPki,
     /// The meshbench binary (sidecars, agents and the CA are roles of it).
@@ -38,24 +39,24 @@ pub struct MeshContext<'a> {
     pub cgroups: Option<&'a CgroupFs>,
     /// CPUs for the system under test (apps, proxies), as a taskset list.
     pub sut_cpus: Option<String>,
+}
+
+/// What an adapter needs to know about the cell it deploys into: the lab, and the client
+/// and server pods with the service in front of the server.
+pub struct MeshContext<'a> {
+    pub lab: LabContext<'a>,
     pub client_pod: &'a Pod,
     pub server_pod: &'a Pod,
     /// The service in front of the server pod.
     pub service: &'a str,
 }
 
-/// A deployed mesh: its components and how the client reaches the server through it.
-pub struct Deployment {
-    pub components: Vec<LabComponent>,
-    pub url: String,
-    /// Extra `meshbench load` arguments (app-level mTLS credentials).
-    pub client_args: Vec<String>,
-}
+impl<'a> std::ops::Deref for MeshContext<'a> {
+    type Target = LabContext<'a>;
 
-/// Where a component runs.
-enum Place<'a> {
-    Pod(&'a str),
-    Node(&'a str),
+    fn deref(&self) -> &LabContext<'a> {
+        &self.lab
+    }
 }
 
 impl MeshContext<'_> {
@@ -84,6 +85,40 @@ impl MeshContext<'_> {
         ))
     }
 
+    fn server_svid(&self) -> crate::WorkloadSvid {
+        let w = &self.server_pod.workload;
+        self.pki.svid(&w.namespace, &w.service_account)
+    }
+
+    fn client_svid(&self) -> crate::WorkloadSvid {
+        let w = &self.client_pod.workload;
+        self.pki.svid(&w.namespace, &w.service_account)
+    }
+
+    /// The URL of the service as the client dials it, plain or TLS.
+    fn service_url(&self, scheme: &str) -> Result<String, Error> {
+        Ok(format!(
+            "{scheme}://{}/",
+            self.net.service_host(self.service)?
+        ))
+    }
+}
+
+/// A deployed mesh: its components and how the client reaches the server through it.
+pub struct Deployment {
+    pub components: Vec<LabComponent>,
+    pub url: String,
+    /// Extra `meshbench load` arguments (app-level mTLS credentials).
+    pub client_args: Vec<String>,
+}
+
+/// Where a component runs.
+pub(crate) enum Place<'a> {
+    Pod(&'a str),
+    Node(&'a str),
+}
+
+impl LabContext<'_> {
     /// How to start a pod's app (named after the pod) in its own cgroup, on `cpus`.
     pub fn app_launch(&self, pod: &Pod, cpus: Option<String>) -> Result<Launch, Error> {
         let mut launch = self.launch(&pod.name, &Place::Pod(&pod.name), false)?;
@@ -93,7 +128,12 @@ impl MeshContext<'_> {
 
     /// How to start a component at `place`, in a cgroup of its own, on the system under
     /// test's CPUs.
-    fn launch(&self, name: &str, place: &Place<'_>, as_proxy: bool) -> Result<Launch, Error> {
+    pub(crate) fn launch(
+        &self,
+        name: &str,
+        place: &Place<'_>,
+        as_proxy: bool,
+    ) -> Result<Launch, Error> {
         let mut launch = match place {
             Place::Pod(pod) => self.net.launch_in_pod(pod)?,
             Place::Node(node) => self.net.launch_on_node(node)?,
@@ -109,7 +149,7 @@ impl MeshContext<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn start(
+    pub(crate) async fn start(
         &self,
         name: &str,
         role: &str,
@@ -153,30 +193,12 @@ impl MeshContext<'_> {
         Ok(dir)
     }
 
-    fn pod_ip(&self, pod: &Pod) -> Result<IpAddr, Error> {
+    pub(crate) fn pod_ip(&self, pod: &Pod) -> Result<IpAddr, Error> {
         Ok(self.net.pod_ip(&pod.name)?)
     }
 
-    fn server_svid(&self) -> crate::WorkloadSvid {
-        let w = &self.server_pod.workload;
-        self.pki.svid(&w.namespace, &w.service_account)
-    }
-
-    fn client_svid(&self) -> crate::WorkloadSvid {
-        let w = &self.client_pod.workload;
-        self.pki.svid(&w.namespace, &w.service_account)
-    }
-
-    /// The URL of the service as the client dials it, plain or TLS.
-    fn service_url(&self, scheme: &str) -> Result<String, Error> {
-        Ok(format!(
-            "{scheme}://{}/",
-            self.net.service_host(self.service)?
-        ))
-    }
-
     /// The CA service, on the first node (the lab's control plane).
-    async fn control_plane(&self) -> Result<(LabComponent, SocketAddr), Error> {
+    pub(crate) async fn control_plane(&self) -> Result<(LabComponent, SocketAddr), Error> {
         let node = self.net.topology().nodes[0].clone();
         let listen = SocketAddr::new(self.net.node_bind_ip(&node)?, Ports::CA);
         let args = vec![
@@ -201,7 +223,7 @@ impl MeshContext<'_> {
         Ok((ca, SocketAddr::new(self.net.node_ip(&node)?, Ports::CA)))
     }
 
-    fn sidecar_args(&self, pod: &Pod, ca_endpoint: SocketAddr) -> Vec<String> {
+    pub(crate) fn sidecar_args(&self, pod: &Pod, ca_endpoint: SocketAddr) -> Vec<String> {
         let w = &pod.workload;
         let svid = self.pki.svid(&w.namespace, &w.service_account);
         vec![
@@ -226,7 +248,7 @@ impl MeshContext<'_> {
         ]
     }
 
-    fn pod_capture(&self, pod: &Pod, capture: &SidecarCapture) -> Result<(), Error> {
+    pub(crate) fn pod_capture(&self, pod: &Pod, capture: &SidecarCapture) -> Result<(), Error> {
         if self.net.captures() {
             self.net.capture_sidecar(&pod.name, capture)?;
         }

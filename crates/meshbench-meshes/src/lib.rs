@@ -7,11 +7,13 @@
 
 pub mod configs;
 mod deploy;
+mod enroll;
 mod gateway;
 mod mesh;
 mod pki;
 
-pub use deploy::{deploy, Deployment, MeshContext, Ports};
+pub use deploy::{deploy, Deployment, LabContext, MeshContext, Ports};
+pub use enroll::{enroll, ENROLLABLE};
 pub use gateway::start_gateway;
 pub use mesh::{Mesh, Unavailable};
 pub use pki::{spiffe_id, MeshPki, WorkloadSvid, TRUST_DOMAIN};
@@ -31,6 +33,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Unavailable(#[from] Unavailable),
+    #[error("{mesh}: {what} is not supported")]
+    Unsupported { mesh: String, what: &'static str },
     #[error("{component}: no {what} in its ready line")]
     ReadyLine {
         component: String,

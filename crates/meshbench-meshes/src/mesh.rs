@@ -105,6 +105,17 @@ impl Mesh {
         !matches!(self, Mesh::None)
     }
 
+    /// Whether traffic between two workloads on the same node is encrypted (Cilium's choice
+    /// is not to).
+    pub fn encrypts_same_node(self) -> bool {
+        match self {
+            Mesh::NodeAgent {
+                same_node_encryption,
+            } => same_node_encryption,
+            other => other.mtls(),
+        }
+    }
+
     /// The third-party binary this mesh runs, if any, and how to install it.
     fn tool(self) -> Option<(&'static str, &'static str)> {
         match self {

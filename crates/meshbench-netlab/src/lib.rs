@@ -13,6 +13,7 @@
 mod capture;
 mod clean;
 mod command;
+mod enter;
 mod loopback;
 mod netns;
 mod network;
@@ -22,9 +23,10 @@ mod wire;
 pub use capture::{NodeRedirect, SidecarCapture, PROXY_UID};
 pub use clean::{clean_all, CleanReport};
 pub use command::which;
+pub use enter::run_in_netns;
 pub use loopback::LoopbackLab;
 pub use netns::NetnsLab;
-pub use network::{new_lab_id, Backend, LabNetwork};
+pub use network::{new_lab_id, Backend, LabNetwork, NetPlace};
 pub use plan::AddressPlan;
 pub use wire::{analyze_pcap, FlowVerdict, WireCapture, WireReport};
 

@@ -89,6 +89,12 @@ impl NetnsLab {
     }
 
     /// How to start a process in a pod.
+    /// The node-side end of a pod's veth: where everything the pod sends or receives passes.
+    pub fn pod_port(&self, pod: &str) -> Result<(String, String), Error> {
+        let pod = self.plan.pod(pod)?;
+        Ok((self.node_netns(&pod.node), format!("veth{}", pod.index)))
+    }
+
     pub fn launch_in_pod(&self, pod: &str) -> Result<Launch, Error> {
         self.plan.pod(pod)?;
         Ok(Launch {
@@ -203,6 +209,28 @@ impl NetnsLab {
                     ],
                 )?;
             }
+        }
+        // A pod calling its own service is DNATed back to itself; without masquerading it
+        // would receive a packet from its own address and drop it (kube-proxy's hairpin
+        // masquerade).
+        for pod in &self.plan.pods {
+            let ip = pod.ip.to_string();
+            run_in(
+                &self.node_netns(&pod.node),
+                "iptables",
+                &[
+                    "-t",
+                    "nat",
+                    "-A",
+                    "POSTROUTING",
+                    "-s",
+                    &ip,
+                    "-d",
+                    &ip,
+                    "-j",
+                    "MASQUERADE",
+                ],
+            )?;
         }
         let hosts = self.plan.hosts_file();
         for pod in self.plan.pods.clone() {

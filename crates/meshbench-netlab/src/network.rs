@@ -50,6 +50,13 @@ impl std::str::FromStr for Backend {
     }
 }
 
+/// A pod or a node, by name.
+#[derive(Debug, Clone, Copy)]
+pub enum NetPlace<'a> {
+    Pod(&'a str),
+    Node(&'a str),
+}
+
 #[derive(Debug)]
 pub enum LabNetwork {
     Netns(NetnsLab),
@@ -191,6 +198,36 @@ impl LabNetwork {
             }
             LabNetwork::Loopback(_) => Err(Error::Unsupported {
                 what: "an inter-node link",
+                backend: "loopback",
+            }),
+        }
+    }
+
+    /// The namespace and interface on a pod's node that carry all of the pod's traffic
+    /// (netns only): where a capture sees a same-node path.
+    pub fn pod_port(&self, pod: &str) -> Result<(String, String), Error> {
+        match self {
+            LabNetwork::Netns(l) => l.pod_port(pod),
+            LabNetwork::Loopback(_) => Err(Error::Unsupported {
+                what: "pod interfaces",
+                backend: "loopback",
+            }),
+        }
+    }
+
+    /// The network namespace of a pod or node (netns only).
+    pub fn netns_of(&self, place: NetPlace<'_>) -> Result<String, Error> {
+        match (self, place) {
+            (LabNetwork::Netns(l), NetPlace::Pod(pod)) => {
+                l.plan().pod(pod)?;
+                Ok(l.pod_netns(pod))
+            }
+            (LabNetwork::Netns(l), NetPlace::Node(node)) => {
+                l.plan().node(node)?;
+                Ok(l.node_netns(node))
+            }
+            (LabNetwork::Loopback(_), _) => Err(Error::Unsupported {
+                what: "network namespaces",
                 backend: "loopback",
             }),
         }

@@ -14,20 +14,36 @@ th{background:#f3f3f3}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}\
 dt{font-weight:bold;float:left;clear:left;width:11rem}dd{margin-left:12rem}";
 
 pub fn render_html(result: &RunResult) -> String {
+    page(
+        &format!("meshbench report: {}", result.config.profile),
+        "meshbench report",
+        &tables::header_lines(result),
+        &tables::report_tables(result),
+    )
+}
+
+/// A self-contained HTML page: a heading, key-value lines, then the tables.
+pub(crate) fn page(
+    title: &str,
+    heading: &str,
+    header: &[(String, String)],
+    tables: &[Table],
+) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <title>meshbench report: {}</title><style>{STYLE}</style></head><body>\n\
-         <h1>meshbench report</h1>\n<dl>\n",
-        escape(&result.config.profile)
+         <title>{}</title><style>{STYLE}</style></head><body>\n\
+         <h1>{}</h1>\n<dl>\n",
+        escape(title),
+        escape(heading)
     );
-    for (key, value) in tables::header_lines(result) {
-        let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", escape(&key), escape(&value));
+    for (key, value) in header {
+        let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", escape(key), escape(value));
     }
     out.push_str("</dl>\n");
-    for table in tables::report_tables(result) {
-        write_table(&mut out, &table);
+    for table in tables {
+        write_table(&mut out, table);
     }
     out.push_str("</body></html>\n");
     out

@@ -6,14 +6,16 @@ mod html;
 mod markdown;
 mod summary;
 pub mod tables;
+mod verify;
 
 use std::path::Path;
 
-use meshbench_results::RunResult;
+use meshbench_results::{RunResult, VerifyReport};
 
 pub use html::render_html;
 pub use markdown::render_markdown;
 pub use summary::{load_summary, run_summary};
+pub use verify::{verify_header, verify_tables};
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write {path}: {source}")]
@@ -24,10 +26,30 @@ pub struct Error {
 
 /// Writes `report.md` and `report.html` into `dir`.
 pub fn write_reports(dir: &Path, result: &RunResult) -> Result<(), Error> {
-    for (name, text) in [
-        ("report.md", render_markdown(result)),
-        ("report.html", render_html(result)),
-    ] {
+    write_files(
+        dir,
+        [
+            ("report.md", render_markdown(result)),
+            ("report.html", render_html(result)),
+        ],
+    )
+}
+
+/// Writes `verify.md` and `verify.html` into `dir`.
+pub fn write_verify_reports(dir: &Path, report: &VerifyReport) -> Result<(), Error> {
+    let (header, tables) = (verify_header(report), verify_tables(report));
+    let title = "meshbench verification";
+    write_files(
+        dir,
+        [
+            ("verify.md", markdown::page(title, &header, &tables)),
+            ("verify.html", html::page(title, title, &header, &tables)),
+        ],
+    )
+}
+
+fn write_files<const N: usize>(dir: &Path, files: [(&str, String); N]) -> Result<(), Error> {
+    for (name, text) in files {
         let path = dir.join(name);
         let tmp = dir.join(format!("{name}.tmp"));
         std::fs::write(&tmp, text)

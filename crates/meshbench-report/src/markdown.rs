@@ -7,13 +7,22 @@ use meshbench_results::RunResult;
 use crate::tables::{self, Table};
 
 pub fn render_markdown(result: &RunResult) -> String {
-    let mut out = String::from("# meshbench report\n\n");
-    for (key, value) in tables::header_lines(result) {
+    page(
+        "meshbench report",
+        &tables::header_lines(result),
+        &tables::report_tables(result),
+    )
+}
+
+/// A Markdown page: a title, key-value lines, then the tables.
+pub(crate) fn page(title: &str, header: &[(String, String)], tables: &[Table]) -> String {
+    let mut out = format!("# {title}\n\n");
+    for (key, value) in header {
         let _ = writeln!(out, "- **{key}**: {value}");
     }
-    for table in tables::report_tables(result) {
+    for table in tables {
         out.push('\n');
-        write_table(&mut out, &table);
+        write_table(&mut out, table);
     }
     out
 }

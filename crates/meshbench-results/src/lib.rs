@@ -9,6 +9,7 @@ mod bench;
 mod io;
 mod load;
 mod run;
+mod verify;
 
 pub use bench::{BenchMeasurement, BenchRatio, BenchReport};
 pub use io::{read_json, write_json_atomic, Error};
@@ -19,6 +20,11 @@ pub use load::{
 pub use run::{
     Cell, ComponentResources, Environment, LoadPoint, RunConfig, RunResult, RunStatus,
     ScenarioConfig, UnavailableScenario, WireObservation, WorkloadConfig,
+};
+
+pub use verify::{
+    CaseVerification, IdentityCheck, MeshVerification, ProbeVerification, Verdict, VerifyReport,
+    WireEvidence,
 };
 
 /// Version of the JSON contract. Bump it whenever a field is removed, renamed or changes
@@ -38,4 +44,9 @@ pub fn bench_report_schema() -> schemars::Schema {
 /// JSON Schema of the document `meshbench load --json` writes.
 pub fn load_report_schema() -> schemars::Schema {
     schemars::schema_for!(LoadReport)
+}
+
+/// JSON Schema of the document `meshbench verify` writes (`verify.json`).
+pub fn verify_report_schema() -> schemars::Schema {
+    schemars::schema_for!(VerifyReport)
 }

@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 
 use meshbench_results::{
-    bench_report_schema, load_report_schema, read_json, run_result_schema, write_json_atomic,
-    RunResult, RunStatus, SCHEMA_VERSION,
+    bench_report_schema, load_report_schema, read_json, run_result_schema, verify_report_schema,
+    write_json_atomic, RunResult, RunStatus, SCHEMA_VERSION,
 };
 
 fn schema_dir() -> PathBuf {
@@ -58,6 +58,14 @@ fn bench_report_schema_matches_committed_contract() {
     check_schema(
         &format!("bench-v{SCHEMA_VERSION}.schema.json"),
         bench_report_schema(),
+    );
+}
+
+#[test]
+fn verify_report_schema_matches_committed_contract() {
+    check_schema(
+        &format!("verify-v{SCHEMA_VERSION}.schema.json"),
+        verify_report_schema(),
     );
 }
 

@@ -53,13 +53,29 @@ impl Caller {
     }
 
     pub async fn post_json(&self, uri: &Uri, body: &serde_json::Value) -> Call {
+        self.post_json_marked(uri, body, None).await
+    }
+
+    /// Posts `body`; with a `marker`, also in the [`MARKER_HEADER`] header (the caller puts
+    /// it in the body), so a capture can tell whether the request crossed the wire in
+    /// plaintext.
+    pub async fn post_json_marked(
+        &self,
+        uri: &Uri,
+        body: &serde_json::Value,
+        marker: Option<&str>,
+    ) -> Call {
         let body = Bytes::from(serde_json::to_vec(body).expect("a JSON value serializes"));
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(Method::POST)
             .uri(uri.clone())
-            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(marker) = marker {
+            request = request.header(MARKER_HEADER, marker);
+        }
+        let request = request
             .body(Full::new(body))
-            .expect("a parsed URI makes a valid request");
+            .expect("a parsed URI and a marker header value make a valid request");
         self.send(request).await
     }
 

@@ -11,7 +11,8 @@
 //! `timeout`) and its RTT is left out of the list; and the server has no write timeout, so
 //! a long experiment is answered when it ends. `maxOperand` (default 100) sets the operand
 //! range for E3's "bigger numbers" run (10^16). Divisors are drawn from 1 up, so a division
-//! by zero never shows up as a failure of the mesh.
+//! by zero never shows up as a failure of the mesh. A `marker` goes into every request's body
+//! and `x-meshbench-marker` header, so a wire capture can prove whether it crossed in clear.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -84,6 +85,9 @@ pub struct Workload {
     #[serde(serialize_with = "operation_names")]
     pub allowed_operations: Vec<Operation>,
     pub max_operand: u64,
+    /// Put into every request's body and header, for wire captures (meshbench's addition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub marker: Option<String>,
 }
 
 fn operation_names<S: serde::Serializer>(ops: &[Operation], s: S) -> Result<S::Ok, S::Error> {
@@ -130,7 +134,15 @@ impl Workload {
         if max_operand == 0 && allowed_operations.contains(&Operation::Divide) {
             return Err("maxOperand: must be at least 1 when division is allowed".to_owned());
         }
+        let marker = fields::string(object, "marker")?.map(str::to_owned);
+        if marker
+            .as_deref()
+            .is_some_and(|m| http::HeaderValue::from_str(m).is_err())
+        {
+            return Err("marker: must be printable ASCII".to_owned());
+        }
         Ok(Workload {
+            marker,
             interactions,
             batch_size,
             interval_between_batches_in_milliseconds: interval,
@@ -176,8 +188,14 @@ impl Experimenter {
                     rng.random_range(divisor_floor..=workload.max_operand),
                 )
             };
-            let body = serde_json::json!({ "firstNumber": first, "secondNumber": second });
-            let call = self.caller.post_json(self.uri(op), &body).await;
+            let mut body = serde_json::json!({ "firstNumber": first, "secondNumber": second });
+            if let Some(marker) = &workload.marker {
+                body["marker"] = serde_json::Value::String(marker.clone());
+            }
+            let call = self
+                .caller
+                .post_json_marked(self.uri(op), &body, workload.marker.as_deref())
+                .await;
             if call.is_success() {
                 rtts.push(millis(call.elapsed));
             } else {

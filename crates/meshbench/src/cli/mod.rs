@@ -10,6 +10,7 @@ mod load;
 mod proxy;
 mod report;
 mod run;
+mod verify;
 mod workload;
 
 use std::process::ExitCode;
@@ -57,6 +58,8 @@ enum Command {
     /// Local lab housekeeping.
     #[command(subcommand)]
     Lab(lab::LabCommand),
+    /// Verify zero trust: E3's reachability matrix, encryption on the wire, identity checks.
+    Verify(verify::VerifyArgs),
     /// Benchmark a meshbench component against its peers, side by side.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -93,6 +96,7 @@ pub fn main() -> ExitCode {
         Command::Ca(cmd) => ca::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
+        Command::Verify(args) => verify::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -127,6 +131,9 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             || cause
                 .downcast_ref::<meshbench_netlab::Error>()
                 .is_some_and(|e| e.is_bad_input())
+            || cause.downcast_ref::<meshbench_verify::Error>().is_some_and(
+                |e| matches!(e, meshbench_verify::Error::Network(n) if n.is_bad_input()),
+            )
     });
     if bad_input {
         2

@@ -1,0 +1,144 @@
+//! The verification report (`verify.md`, `verify.html`): per mesh and case, every probe's
+//! expected and observed outcome with its verdict and wire evidence, then the identity
+//! checks. Rendered through the same table model as run reports.
+
+use meshbench_results::{MeshVerification, ProbeVerification, Verdict, VerifyReport, WireEvidence};
+
+use crate::tables::Table;
+
+pub fn verify_header(report: &VerifyReport) -> Vec<(String, String)> {
+    let mut lines = vec![
+        (
+            "verdict".to_owned(),
+            if report.passed { "PASS" } else { "FAIL" }.to_owned(),
+        ),
+        ("started".to_owned(), report.started_at.clone()),
+        ("machine".to_owned(), report.environment.hostname.clone()),
+        (
+            "policy".to_owned(),
+            "STRICT mTLS in namespace app; other namespaces denied; only app/experimenter may \
+             call the calculator (E3's rules; verify.json holds the YAML)"
+                .to_owned(),
+        ),
+    ];
+    for mesh in &report.meshes {
+        if let Some(error) = &mesh.error {
+            lines.push((mesh.mesh.clone(), format!("not verified: {error}")));
+        }
+    }
+    lines
+}
+
+pub fn verify_tables(report: &VerifyReport) -> Vec<Table> {
+    let mut tables = vec![];
+    for mesh in report.meshes.iter().filter(|m| m.error.is_none()) {
+        for case in &mesh.cases {
+            let meshed = if case.meshed.is_empty() {
+                "none".to_owned()
+            } else {
+                case.meshed.join(", ")
+            };
+            tables.push(Table {
+                title: format!(
+                    "{}: case {}, {} (enrolled: {meshed})",
+                    mesh.mesh, case.case, case.title
+                ),
+                headers: [
+                    "from -> to",
+                    "request",
+                    "expected",
+                    "observed",
+                    "verdict",
+                    "on the wire",
+                    "note",
+                ]
+                .map(str::to_owned)
+                .to_vec(),
+                rows: case.probes.iter().map(probe_row).collect(),
+            });
+        }
+        tables.push(identity_table(mesh));
+    }
+    tables
+}
+
+fn probe_row(p: &ProbeVerification) -> Vec<String> {
+    let wire_failed = p.wire.as_ref().is_some_and(|w| w.verdict == Verdict::Fail);
+    let verdict = if p.verdict == Verdict::Pass && !wire_failed {
+        "pass"
+    } else {
+        "FAIL"
+    };
+    vec![
+        format!("{} -> {}", p.from, p.to),
+        p.request.clone(),
+        format!(
+            "{} ({})",
+            if p.expected_allowed {
+                "allowed"
+            } else {
+                "denied"
+            },
+            p.expected_reason
+        ),
+        p.observed.clone(),
+        verdict.to_owned(),
+        p.wire.as_ref().map(wire_cell).unwrap_or_default(),
+        p.note.clone().unwrap_or_default(),
+    ]
+}
+
+fn wire_cell(w: &WireEvidence) -> String {
+    let mut text = format!("{}: {}/{} TLS", w.path, w.tls_connections, w.connections);
+    if !w.tls_versions.is_empty() {
+        text.push_str(&format!(" {}", w.tls_versions.join(",")));
+    }
+    if !w.cipher_suites.is_empty() {
+        text.push_str(&format!(" {}", w.cipher_suites.join(",")));
+    }
+    text.push_str(if w.marker_seen {
+        ", marker in clear"
+    } else {
+        ", marker not seen"
+    });
+    if w.verdict == Verdict::Fail {
+        text.push_str(" (FAIL)");
+    }
+    text
+}
+
+fn identity_table(mesh: &MeshVerification) -> Table {
+    Table {
+        title: format!(
+            "{}: identity checks against the calculator's proxy",
+            mesh.mesh
+        ),
+        headers: [
+            "check",
+            "expected",
+            "observed",
+            "server identity",
+            "verdict",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        rows: mesh
+            .identity
+            .iter()
+            .map(|c| {
+                vec![
+                    format!("{}: {}", c.name, c.description),
+                    c.expected.clone(),
+                    c.observed.clone(),
+                    c.server_id.clone().unwrap_or_else(|| "-".into()),
+                    if c.verdict == Verdict::Pass {
+                        "pass"
+                    } else {
+                        "FAIL"
+                    }
+                    .to_owned(),
+                ]
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,211 @@
+//! Identity checks against an enrolled destination's proxy: the verifier handshakes with the
+//! calculator's sidecar itself (from a node, where no mesh captures its traffic) with a
+//! valid SVID, none, one from another trust domain, an expired one, and a valid SVID of the
+//! wrong workload carrying forged identity headers. Each must be refused except the first;
+//! the handshake also reads the SPIFFE ID the proxy presents, which TLS 1.3 hides from a
+//! wire capture.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use meshbench_identity::{
+    client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, SpiffeId,
+};
+use meshbench_loadgen::Outcome;
+use meshbench_meshes::{spiffe_id, MeshPki, Ports};
+use meshbench_netlab::{run_in_netns, LabNetwork, NetPlace};
+use meshbench_results::{IdentityCheck, Verdict};
+use rustls_pki_types::ServerName;
+
+use crate::e3::{APP, CALCULATOR, CHECKER, EXPERIMENTER};
+use crate::Error;
+
+struct Attempt {
+    name: &'static str,
+    description: &'static str,
+    files: ClientTlsFiles,
+    headers: Vec<(&'static str, String)>,
+    expect_allowed: bool,
+}
+
+/// Runs the identity checks against the calculator's proxy. `dir` holds the certificates
+/// made for the checks.
+pub fn identity_checks(
+    net: &LabNetwork,
+    pki: &MeshPki,
+    dir: &Path,
+) -> Result<Vec<IdentityCheck>, Error> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let calculator_id = SpiffeId::parse(&spiffe_id(APP, CALCULATOR))?;
+    let files = |cert: Option<(std::path::PathBuf, std::path::PathBuf)>| ClientTlsFiles {
+        cert: cert.as_ref().map(|c| c.0.clone()),
+        key: cert.map(|c| c.1),
+        ca: pki.ca.clone(),
+        expect_server_id: Some(calculator_id.clone()),
+    };
+    let svid = |sa: &str| {
+        let s = pki.svid(APP, sa);
+        Some((s.cert, s.key))
+    };
+
+    let foreign_ca = CertificateAuthority::init(&dir.join("other-trust-domain"), "evil.example")?;
+    let foreign = foreign_ca
+        .issue(APP, EXPERIMENTER, &IssueOptions::default())?
+        .write(&dir.join("other-trust-domain"), "experimenter")?;
+
+    let lab_ca = CertificateAuthority::load(&pki.dir)?;
+    let short = lab_ca.issue(
+        APP,
+        EXPERIMENTER,
+        &IssueOptions {
+            ttl: Some(Duration::from_secs(1)),
+            ..IssueOptions::default()
+        },
+    )?;
+    let expired_after = short.not_after;
+    let expired = short.write(dir, "expired-experimenter")?;
+
+    let forged_id = spiffe_id(APP, EXPERIMENTER);
+    let attempts = vec![
+        Attempt {
+            name: "valid-identity",
+            description: "the experimenter's SVID: the one caller the policy allows",
+            files: files(svid(EXPERIMENTER)),
+            headers: vec![],
+            expect_allowed: true,
+        },
+        Attempt {
+            name: "no-client-certificate",
+            description: "TLS without a client certificate",
+            files: files(None),
+            headers: vec![],
+            expect_allowed: false,
+        },
+        Attempt {
+            name: "other-trust-domain",
+            description: "app/experimenter's name, issued by another trust domain's CA",
+            files: files(Some(foreign)),
+            headers: vec![],
+            expect_allowed: false,
+        },
+        Attempt {
+            name: "expired-certificate",
+            description: "the experimenter's SVID from the lab CA, expired",
+            files: files(Some(expired)),
+            headers: vec![],
+            expect_allowed: false,
+        },
+        Attempt {
+            name: "forged-identity-header",
+            description: "the security checker's valid SVID, claiming the experimenter's \
+                          identity in x-forwarded-client-cert and x-meshbench-identity",
+            files: files(svid(CHECKER)),
+            headers: vec![
+                (
+                    "x-forwarded-client-cert",
+                    format!("By={};URI={forged_id}", spiffe_id(APP, CALCULATOR)),
+                ),
+                ("x-meshbench-identity", forged_id.clone()),
+            ],
+            expect_allowed: false,
+        },
+    ];
+
+    // The short-lived SVID must have expired before it is tried. X.509 stores whole seconds
+    // and a certificate is valid through its notAfter second, so wait past the next one.
+    let expired_at = expired_after + Duration::from_secs(1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while time::OffsetDateTime::now_utc() <= expired_at && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let calculator_pod = net
+        .topology()
+        .first_pod(CALCULATOR)
+        .ok_or_else(|| Error::Probe("no calculator pod".into()))?;
+    let target = SocketAddr::new(net.pod_ip(&calculator_pod.name)?, Ports::APP);
+    let node = net.topology().nodes[0].clone();
+    let netns = net.netns_of(NetPlace::Node(&node))?;
+    let mut checks = vec![];
+    for attempt in attempts {
+        let config = client_config(&attempt.files, &[b"http/1.1"])?;
+        let headers = attempt.headers.clone();
+        let (outcome, server_id) = run_in_netns(&netns, move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread runtime builds")
+                .block_on(exchange(target, Arc::new(config), headers))
+        })?;
+        let allowed = outcome.starts_with("http_2");
+        checks.push(IdentityCheck {
+            name: attempt.name.into(),
+            description: attempt.description.into(),
+            expected: if attempt.expect_allowed {
+                "allowed"
+            } else {
+                "refused"
+            }
+            .into(),
+            observed: outcome,
+            server_id,
+            verdict: if allowed == attempt.expect_allowed {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+        });
+    }
+    Ok(checks)
+}
+
+/// One mTLS exchange (`POST /add`) with the calculator's proxy: the outcome class and the
+/// SPIFFE ID the proxy presented, if the handshake got that far.
+async fn exchange(
+    target: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    headers: Vec<(&'static str, String)>,
+) -> (String, Option<String>) {
+    let attempt = async {
+        let tcp = tokio::net::TcpStream::connect(target).await?;
+        let name = ServerName::try_from(format!("{CALCULATOR}.{APP}.svc"))?;
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await?;
+        let server_id = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(|leaf| meshbench_identity::spiffe_ids_of(leaf).into_iter().next())
+            .map(|id| id.to_string());
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+        tokio::spawn(conn);
+        let mut request = http::Request::post("/add")
+            .header("host", format!("{CALCULATOR}.{APP}.svc"))
+            .header("content-type", "application/json");
+        for (name, value) in &headers {
+            request = request.header(*name, value.as_str());
+        }
+        let request = request.body(Full::new(Bytes::from_static(
+            br#"{"firstNumber": 1, "secondNumber": 2}"#,
+        )))?;
+        let response = sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        response.into_body().collect().await?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, server_id))
+    };
+    match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+        Ok(Ok((status, server_id))) => (Outcome::Http(status).to_string(), server_id),
+        Ok(Err(e)) => (Outcome::classify(e.as_ref()).to_string(), None),
+        Err(_) => (Outcome::Timeout.to_string(), None),
+    }
+}

@@ -1,0 +1,51 @@
+//! Zero-trust verification (`meshbench verify`): does a mesh actually protect? For each mesh
+//! the local lab offers, E3's application runs in each of E3's six security cases; every
+//! request E3 tried gets an expectation derived from the declared policy, an observed outcome
+//! and a verdict, plus evidence from a capture of its path on the wire. Where everything is
+//! enrolled, the destination's proxy is also handshaken with bad identities.
+
+mod e3;
+mod expect;
+mod identity;
+mod probe;
+mod run;
+mod wire;
+
+pub use e3::{zero_trust_policy, CASES, PROBES};
+pub use expect::{expect, Expectation};
+pub use run::{verify, VerifyOptions};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Network(#[from] meshbench_netlab::Error),
+    #[error(transparent)]
+    Mesh(#[from] meshbench_meshes::Error),
+    #[error(transparent)]
+    Lab(#[from] meshbench_lab::Error),
+    #[error(transparent)]
+    Identity(#[from] meshbench_identity::Error),
+    #[error(transparent)]
+    Policy(#[from] meshbench_policy::Error),
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("probe: {0}")]
+    Probe(String),
+}
+
+impl Error {
+    /// The mesh cannot run here (a missing binary) or cannot be verified yet: reported for
+    /// that mesh rather than ending the run.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Error::Mesh(
+                meshbench_meshes::Error::Unavailable(_)
+                    | meshbench_meshes::Error::Unsupported { .. }
+            )
+        )
+    }
+}

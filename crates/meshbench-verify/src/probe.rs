@@ -1,0 +1,113 @@
+//! Making a probe's request the way E3 did, from inside the calling pod: the verifier joins
+//! the pod's network namespace and asks the pod's own app over loopback (which no mesh
+//! captures) to call the target, so the call itself leaves the pod like any of the app's
+//! calls and goes through whatever the mesh put in its path.
+
+use std::time::Duration;
+
+use http::Uri;
+use meshbench_netlab::{run_in_netns, LabNetwork, NetPlace};
+use meshbench_workload::Caller;
+use serde_json::{json, Value};
+
+use crate::e3::{member, Probe, EXPERIMENTER, SERVICE_PORT};
+use crate::Error;
+
+/// What the calling app reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    /// The outcome class (`http_200`, `http_403`, `connection_reset`, ...).
+    pub outcome: String,
+    pub error: Option<String>,
+}
+
+impl Observation {
+    pub fn allowed(&self) -> bool {
+        self.outcome.starts_with("http_2")
+    }
+}
+
+/// Runs `probe` from its calling pod, with `marker` in the request.
+pub fn run_probe(net: &LabNetwork, probe: &Probe, marker: &str) -> Result<Observation, Error> {
+    let from_pod = net
+        .topology()
+        .first_pod(probe.from)
+        .ok_or_else(|| Error::Probe(format!("no pod for {}", probe.from)))?;
+    let netns = net.netns_of(NetPlace::Pod(&from_pod.name))?;
+    let to = member(probe.to);
+    let host = format!("{}.{}.svc", to.workload, to.namespace);
+    let (path, body) = if probe.from == EXPERIMENTER {
+        (
+            "/api/experimenter/experiment",
+            json!({
+                "interactions": 1,
+                "batchSize": 1,
+                "allowedOperations": ["sum"],
+                "marker": marker,
+            }),
+        )
+    } else {
+        let mut target = json!({
+            "host": host,
+            "port": SERVICE_PORT,
+            "path": probe.path,
+            "method": probe.method,
+            "marker": marker,
+        });
+        if probe.method == "POST" {
+            target["body"] = json!({"firstNumber": 1, "secondNumber": 2});
+        }
+        ("/api/security-checker/check", target)
+    };
+    let uri: Uri = format!("http://127.0.0.1:{}{path}", meshbench_meshes::Ports::APP)
+        .parse()
+        .expect("a loopback URL parses");
+    let call = run_in_netns(&netns, move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime builds");
+        runtime.block_on(Caller::new(Duration::from_secs(30)).post_json(&uri, &body))
+    })?;
+    if !call.is_success() {
+        return Err(Error::Probe(format!(
+            "{} did not run the probe: {} {}",
+            probe.from,
+            call.outcome,
+            call.error
+                .unwrap_or_else(|| String::from_utf8_lossy(&call.body).into_owned())
+        )));
+    }
+    let reply: Value = serde_json::from_slice(&call.body)
+        .map_err(|e| Error::Probe(format!("{}'s answer is not JSON: {e}", probe.from)))?;
+    Ok(if probe.from == EXPERIMENTER {
+        experiment_outcome(&reply)
+    } else {
+        Observation {
+            outcome: reply["outcome"].as_str().unwrap_or("other").to_owned(),
+            error: reply["error"].as_str().map(str::to_owned),
+        }
+    })
+}
+
+/// The single request of a one-interaction experiment: a 200 if its RTT is listed, else
+/// its failure class.
+fn experiment_outcome(result: &Value) -> Observation {
+    let succeeded = result["rttsInMilliseconds"]
+        .as_array()
+        .is_some_and(|rtts| rtts.len() == 1);
+    if succeeded {
+        return Observation {
+            outcome: "http_200".into(),
+            error: None,
+        };
+    }
+    let outcome = result["failuresByClass"]
+        .as_object()
+        .and_then(|classes| classes.keys().next().cloned())
+        .unwrap_or_else(|| "other".into());
+    Observation {
+        outcome,
+        error: None,
+    }
+}

@@ -1,0 +1,278 @@
+//! The verification run: for each mesh and each of E3's cases, a fresh netns lab with E3's
+//! application, the mesh enrolling that case's workloads, every probe with its expectation,
+//! observation and wire evidence, and (where everything is enrolled) the identity checks.
+//! Every case's lab is torn down before the next starts.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use meshbench_lab::{BuildInfo, LabComponent, Pod, Readiness};
+use meshbench_meshes::{enroll, LabContext, Mesh, MeshPki, Ports};
+use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireCapture};
+use meshbench_policy::Policy;
+use meshbench_results::{
+    CaseVerification, MeshVerification, ProbeVerification, Verdict, VerifyReport, SCHEMA_VERSION,
+};
+
+use crate::e3::{self, member, App, SecurityCase, CASES, PROBES};
+use crate::expect::expect;
+use crate::identity::identity_checks;
+use crate::probe::run_probe;
+use crate::wire::{capture_point, evidence};
+use crate::Error;
+
+pub struct VerifyOptions {
+    pub meshes: Vec<Mesh>,
+    /// Where `verify.json`, the captures and the labs' files go.
+    pub out_dir: PathBuf,
+    /// The meshbench binary (apps and proxies are roles of it).
+    pub exe: PathBuf,
+    pub build: BuildInfo,
+}
+
+/// Runs every case for every mesh. `progress` gets one line per finished case.
+pub async fn verify(
+    options: &VerifyOptions,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<VerifyReport, Error> {
+    meshbench_netlab::NetnsLab::check_permitted()?;
+    let started_at = now();
+    let policy_yaml = e3::zero_trust_policy();
+    let policy = Policy::from_yaml(&policy_yaml)?;
+    let mut meshes = vec![];
+    for &mesh in &options.meshes {
+        let dir = options.out_dir.join(mesh.name());
+        let verification =
+            match verify_mesh(mesh, &policy, &policy_yaml, options, &dir, progress).await {
+                Ok(v) => v,
+                Err(e) if e.is_unavailable() => MeshVerification {
+                    mesh: mesh.name().into(),
+                    description: mesh.description(),
+                    cases: vec![],
+                    identity: vec![],
+                    error: Some(e.to_string()),
+                },
+                Err(e) => return Err(e),
+            };
+        meshes.push(verification);
+    }
+    let passed = meshes.iter().all(|m| {
+        m.error.is_none()
+            && m.cases.iter().flat_map(|c| &c.probes).all(|p| {
+                p.verdict == Verdict::Pass
+                    && p.wire.as_ref().is_none_or(|w| w.verdict == Verdict::Pass)
+            })
+            && m.identity.iter().all(|i| i.verdict == Verdict::Pass)
+    });
+    Ok(VerifyReport {
+        schema_version: SCHEMA_VERSION,
+        kind: "meshbench.verify".into(),
+        started_at,
+        finished_at: now(),
+        environment: meshbench_lab::describe_environment(&options.build),
+        policy: policy_yaml,
+        meshes,
+        passed,
+    })
+}
+
+async fn verify_mesh(
+    mesh: Mesh,
+    policy: &Policy,
+    policy_yaml: &str,
+    options: &VerifyOptions,
+    dir: &std::path::Path,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<MeshVerification, Error> {
+    mesh.binary().map_err(meshbench_meshes::Error::from)?;
+    let mut cases = vec![];
+    let mut identity = vec![];
+    for case in &CASES {
+        let case_dir = dir.join(format!("case-{}", case.number));
+        let (verification, checks) =
+            verify_case(mesh, case, policy, policy_yaml, options, &case_dir).await?;
+        let failed = verification
+            .probes
+            .iter()
+            .filter(|p| {
+                p.verdict == Verdict::Fail
+                    || p.wire.as_ref().is_some_and(|w| w.verdict == Verdict::Fail)
+            })
+            .count();
+        progress(&format!(
+            "{}: case {} ({}): {} probes, {failed} failed",
+            mesh.name(),
+            case.number,
+            case.title,
+            verification.probes.len()
+        ));
+        cases.push(verification);
+        identity.extend(checks);
+    }
+    Ok(MeshVerification {
+        mesh: mesh.name().into(),
+        description: mesh.description(),
+        cases,
+        identity,
+        error: None,
+    })
+}
+
+async fn verify_case(
+    mesh: Mesh,
+    case: &SecurityCase,
+    policy: &Policy,
+    policy_yaml: &str,
+    options: &VerifyOptions,
+    dir: &std::path::Path,
+) -> Result<(CaseVerification, Vec<meshbench_results::IdentityCheck>), Error> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let topology = e3::topology(case);
+    let net = LabNetwork::create(Backend::Netns, &new_lab_id(), &topology)?;
+    let pki = MeshPki::create(&dir.join("pki"), &topology, policy_yaml)?;
+    let lab = LabContext {
+        net: &net,
+        pki: &pki,
+        exe: &options.exe,
+        work_dir: dir,
+        cgroups: None,
+        sut_cpus: None,
+    };
+    let mut components = vec![];
+    for pod in topology.pods() {
+        components.push(start_app(&lab, &pod, options).await?);
+    }
+    components.extend(enroll(mesh, &lab).await?);
+
+    let mut probes = vec![];
+    for (i, probe) in PROBES.iter().enumerate() {
+        let source_ip = topology
+            .first_pod(probe.from)
+            .and_then(|p| net.pod_ip(&p.name).ok());
+        let expected = expect(policy, probe, case.meshed, source_ip);
+        let marker = format!("mb-verify-marker-{}-{}-{i}", mesh.name(), case.number);
+        let (netns, interface, point, path) = capture_point(&net, probe)?;
+        let capture = WireCapture::start(
+            &netns,
+            &interface,
+            &dir.join(format!("probe-{i}-{}-{}.pcap", probe.from, probe.to)),
+        )?;
+        let observed = run_probe(&net, probe, &marker)?;
+        let report = capture.finish(marker.as_bytes())?;
+        let enrolled = |w: &str| case.meshed.contains(&w);
+        let encryption_expected = mesh.mtls()
+            && enrolled(probe.from)
+            && enrolled(probe.to)
+            && (path == "inter-node" || mesh.encrypts_same_node());
+        let wire = evidence(&report, point, path, &marker, encryption_expected);
+        let observed_allowed = observed.allowed();
+        let note = denial_note(expected.allowed, observed_allowed, &observed.outcome);
+        probes.push(ProbeVerification {
+            from: probe.from.into(),
+            to: probe.to.into(),
+            request: format!("{} {}", probe.method, probe.path),
+            expected_allowed: expected.allowed,
+            expected_reason: expected.reason,
+            observed: observed.outcome,
+            observed_allowed,
+            verdict: if expected.allowed == observed_allowed {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+            note,
+            wire: Some(wire),
+        });
+    }
+    let everything_enrolled = member_names().all(|w| w == e3::IMPOSTOR || case.meshed.contains(&w));
+    let checks = if mesh.mtls() && everything_enrolled {
+        identity_checks(&net, &pki, &dir.join("identity"))?
+    } else {
+        vec![]
+    };
+    for component in components {
+        component.stop(Duration::from_secs(2)).await;
+    }
+    drop(net);
+    Ok((
+        CaseVerification {
+            case: case.number,
+            title: case.title.into(),
+            meshed: case.meshed.iter().map(|w| (*w).to_owned()).collect(),
+            probes,
+        },
+        checks,
+    ))
+}
+
+fn member_names() -> impl Iterator<Item = &'static str> {
+    e3::MEMBERS.iter().map(|m| m.workload)
+}
+
+/// E3 saw denials arrive as connection errors where a 403 was due; say which form it took.
+fn denial_note(expected_allowed: bool, observed_allowed: bool, outcome: &str) -> Option<String> {
+    match (expected_allowed, observed_allowed) {
+        (false, true) => Some("allowed although the policy denies it".into()),
+        (true, false) => Some(format!("denied ({outcome}) although the policy allows it")),
+        (false, false) if outcome != "http_403" => Some(format!(
+            "denied at the connection ({outcome}), not with an HTTP 403"
+        )),
+        _ => None,
+    }
+}
+
+async fn start_app(
+    lab: &LabContext<'_>,
+    pod: &Pod,
+    options: &VerifyOptions,
+) -> Result<LabComponent, Error> {
+    let m = member(&pod.workload.name);
+    let listen = format!("0.0.0.0:{}", Ports::APP);
+    let mut args: Vec<String> = vec!["workload".into()];
+    match m.app {
+        App::Calculator => args.extend(["calculator".into(), "--listen".into(), listen]),
+        App::Experimenter => args.extend([
+            "experimenter".into(),
+            "--listen".into(),
+            listen,
+            "--calculator".into(),
+            format!(
+                "http://{}.{}.svc:{}",
+                e3::CALCULATOR,
+                e3::APP,
+                e3::SERVICE_PORT
+            ),
+            "--timeout".into(),
+            "3s".into(),
+        ]),
+        App::Checker => args.extend([
+            "security-checker".into(),
+            "--listen".into(),
+            listen,
+            "--name".into(),
+            m.workload.into(),
+            "--namespace".into(),
+            m.namespace.into(),
+            "--timeout".into(),
+            "3s".into(),
+        ]),
+    }
+    let launch = lab.app_launch(pod, None)?;
+    Ok(LabComponent::start(
+        &pod.name,
+        "app",
+        &launch,
+        &options.exe,
+        &args,
+        Readiness::ReadyLine,
+        Duration::from_secs(20),
+    )
+    .await?)
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}

@@ -1,0 +1,178 @@
+//! `meshbench verify` end to end on the netns lab: E3's six cases under our sidecar mesh
+//! pass with the expected 200s, 403s and connection-level refusals, the impostor with the
+//! experimenter's service account is kept out, enrolled paths are TLS on the wire while
+//! unenrolled ones show the marker, bad identities are refused; `baseline` (no mesh) fails
+//! with exit code 1; nothing is left behind.
+
+use std::path::Path;
+use std::process::Command;
+
+use meshbench_results::{read_json, ProbeVerification, Verdict, VerifyReport};
+
+fn verify(out: &Path, mesh: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["verify", "--mesh", mesh, "--out"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+fn probe<'a>(report: &'a VerifyReport, case: u32, from: &str, to: &str) -> &'a ProbeVerification {
+    report.meshes[0]
+        .cases
+        .iter()
+        .find(|c| c.case == case)
+        .unwrap()
+        .probes
+        .iter()
+        .find(|p| p.from == from && p.to == to)
+        .unwrap()
+}
+
+fn no_lab_left() {
+    let netns = String::from_utf8(
+        Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        !netns.lines().any(|l| l.starts_with("mb-")),
+        "namespaces left behind: {netns}"
+    );
+}
+
+// One test, so the two runs' labs never overlap and "nothing left behind" is checked against
+// everything this test created.
+#[test]
+fn our_sidecar_mesh_passes_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
+    if !meshbench_testkit::require_netns() || meshbench_testkit::require_tool("tcpdump").is_none() {
+        return;
+    }
+    sidecar_mesh_passes_with_proof_on_the_wire();
+    without_a_mesh_the_rules_fail_and_the_exit_code_says_so();
+    no_lab_left();
+}
+
+fn sidecar_mesh_passes_with_proof_on_the_wire() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = verify(dir.path(), "meshbench-sidecar");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report: VerifyReport = read_json(&dir.path().join("verify.json"))
+        .unwrap_or_else(|e| panic!("{e}; stderr: {stderr}"));
+    let md = std::fs::read_to_string(dir.path().join("verify.md")).unwrap();
+    assert!(report.passed, "{md}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(dir.path().join("verify.html").is_file());
+    let mesh = &report.meshes[0];
+    assert_eq!(mesh.cases.len(), 6);
+    assert!(mesh.cases.iter().all(|c| c.probes.len() == 6));
+
+    // Case 1, nothing enrolled: every call goes through, in clear.
+    for p in &mesh.cases[0].probes {
+        assert_eq!(p.observed, "http_200", "{p:?}");
+        assert!(p.wire.as_ref().unwrap().marker_seen, "{p:?}");
+    }
+    // Case 2, everything enrolled.
+    let allowed = probe(&report, 2, "experimenter", "calculator");
+    assert_eq!(allowed.observed, "http_200");
+    let wire = allowed.wire.as_ref().unwrap();
+    assert_eq!(wire.path, "inter-node");
+    assert!(
+        wire.connections >= 1 && wire.tls_connections == wire.connections,
+        "{wire:?}"
+    );
+    assert_eq!(wire.tls_versions, ["TLSv1.3"]);
+    assert!(!wire.marker_seen);
+    // Authorization at L7 answers 403; the checker is authenticated but not the experimenter.
+    assert_eq!(
+        probe(&report, 2, "security-checker", "calculator").observed,
+        "http_403"
+    );
+    assert_eq!(
+        probe(&report, 2, "external-checker", "calculator").observed,
+        "http_403"
+    );
+    let itself = probe(&report, 2, "security-checker", "security-checker");
+    assert_eq!(itself.observed, "http_200");
+    let same_node = itself.wire.as_ref().unwrap();
+    assert_eq!(same_node.path, "same-node");
+    assert!(
+        same_node.encryption_expected && !same_node.marker_seen,
+        "{same_node:?}"
+    );
+    // The bypass E3 observed: the experimenter's service account without the mesh.
+    let impostor = probe(&report, 2, "impostor", "calculator");
+    assert!(
+        !impostor.expected_allowed && !impostor.observed_allowed,
+        "{impostor:?}"
+    );
+    // Case 4: an unenrolled experimenter is refused by the STRICT calculator.
+    let unenrolled = probe(&report, 4, "experimenter", "calculator");
+    assert!(!unenrolled.observed_allowed, "{unenrolled:?}");
+    // Case 3: enrolled callers reach the unenrolled calculator in plaintext.
+    let passthrough = probe(&report, 3, "experimenter", "calculator");
+    assert_eq!(passthrough.observed, "http_200");
+    assert!(passthrough.wire.as_ref().unwrap().marker_seen);
+
+    let checks: Vec<(&str, &str, Verdict)> = mesh
+        .identity
+        .iter()
+        .map(|c| (c.name.as_str(), c.expected.as_str(), c.verdict))
+        .collect();
+    for name in [
+        "valid-identity",
+        "no-client-certificate",
+        "other-trust-domain",
+        "expired-certificate",
+        "forged-identity-header",
+    ] {
+        assert!(
+            checks
+                .iter()
+                .any(|(n, _, v)| *n == name && *v == Verdict::Pass),
+            "{name}: {checks:?}"
+        );
+    }
+    let valid = mesh
+        .identity
+        .iter()
+        .find(|c| c.name == "valid-identity")
+        .unwrap();
+    assert_eq!(
+        valid.server_id.as_deref(),
+        Some("spiffe://cluster.local/ns/app/sa/calculator")
+    );
+}
+
+fn without_a_mesh_the_rules_fail_and_the_exit_code_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = verify(dir.path(), "baseline");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: VerifyReport = read_json(&dir.path().join("verify.json")).unwrap();
+    assert!(!report.passed);
+    let impostor = probe(&report, 2, "impostor", "calculator");
+    assert_eq!(impostor.observed, "http_200");
+    assert_eq!(impostor.verdict, Verdict::Fail);
+}
+
+#[test]
+fn a_mesh_verify_cannot_run_is_bad_input() {
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["verify", "--mesh", "istio"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--mesh: cannot verify \"istio\""),
+        "{stderr}"
+    );
+}
