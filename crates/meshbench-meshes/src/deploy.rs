@@ -20,6 +20,17 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Ports;
 
 impl Ports {
+    /// Istio's capture: everything the pod sends to 15001, everything it receives to 15006.
+    pub fn sidecar_capture() -> SidecarCapture {
+        SidecarCapture {
+            outbound_port: Ports::OUTBOUND,
+            inbound_port: Ports::INBOUND,
+            outbound_only: None,
+            inbound_only: None,
+            inbound_ports_excluded: vec![],
+        }
+    }
+
     pub const APP: u16 = 8080;
     pub const OUTBOUND: u16 = 15001;
     pub const INBOUND: u16 = 15006;
@@ -201,7 +212,7 @@ impl LabContext<'_> {
     pub(crate) async fn control_plane(&self) -> Result<(LabComponent, SocketAddr), Error> {
         let node = self.net.topology().nodes[0].clone();
         let listen = SocketAddr::new(self.net.node_bind_ip(&node)?, Ports::CA);
-        let args = vec![
+        let mut args = vec![
             "ca".into(),
             "serve".into(),
             "--dir".into(),
@@ -209,6 +220,9 @@ impl LabContext<'_> {
             "--listen".into(),
             listen.to_string(),
         ];
+        if let Some(ttl) = self.pki.svid_ttl {
+            args.extend(["--ttl".into(), format!("{}ms", ttl.as_millis())]);
+        }
         let ca = self
             .start(
                 "ca",
@@ -307,13 +321,7 @@ async fn sidecars(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
     let (client, server) = (ctx.client_pod, ctx.server_pod);
     let server_ip = ctx.pod_ip(server)?;
     let client_ip = ctx.pod_ip(client)?;
-    let capture = SidecarCapture {
-        outbound_port: Ports::OUTBOUND,
-        inbound_port: Ports::INBOUND,
-        outbound_only: None,
-        inbound_only: None,
-        inbound_ports_excluded: vec![],
-    };
+    let capture = Ports::sidecar_capture();
 
     let mut args = ctx.sidecar_args(server, ca_endpoint);
     if ctx.net.captures() {

@@ -5,7 +5,6 @@
 //! unmeshed services pass through in plaintext, as Istio's ALLOW_ANY does.
 
 use meshbench_lab::LabComponent;
-use meshbench_netlab::SidecarCapture;
 
 use crate::deploy::{LabContext, Place, Ports};
 use crate::{spiffe_id, Error, Mesh};
@@ -45,13 +44,7 @@ async fn enroll_sidecars(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Erro
             destinations.push(format!("{addr}#{id}"));
         }
     }
-    let capture = SidecarCapture {
-        outbound_port: Ports::OUTBOUND,
-        inbound_port: Ports::INBOUND,
-        outbound_only: None,
-        inbound_only: None,
-        inbound_ports_excluded: vec![],
-    };
+    let capture = Ports::sidecar_capture();
     let (ca, ca_endpoint) = lab.control_plane().await?;
     let mut components = vec![ca];
     for pod in topology.pods().iter().filter(|p| p.workload.meshed) {

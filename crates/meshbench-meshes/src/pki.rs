@@ -4,6 +4,7 @@
 //! user, which every sidecar and agent runs as.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
 use meshbench_lab::Topology;
@@ -18,6 +19,9 @@ pub struct MeshPki {
     pub dir: PathBuf,
     pub ca: PathBuf,
     pub policy: PathBuf,
+    /// Lifetime of every SVID, the first ones and the CA service's renewals (`None`: the
+    /// CA's default of 24 h). Short lifetimes make proxies rotate while traffic flows.
+    pub svid_ttl: Option<Duration>,
 }
 
 /// One workload's credentials.
@@ -34,6 +38,16 @@ pub struct WorkloadSvid {
 impl MeshPki {
     /// Creates the CA and SVIDs in `dir`. `policy_yaml` is written as `policy.yaml`.
     pub fn create(dir: &Path, topology: &Topology, policy_yaml: &str) -> Result<Self, Error> {
+        Self::create_with_ttl(dir, topology, policy_yaml, None)
+    }
+
+    /// As [`MeshPki::create`], with SVIDs that live `svid_ttl`.
+    pub fn create_with_ttl(
+        dir: &Path,
+        topology: &Topology,
+        policy_yaml: &str,
+        svid_ttl: Option<Duration>,
+    ) -> Result<Self, Error> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| Error::Io { path, source }
@@ -47,6 +61,7 @@ impl MeshPki {
                 &w.service_account,
                 &IssueOptions {
                     dns_names: vec![dns_name],
+                    ttl: svid_ttl,
                     ..IssueOptions::default()
                 },
             )?;
@@ -71,6 +86,7 @@ impl MeshPki {
             dir: dir.to_path_buf(),
             ca: dir.join("ca.pem"),
             policy,
+            svid_ttl,
         })
     }
 

@@ -103,8 +103,8 @@ pub struct WireEvidence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityCheck {
-    /// `no-client-certificate`, `other-trust-domain`, `expired-certificate`,
-    /// `forged-identity-header`, `valid-identity`.
+    /// `valid-identity`, `no-client-certificate`, `other-trust-domain`,
+    /// `expired-certificate`, `forged-identity-header`, `rotation-under-load`.
     pub name: String,
     pub description: String,
     /// `refused` or `allowed`.

@@ -51,9 +51,11 @@ pub fn identity_checks(
         ca: pki.ca.clone(),
         expect_server_id: Some(calculator_id.clone()),
     };
-    let svid = |sa: &str| {
-        let s = pki.svid(APP, sa);
-        Some((s.cert, s.key))
+    let lab_ca = CertificateAuthority::load(&pki.dir)?;
+    // Fresh SVIDs from the lab CA: the ones issued at start-up may be short-lived.
+    let svid = |sa: &str| -> Result<_, Error> {
+        let issued = lab_ca.issue(APP, sa, &IssueOptions::default())?;
+        Ok(Some(issued.write(dir, &format!("fresh-{sa}"))?))
     };
 
     let foreign_ca = CertificateAuthority::init(&dir.join("other-trust-domain"), "evil.example")?;
@@ -61,7 +63,6 @@ pub fn identity_checks(
         .issue(APP, EXPERIMENTER, &IssueOptions::default())?
         .write(&dir.join("other-trust-domain"), "experimenter")?;
 
-    let lab_ca = CertificateAuthority::load(&pki.dir)?;
     let short = lab_ca.issue(
         APP,
         EXPERIMENTER,
@@ -78,7 +79,7 @@ pub fn identity_checks(
         Attempt {
             name: "valid-identity",
             description: "the experimenter's SVID: the one caller the policy allows",
-            files: files(svid(EXPERIMENTER)),
+            files: files(svid(EXPERIMENTER)?),
             headers: vec![],
             expect_allowed: true,
         },
@@ -107,7 +108,7 @@ pub fn identity_checks(
             name: "forged-identity-header",
             description: "the security checker's valid SVID, claiming the experimenter's \
                           identity in x-forwarded-client-cert and x-meshbench-identity",
-            files: files(svid(CHECKER)),
+            files: files(svid(CHECKER)?),
             headers: vec![
                 (
                     "x-forwarded-client-cert",
@@ -127,24 +128,11 @@ pub fn identity_checks(
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let calculator_pod = net
-        .topology()
-        .first_pod(CALCULATOR)
-        .ok_or_else(|| Error::Probe("no calculator pod".into()))?;
-    let target = SocketAddr::new(net.pod_ip(&calculator_pod.name)?, Ports::APP);
-    let node = net.topology().nodes[0].clone();
-    let netns = net.netns_of(NetPlace::Node(&node))?;
     let mut checks = vec![];
     for attempt in attempts {
-        let config = client_config(&attempt.files, &[b"http/1.1"])?;
-        let headers = attempt.headers.clone();
-        let (outcome, server_id) = run_in_netns(&netns, move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a current-thread runtime builds")
-                .block_on(exchange(target, Arc::new(config), headers))
-        })?;
+        let Exchange {
+            outcome, server_id, ..
+        } = exchange_from_node(net, &attempt.files, attempt.headers.clone())?;
         let allowed = outcome.starts_with("http_2");
         checks.push(IdentityCheck {
             name: attempt.name.into(),
@@ -167,26 +155,118 @@ pub fn identity_checks(
     Ok(checks)
 }
 
-/// One mTLS exchange (`POST /add`) with the calculator's proxy: the outcome class and the
-/// SPIFFE ID the proxy presented, if the handshake got that far.
+/// Rotation under load: with SVIDs living a few seconds, the experimenter sends a stream of
+/// requests through its sidecar to the calculator's while both renew their certificates;
+/// none may fail, and the calculator's proxy must present a renewed certificate afterwards.
+pub fn rotation_under_load(
+    net: &LabNetwork,
+    pki: &MeshPki,
+    dir: &Path,
+) -> Result<IdentityCheck, Error> {
+    let lab_ca = CertificateAuthority::load(&pki.dir)?;
+    let caller = lab_ca
+        .issue(APP, EXPERIMENTER, &IssueOptions::default())?
+        .write(dir, "rotation-experimenter")?;
+    let files = ClientTlsFiles {
+        cert: Some(caller.0),
+        key: Some(caller.1),
+        ca: pki.ca.clone(),
+        expect_server_id: Some(SpiffeId::parse(&spiffe_id(APP, CALCULATOR))?),
+    };
+    let before = exchange_from_node(net, &files, vec![])?;
+    let interactions = 300;
+    let result = crate::probe::ask_app(
+        net,
+        EXPERIMENTER,
+        "/api/experimenter/experiment",
+        serde_json::json!({
+            "interactions": interactions,
+            "batchSize": 10,
+            "intervalBetweenBatchesInMilliseconds": 100,
+        }),
+    )?;
+    let after = exchange_from_node(net, &files, vec![])?;
+    let succeeded = result["rttsInMilliseconds"]
+        .as_array()
+        .map_or(0, |rtts| rtts.len());
+    let failures = &result["failuresByClass"];
+    let renewed = before.server_cert.is_some()
+        && after.server_cert.is_some()
+        && before.server_cert != after.server_cert;
+    let ttl = pki
+        .svid_ttl
+        .map_or_else(|| "the default".to_owned(), |t| format!("{t:?}"));
+    Ok(IdentityCheck {
+        name: "rotation-under-load".into(),
+        description: format!(
+            "{interactions} requests over about 3 s while SVIDs living {ttl} rotate"
+        ),
+        expected: "no failed request; certificate renewed".into(),
+        observed: format!(
+            "{succeeded} of {interactions} succeeded (failures: {failures}); calculator's \
+             certificate {}",
+            if renewed { "renewed" } else { "not renewed" }
+        ),
+        server_id: after.server_id,
+        verdict: if succeeded == interactions && renewed {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+    })
+}
+
+/// What one exchange with the calculator's proxy showed.
+struct Exchange {
+    outcome: String,
+    server_id: Option<String>,
+    /// The leaf certificate the proxy presented (DER).
+    server_cert: Option<Vec<u8>>,
+}
+
+/// One exchange with the calculator's proxy from the first node, where no mesh captures the
+/// verifier's own traffic.
+fn exchange_from_node(
+    net: &LabNetwork,
+    files: &ClientTlsFiles,
+    headers: Vec<(&'static str, String)>,
+) -> Result<Exchange, Error> {
+    let calculator_pod = net
+        .topology()
+        .first_pod(CALCULATOR)
+        .ok_or_else(|| Error::Probe("no calculator pod".into()))?;
+    let target = SocketAddr::new(net.pod_ip(&calculator_pod.name)?, Ports::APP);
+    let node = net.topology().nodes[0].clone();
+    let netns = net.netns_of(NetPlace::Node(&node))?;
+    let config = Arc::new(client_config(files, &[b"http/1.1"])?);
+    Ok(run_in_netns(&netns, move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime builds")
+            .block_on(exchange(target, config, headers))
+    })?)
+}
+
+/// One mTLS exchange (`POST /add`) with the calculator's proxy: the outcome class, and the
+/// SPIFFE ID and certificate the proxy presented, if the exchange completed.
 async fn exchange(
     target: SocketAddr,
     config: Arc<rustls::ClientConfig>,
     headers: Vec<(&'static str, String)>,
-) -> (String, Option<String>) {
+) -> Exchange {
     let attempt = async {
         let tcp = tokio::net::TcpStream::connect(target).await?;
         let name = ServerName::try_from(format!("{CALCULATOR}.{APP}.svc"))?;
         let tls = tokio_rustls::TlsConnector::from(config)
             .connect(name, tcp)
             .await?;
-        let server_id = tls
+        let leaf = tls
             .get_ref()
             .1
             .peer_certificates()
             .and_then(|chain| chain.first())
-            .and_then(|leaf| meshbench_identity::spiffe_ids_of(leaf).into_iter().next())
-            .map(|id| id.to_string());
+            .map(|leaf| leaf.to_vec());
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         tokio::spawn(conn);
         let mut request = http::Request::post("/add")
@@ -201,11 +281,25 @@ async fn exchange(
         let response = sender.send_request(request).await?;
         let status = response.status().as_u16();
         response.into_body().collect().await?;
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, server_id))
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, leaf))
+    };
+    let failed = |outcome: Outcome| Exchange {
+        outcome: outcome.to_string(),
+        server_id: None,
+        server_cert: None,
     };
     match tokio::time::timeout(Duration::from_secs(5), attempt).await {
-        Ok(Ok((status, server_id))) => (Outcome::Http(status).to_string(), server_id),
-        Ok(Err(e)) => (Outcome::classify(e.as_ref()).to_string(), None),
-        Err(_) => (Outcome::Timeout.to_string(), None),
+        Ok(Ok((status, leaf))) => Exchange {
+            outcome: Outcome::Http(status).to_string(),
+            server_id: leaf.as_ref().and_then(|der| {
+                meshbench_identity::spiffe_ids_of(&der.clone().into())
+                    .into_iter()
+                    .next()
+                    .map(|id| id.to_string())
+            }),
+            server_cert: leaf,
+        },
+        Ok(Err(e)) => failed(Outcome::classify(e.as_ref())),
+        Err(_) => failed(Outcome::Timeout),
     }
 }

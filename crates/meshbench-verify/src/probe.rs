@@ -29,11 +29,6 @@ impl Observation {
 
 /// Runs `probe` from its calling pod, with `marker` in the request.
 pub fn run_probe(net: &LabNetwork, probe: &Probe, marker: &str) -> Result<Observation, Error> {
-    let from_pod = net
-        .topology()
-        .first_pod(probe.from)
-        .ok_or_else(|| Error::Probe(format!("no pod for {}", probe.from)))?;
-    let netns = net.netns_of(NetPlace::Pod(&from_pod.name))?;
     let to = member(probe.to);
     let host = format!("{}.{}.svc", to.workload, to.namespace);
     let (path, body) = if probe.from == EXPERIMENTER {
@@ -59,27 +54,7 @@ pub fn run_probe(net: &LabNetwork, probe: &Probe, marker: &str) -> Result<Observ
         }
         ("/api/security-checker/check", target)
     };
-    let uri: Uri = format!("http://127.0.0.1:{}{path}", meshbench_meshes::Ports::APP)
-        .parse()
-        .expect("a loopback URL parses");
-    let call = run_in_netns(&netns, move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a current-thread runtime builds");
-        runtime.block_on(Caller::new(Duration::from_secs(30)).post_json(&uri, &body))
-    })?;
-    if !call.is_success() {
-        return Err(Error::Probe(format!(
-            "{} did not run the probe: {} {}",
-            probe.from,
-            call.outcome,
-            call.error
-                .unwrap_or_else(|| String::from_utf8_lossy(&call.body).into_owned())
-        )));
-    }
-    let reply: Value = serde_json::from_slice(&call.body)
-        .map_err(|e| Error::Probe(format!("{}'s answer is not JSON: {e}", probe.from)))?;
+    let reply = ask_app(net, probe.from, path, body)?;
     Ok(if probe.from == EXPERIMENTER {
         experiment_outcome(&reply)
     } else {
@@ -110,4 +85,34 @@ fn experiment_outcome(result: &Value) -> Observation {
         outcome,
         error: None,
     }
+}
+
+/// Posts `body` to `path` of `workload`'s app, from inside its pod, and returns its JSON
+/// answer; an app that does not answer 2xx is an error of the verification itself.
+pub fn ask_app(net: &LabNetwork, workload: &str, path: &str, body: Value) -> Result<Value, Error> {
+    let pod = net
+        .topology()
+        .first_pod(workload)
+        .ok_or_else(|| Error::Probe(format!("no pod for {workload}")))?;
+    let netns = net.netns_of(NetPlace::Pod(&pod.name))?;
+    let uri: Uri = format!("http://127.0.0.1:{}{path}", meshbench_meshes::Ports::APP)
+        .parse()
+        .expect("a loopback URL parses");
+    let call = run_in_netns(&netns, move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime builds");
+        runtime.block_on(Caller::new(Duration::from_secs(60)).post_json(&uri, &body))
+    })?;
+    if !call.is_success() {
+        return Err(Error::Probe(format!(
+            "{workload} did not answer {path}: {} {}",
+            call.outcome,
+            call.error
+                .unwrap_or_else(|| String::from_utf8_lossy(&call.body).into_owned())
+        )));
+    }
+    serde_json::from_slice(&call.body)
+        .map_err(|e| Error::Probe(format!("{workload}'s answer is not JSON: {e}")))
 }

@@ -16,10 +16,13 @@ use meshbench_results::{
 
 use crate::e3::{self, member, App, SecurityCase, CASES, PROBES};
 use crate::expect::expect;
-use crate::identity::identity_checks;
+use crate::identity::{identity_checks, rotation_under_load};
 use crate::probe::run_probe;
 use crate::wire::{capture_point, evidence};
 use crate::Error;
+
+/// SVID lifetime in the case where identities are checked: proxies renew at half of it.
+const ROTATION_TTL: Duration = Duration::from_secs(4);
 
 pub struct VerifyOptions {
     pub meshes: Vec<Mesh>,
@@ -132,7 +135,11 @@ async fn verify_case(
     })?;
     let topology = e3::topology(case);
     let net = LabNetwork::create(Backend::Netns, &new_lab_id(), &topology)?;
-    let pki = MeshPki::create(&dir.join("pki"), &topology, policy_yaml)?;
+    let everything_enrolled = member_names().all(|w| w == e3::IMPOSTOR || case.meshed.contains(&w));
+    let identity_checked = mesh.mtls() && everything_enrolled;
+    // Where identities are checked, SVIDs live seconds, so they rotate during the case.
+    let svid_ttl = identity_checked.then_some(ROTATION_TTL);
+    let pki = MeshPki::create_with_ttl(&dir.join("pki"), &topology, policy_yaml, svid_ttl)?;
     let lab = LabContext {
         net: &net,
         pki: &pki,
@@ -187,12 +194,12 @@ async fn verify_case(
             wire: Some(wire),
         });
     }
-    let everything_enrolled = member_names().all(|w| w == e3::IMPOSTOR || case.meshed.contains(&w));
-    let checks = if mesh.mtls() && everything_enrolled {
-        identity_checks(&net, &pki, &dir.join("identity"))?
-    } else {
-        vec![]
-    };
+    let mut checks = vec![];
+    if identity_checked {
+        let identity_dir = dir.join("identity");
+        checks = identity_checks(&net, &pki, &identity_dir)?;
+        checks.push(rotation_under_load(&net, &pki, &identity_dir)?);
+    }
     for component in components {
         component.stop(Duration::from_secs(2)).await;
     }

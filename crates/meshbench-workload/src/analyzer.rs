@@ -6,13 +6,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, Method, Request, StatusCode};
+use http::{header, Request, StatusCode};
 use hyper::body::Incoming;
 use meshbench_stats::Summary;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::http::{error, json, kind, not_found, read_json_object, with_type, Reply, Role};
+use crate::http::{error, json, kind, not_found, post_json_object, with_type, Reply, Role};
 
 pub const ANALYZE_PATH: &str = "/api/analyzer/analyze";
 
@@ -79,12 +79,6 @@ impl Role for Analyzer {
         if req.uri().path() != ANALYZE_PATH {
             return not_found(&req);
         }
-        if req.method() != Method::POST {
-            return error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("{ANALYZE_PATH} takes POST, not {}", req.method()),
-            );
-        }
         let mut as_json = req
             .headers()
             .get(header::ACCEPT)
@@ -106,7 +100,7 @@ impl Role for Analyzer {
                 _ => {}
             }
         }
-        let result = match read_json_object(req.into_body()).await {
+        let result = match post_json_object(req, ANALYZE_PATH).await {
             Ok(object) => object,
             Err(reply) => return reply,
         };

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use http::{Method, Request, StatusCode};
+use http::{Request, StatusCode};
 use hyper::body::Incoming;
 
 use crate::fields;
-use crate::http::{error, json, not_found, read_json_object, Reply, Role};
+use crate::http::{error, json, not_found, post_json_object, Reply, Role};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
@@ -86,13 +86,7 @@ impl Role for Calculator {
         let Some(operation) = Operation::from_path(req.uri().path()) else {
             return not_found(&req);
         };
-        if req.method() != Method::POST {
-            return error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("{} takes POST, not {}", operation.path(), req.method()),
-            );
-        }
-        let object = match read_json_object(req.into_body()).await {
+        let object = match post_json_object(req, operation.path()).await {
             Ok(object) => object,
             Err(reply) => return reply,
         };

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::client::{millis, Caller, MARKER_HEADER};
 use crate::fields::{self, Object};
-use crate::http::{error, json, kind, not_found, read_json_object, Reply, Role};
+use crate::http::{error, json, kind, not_found, post_json_object, Reply, Role};
 
 pub const CHECK_PATH: &str = "/api/security-checker/check";
 
@@ -156,13 +156,7 @@ impl Role for SecurityChecker {
 
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Reply {
         match req.uri().path() {
-            CHECK_PATH if req.method() == Method::POST => {}
-            CHECK_PATH => {
-                return error(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    format!("{CHECK_PATH} takes POST, not {}", req.method()),
-                )
-            }
+            CHECK_PATH => {}
             "/" => {
                 return json(
                     StatusCode::OK,
@@ -175,7 +169,7 @@ impl Role for SecurityChecker {
             }
             _ => return not_found(&req),
         }
-        let object = match read_json_object(req.into_body()).await {
+        let object = match post_json_object(req, CHECK_PATH).await {
             Ok(object) => object,
             Err(reply) => return reply,
         };

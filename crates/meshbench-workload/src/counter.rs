@@ -11,13 +11,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::{Method, Request, StatusCode, Uri};
+use http::{Request, StatusCode, Uri};
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{millis, Caller};
 use crate::fields;
-use crate::http::{error, json, not_found, read_json_object, with_type, Reply, Role};
+use crate::http::{error, json, not_found, post_json_object, with_type, Reply, Role};
 
 pub const COUNT_PATH: &str = "/count";
 /// The longest chain one request may ask for.
@@ -77,13 +77,7 @@ impl Role for Counter {
         if req.uri().path() != COUNT_PATH {
             return not_found(&req);
         }
-        if req.method() != Method::POST {
-            return error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("{COUNT_PATH} takes POST, not {}", req.method()),
-            );
-        }
-        let object = match read_json_object(req.into_body()).await {
+        let object = match post_json_object(req, COUNT_PATH).await {
             Ok(object) => object,
             Err(reply) => return reply,
         };

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::{Method, Request, StatusCode, Uri};
+use http::{Request, StatusCode, Uri};
 use hyper::body::Incoming;
 use rand::Rng;
 use serde::Serialize;
@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::calculator::Operation;
 use crate::client::{millis, Caller};
 use crate::fields::{self, Object};
-use crate::http::{error, json, not_found, read_json_object, Reply, Role};
+use crate::http::{error, json, not_found, post_json_object, Reply, Role};
 
 pub const EXPERIMENT_PATH: &str = "/api/experimenter/experiment";
 
@@ -225,13 +225,7 @@ impl Role for Experimenter {
         if req.uri().path() != EXPERIMENT_PATH {
             return not_found(&req);
         }
-        if req.method() != Method::POST {
-            return error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("{EXPERIMENT_PATH} takes POST, not {}", req.method()),
-            );
-        }
-        let object = match read_json_object(req.into_body()).await {
+        let object = match post_json_object(req, EXPERIMENT_PATH).await {
             Ok(object) => object,
             Err(reply) => return reply,
         };

@@ -147,6 +147,21 @@ pub async fn read_json_object(
     }
 }
 
+/// The JSON object body of a `POST` to `path`, or the reply refusing the request (405 for
+/// another method, 400 or 413 for the body).
+pub async fn post_json_object(
+    req: Request<Incoming>,
+    path: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, Reply> {
+    if req.method() != http::Method::POST {
+        return Err(error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{path} takes POST, not {}", req.method()),
+        ));
+    }
+    read_json_object(req.into_body()).await
+}
+
 /// The JSON type name of a value, for error messages.
 pub fn kind(value: &serde_json::Value) -> &'static str {
     match value {

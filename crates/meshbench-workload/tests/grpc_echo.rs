@@ -1,30 +1,20 @@
 //! The gRPC echo over real h2c: Fortio's ping contract (sequence, payload, server receive
 //! time), the delay and size knobs, and the standard health service.
 
+mod common;
+
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use meshbench_workload::proto::ping_server_client::PingServerClient;
 use meshbench_workload::proto::PingMessage;
-use meshbench_workload::{bind, grpc_echo_service, GrpcEchoConfig, Mix, ServeOptions};
+use meshbench_workload::{grpc_echo_service, GrpcEchoConfig, Mix};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-async fn start(config: GrpcEchoConfig) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let server = bind(&ServeOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tls: None,
-        drain_timeout: Duration::from_secs(1),
-    })
-    .await
-    .unwrap();
-    let url = format!("http://{}", server.local_addr());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let service = grpc_echo_service(&config).await;
-    tokio::spawn(server.serve(service, async move {
-        let _ = stopped.await;
-    }));
-    (url, stop)
+async fn start(config: GrpcEchoConfig) -> (String, common::Running) {
+    let running = common::start_service(grpc_echo_service(&config).await).await;
+    (format!("http://{}", running.addr), running)
 }
 
 fn echoing() -> GrpcEchoConfig {

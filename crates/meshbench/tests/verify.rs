@@ -1,7 +1,8 @@
 //! `meshbench verify` end to end on the netns lab: E3's six cases under our sidecar mesh
 //! pass with the expected 200s, 403s and connection-level refusals, the impostor with the
 //! experimenter's service account is kept out, enrolled paths are TLS on the wire while
-//! unenrolled ones show the marker, bad identities are refused; `baseline` (no mesh) fails
+//! unenrolled ones show the marker, bad identities are refused, certificates rotating under
+//! load fail no request; `baseline` (no mesh) fails
 //! with exit code 1; nothing is left behind.
 
 use std::path::Path;
@@ -128,6 +129,7 @@ fn sidecar_mesh_passes_with_proof_on_the_wire() {
         "other-trust-domain",
         "expired-certificate",
         "forged-identity-header",
+        "rotation-under-load",
     ] {
         assert!(
             checks

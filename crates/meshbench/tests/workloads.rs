@@ -54,6 +54,18 @@ impl Role {
         }
     }
 
+    /// An experimenter calling `calculator`.
+    fn experimenter(calculator: &Role) -> Role {
+        Role::spawn(&[
+            "workload",
+            "experimenter",
+            "--listen",
+            "127.0.0.1:0",
+            "--calculator",
+            &format!("http://{}", calculator.addr),
+        ])
+    }
+
     fn url(&self, path: &str) -> Uri {
         format!("http://{}{path}", self.addr).parse().unwrap()
     }
@@ -121,14 +133,7 @@ async fn e3s_application_runs_behind_an_nginx_entry_point() {
     }
     let calculator = Role::spawn(&["workload", "calculator", "--listen", "127.0.0.1:0"]);
     let calc_url = format!("http://{}", calculator.addr);
-    let experimenter = Role::spawn(&[
-        "workload",
-        "experimenter",
-        "--listen",
-        "127.0.0.1:0",
-        "--calculator",
-        &calc_url,
-    ]);
+    let experimenter = Role::experimenter(&calculator);
     let analyzer = Role::spawn(&["workload", "analyzer", "--listen", "127.0.0.1:0"]);
     let listen = free_port();
     let gateway = Role::spawn(&[
@@ -196,14 +201,7 @@ async fn sigterm_lets_an_experiment_in_flight_finish_and_logs_are_json() {
     assert_eq!(serving["fields"]["role"], json!("calculator"));
     assert_eq!(serving["fields"]["address"], json!(calculator.addr));
 
-    let experimenter = Role::spawn(&[
-        "workload",
-        "experimenter",
-        "--listen",
-        "127.0.0.1:0",
-        "--calculator",
-        &format!("http://{}", calculator.addr),
-    ]);
+    let experimenter = Role::experimenter(&calculator);
     let url = experimenter.url("/api/experimenter/experiment");
     let running = tokio::spawn(async move {
         post(

@@ -28,6 +28,22 @@ impl Running {
 }
 
 pub async fn start<R: Role>(role: R) -> Running {
+    start_service(RoleService::new(role)).await
+}
+
+/// Serves any hyper service (a role, the gRPC echo) on loopback.
+pub async fn start_service<S, B>(service: S) -> Running
+where
+    S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let server = bind(&ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         tls: None,
@@ -37,7 +53,7 @@ pub async fn start<R: Role>(role: R) -> Running {
     .unwrap();
     let addr = server.local_addr();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(server.serve(RoleService::new(role), async move {
+    tokio::spawn(server.serve(service, async move {
         let _ = stopped.await;
     }));
     Running { addr, _stop: stop }
