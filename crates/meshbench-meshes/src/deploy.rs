@@ -262,6 +262,30 @@ impl LabContext<'_> {
         ]
     }
 
+    /// Starts meshbench's sidecar (`args` from [`LabContext::sidecar_args`] and more) in
+    /// `pod` as the proxy user, then captures the pod's traffic into it.
+    pub(crate) async fn start_our_sidecar(
+        &self,
+        pod: &Pod,
+        args: Vec<String>,
+        capture: &SidecarCapture,
+    ) -> Result<LabComponent, Error> {
+        let name = format!("{}-sidecar", pod.name);
+        let sidecar = self
+            .start(
+                &name,
+                "sidecar",
+                Place::Pod(&pod.name),
+                true,
+                self.exe,
+                args,
+                Readiness::ReadyLine,
+            )
+            .await?;
+        self.pod_capture(pod, capture)?;
+        Ok(sidecar)
+    }
+
     pub(crate) fn pod_capture(&self, pod: &Pod, capture: &SidecarCapture) -> Result<(), Error> {
         if self.net.captures() {
             self.net.capture_sidecar(&pod.name, capture)?;
@@ -340,20 +364,7 @@ async fn sidecars(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
             ),
         ]);
     }
-    let name = format!("{}-sidecar", server.name);
-    components.push(
-        ctx.start(
-            &name,
-            "sidecar",
-            Place::Pod(&server.name),
-            true,
-            ctx.exe,
-            args,
-            Readiness::ReadyLine,
-        )
-        .await?,
-    );
-    ctx.pod_capture(server, &capture)?;
+    components.push(ctx.start_our_sidecar(server, args, &capture).await?);
 
     let server_id = ctx.server_svid().id;
     let mut args = ctx.sidecar_args(client, ca_endpoint);
@@ -377,20 +388,7 @@ async fn sidecars(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
         ]);
         format!("http://{listen}/")
     };
-    let name = format!("{}-sidecar", client.name);
-    components.push(
-        ctx.start(
-            &name,
-            "sidecar",
-            Place::Pod(&client.name),
-            true,
-            ctx.exe,
-            args,
-            Readiness::ReadyLine,
-        )
-        .await?,
-    );
-    ctx.pod_capture(client, &capture)?;
+    components.push(ctx.start_our_sidecar(client, args, &capture).await?);
     Ok(Deployment {
         components,
         url,

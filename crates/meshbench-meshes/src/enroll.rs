@@ -6,7 +6,7 @@
 
 use meshbench_lab::LabComponent;
 
-use crate::deploy::{LabContext, Place, Ports};
+use crate::deploy::{LabContext, Ports};
 use crate::{spiffe_id, Error, Mesh};
 
 /// Meshes that can enroll an arbitrary topology today.
@@ -68,20 +68,7 @@ async fn enroll_sidecars(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Erro
         for destination in &destinations {
             args.extend(["--destination".into(), destination.clone()]);
         }
-        let name = format!("{}-sidecar", pod.name);
-        components.push(
-            lab.start(
-                &name,
-                "sidecar",
-                Place::Pod(&pod.name),
-                true,
-                lab.exe,
-                args,
-                meshbench_lab::Readiness::ReadyLine,
-            )
-            .await?,
-        );
-        lab.pod_capture(pod, &capture)?;
+        components.push(lab.start_our_sidecar(pod, args, &capture).await?);
     }
     Ok(components)
 }
