@@ -427,20 +427,6 @@ fn observation(
     out_dir: &Path,
     marker: String,
 ) -> WireObservation {
-    let mut versions: Vec<String> = report
-        .flows
-        .iter()
-        .filter_map(|f| f.tls_version.clone())
-        .collect();
-    versions.sort();
-    versions.dedup();
-    let mut suites: Vec<String> = report
-        .flows
-        .iter()
-        .filter_map(|f| f.cipher_suite.clone())
-        .collect();
-    suites.sort();
-    suites.dedup();
     WireObservation {
         link,
         pcap: pcap
@@ -450,11 +436,11 @@ fn observation(
             .to_string(),
         packets: report.packets,
         connections: report.flows.len() as u32,
-        tls_connections: report.flows.iter().filter(|f| f.tls).count() as u32,
+        tls_connections: report.tls_connections(),
         marker,
         marker_seen: report.marker_seen(),
-        tls_versions: versions,
-        cipher_suites: suites,
+        tls_versions: report.tls_versions(),
+        cipher_suites: report.cipher_suites(),
     }
 }
 

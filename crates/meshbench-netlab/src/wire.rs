@@ -213,6 +213,40 @@ impl WireReport {
     pub fn all_tls(&self) -> bool {
         !self.flows.is_empty() && self.flows.iter().all(|f| f.tls)
     }
+
+    pub fn tls_connections(&self) -> u32 {
+        self.flows.iter().filter(|f| f.tls).count() as u32
+    }
+
+    /// The TLS versions the connections negotiated, each once, sorted.
+    pub fn tls_versions(&self) -> Vec<String> {
+        distinct(self.flows.iter().filter_map(|f| f.tls_version.clone()))
+    }
+
+    /// The cipher suites the connections negotiated, each once, sorted.
+    pub fn cipher_suites(&self) -> Vec<String> {
+        distinct(self.flows.iter().filter_map(|f| f.cipher_suite.clone()))
+    }
+
+    /// The same report without connections to or from `port` (e.g. the control plane's).
+    pub fn without_port(&self, port: u16) -> WireReport {
+        WireReport {
+            packets: self.packets,
+            flows: self
+                .flows
+                .iter()
+                .filter(|f| f.client.port() != port && f.server.port() != port)
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+fn distinct(values: impl Iterator<Item = String>) -> Vec<String> {
+    let mut values: Vec<String> = values.collect();
+    values.sort();
+    values.dedup();
+    values
 }
 
 #[derive(Default)]

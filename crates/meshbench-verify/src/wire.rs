@@ -41,25 +41,10 @@ pub fn evidence(
     marker: &str,
     encryption_expected: bool,
 ) -> WireEvidence {
-    let ca_port = meshbench_meshes::Ports::CA;
-    let flows: Vec<_> = report
-        .flows
-        .iter()
-        .filter(|f| f.server.port() != ca_port && f.client.port() != ca_port)
-        .collect();
-    let tls_connections = flows.iter().filter(|f| f.tls).count() as u32;
-    let marker_seen = flows.iter().any(|f| f.marker_seen);
-    let mut tls_versions: Vec<String> =
-        flows.iter().filter_map(|f| f.tls_version.clone()).collect();
-    tls_versions.sort();
-    tls_versions.dedup();
-    let mut cipher_suites: Vec<String> = flows
-        .iter()
-        .filter_map(|f| f.cipher_suite.clone())
-        .collect();
-    cipher_suites.sort();
-    cipher_suites.dedup();
-    let connections = flows.len() as u32;
+    let report = report.without_port(meshbench_meshes::Ports::CA);
+    let tls_connections = report.tls_connections();
+    let marker_seen = report.marker_seen();
+    let connections = report.flows.len() as u32;
     let (verdict, note) = if !encryption_expected {
         (
             Verdict::Pass,
@@ -90,8 +75,8 @@ pub fn evidence(
         path: path.to_owned(),
         connections,
         tls_connections,
-        tls_versions,
-        cipher_suites,
+        tls_versions: report.tls_versions(),
+        cipher_suites: report.cipher_suites(),
         marker: marker.to_owned(),
         marker_seen,
         encryption_expected,
