@@ -12,6 +12,17 @@ pub enum Error {
         name: String,
         known: String,
     },
+    #[error("{origin}: {field}: {problem}")]
+    Spec {
+        origin: String,
+        field: String,
+        problem: String,
+    },
+    #[error("cannot read the experiment spec {path}: {source}")]
+    ReadSpec {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} already holds a run's results; choose another --out directory")]
     OutputExists { path: PathBuf },
     #[error("cannot create {path}: {source}")]
@@ -38,6 +49,8 @@ impl Error {
     pub fn is_bad_input(&self) -> bool {
         match self {
             Error::UnknownProfile { .. }
+            | Error::Spec { .. }
+            | Error::ReadSpec { .. }
             | Error::OutputExists { .. }
             | Error::UnknownSelection { .. } => true,
             Error::Network(e) => e.is_bad_input(),

@@ -6,8 +6,10 @@ mod error;
 mod profile;
 mod runner;
 mod scenario;
+mod spec;
 
 pub use error::Error;
-pub use profile::{Profile, PROFILE_NAMES};
+pub use profile::{builtin_spec, profile_names, LoadKind, OutlierPolicy, PointPlan, Profile};
 pub use runner::{CellId, Progress, RunOptions, Runner};
 pub use scenario::Placement;
+pub use spec::{parse_spec, Scale};

@@ -1,100 +1,114 @@
-//! Built-in experiment profiles. Each is sized for a 2-core machine.
+//! A validated experiment ([`Profile`]) and the built-in profiles, each a YAML spec in
+//! `profiles/` parsed exactly as a user's file is. Each is sized for a 2-core machine; the
+//! studies' own scale is one flag away (`--scale original`).
 
+use std::path::Path;
 use std::time::Duration;
 
-use meshbench_results::{LoadPoint, RunConfig, WorkloadConfig};
+use meshbench_results::{LoadModel, LoadPoint, OutlierPolicyConfig, RunConfig, WorkloadConfig};
 
 use meshbench_meshes::Mesh;
 
 use crate::scenario::{describe, Placement};
+use crate::spec::{parse_spec, Scale};
 use crate::Error;
 
-pub const PROFILE_NAMES: &[&str] = &["quick", "smoke", "meshes"];
+/// The built-in profiles, in the order `meshbench profiles` lists them.
+const BUILTIN: &[(&str, &str)] = &[
+    ("quick", include_str!("../profiles/quick.yaml")),
+    ("smoke", include_str!("../profiles/smoke.yaml")),
+    ("meshes", include_str!("../profiles/meshes.yaml")),
+    (
+        "mtls-architectures",
+        include_str!("../profiles/mtls-architectures.yaml"),
+    ),
+    (
+        "throughput-decomposition",
+        include_str!("../profiles/throughput-decomposition.yaml"),
+    ),
+    (
+        "memory-vs-connections",
+        include_str!("../profiles/memory-vs-connections.yaml"),
+    ),
+    ("sustained", include_str!("../profiles/sustained.yaml")),
+    ("vendor-1kb", include_str!("../profiles/vendor-1kb.yaml")),
+];
+
+pub fn profile_names() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(name, _)| *name).collect()
+}
+
+/// The YAML of a built-in profile: a starting point for a user's own spec.
+pub fn builtin_spec(name: &str) -> Result<&'static str, Error> {
+    BUILTIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, text)| *text)
+        .ok_or_else(|| Error::UnknownProfile {
+            name: name.to_owned(),
+            known: profile_names().join(", "),
+        })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadKind {
+    /// A constant rate over the connections, latency from the intended send time.
+    ConstantRate,
+    /// Every connection as fast as it can (E1's throughput decomposition).
+    ClosedLoop,
+}
+
+/// A load point and how many times it runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PointPlan {
+    /// `rps` is 0 for closed-loop points.
+    pub point: LoadPoint,
+    pub repetitions: u32,
+}
+
+/// E2's policy: per load point, drop the repetitions whose baseline had the highest maximum
+/// latency. Dropped cells stay in the results; only the analysis leaves them out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OutlierPolicy {
+    pub drop_highest_baseline_max: u32,
+}
 
 #[derive(Debug, Clone)]
 pub struct Profile {
     pub name: String,
+    pub description: String,
+    pub scale: Scale,
+    /// The spec's text, kept with the results so a run describes itself.
+    pub spec: String,
     pub scenarios: Vec<Mesh>,
     pub placements: Vec<Placement>,
-    pub load_points: Vec<LoadPoint>,
-    pub repetitions: u32,
+    pub model: LoadKind,
+    pub load_points: Vec<PointPlan>,
     pub duration: Duration,
     pub warmup: Duration,
+    /// A pause after every cell, so one cell's aftermath does not bias the next.
+    pub cooldown: Duration,
     pub request_timeout: Duration,
     pub sample_interval: Duration,
     pub server_delay: Duration,
     pub response_bytes: u64,
+    /// A POST body of this size with every request (E5's 1 KB payload); 0 for GET.
+    pub request_bytes: u64,
+    pub outliers: OutlierPolicy,
 }
 
 impl Profile {
-    pub fn builtin(name: &str) -> Result<Self, Error> {
-        let all = vec![Mesh::None, Mesh::AppMtls, Mesh::Sidecar];
-        let point = |rps: f64, connections: u32| LoadPoint { rps, connections };
-        match name {
-            // The default: E1's baseline, baseline-mTLS and a sidecar mesh (our reference
-            // sidecars) at loads a 2-core machine sustains. The server answers at once (no
-            // sleep) so the cost of mTLS and proxies is not hidden under a 200 ms delay.
-            "quick" => Ok(Profile {
-                name: name.to_owned(),
-                scenarios: all.clone(),
-                placements: vec![Placement::IntraNode],
-                load_points: vec![point(500.0, 8), point(2000.0, 32), point(4000.0, 64)],
-                repetitions: 1,
-                duration: Duration::from_secs(10),
-                warmup: Duration::from_secs(2),
-                request_timeout: Duration::from_secs(5),
-                sample_interval: Duration::from_millis(200),
-                server_delay: Duration::ZERO,
-                response_bytes: 1024,
-            }),
-            // A seconds-long run of the same shape, for tests and a first check of a machine.
-            "smoke" => Ok(Profile {
-                name: name.to_owned(),
-                scenarios: all,
-                placements: vec![Placement::IntraNode],
-                load_points: vec![point(200.0, 4), point(400.0, 8)],
-                repetitions: 1,
-                duration: Duration::from_secs(2),
-                warmup: Duration::from_millis(500),
-                request_timeout: Duration::from_secs(5),
-                sample_interval: Duration::from_millis(100),
-                server_delay: Duration::from_millis(1),
-                response_bytes: 1024,
-            }),
-            // E1's comparison of mTLS architectures on the lab: no mesh, app-level mTLS, our
-            // sidecar, our node agent (same-node traffic encrypted or not) and third-party
-            // sidecars, with client and server on one node and on two.
-            "meshes" => Ok(Profile {
-                name: name.to_owned(),
-                scenarios: vec![
-                    Mesh::None,
-                    Mesh::AppMtls,
-                    Mesh::Sidecar,
-                    Mesh::NodeAgent {
-                        same_node_encryption: true,
-                    },
-                    Mesh::NodeAgent {
-                        same_node_encryption: false,
-                    },
-                    Mesh::Envoy,
-                    Mesh::Haproxy,
-                    Mesh::Nginx,
-                ],
-                placements: vec![Placement::IntraNode, Placement::InterNode],
-                load_points: vec![point(1000.0, 16)],
-                repetitions: 1,
-                duration: Duration::from_secs(10),
-                warmup: Duration::from_secs(2),
-                request_timeout: Duration::from_secs(5),
-                sample_interval: Duration::from_millis(200),
-                server_delay: Duration::ZERO,
-                response_bytes: 1024,
-            }),
-            _ => Err(Error::UnknownProfile {
-                name: name.to_owned(),
-                known: PROFILE_NAMES.join(", "),
-            }),
-        }
+    pub fn builtin(name: &str, scale: Scale) -> Result<Self, Error> {
+        parse_spec(builtin_spec(name)?, &format!("profile {name}"), scale)
+    }
+
+    /// A user's spec file.
+    pub fn from_file(path: &Path, scale: Scale) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadSpec {
+            path: path.to_owned(),
+            source,
+        })?;
+        parse_spec(&text, &path.display().to_string(), scale)
     }
 
     /// Keeps only the named scenarios and placements (all when a list is empty). A name the
@@ -106,22 +120,31 @@ impl Profile {
         })
     }
 
+    /// The most repetitions of any load point: the runner's outer loop.
+    pub fn max_repetitions(&self) -> u32 {
+        self.load_points
+            .iter()
+            .map(|p| p.repetitions)
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn cells(&self) -> usize {
-        self.scenarios.len()
-            * self.placements.len()
-            * self.load_points.len()
-            * self.repetitions as usize
+        let runs: u32 = self.load_points.iter().map(|p| p.repetitions).sum();
+        self.scenarios.len() * self.placements.len() * runs as usize
     }
 
     /// Rough wall-clock length, for the progress estimate.
     pub fn estimated_duration(&self) -> Duration {
-        let per_cell = self.warmup + self.duration + Duration::from_millis(700);
+        let per_cell = self.warmup + self.duration + self.cooldown + Duration::from_millis(700);
         per_cell * self.cells() as u32
     }
 
     pub fn describe(&self, platform: &str) -> RunConfig {
         RunConfig {
             profile: self.name.clone(),
+            description: self.description.clone(),
+            scale: self.scale.name().to_owned(),
             platform: platform.to_owned(),
             scenarios: self.scenarios.iter().map(|&s| describe(s)).collect(),
             placements: self
@@ -130,18 +153,29 @@ impl Profile {
                 .map(|p| p.name().to_owned())
                 .collect(),
             unavailable: Vec::new(),
-            load_points: self.load_points.clone(),
-            repetitions: self.repetitions,
+            model: match self.model {
+                LoadKind::ConstantRate => LoadModel::OpenLoopConstantRate,
+                LoadKind::ClosedLoop => LoadModel::ClosedLoop,
+            },
+            load_points: self.load_points.iter().map(|p| p.point).collect(),
+            repetitions: self.max_repetitions(),
+            repetitions_per_point: self.load_points.iter().map(|p| p.repetitions).collect(),
             duration_seconds: self.duration.as_secs_f64(),
             warmup_seconds: self.warmup.as_secs_f64(),
+            cooldown_seconds: self.cooldown.as_secs_f64(),
             request_timeout_seconds: self.request_timeout.as_secs_f64(),
             sample_interval_ms: self.sample_interval.as_millis() as u64,
             workload: WorkloadConfig {
                 role: "echo".to_owned(),
                 delay_ms: self.server_delay.as_secs_f64() * 1e3,
                 response_bytes: self.response_bytes,
+                request_bytes: self.request_bytes,
                 protocol: "http/1.1".to_owned(),
             },
+            outliers: OutlierPolicyConfig {
+                drop_highest_baseline_max: self.outliers.drop_highest_baseline_max,
+            },
+            spec: Some(self.spec.clone()),
         }
     }
 }
@@ -167,4 +201,25 @@ fn keep_named<T>(
         items.retain(|i| wanted.iter().any(|w| w == name_of(i)));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_profile_is_a_valid_spec_at_both_scales() {
+        for name in profile_names() {
+            let local = Profile::builtin(name, Scale::Local).unwrap();
+            assert_eq!(local.name, name, "a profile's file names it");
+            assert!(
+                !local.description.is_empty(),
+                "{name} says what it reproduces"
+            );
+            if builtin_spec(name).unwrap().contains("\noriginal:") {
+                let original = Profile::builtin(name, Scale::Original).unwrap();
+                assert!(original.cells() >= local.cells(), "{name}");
+            }
+        }
+    }
 }

@@ -25,7 +25,7 @@ use meshbench_results::{
 };
 
 use crate::scenario::{policy_yaml, Placement, CLIENT, SERVER, SERVICE};
-use crate::{Error, Profile};
+use crate::{Error, LoadKind, PointPlan, Profile};
 
 const STOP_GRACE: Duration = Duration::from_secs(2);
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -58,11 +58,15 @@ pub struct CellId {
 
 impl CellId {
     pub fn label(&self) -> String {
+        let load = if self.load_point.rps > 0.0 {
+            format!("{} rps", self.load_point.rps)
+        } else {
+            "closed loop".to_owned()
+        };
         format!(
-            "{} {} @ {} rps / {} conns (rep {})",
+            "{} {} @ {load} / {} conns (rep {})",
             self.scenario.name(),
             self.placement.name(),
-            self.load_point.rps,
             self.load_point.connections,
             self.repetition
         )
@@ -185,13 +189,17 @@ impl Runner {
             &policy_yaml(),
         )
         .map_err(Error::Mesh)?;
-        let total = scenarios.len()
-            * profile.placements.len()
-            * profile.load_points.len()
-            * profile.repetitions as usize;
+        let total = profile.cells() / profile.scenarios.len().max(1) * scenarios.len();
         let mut index = 0;
-        for repetition in 1..=profile.repetitions {
-            for &load_point in &profile.load_points {
+        for repetition in 1..=profile.max_repetitions() {
+            let points = profile
+                .load_points
+                .iter()
+                .filter(|p| p.repetitions >= repetition);
+            for &PointPlan {
+                point: load_point, ..
+            } in points
+            {
                 for &placement in &profile.placements {
                     for &scenario in &scenarios {
                         index += 1;
@@ -208,6 +216,9 @@ impl Runner {
                         progress.cell_finished(&id, &cell);
                         self.result.cells.push(cell);
                         write_json_atomic(&self.results_path, &self.result)?;
+                        if !profile.cooldown.is_zero() && index < total {
+                            tokio::time::sleep(profile.cooldown).await;
+                        }
                     }
                 }
             }
@@ -223,11 +234,12 @@ impl Runner {
         };
         let started_at = timestamp();
         let cell_dir = self.options.out_dir.join("cells").join(format!(
-            "{:03}-{}-{}-{}rps-rep{}",
+            "{:03}-{}-{}-{}rps-{}c-rep{}",
             id.index,
             id.scenario.name(),
             id.placement.name(),
             id.load_point.rps,
+            id.load_point.connections,
             id.repetition
         ));
         std::fs::create_dir_all(&cell_dir).map_err(|source| Error::CreateDir {
@@ -334,12 +346,27 @@ impl Runner {
         components.extend(deployment.components);
 
         let load_json = cell_dir.join("load.json");
-        let mut client_args = vec![
-            "load".to_owned(),
-            "--url".to_owned(),
-            deployment.url,
-            "--rps".to_owned(),
-            id.load_point.rps.to_string(),
+        let mut client_args = vec!["load".to_owned(), "--url".to_owned(), deployment.url];
+        match profile.model {
+            LoadKind::ConstantRate => client_args.extend([
+                "--model".to_owned(),
+                "open".to_owned(),
+                "--rps".to_owned(),
+                id.load_point.rps.to_string(),
+            ]),
+            LoadKind::ClosedLoop => {
+                client_args.extend(["--model".to_owned(), "closed".to_owned()]);
+            }
+        }
+        if profile.request_bytes > 0 {
+            client_args.extend([
+                "--method".to_owned(),
+                "POST".to_owned(),
+                "--payload-size".to_owned(),
+                profile.request_bytes.to_string(),
+            ]);
+        }
+        client_args.extend([
             "--connections".to_owned(),
             id.load_point.connections.to_string(),
             "--duration".to_owned(),
@@ -351,7 +378,7 @@ impl Runner {
             "--json".to_owned(),
             load_json.to_string_lossy().into_owned(),
             "--quiet".to_owned(),
-        ];
+        ]);
         client_args.extend(deployment.client_args);
         let marker = format!("meshbench-marker-{}", ctx.net.id());
         let capture = if self.options.capture_link

@@ -25,6 +25,12 @@ impl Placement {
         }
     }
 
+    pub fn parse(name: &str) -> Option<Placement> {
+        [Placement::IntraNode, Placement::InterNode]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
+
     pub fn topology(self) -> Topology {
         let server_node = match self {
             Placement::IntraNode => "node-1",

@@ -10,7 +10,7 @@ use meshbench_lab::{CgroupFs, LabComponent, Launch, Pod, Readiness};
 use meshbench_netlab::{LabNetwork, NodeRedirect, SidecarCapture, PROXY_UID};
 
 use crate::configs;
-use crate::{Error, Mesh, MeshPki};
+use crate::{Error, Mesh, MeshPki, SidecarTuning};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -324,7 +324,7 @@ pub async fn deploy(mesh: Mesh, ctx: &MeshContext<'_>) -> Result<Deployment, Err
                 ],
             })
         }
-        Mesh::Sidecar => sidecars(ctx).await,
+        Mesh::Sidecar(tuning) => sidecars(ctx, tuning).await,
         Mesh::NodeAgent {
             same_node_encryption,
         } => node_agents(ctx, same_node_encryption).await,
@@ -339,7 +339,7 @@ pub async fn deploy(mesh: Mesh, ctx: &MeshContext<'_>) -> Result<Deployment, Err
     }
 }
 
-async fn sidecars(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
+async fn sidecars(ctx: &MeshContext<'_>, tuning: SidecarTuning) -> Result<Deployment, Error> {
     let (ca, ca_endpoint) = ctx.control_plane().await?;
     let mut components = vec![ca];
     let (client, server) = (ctx.client_pod, ctx.server_pod);
@@ -347,7 +347,7 @@ async fn sidecars(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
     let client_ip = ctx.pod_ip(client)?;
     let capture = Ports::sidecar_capture();
 
-    let mut args = ctx.sidecar_args(server, ca_endpoint);
+    let mut args = tuned_sidecar_args(ctx.sidecar_args(server, ca_endpoint), tuning);
     if ctx.net.captures() {
         args.extend([
             "--inbound".into(),
@@ -367,7 +367,7 @@ async fn sidecars(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
     components.push(ctx.start_our_sidecar(server, args, &capture).await?);
 
     let server_id = ctx.server_svid().id;
-    let mut args = ctx.sidecar_args(client, ca_endpoint);
+    let mut args = tuned_sidecar_args(ctx.sidecar_args(client, ca_endpoint), tuning);
     let url = if ctx.net.captures() {
         let service = ctx.net.service_addr(ctx.service)?;
         args.extend([
@@ -394,6 +394,22 @@ async fn sidecars(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
         url,
         client_args: vec![],
     })
+}
+
+/// Applies a tuning to our sidecar's arguments. Without mTLS there is no identity to authorize,
+/// so the policy goes too (a STRICT policy would refuse every plaintext peer).
+fn tuned_sidecar_args(mut args: Vec<String>, tuning: SidecarTuning) -> Vec<String> {
+    if !tuning.mtls {
+        if let Some(at) = args.iter().position(|a| a == "--policy") {
+            args.drain(at..at + 2);
+        }
+        args.push("--no-mtls".into());
+    }
+    if !tuning.metrics {
+        args.push("--no-metrics".into());
+    }
+    args.extend(["--mode".into(), if tuning.l7 { "l7" } else { "l4" }.into()]);
+    args
 }
 
 async fn node_agents(

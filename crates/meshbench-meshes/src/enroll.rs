@@ -7,10 +7,10 @@
 use meshbench_lab::LabComponent;
 
 use crate::deploy::{LabContext, Ports};
-use crate::{spiffe_id, Error, Mesh};
+use crate::{spiffe_id, Error, Mesh, SidecarTuning};
 
 /// Meshes that can enroll an arbitrary topology today.
-pub const ENROLLABLE: &[Mesh] = &[Mesh::Sidecar];
+pub const ENROLLABLE: &[Mesh] = &[Mesh::Sidecar(SidecarTuning::DEFAULT)];
 
 /// Starts `mesh` for every meshed workload of the lab's topology (the apps already run).
 /// The netns backend is required: enrollment means transparent capture.
@@ -23,7 +23,7 @@ pub async fn enroll(mesh: Mesh, lab: &LabContext<'_>) -> Result<Vec<LabComponent
     }
     match mesh {
         Mesh::None => Ok(vec![]),
-        Mesh::Sidecar => enroll_sidecars(lab).await,
+        Mesh::Sidecar(SidecarTuning::DEFAULT) => enroll_sidecars(lab).await,
         other => Err(Error::Unsupported {
             mesh: other.name().into(),
             what: "enrolling a multi-workload topology (only meshbench-sidecar can yet)",

@@ -15,7 +15,7 @@ mod pki;
 pub use deploy::{deploy, Deployment, LabContext, MeshContext, Ports};
 pub use enroll::{enroll, ENROLLABLE};
 pub use gateway::start_gateway;
-pub use mesh::{Mesh, Unavailable};
+pub use mesh::{Mesh, SidecarTuning, Unavailable};
 pub use pki::{spiffe_id, MeshPki, WorkloadSvid, TRUST_DOMAIN};
 
 #[derive(Debug, thiserror::Error)]

@@ -10,8 +10,9 @@ pub enum Mesh {
     None,
     /// No mesh, the apps do TLS 1.3 mTLS themselves (E1's `baseline-mtls`).
     AppMtls,
-    /// meshbench's sidecar (L4) in each pod, capture by iptables, a CA service.
-    Sidecar,
+    /// meshbench's sidecar in each pod, capture by iptables, a CA service; its tuning selects
+    /// E1's throughput-decomposition configurations.
+    Sidecar(SidecarTuning),
     /// meshbench's node agent on each node, HBONE between nodes, a CA service.
     NodeAgent {
         same_node_encryption: bool,
@@ -19,6 +20,90 @@ pub enum Mesh {
     Envoy,
     Haproxy,
     Nginx,
+}
+
+/// What our sidecar does beyond moving bytes: E1 switched these off one by one to find where a
+/// sidecar's cost comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SidecarTuning {
+    /// Parse HTTP and authorize per request (L7), or splice bytes (L4).
+    pub l7: bool,
+    pub mtls: bool,
+    pub metrics: bool,
+}
+
+impl SidecarTuning {
+    /// What `meshbench-sidecar` means: L4, mTLS, metrics (as ztunnel or Linkerd's TCP proxy).
+    pub const DEFAULT: SidecarTuning = SidecarTuning {
+        l7: false,
+        mtls: true,
+        metrics: true,
+    };
+
+    /// Every combination with its scenario name; E1's five configurations are `-l7` (mTLS),
+    /// `-l7-plaintext`, `-l7-plaintext-no-metrics`, `-l4-plaintext` (TCP) and
+    /// `-l4-plaintext-no-metrics` (TCP, no metrics).
+    const NAMED: [(&'static str, SidecarTuning); 8] = [
+        ("meshbench-sidecar", SidecarTuning::DEFAULT),
+        (
+            "meshbench-sidecar-no-metrics",
+            SidecarTuning::new(false, true, false),
+        ),
+        (
+            "meshbench-sidecar-l4-plaintext",
+            SidecarTuning::new(false, false, true),
+        ),
+        (
+            "meshbench-sidecar-l4-plaintext-no-metrics",
+            SidecarTuning::new(false, false, false),
+        ),
+        ("meshbench-sidecar-l7", SidecarTuning::new(true, true, true)),
+        (
+            "meshbench-sidecar-l7-no-metrics",
+            SidecarTuning::new(true, true, false),
+        ),
+        (
+            "meshbench-sidecar-l7-plaintext",
+            SidecarTuning::new(true, false, true),
+        ),
+        (
+            "meshbench-sidecar-l7-plaintext-no-metrics",
+            SidecarTuning::new(true, false, false),
+        ),
+    ];
+
+    const fn new(l7: bool, mtls: bool, metrics: bool) -> Self {
+        SidecarTuning { l7, mtls, metrics }
+    }
+
+    fn name(self) -> &'static str {
+        Self::NAMED
+            .iter()
+            .find(|(_, t)| *t == self)
+            .map(|(name, _)| *name)
+            .expect("every combination is named")
+    }
+
+    fn describe(self) -> String {
+        format!(
+            "{}, {}, {}",
+            if self.l7 {
+                "L7 (HTTP parsed, per-request authorization, pooled upstreams)"
+            } else {
+                "L4 (bytes spliced, identity-only authorization)"
+            },
+            if self.mtls {
+                "TLS 1.3 mTLS STRICT, identity-based ALLOW"
+            } else {
+                "plaintext between sidecars, no policy"
+            },
+            if self.metrics {
+                "metrics on"
+            } else {
+                "no metrics"
+            }
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,6 +119,13 @@ impl Mesh {
         "baseline",
         "baseline-mtls",
         "meshbench-sidecar",
+        "meshbench-sidecar-no-metrics",
+        "meshbench-sidecar-l4-plaintext",
+        "meshbench-sidecar-l4-plaintext-no-metrics",
+        "meshbench-sidecar-l7",
+        "meshbench-sidecar-l7-no-metrics",
+        "meshbench-sidecar-l7-plaintext",
+        "meshbench-sidecar-l7-plaintext-no-metrics",
         "meshbench-node-agent",
         "meshbench-node-agent-plain-same-node",
         "envoy-sidecar",
@@ -45,7 +137,7 @@ impl Mesh {
         Some(match name {
             "none" | "baseline" => Mesh::None,
             "app-mtls" | "baseline-mtls" => Mesh::AppMtls,
-            "meshbench-sidecar" | "sidecar" => Mesh::Sidecar,
+            "sidecar" => Mesh::Sidecar(SidecarTuning::DEFAULT),
             "meshbench-node-agent" => Mesh::NodeAgent {
                 same_node_encryption: true,
             },
@@ -55,7 +147,12 @@ impl Mesh {
             "envoy-sidecar" => Mesh::Envoy,
             "haproxy-sidecar" => Mesh::Haproxy,
             "nginx-sidecar" => Mesh::Nginx,
-            _ => return None,
+            other => {
+                return SidecarTuning::NAMED
+                    .iter()
+                    .find(|(name, _)| *name == other)
+                    .map(|&(_, tuning)| Mesh::Sidecar(tuning))
+            }
         })
     }
 
@@ -63,7 +160,7 @@ impl Mesh {
         match self {
             Mesh::None => "baseline",
             Mesh::AppMtls => "baseline-mtls",
-            Mesh::Sidecar => "meshbench-sidecar",
+            Mesh::Sidecar(tuning) => tuning.name(),
             Mesh::NodeAgent {
                 same_node_encryption: true,
             } => "meshbench-node-agent",
@@ -81,7 +178,7 @@ impl Mesh {
         match self {
             Mesh::None => "plain HTTP/1.1 between client and server".into(),
             Mesh::AppMtls => "client and server do TLS 1.3 mTLS themselves (rustls, ECDSA P-256 SVIDs, SPIFFE IDs checked)".into(),
-            Mesh::Sidecar => "meshbench sidecar (L4) in each pod, iptables capture, TLS 1.3 mTLS STRICT, identity-based ALLOW, CA service".into(),
+            Mesh::Sidecar(tuning) => format!("meshbench sidecar in each pod, iptables capture, {}, CA service", tuning.describe()),
             Mesh::NodeAgent { same_node_encryption } => format!(
                 "meshbench node agent per node (ztunnel-like HBONE over TLS 1.3 mTLS), capture on the node, same-node traffic {}, CA service",
                 if same_node_encryption { "encrypted" } else { "plaintext" }
@@ -102,7 +199,11 @@ impl Mesh {
 
     /// Whether client and server talk mutually authenticated TLS.
     pub fn mtls(self) -> bool {
-        !matches!(self, Mesh::None)
+        match self {
+            Mesh::None => false,
+            Mesh::Sidecar(tuning) => tuning.mtls,
+            _ => true,
+        }
     }
 
     /// Whether traffic between two workloads on the same node is encrypted (Cilium's choice
@@ -153,5 +254,6 @@ mod tests {
         for name in Mesh::NAMES {
             assert_eq!(Mesh::parse(name).unwrap().name(), *name);
         }
+        assert_eq!(Mesh::NAMES.len(), 7 + SidecarTuning::NAMED.len());
     }
 }

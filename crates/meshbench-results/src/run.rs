@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::LoadReport;
+use crate::{LoadModel, LoadReport};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -54,6 +54,12 @@ pub struct Environment {
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
     pub profile: String,
+    /// What the experiment reproduces, from its spec.
+    #[serde(default)]
+    pub description: String,
+    /// `local` (sized for the machine) or `original` (the study's own scale).
+    #[serde(default = "local_scale")]
+    pub scale: String,
     /// Where the experiment ran, e.g. `local-lab/loopback`.
     pub platform: String,
     pub scenarios: Vec<ScenarioConfig>,
@@ -63,13 +69,46 @@ pub struct RunConfig {
     /// Scenarios of the profile this machine cannot run, with why and how to fix it.
     #[serde(default)]
     pub unavailable: Vec<UnavailableScenario>,
+    /// `open-loop-constant-rate` or `closed-loop` (load points then have `rps` 0).
+    #[serde(default = "constant_rate")]
+    pub model: LoadModel,
     pub load_points: Vec<LoadPoint>,
+    /// The most repetitions of any load point.
     pub repetitions: u32,
+    /// Repetitions of each load point, in the order of `load_points` (empty: `repetitions`
+    /// for every point).
+    #[serde(default)]
+    pub repetitions_per_point: Vec<u32>,
     pub duration_seconds: f64,
     pub warmup_seconds: f64,
+    /// Pause after every cell.
+    #[serde(default)]
+    pub cooldown_seconds: f64,
     pub request_timeout_seconds: f64,
     pub sample_interval_ms: u64,
     pub workload: WorkloadConfig,
+    #[serde(default)]
+    pub outliers: OutlierPolicyConfig,
+    /// The experiment spec (YAML) as run, so the document describes itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+}
+
+fn local_scale() -> String {
+    "local".to_owned()
+}
+
+fn constant_rate() -> LoadModel {
+    LoadModel::OpenLoopConstantRate
+}
+
+/// Which repetitions the analysis leaves out; their cells stay in the results.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutlierPolicyConfig {
+    /// Per load point and placement, drop this many repetitions: those whose baseline cell had
+    /// the highest maximum latency (E2's policy), with every scenario's cell of them.
+    pub drop_highest_baseline_max: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -96,6 +135,7 @@ pub struct UnavailableScenario {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoadPoint {
+    /// Requested rate; 0 for a closed-loop point (as fast as possible, as Fortio's `-qps 0`).
     pub rps: f64,
     pub connections: u32,
 }
@@ -106,6 +146,9 @@ pub struct WorkloadConfig {
     pub role: String,
     pub delay_ms: f64,
     pub response_bytes: u64,
+    /// Request body size (POST), 0 for GET without a body.
+    #[serde(default)]
+    pub request_bytes: u64,
     pub protocol: String,
 }
 

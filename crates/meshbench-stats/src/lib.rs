@@ -2,6 +2,12 @@
 //! so every figure meshbench prints is computed one way: the analyzer role, reports and
 //! comparisons all call into it.
 
+mod compare;
 mod describe;
+mod distribution;
+mod fit;
 
+pub use compare::{bootstrap_median_difference, mann_whitney, Interval, MannWhitney};
 pub use describe::{percentile, Summary};
+pub use distribution::{DecodeError, Distribution};
+pub use fit::{linear_fit, mean_confidence_interval, LinearFit};

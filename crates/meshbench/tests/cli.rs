@@ -32,6 +32,28 @@ fn bad_input_is_named_and_exits_with_code_2() {
         &run(&["run", "--profile", "meshes", "--scenarios", "istio"]),
         "--scenarios: the profile has no \"istio\"",
     );
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("mine.yaml");
+    let builtin = run(&["profiles", "show", "sustained"]);
+    assert!(builtin.status.success());
+    let text = String::from_utf8(builtin.stdout).unwrap();
+    std::fs::write(&spec, text.replacen("- { rps: 200,", "- { rps: fast,", 1)).unwrap();
+    assert_bad_input(
+        &run(&["run", "--spec", spec.to_str().unwrap()]),
+        "mine.yaml: load.points[1].rps",
+    );
+    std::fs::write(
+        &spec,
+        text.replace(
+            "drop_highest_baseline_max: 2",
+            "drop_highest_baseline_max: 5",
+        ),
+    )
+    .unwrap();
+    assert_bad_input(
+        &run(&["run", "--spec", spec.to_str().unwrap()]),
+        "outliers.drop_highest_baseline_max: dropping 5 of 5 repetitions",
+    );
     assert_bad_input(
         &run(&[
             "load",

@@ -7,6 +7,7 @@ mod bench;
 mod ca;
 mod lab;
 mod load;
+mod profiles;
 mod proxy;
 mod report;
 mod run;
@@ -42,6 +43,9 @@ enum LogFormat {
 enum Command {
     /// Run an experiment on the local lab and write results and reports.
     Run(run::RunArgs),
+    /// The built-in experiment profiles: list them, or print one's spec.
+    #[command(subcommand)]
+    Profiles(profiles::ProfilesCommand),
     /// Regenerate report.md and report.html from a result directory.
     Report(report::ReportArgs),
     /// Generate load against a URL (constant-rate open loop).
@@ -90,6 +94,7 @@ pub fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Report(args) => report::run(args),
+        Command::Profiles(cmd) => profiles::run(cmd),
         Command::Load(args) => load::run(*args),
         Command::Workload(cmd) => workload::run(cmd),
         Command::Proxy(cmd) => proxy::run(cmd),

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner};
+use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner, Scale};
 use meshbench_netlab::Backend;
 use meshbench_results::{Cell, RunResult, RunStatus, UnavailableScenario};
 
@@ -15,9 +15,17 @@ use super::Interrupted;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Built-in experiment profile: quick (default), smoke, meshes.
-    #[arg(long, default_value = "quick")]
-    profile: String,
+    /// Built-in experiment profile (`meshbench profiles` lists them); default quick.
+    #[arg(long, conflicts_with = "spec")]
+    profile: Option<String>,
+    /// An experiment spec (YAML) of your own; `meshbench profiles show NAME` prints one to
+    /// start from.
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// local (sized for this machine) or original (the study's loads, durations and
+    /// repetitions, from the spec's `original:` section).
+    #[arg(long, default_value = "local", value_parser = scale)]
+    scale: Scale,
     /// Lab backend: netns (nodes and pods as network namespaces; needs root) or loopback
     /// (pods on 127.x addresses). Default: netns where permitted.
     #[arg(long)]
@@ -48,7 +56,10 @@ pub struct RunArgs {
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    let mut profile = Profile::builtin(&a.profile)?;
+    let mut profile = match (&a.spec, &a.profile) {
+        (Some(path), _) => Profile::from_file(path, a.scale)?,
+        (None, name) => Profile::builtin(name.as_deref().unwrap_or("quick"), a.scale)?,
+    };
     if let Some(duration) = a.duration {
         profile.duration = duration;
     }
@@ -68,11 +79,12 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         capture_link: a.capture_link,
     })?;
     eprintln!(
-        "meshbench run: profile {} on the {} backend ({} cells, about {}), results in {}",
+        "meshbench run: profile {} ({} scale) on the {} backend ({} cells, about {}), results in {}",
         profile.name,
+        profile.scale.name(),
         backend.name(),
         profile.cells(),
-        humantime::format_duration(profile.estimated_duration()),
+        humantime::format_duration(std::time::Duration::from_secs(profile.estimated_duration().as_secs())),
         out_dir.display()
     );
     let progress = CellProgress::new(profile.cells());
@@ -106,6 +118,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         return Err(Interrupted(out_dir.display().to_string()).into());
     }
     Ok(())
+}
+
+fn scale(value: &str) -> Result<Scale, String> {
+    Scale::parse(value).ok_or_else(|| format!("unknown scale {value:?}; known: local, original"))
 }
 
 fn default_out_dir(profile: &str) -> PathBuf {
