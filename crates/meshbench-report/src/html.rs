@@ -6,20 +6,38 @@ use std::fmt::Write;
 use meshbench_results::RunResult;
 
 use crate::tables::{self, Table};
+use crate::Analysis;
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}\
 table{border-collapse:collapse;margin:0.5rem 0 1.5rem}\
 th,td{border:1px solid #ccc;padding:0.25rem 0.6rem;text-align:right}\
 th{background:#f3f3f3}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}\
-dt{font-weight:bold;float:left;clear:left;width:11rem}dd{margin-left:12rem}";
+dt{font-weight:bold;float:left;clear:left;width:11rem}dd{margin-left:12rem}\
+figure{margin:0 0 1.5rem}figcaption{color:#555;font-size:0.9rem}";
 
-pub fn render_html(result: &RunResult) -> String {
-    page(
+pub fn render_html(result: &RunResult, analysis: &Analysis) -> String {
+    let tables = tables::report_tables(result, analysis);
+    let charts = crate::charts::charts(analysis);
+    let mut out = page(
         &format!("meshbench report: {}", result.config.profile),
         "meshbench report",
         &tables::header_lines(result),
-        &tables::report_tables(result),
-    )
+        &tables,
+    );
+    // Charts first, after the description: what a reader looks at before the numbers.
+    let mut figures = String::from("<h2>Charts</h2>\n");
+    for chart in &charts {
+        let _ = writeln!(
+            figures,
+            "<figure>{}<figcaption>{}</figcaption></figure>",
+            chart.svg,
+            escape(&chart.title)
+        );
+    }
+    if let Some(at) = out.find("</dl>\n") {
+        out.insert_str(at + "</dl>\n".len(), &figures);
+    }
+    out
 }
 
 /// A self-contained HTML page: a heading, key-value lines, then the tables.

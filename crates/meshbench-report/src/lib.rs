@@ -1,7 +1,12 @@
-//! Reports from a run's results. [`tables`] turns a `RunResult` into table models (absolute
-//! figures per load point; overhead of every scenario relative to `baseline`, as E1's Table I);
-//! [`markdown`] and [`html`] render the same tables, so both reports always agree.
+//! Reports from a run's results. [`Analysis`] computes the statistics once (outlier policy,
+//! pooled distributions, tests against the baseline, fits); [`tables`] turns it into table
+//! models (absolute figures, overhead relative to `baseline` as E1's Table I, significance,
+//! distributions); [`markdown`] and [`html`] render the same tables, so both reports always
+//! agree; the HTML adds SVG charts; CSV files export the same figures for other tools.
 
+mod analysis;
+mod charts;
+mod csv;
 mod html;
 mod markdown;
 mod summary;
@@ -12,6 +17,8 @@ use std::path::Path;
 
 use meshbench_results::{RunResult, VerifyReport};
 
+pub use analysis::{Analysis, Comparison, Group, Point};
+pub use charts::{charts, Chart};
 pub use html::render_html;
 pub use markdown::render_markdown;
 pub use summary::{load_summary, run_summary};
@@ -24,13 +31,19 @@ pub struct Error {
     source: std::io::Error,
 }
 
-/// Writes `report.md` and `report.html` into `dir`.
+/// Writes `report.md`, `report.html` and the CSV exports (`figures.csv`, `comparisons.csv`,
+/// `cells.csv`) into `dir`.
 pub fn write_reports(dir: &Path, result: &RunResult) -> Result<(), Error> {
+    let analysis = Analysis::of(result);
+    let figures = tables::figures(&analysis);
     write_files(
         dir,
         [
-            ("report.md", render_markdown(result)),
-            ("report.html", render_html(result)),
+            ("report.md", render_markdown(result, &analysis)),
+            ("report.html", render_html(result, &analysis)),
+            ("figures.csv", csv::figures(&figures)),
+            ("comparisons.csv", csv::comparisons(&analysis)),
+            ("cells.csv", csv::cells(result)),
         ],
     )
 }

@@ -5,12 +5,13 @@ use std::fmt::Write;
 use meshbench_results::RunResult;
 
 use crate::tables::{self, Table};
+use crate::Analysis;
 
-pub fn render_markdown(result: &RunResult) -> String {
+pub fn render_markdown(result: &RunResult, analysis: &Analysis) -> String {
     page(
         "meshbench report",
         &tables::header_lines(result),
-        &tables::report_tables(result),
+        &tables::report_tables(result, analysis),
     )
 }
 

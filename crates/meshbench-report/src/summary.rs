@@ -75,12 +75,16 @@ pub fn load_summary(r: &LoadReport) -> String {
 
 /// What `meshbench run` prints at the end: the absolute and overhead tables.
 pub fn run_summary(result: &RunResult) -> String {
-    let figures = tables::figures(result);
+    let analysis = crate::Analysis::of(result);
+    let figures = tables::figures(&analysis);
     let mut out = String::new();
-    for table in [
-        tables::absolute_table(&figures),
-        tables::overhead_table(&figures),
-    ] {
+    let tables = [
+        Some(tables::absolute_table(&figures)),
+        Some(tables::overhead_table(&figures)),
+        tables::significance_table(&analysis),
+        tables::fit_table(&analysis),
+    ];
+    for table in tables.into_iter().flatten() {
         crate::markdown::write_table(&mut out, &table);
         out.push('\n');
     }

@@ -1,9 +1,13 @@
 //! Table models computed from results: what the reports show, independent of format.
-//! Repetitions of a (scenario, load point) are averaged.
+//! Repetitions of a (scenario, load point) are averaged, after the outlier policy; the
+//! statistics come from [`Analysis`].
 
-use meshbench_results::{Cell, RunResult};
+use meshbench_results::{Cell, LoadPoint, RunResult};
 
-pub const BASELINE: &str = "baseline";
+use meshbench_stats::Interval;
+
+pub use crate::analysis::BASELINE;
+use crate::analysis::{fmt_num, Analysis, Point, ALPHA};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Table {
@@ -90,58 +94,37 @@ fn side(cell: &Cell, prefixes: &[&str]) -> (f64, f64) {
         })
 }
 
-/// Figures per (load point, scenario), in the order of the run's configuration.
-pub fn figures(result: &RunResult) -> Vec<Figures> {
-    let mut out = Vec::new();
-    let placements: Vec<String> = if result.config.placements.is_empty() {
-        vec![String::new()]
-    } else {
-        result.config.placements.clone()
-    };
-    for lp in &result.config.load_points {
-        for placement in &placements {
-            for scenario in &result.config.scenarios {
-                let cells: Vec<&Cell> = result
-                    .cells
-                    .iter()
-                    .filter(|c| {
-                        c.scenario == scenario.name
-                            && c.load_point == *lp
-                            && c.placement.as_deref().unwrap_or("") == placement
-                    })
-                    .collect();
-                if cells.is_empty() {
-                    continue;
-                }
-                let n = cells.len() as f64;
-                let mean = |f: &dyn Fn(&Cell) -> f64| cells.iter().map(|c| f(c)).sum::<f64>() / n;
-                let ms = |us: u64| us as f64 / 1e3;
-                out.push(Figures {
-                    scenario: scenario.name.clone(),
-                    placement: placement.clone(),
-                    rps: lp.rps,
-                    connections: lp.connections,
-                    repetitions: cells.len() as u32,
-                    achieved_rps: mean(&|c| c.load.achieved_rps),
-                    sent: mean(&|c| c.load.sent as f64),
-                    errors: mean(&|c| error_count(c) as f64),
-                    unsent: mean(&|c| c.load.unsent as f64),
-                    p50_ms: mean(&|c| ms(c.load.latency.p50_us)),
-                    p90_ms: mean(&|c| ms(c.load.latency.p90_us)),
-                    p99_ms: mean(&|c| ms(c.load.latency.p99_us)),
-                    p999_ms: mean(&|c| ms(c.load.latency.p99_9_us)),
-                    max_ms: mean(&|c| ms(c.load.latency.max_us)),
-                    client_cpu: mean(&|c| side(c, &CLIENT_SIDE).0),
-                    server_cpu: mean(&|c| side(c, &SERVER_SIDE).0),
-                    client_mib: mean(&|c| side(c, &CLIENT_SIDE).1),
-                    server_mib: mean(&|c| side(c, &SERVER_SIDE).1),
-                    shared_cpu: mean(&|c| shared(c).0),
-                    shared_mib: mean(&|c| shared(c).1),
-                });
+/// Figures per (load point, scenario), from the repetitions the outlier policy kept.
+pub fn figures(analysis: &Analysis) -> Vec<Figures> {
+    analysis
+        .groups
+        .iter()
+        .map(|g| {
+            let ms = |us: u64| us as f64 / 1e3;
+            Figures {
+                scenario: g.scenario.clone(),
+                placement: g.point.placement.clone(),
+                rps: g.point.load.rps,
+                connections: g.point.load.connections,
+                repetitions: g.cells.len() as u32,
+                achieved_rps: g.mean(|c| c.load.achieved_rps),
+                sent: g.mean(|c| c.load.sent as f64),
+                errors: g.mean(|c| error_count(c) as f64),
+                unsent: g.mean(|c| c.load.unsent as f64),
+                p50_ms: g.mean(|c| ms(c.load.latency.p50_us)),
+                p90_ms: g.mean(|c| ms(c.load.latency.p90_us)),
+                p99_ms: g.mean(|c| ms(c.load.latency.p99_us)),
+                p999_ms: g.mean(|c| ms(c.load.latency.p99_9_us)),
+                max_ms: g.mean(|c| ms(c.load.latency.max_us)),
+                client_cpu: g.mean(|c| side(c, &CLIENT_SIDE).0),
+                server_cpu: g.mean(|c| side(c, &SERVER_SIDE).0),
+                client_mib: g.mean(|c| side(c, &CLIENT_SIDE).1),
+                server_mib: g.mean(|c| side(c, &SERVER_SIDE).1),
+                shared_cpu: g.mean(|c| shared(c).0),
+                shared_mib: g.mean(|c| shared(c).1),
             }
-        }
-    }
-    out
+        })
+        .collect()
 }
 
 /// CPU and memory of the mesh's shared components (node agents, control plane).
@@ -174,23 +157,22 @@ fn headers(leading: &[&str]) -> Vec<String> {
 }
 
 fn load_label(f: &Figures) -> String {
-    format!("{} rps / {} conns", fmt_num(f.rps), f.connections)
+    Point {
+        placement: String::new(),
+        load: LoadPoint {
+            rps: f.rps,
+            connections: f.connections,
+        },
+    }
+    .label()
 }
 
 fn cell_label(c: &Cell) -> String {
-    format!(
-        "{} rps / {} conns",
-        fmt_num(c.load_point.rps),
-        c.load_point.connections
-    )
-}
-
-fn fmt_num(x: f64) -> String {
-    if x.fract() == 0.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x:.1}")
+    Point {
+        placement: String::new(),
+        load: c.load_point,
     }
+    .label()
 }
 
 /// Absolute figures: one row per (load point, scenario).
@@ -402,16 +384,218 @@ pub fn wire_table(result: &RunResult) -> Option<Table> {
 }
 
 /// Every table of a run's report, in report order: Markdown and HTML render this one list.
-pub fn report_tables(result: &RunResult) -> Vec<Table> {
-    let figures = figures(result);
-    let mut tables = vec![
-        absolute_table(&figures),
-        overhead_table(&figures),
-        component_table(result),
-        outcome_table(result),
-    ];
+pub fn report_tables(result: &RunResult, analysis: &Analysis) -> Vec<Table> {
+    let figures = figures(analysis);
+    let mut tables = vec![absolute_table(&figures), overhead_table(&figures)];
+    tables.extend(significance_table(analysis));
+    tables.extend(repetition_table(analysis));
+    tables.push(distribution_table(analysis));
+    tables.extend(fit_table(analysis));
+    tables.extend(outlier_table(analysis));
+    tables.extend([component_table(result), outcome_table(result)]);
     tables.extend(wire_table(result));
     tables
+}
+
+fn ci(interval: &Interval, decimals: usize) -> String {
+    format!(
+        "{:.decimals$} [{:.decimals$}, {:.decimals$}]",
+        interval.estimate, interval.low, interval.high
+    )
+}
+
+/// Below what f64 can tell apart from zero, say so rather than print 0.
+fn p_value(p: f64) -> String {
+    if p < 1e-300 {
+        "< 1e-300".to_owned()
+    } else if p < 0.001 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+/// Every scenario against the baseline at the same point, on the whole latency distribution.
+pub fn significance_table(analysis: &Analysis) -> Option<Table> {
+    let rows: Vec<Vec<String>> = analysis
+        .comparisons
+        .iter()
+        .map(|c| {
+            vec![
+                c.point.label(),
+                c.scenario.clone(),
+                ci(&c.median_difference_ms, 3),
+                p_value(c.test.p_value),
+                format!("{:+.3} ({})", c.test.cliffs_delta, c.test.magnitude()),
+                format!("{} / {}", c.test.n_a, c.test.n_b),
+                if c.significant() { "yes" } else { "no" }.to_owned(),
+            ]
+        })
+        .collect();
+    (!rows.is_empty()).then(|| Table {
+        title: format!(
+            "Latency against baseline: is the difference significant? (Mann-Whitney U two-sided, alpha {ALPHA}; \
+             Cliff's delta > 0 means slower than baseline; bootstrap 95% interval of the median difference; \
+             requests within a run are not independent, so read small effects with care)"
+        ),
+        headers: [
+            "load",
+            "scenario",
+            "median difference ms [95% CI]",
+            "p",
+            "Cliff's delta",
+            "requests (baseline / scenario)",
+            "significant",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    })
+}
+
+/// Means across repetitions with 95% Student-t intervals, where there are two or more.
+pub fn repetition_table(analysis: &Analysis) -> Option<Table> {
+    let rows: Vec<Vec<String>> = analysis
+        .groups
+        .iter()
+        .filter_map(|g| {
+            Some(vec![
+                g.point.label(),
+                g.scenario.clone(),
+                g.cells.len().to_string(),
+                ci(g.achieved_rps.as_ref()?, 1),
+                ci(g.p50_ms.as_ref()?, 3),
+                ci(g.p99_ms.as_ref()?, 3),
+            ])
+        })
+        .collect();
+    (!rows.is_empty()).then(|| Table {
+        title: "Across repetitions (mean [95% CI])".to_owned(),
+        headers: [
+            "load",
+            "scenario",
+            "repetitions",
+            "achieved rps",
+            "p50 ms",
+            "p99 ms",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    })
+}
+
+/// E3's descriptive statistics of every request's latency, pooled over repetitions.
+pub fn distribution_table(analysis: &Analysis) -> Table {
+    let rows = analysis
+        .groups
+        .iter()
+        .map(|g| {
+            let d = &g.latency;
+            let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.3}", v / 1e3));
+            let q = |p: f64| ms(d.quantile(p));
+            let ratio = match (d.quantile(1.0), d.quantile(0.99)) {
+                (Some(max), Some(p99)) if p99 > 0.0 => format!("{:.1}", max / p99),
+                _ => "-".to_owned(),
+            };
+            vec![
+                g.point.label(),
+                g.scenario.clone(),
+                d.len().to_string(),
+                ms(d.mean()),
+                ms(d.std_dev()),
+                q(0.0),
+                q(0.25),
+                q(0.5),
+                q(0.75),
+                q(0.90),
+                q(0.95),
+                q(0.99),
+                q(0.999),
+                q(1.0),
+                ratio,
+            ]
+        })
+        .collect();
+    Table {
+        title: "Latency distribution, every request (ms)".to_owned(),
+        headers: [
+            "load",
+            "scenario",
+            "requests",
+            "mean",
+            "std dev",
+            "min",
+            "Q1",
+            "median",
+            "Q3",
+            "RTT90",
+            "RTT95",
+            "RTT99",
+            "p99.9",
+            "max",
+            "max / RTT99",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    }
+}
+
+/// E1's memory-vs-connections lines.
+pub fn fit_table(analysis: &Analysis) -> Option<Table> {
+    let rows: Vec<Vec<String>> = analysis
+        .fits
+        .iter()
+        .map(|f| {
+            vec![
+                f.scenario.clone(),
+                f.placement.clone(),
+                f.points.len().to_string(),
+                format!("{:.2}", f.fit.slope * 1000.0),
+                format!("{:.1}", f.fit.intercept),
+                format!("{:.3}", f.fit.r_squared),
+            ]
+        })
+        .collect();
+    (!rows.is_empty()).then(|| Table {
+        title: "Mesh memory against open connections (least squares)".to_owned(),
+        headers: [
+            "scenario",
+            "placement",
+            "points",
+            "MiB per 1000 connections",
+            "MiB at 0 connections",
+            "R^2",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    })
+}
+
+/// Repetitions the outlier policy left out, so a reader sees what was dropped.
+pub fn outlier_table(analysis: &Analysis) -> Option<Table> {
+    let mut rows: Vec<Vec<String>> = vec![];
+    for point in analysis.points() {
+        if let Some(g) = analysis.at(point).find(|g| !g.dropped.is_empty()) {
+            rows.push(vec![
+                point.label(),
+                g.dropped
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ]);
+        }
+    }
+    (!rows.is_empty()).then(|| Table {
+        title: "Repetitions dropped by the outlier policy (highest baseline maximum latency; cells kept in results.json)".to_owned(),
+        headers: ["load", "repetitions dropped (every scenario)"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+    })
 }
 
 /// Status, environment and configuration lines shown above the tables.
@@ -465,11 +649,31 @@ pub fn header_lines(result: &RunResult) -> Vec<(String, String)> {
         (
             "load".to_owned(),
             format!(
-                "constant-rate open loop, {} s measured after {} s warm-up, {} repetition(s); latency from the intended send time",
-                cfg.duration_seconds, cfg.warmup_seconds, cfg.repetitions
+                "{}, {} s measured after {} s warm-up, {} repetition(s){}",
+                match cfg.model {
+                    meshbench_results::LoadModel::ClosedLoop => {
+                        "closed loop (every connection as fast as it can)"
+                    }
+                    _ => "constant-rate open loop (latency from the intended send time)",
+                },
+                cfg.duration_seconds,
+                cfg.warmup_seconds,
+                cfg.repetitions,
+                match cfg.outliers.drop_highest_baseline_max {
+                    0 => String::new(),
+                    n => format!(
+                        "; per load point the {n} repetition(s) with the highest baseline maximum latency are left out"
+                    ),
+                }
             ),
         ),
     ];
+    if !cfg.description.is_empty() {
+        lines.insert(2, ("experiment".to_owned(), cfg.description.clone()));
+    }
+    if cfg.scale != "local" {
+        lines.insert(2, ("scale".to_owned(), cfg.scale.clone()));
+    }
     if let Some(reason) = &result.status_reason {
         lines.insert(1, ("status reason".to_owned(), reason.clone()));
     }

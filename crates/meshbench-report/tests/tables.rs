@@ -1,9 +1,9 @@
 //! The report's tables must show the results' own figures: absolute values per scenario and
 //! the overhead of each scenario against baseline at the same load point.
 
-use meshbench_report::tables::{absolute_table, figures, overhead_table};
-use meshbench_report::{render_html, render_markdown};
-use meshbench_results::{read_json, RunResult};
+use meshbench_report::tables::{absolute_table, figures, fit_table, overhead_table};
+use meshbench_report::{render_html, render_markdown, Analysis};
+use meshbench_results::{read_json, ComponentResources, LoadPoint, RunResult};
 
 fn example() -> RunResult {
     let path = concat!(
@@ -26,7 +26,8 @@ fn overhead_is_the_difference_to_baseline_at_the_same_load_point() {
         .iter()
         .find(|c| c.scenario == "baseline-mtls")
         .unwrap();
-    let figs = figures(&result);
+    let analysis = Analysis::of(&result);
+    let figs = figures(&analysis);
     assert_eq!(figs.len(), 2);
 
     let table = overhead_table(&figs);
@@ -54,11 +55,14 @@ fn overhead_is_the_difference_to_baseline_at_the_same_load_point() {
 fn markdown_and_html_carry_the_same_tables_and_the_html_is_self_contained() {
     let mut result = example();
     result.config.profile = "<script>alert(1)</script>".to_owned();
-    let md = render_markdown(&result);
-    let html = render_html(&result);
+    let analysis = Analysis::of(&result);
+    let md = render_markdown(&result, &analysis);
+    let html = render_html(&result, &analysis);
     for title in [
         "Absolute figures",
         "Overhead relative to baseline",
+        "Latency against baseline: is the difference significant?",
+        "Latency distribution, every request (ms)",
         "Outcomes by class",
     ] {
         assert!(md.contains(title) && html.contains(title), "{title}");
@@ -69,4 +73,145 @@ fn markdown_and_html_carry_the_same_tables_and_the_html_is_self_contained() {
         "no external resources"
     );
     assert!(md.contains(&result.environment.git_commit));
+}
+
+#[test]
+fn the_html_draws_the_charts_inline() {
+    let result = example();
+    let analysis = Analysis::of(&result);
+    let html = render_html(&result, &analysis);
+    for caption in [
+        "Latency CDF",
+        "Latency box plot",
+        "Latency histogram",
+        "CPU by component",
+        "Memory by component",
+    ] {
+        assert!(
+            html.contains(&format!("<figcaption>{caption}")),
+            "{caption}"
+        );
+    }
+    assert!(html.matches("<svg").count() >= 5);
+    assert!(!html.contains("href=\"http"), "no external resources");
+}
+
+#[test]
+fn every_scenario_is_tested_against_the_baseline_on_all_its_requests() {
+    let result = example();
+    let analysis = Analysis::of(&result);
+    let c = &analysis.comparisons[0];
+    assert_eq!(c.scenario, "baseline-mtls");
+    let count = |name: &str| {
+        result
+            .cells
+            .iter()
+            .find(|cell| cell.scenario == name)
+            .unwrap()
+            .load
+            .latency
+            .count
+    };
+    assert_eq!(
+        (c.test.n_a, c.test.n_b),
+        (count("baseline"), count("baseline-mtls"))
+    );
+    assert!(c.median_difference_ms.low <= c.median_difference_ms.estimate);
+    assert!(c.median_difference_ms.estimate <= c.median_difference_ms.high);
+}
+
+/// Four repetitions of the example; baseline's maximum is highest in repetition 3.
+fn repeated(drop: u32) -> RunResult {
+    let mut result = example();
+    let first = result.cells.clone();
+    result.cells.clear();
+    for rep in 1..=4u32 {
+        for cell in &first {
+            let mut cell = cell.clone();
+            cell.repetition = rep;
+            if cell.scenario == "baseline" {
+                cell.load.latency.max_us = if rep == 3 {
+                    900_000
+                } else {
+                    1_000 + u64::from(rep)
+                };
+                cell.load.achieved_rps = if rep == 3 { 1.0 } else { 100.0 };
+            }
+            result.cells.push(cell);
+        }
+    }
+    result.config.repetitions = 4;
+    result.config.outliers.drop_highest_baseline_max = drop;
+    result
+}
+
+#[test]
+fn the_outlier_policy_drops_the_repetitions_with_the_highest_baseline_maximum() {
+    let kept_all = repeated(0);
+    let analysis = Analysis::of(&kept_all);
+    assert!(analysis
+        .groups
+        .iter()
+        .all(|g| g.cells.len() == 4 && g.dropped.is_empty()));
+
+    let result = repeated(1);
+    let analysis = Analysis::of(&result);
+    for g in &analysis.groups {
+        assert_eq!(g.dropped, vec![3], "{}", g.scenario);
+        assert!(g.cells.iter().all(|c| c.repetition != 3));
+    }
+    let baseline = figures(&analysis)
+        .into_iter()
+        .find(|f| f.scenario == "baseline")
+        .unwrap();
+    assert_eq!(
+        baseline.achieved_rps, 100.0,
+        "the dropped repetition is left out"
+    );
+    let md = render_markdown(&result, &analysis);
+    assert!(md.contains("Repetitions dropped by the outlier policy"));
+    assert!(md.contains("Across repetitions (mean [95% CI])"));
+}
+
+#[test]
+fn memory_against_connections_is_fitted_per_scenario() {
+    let mut result = example();
+    let template = result
+        .cells
+        .iter()
+        .find(|c| c.scenario == "baseline-mtls")
+        .unwrap()
+        .clone();
+    result.cells.clear();
+    result.config.load_points.clear();
+    for (connections, mib) in [(100, 20.0), (200, 22.0), (400, 26.0), (800, 34.0)] {
+        let point = LoadPoint {
+            rps: 500.0,
+            connections,
+        };
+        result.config.load_points.push(point);
+        let mut cell = template.clone();
+        cell.load_point = point;
+        cell.resources.push(ComponentResources {
+            component: "echo-server-1-sidecar".into(),
+            role: "sidecar".into(),
+            source: "procfs".into(),
+            samples: 10,
+            cpu_cores_mean: 0.1,
+            cpu_cores_max: 0.2,
+            rss_mib_mean: mib,
+            rss_mib_max: mib,
+            working_set_mib_mean: None,
+            working_set_mib_max: None,
+        });
+        result.cells.push(cell);
+    }
+    let analysis = Analysis::of(&result);
+    let table = fit_table(&analysis).expect("four connection counts at one rate");
+    assert_eq!(table.rows.len(), 1);
+    assert_eq!(table.rows[0][0], "baseline-mtls");
+    assert_eq!(table.rows[0][3], "20.00", "20 MiB per 1000 connections");
+    assert_eq!(table.rows[0][5], "1.000");
+    let html = render_html(&result, &analysis);
+    assert!(html.contains("Mesh memory (sidecars, agents, control plane) against open connections"));
 }

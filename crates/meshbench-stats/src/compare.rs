@@ -84,7 +84,7 @@ pub fn mann_whitney(a: &Distribution, b: &Distribution) -> Option<MannWhitney> {
         let distance = ((u_b - mean).abs() - 0.5).max(0.0);
         let z = distance / variance.sqrt() * (u_b - mean).signum();
         let normal = Normal::standard();
-        let p: f64 = 2.0 * (1.0 - normal.cdf(z.abs()));
+        let p: f64 = 2.0 * normal.sf(z.abs());
         (z, p.min(1.0))
     } else {
         (0.0, 1.0)

@@ -80,6 +80,25 @@ impl Distribution {
         &self.points
     }
 
+    pub fn mean(&self) -> Option<f64> {
+        (self.total > 0).then(|| {
+            self.points.iter().map(|&(v, c)| v * c as f64).sum::<f64>() / self.total as f64
+        })
+    }
+
+    /// Sample standard deviation (n - 1), as [`crate::Summary`].
+    pub fn std_dev(&self) -> Option<f64> {
+        let mean = self.mean()?;
+        (self.total > 1).then(|| {
+            let squares: f64 = self
+                .points
+                .iter()
+                .map(|&(v, c)| (v - mean).powi(2) * c as f64)
+                .sum();
+            (squares / (self.total - 1) as f64).sqrt()
+        })
+    }
+
     /// The smallest value with at least a fraction `q` of the distribution at or below it
     /// (the inverse of the empirical CDF); `None` when empty.
     pub fn quantile(&self, q: f64) -> Option<f64> {
@@ -121,6 +140,8 @@ mod tests {
         assert_eq!(d.quantile(0.5), Some(2.0));
         assert_eq!(d.quantile(0.76), Some(3.0));
         assert_eq!(d.cdf().last(), Some(&(3.0, 1.0)));
+        assert_eq!(d.mean(), Some(2.0));
+        assert!((d.std_dev().unwrap() - (2.0f64 / 3.0).sqrt()).abs() < 1e-12);
         assert_eq!(Distribution::default().quantile(0.5), None);
     }
 

@@ -1,0 +1,350 @@
+//! The analysis behind every report: cells grouped by (placement, load point, scenario), the
+//! declared outlier policy applied, latency distributions pooled from the cells' HDR
+//! histograms, every scenario compared with the baseline at the same point (Mann-Whitney U,
+//! Cliff's delta, bootstrap interval of the median difference), means across repetitions with
+//! Student-t intervals, and memory-vs-connections fits. Computed once; tables and charts only
+//! read it.
+
+use std::collections::BTreeSet;
+
+use meshbench_results::{Cell, LoadPoint, RunResult};
+use meshbench_stats::{
+    bootstrap_median_difference, linear_fit, mann_whitney, mean_confidence_interval, Distribution,
+    Interval, LinearFit, MannWhitney,
+};
+
+pub const BASELINE: &str = "baseline";
+pub const ALPHA: f64 = 0.05;
+const LEVEL: f64 = 0.95;
+const BOOTSTRAP_ITERATIONS: usize = 2000;
+/// Fixed, so regenerating a report gives the same intervals.
+const BOOTSTRAP_SEED: u64 = 0x6d65_7368;
+/// Roles of the mesh's own processes: what a mesh adds in memory.
+pub const MESH_ROLES: [&str; 3] = ["sidecar", "node-agent", "control-plane"];
+
+/// Where and how hard a group of cells was loaded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// Empty for results from before placements.
+    pub placement: String,
+    pub load: LoadPoint,
+}
+
+impl Point {
+    pub fn label(&self) -> String {
+        let load = if self.load.rps > 0.0 {
+            format!(
+                "{} rps / {} conns",
+                fmt_num(self.load.rps),
+                self.load.connections
+            )
+        } else {
+            format!("closed loop / {} conns", self.load.connections)
+        };
+        if self.placement.is_empty() {
+            load
+        } else {
+            format!("{load}, {}", self.placement)
+        }
+    }
+}
+
+pub fn fmt_num(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// One scenario at one point: the repetitions kept, and what they measured together.
+#[derive(Debug)]
+pub struct Group<'a> {
+    pub point: Point,
+    pub scenario: String,
+    pub cells: Vec<&'a Cell>,
+    /// Repetitions left out by the outlier policy (their cells are not in `cells`).
+    pub dropped: Vec<u32>,
+    /// Every kept request's latency (µs), pooled over repetitions.
+    pub latency: Distribution,
+    /// Across repetitions (two or more): means with 95% intervals.
+    pub p50_ms: Option<Interval>,
+    pub p99_ms: Option<Interval>,
+    pub achieved_rps: Option<Interval>,
+}
+
+impl Group<'_> {
+    pub fn mean(&self, f: impl Fn(&Cell) -> f64) -> f64 {
+        if self.cells.is_empty() {
+            return 0.0;
+        }
+        self.cells.iter().map(|c| f(c)).sum::<f64>() / self.cells.len() as f64
+    }
+
+    /// Memory of the mesh's own processes (sidecars, agents, control plane), MiB: the sum of
+    /// each one's maximum, averaged over repetitions.
+    pub fn mesh_mib(&self) -> f64 {
+        self.mean(|c| {
+            c.resources
+                .iter()
+                .filter(|r| MESH_ROLES.contains(&r.role.as_str()))
+                .map(|r| r.rss_mib_max)
+                .sum()
+        })
+    }
+}
+
+/// A scenario against the baseline at the same point.
+#[derive(Debug)]
+pub struct Comparison {
+    pub point: Point,
+    pub scenario: String,
+    pub test: MannWhitney,
+    /// median(scenario) - median(baseline), ms.
+    pub median_difference_ms: Interval,
+}
+
+impl Comparison {
+    /// Different by the test and by the interval, both at 5%.
+    pub fn significant(&self) -> bool {
+        self.test.significant(ALPHA) && self.median_difference_ms.excludes_zero()
+    }
+}
+
+/// Memory of the mesh against open connections, for one scenario and placement.
+#[derive(Debug)]
+pub struct ConnectionFit {
+    pub scenario: String,
+    pub placement: String,
+    /// (connections, MiB).
+    pub points: Vec<(f64, f64)>,
+    pub fit: LinearFit,
+}
+
+#[derive(Debug)]
+pub struct Analysis<'a> {
+    pub groups: Vec<Group<'a>>,
+    pub comparisons: Vec<Comparison>,
+    pub fits: Vec<ConnectionFit>,
+    /// Cells whose latency histogram could not be read (kept out of distributions).
+    pub unreadable: Vec<String>,
+}
+
+impl<'a> Analysis<'a> {
+    pub fn of(result: &'a RunResult) -> Self {
+        let mut unreadable = vec![];
+        let mut groups = vec![];
+        for point in points(result) {
+            let dropped = dropped_repetitions(result, &point);
+            for scenario in &result.config.scenarios {
+                let cells: Vec<&Cell> = result
+                    .cells
+                    .iter()
+                    .filter(|c| at(c, &point) && c.scenario == scenario.name)
+                    .filter(|c| !dropped.contains(&c.repetition))
+                    .collect();
+                if cells.is_empty() {
+                    continue;
+                }
+                let mut latency = Distribution::default();
+                for cell in &cells {
+                    match Distribution::from_hdr(&cell.load.histogram) {
+                        Ok(d) => latency.merge(&d),
+                        Err(e) => unreadable.push(format!(
+                            "{} {} rep {}: {e}",
+                            cell.scenario,
+                            point.label(),
+                            cell.repetition
+                        )),
+                    }
+                }
+                let across = |f: &dyn Fn(&Cell) -> f64| {
+                    let values: Vec<f64> = cells.iter().map(|c| f(c)).collect();
+                    mean_confidence_interval(&values, LEVEL)
+                };
+                groups.push(Group {
+                    point: point.clone(),
+                    scenario: scenario.name.clone(),
+                    p50_ms: across(&|c| c.load.latency.p50_us as f64 / 1e3),
+                    p99_ms: across(&|c| c.load.latency.p99_us as f64 / 1e3),
+                    achieved_rps: across(&|c| c.load.achieved_rps),
+                    cells,
+                    dropped: dropped.clone(),
+                    latency,
+                });
+            }
+        }
+        let comparisons = compare_with_baseline(&groups);
+        let fits = connection_fits(&groups);
+        Analysis {
+            groups,
+            comparisons,
+            fits,
+            unreadable,
+        }
+    }
+
+    pub fn points(&self) -> Vec<&Point> {
+        let mut out: Vec<&Point> = vec![];
+        for g in &self.groups {
+            if !out.contains(&&g.point) {
+                out.push(&g.point);
+            }
+        }
+        out
+    }
+
+    pub fn placements(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = vec![];
+        for g in &self.groups {
+            if !out.contains(&g.point.placement.as_str()) {
+                out.push(&g.point.placement);
+            }
+        }
+        out
+    }
+
+    pub fn scenarios(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = vec![];
+        for g in &self.groups {
+            if !out.contains(&g.scenario.as_str()) {
+                out.push(&g.scenario);
+            }
+        }
+        out
+    }
+
+    pub fn at(&self, point: &Point) -> impl Iterator<Item = &Group<'a>> + '_ {
+        let point = point.clone();
+        self.groups.iter().filter(move |g| g.point == point)
+    }
+
+    pub fn comparison(&self, point: &Point, scenario: &str) -> Option<&Comparison> {
+        self.comparisons
+            .iter()
+            .find(|c| c.point == *point && c.scenario == scenario)
+    }
+}
+
+/// Every (placement, load point) with cells, in the configuration's order.
+fn points(result: &RunResult) -> Vec<Point> {
+    let placements: Vec<String> = if result.config.placements.is_empty() {
+        vec![String::new()]
+    } else {
+        result.config.placements.clone()
+    };
+    let mut out = vec![];
+    for placement in &placements {
+        for load in &result.config.load_points {
+            let point = Point {
+                placement: placement.clone(),
+                load: *load,
+            };
+            if result.cells.iter().any(|c| at(c, &point)) {
+                out.push(point);
+            }
+        }
+    }
+    out
+}
+
+fn at(cell: &Cell, point: &Point) -> bool {
+    cell.load_point == point.load && cell.placement.as_deref().unwrap_or("") == point.placement
+}
+
+/// E2's policy: the repetitions whose baseline cell at this point had the highest maximum
+/// latency. A repetition without a baseline cell is never dropped.
+fn dropped_repetitions(result: &RunResult, point: &Point) -> Vec<u32> {
+    let drop = result.config.outliers.drop_highest_baseline_max as usize;
+    if drop == 0 {
+        return vec![];
+    }
+    let mut baselines: Vec<&Cell> = result
+        .cells
+        .iter()
+        .filter(|c| at(c, point) && c.scenario == BASELINE)
+        .collect();
+    // Only when enough repetitions finished: a partial run drops nothing it cannot justify.
+    if baselines.len() <= drop {
+        return vec![];
+    }
+    baselines.sort_by_key(|c| std::cmp::Reverse(c.load.latency.max_us));
+    let mut dropped: Vec<u32> = baselines[..drop].iter().map(|c| c.repetition).collect();
+    dropped.sort_unstable();
+    dropped
+}
+
+fn compare_with_baseline(groups: &[Group]) -> Vec<Comparison> {
+    let mut out = vec![];
+    for g in groups.iter().filter(|g| g.scenario != BASELINE) {
+        let Some(base) = groups
+            .iter()
+            .find(|b| b.scenario == BASELINE && b.point == g.point)
+        else {
+            continue;
+        };
+        let Some(test) = mann_whitney(&base.latency, &g.latency) else {
+            continue;
+        };
+        let Some(difference) = bootstrap_median_difference(
+            &base.latency,
+            &g.latency,
+            BOOTSTRAP_ITERATIONS,
+            LEVEL,
+            BOOTSTRAP_SEED,
+        ) else {
+            continue;
+        };
+        let ms = |us: f64| us / 1e3;
+        out.push(Comparison {
+            point: g.point.clone(),
+            scenario: g.scenario.clone(),
+            test,
+            median_difference_ms: Interval {
+                estimate: ms(difference.estimate),
+                low: ms(difference.low),
+                high: ms(difference.high),
+                level: difference.level,
+            },
+        });
+    }
+    out
+}
+
+/// A fit wherever one scenario ran at three or more connection counts at the same rate: the
+/// shape of E1's memory-vs-connections experiment.
+fn connection_fits(groups: &[Group]) -> Vec<ConnectionFit> {
+    let mut keys: BTreeSet<(String, String, u64)> = BTreeSet::new();
+    for g in groups {
+        keys.insert((
+            g.scenario.clone(),
+            g.point.placement.clone(),
+            g.point.load.rps.to_bits(),
+        ));
+    }
+    let mut out = vec![];
+    for (scenario, placement, rps) in keys {
+        let points: Vec<(f64, f64)> = groups
+            .iter()
+            .filter(|g| {
+                g.scenario == scenario
+                    && g.point.placement == placement
+                    && g.point.load.rps.to_bits() == rps
+            })
+            .map(|g| (f64::from(g.point.load.connections), g.mesh_mib()))
+            .collect();
+        let distinct: BTreeSet<u64> = points.iter().map(|p| p.0 as u64).collect();
+        if distinct.len() < 3 || points.iter().all(|p| p.1 == 0.0) {
+            continue;
+        }
+        if let Some(fit) = linear_fit(&points) {
+            out.push(ConnectionFit {
+                scenario,
+                placement,
+                points,
+                fit,
+            });
+        }
+    }
+    out
+}
