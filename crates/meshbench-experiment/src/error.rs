@@ -23,6 +23,8 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot resume {path}: {problem}")]
+    Resume { path: PathBuf, problem: String },
     #[error("{path} already holds a run's results; choose another --out directory")]
     OutputExists { path: PathBuf },
     #[error("cannot create {path}: {source}")]
@@ -51,6 +53,7 @@ impl Error {
             Error::UnknownProfile { .. }
             | Error::Spec { .. }
             | Error::ReadSpec { .. }
+            | Error::Resume { .. }
             | Error::OutputExists { .. }
             | Error::UnknownSelection { .. } => true,
             Error::Network(e) => e.is_bad_input(),

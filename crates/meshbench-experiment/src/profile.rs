@@ -111,6 +111,29 @@ impl Profile {
         parse_spec(&text, &path.display().to_string(), scale)
     }
 
+    /// The profile a run was made with, from the spec and settings its results carry.
+    pub fn from_run_config(config: &RunConfig) -> Result<Self, String> {
+        let spec = config
+            .spec
+            .as_deref()
+            .ok_or("the results do not carry their experiment spec (made by an older meshbench)")?;
+        let scale = Scale::parse(&config.scale)
+            .ok_or_else(|| format!("unknown scale {:?}", config.scale))?;
+        let mut profile = parse_spec(spec, "the run's spec", scale).map_err(|e| e.to_string())?;
+        let scenarios: Vec<String> = config
+            .scenarios
+            .iter()
+            .map(|s| s.name.clone())
+            .chain(config.unavailable.iter().map(|u| u.name.clone()))
+            .collect();
+        profile
+            .select(&scenarios, &config.placements)
+            .map_err(|e| e.to_string())?;
+        profile.duration = Duration::from_secs_f64(config.duration_seconds);
+        profile.warmup = Duration::from_secs_f64(config.warmup_seconds);
+        Ok(profile)
+    }
+
     /// Keeps only the named scenarios and placements (all when a list is empty). A name the
     /// profile does not have is an error naming it.
     pub fn select(&mut self, scenarios: &[String], placements: &[String]) -> Result<(), Error> {

@@ -121,6 +121,59 @@ impl Runner {
         })
     }
 
+    /// Continues an interrupted run in `options.out_dir`: the profile is rebuilt from the spec
+    /// the results carry (with the run's scale, selection, duration and warm-up), finished
+    /// cells are kept and skipped, and new cells are appended to the same document.
+    pub fn resume(mut options: RunOptions) -> Result<Self, Error> {
+        let results_path = options.out_dir.join("results.json");
+        let mut result: RunResult = read_json(&results_path).map_err(|e| Error::Resume {
+            path: results_path.clone(),
+            problem: e.to_string(),
+        })?;
+        if result.status == RunStatus::Complete {
+            return Err(Error::Resume {
+                path: results_path,
+                problem: "the run is complete; there is nothing to resume".into(),
+            });
+        }
+        options.profile =
+            Profile::from_run_config(&result.config).map_err(|problem| Error::Resume {
+                path: results_path.clone(),
+                problem,
+            })?;
+        if options.backend == Backend::Netns {
+            meshbench_netlab::NetnsLab::check_permitted()?;
+        }
+        result.status = RunStatus::Running;
+        result.status_reason = None;
+        result.finished_at = None;
+        // Re-checked now: a tool installed since may make a scenario available.
+        result.config.unavailable.clear();
+        // A fresh CA for the new cells; the old one signed nothing that is still running.
+        let pki = options.out_dir.join("pki");
+        if pki.exists() {
+            std::fs::remove_dir_all(&pki).map_err(|source| Error::CreateDir {
+                path: pki.clone(),
+                source,
+            })?;
+        }
+        Ok(Runner {
+            options,
+            result,
+            results_path,
+            cgroups: CgroupFs::detect(),
+        })
+    }
+
+    pub fn profile(&self) -> &Profile {
+        &self.options.profile
+    }
+
+    /// Cells already in the results (non-zero when resuming).
+    pub fn finished_cells(&self) -> usize {
+        self.result.cells.len()
+    }
+
     pub fn results_path(&self) -> &Path {
         &self.results_path
     }
@@ -203,6 +256,15 @@ impl Runner {
                 for &placement in &profile.placements {
                     for &scenario in &scenarios {
                         index += 1;
+                        let finished = self.result.cells.iter().any(|c| {
+                            c.scenario == scenario.name()
+                                && c.placement.as_deref() == Some(placement.name())
+                                && c.load_point == load_point
+                                && c.repetition == repetition
+                        });
+                        if finished {
+                            continue;
+                        }
                         let id = CellId {
                             index,
                             total,

@@ -275,40 +275,40 @@ fn dropped_repetitions(result: &RunResult, point: &Point) -> Vec<u32> {
 }
 
 fn compare_with_baseline(groups: &[Group]) -> Vec<Comparison> {
-    let mut out = vec![];
-    for g in groups.iter().filter(|g| g.scenario != BASELINE) {
-        let Some(base) = groups
-            .iter()
-            .find(|b| b.scenario == BASELINE && b.point == g.point)
-        else {
-            continue;
-        };
-        let Some(test) = mann_whitney(&base.latency, &g.latency) else {
-            continue;
-        };
-        let Some(difference) = bootstrap_median_difference(
-            &base.latency,
-            &g.latency,
-            BOOTSTRAP_ITERATIONS,
-            LEVEL,
-            BOOTSTRAP_SEED,
-        ) else {
-            continue;
-        };
-        let ms = |us: f64| us / 1e3;
-        out.push(Comparison {
-            point: g.point.clone(),
-            scenario: g.scenario.clone(),
-            test,
-            median_difference_ms: Interval {
-                estimate: ms(difference.estimate),
-                low: ms(difference.low),
-                high: ms(difference.high),
-                level: difference.level,
-            },
-        });
-    }
-    out
+    groups
+        .iter()
+        .filter(|g| g.scenario != BASELINE)
+        .filter_map(|g| {
+            let base = groups
+                .iter()
+                .find(|b| b.scenario == BASELINE && b.point == g.point)?;
+            compare(base, g)
+        })
+        .collect()
+}
+
+/// `b`'s latency against `a`'s (a is the reference); `None` when either has no requests.
+pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
+    let test = mann_whitney(&a.latency, &b.latency)?;
+    let difference = bootstrap_median_difference(
+        &a.latency,
+        &b.latency,
+        BOOTSTRAP_ITERATIONS,
+        LEVEL,
+        BOOTSTRAP_SEED,
+    )?;
+    let ms = |us: f64| us / 1e3;
+    Some(Comparison {
+        point: b.point.clone(),
+        scenario: b.scenario.clone(),
+        test,
+        median_difference_ms: Interval {
+            estimate: ms(difference.estimate),
+            low: ms(difference.low),
+            high: ms(difference.high),
+            level: difference.level,
+        },
+    })
 }
 
 /// A fit wherever one scenario ran at three or more connection counts at the same rate: the

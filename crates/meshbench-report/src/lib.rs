@@ -6,6 +6,8 @@
 
 mod analysis;
 mod charts;
+mod compare;
+mod cost;
 mod csv;
 mod html;
 mod markdown;
@@ -19,8 +21,10 @@ use meshbench_results::{RunResult, VerifyReport};
 
 pub use analysis::{Analysis, Comparison, Group, Point};
 pub use charts::{charts, Chart};
+pub use compare::compare_runs;
+pub use cost::{cost_table, Prices};
 pub use html::render_html;
-pub use markdown::render_markdown;
+pub use markdown::{render_markdown, render_tables};
 pub use summary::{load_summary, run_summary};
 pub use verify::{verify_header, verify_tables};
 

@@ -15,6 +15,16 @@ pub fn render_markdown(result: &RunResult, analysis: &Analysis) -> String {
     )
 }
 
+/// Tables alone, as the terminal shows them.
+pub fn render_tables(tables: &[Table]) -> String {
+    let mut out = String::new();
+    for table in tables {
+        write_table(&mut out, table);
+        out.push('\n');
+    }
+    out
+}
+
 /// A Markdown page: a title, key-value lines, then the tables.
 pub(crate) fn page(title: &str, header: &[(String, String)], tables: &[Table]) -> String {
     let mut out = format!("# {title}\n\n");

@@ -405,7 +405,7 @@ fn ci(interval: &Interval, decimals: usize) -> String {
 }
 
 /// Below what f64 can tell apart from zero, say so rather than print 0.
-fn p_value(p: f64) -> String {
+pub(crate) fn p_value(p: f64) -> String {
     if p < 1e-300 {
         "< 1e-300".to_owned()
     } else if p < 0.001 {

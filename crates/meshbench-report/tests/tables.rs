@@ -215,3 +215,42 @@ fn memory_against_connections_is_fitted_per_scenario() {
     let html = render_html(&result, &analysis);
     assert!(html.contains("Mesh memory (sidecars, agents, control plane) against open connections"));
 }
+
+#[test]
+fn cost_uses_the_measured_overhead_per_pod() {
+    let result = example();
+    let analysis = Analysis::of(&result);
+    let figs = figures(&analysis);
+    let (base, mtls) = (&figs[0], &figs[1]);
+    let prices = meshbench_report::Prices {
+        pods: 1000,
+        cpu_per_core_month: 20.0,
+        memory_per_gib_month: 4.0,
+    };
+    let table = meshbench_report::cost_table(&result, prices);
+    assert_eq!(table.rows.len(), 1);
+    let cpu = (mtls.client_cpu + mtls.server_cpu + mtls.shared_cpu
+        - base.client_cpu
+        - base.server_cpu
+        - base.shared_cpu)
+        / 2.0;
+    let mib = (mtls.client_mib + mtls.server_mib + mtls.shared_mib
+        - base.client_mib
+        - base.server_mib
+        - base.shared_mib)
+        / 2.0;
+    let monthly = 1000.0 * (cpu * 20.0 + mib / 1024.0 * 4.0);
+    assert_eq!(table.rows[0][5], format!("{monthly:.2}"));
+    assert_eq!(table.rows[0][6], format!("{:.2}", monthly * 12.0));
+    assert_eq!(table.rows[0][7], "difference to baseline, all components");
+}
+
+#[test]
+fn comparing_a_run_with_itself_finds_no_difference() {
+    let result = example();
+    let tables = meshbench_report::compare_runs(&result, &result);
+    assert_eq!(tables.len(), 2, "every group is in both");
+    for row in &tables[0].rows {
+        assert_eq!(row.last().unwrap(), "no", "{row:?}");
+    }
+}

@@ -178,6 +178,10 @@ fn check_complete_run(dir: &Path, result: &RunResult) {
     );
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains("<table>") && !html.contains("<script"));
+    assert!(html.contains("<figcaption>p99 latency against requested rate"));
+    assert!(html.contains("<figcaption>Latency CDF"));
+    let figures = std::fs::read_to_string(dir.join("figures.csv")).unwrap();
+    assert_eq!(figures.lines().count(), 1 + result.cells.len(), "{figures}");
 }
 
 #[test]
@@ -210,6 +214,30 @@ fn run_writes_results_and_reports_then_report_regenerates_them() {
     let out = meshbench().arg("report").arg(&out_dir).output().unwrap();
     assert!(out.status.success());
     assert!(out_dir.join("report.md").exists());
+
+    let compared = meshbench()
+        .arg("compare")
+        .arg(&out_dir)
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&compared.stdout);
+    assert!(
+        compared.status.success() && text.contains("Latency, B against A"),
+        "{text}"
+    );
+    let cost = meshbench()
+        .arg("cost")
+        .arg(&out_dir)
+        .args(["--pods", "100", "--cpu-price", "30", "--mem-price", "4"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&cost.stdout);
+    assert!(
+        cost.status.success() && text.contains("| meshbench-sidecar |"),
+        "{text}"
+    );
+    assert!(text.contains("difference to baseline"), "{text}");
 
     // The same directory is never overwritten.
     let again = meshbench()
@@ -278,4 +306,34 @@ fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
     wait_for("every lab process to exit", Duration::from_secs(10), || {
         processes_tagged(&tag).is_empty().then_some(())
     });
+
+    // Resuming runs only the missing cells and keeps the finished ones as they were.
+    let resumed = meshbench()
+        .args(["run", "--resume"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let complete: RunResult = read_json(&results).unwrap();
+    assert_eq!(complete.status, RunStatus::Complete);
+    assert_eq!(complete.cells.len(), 6);
+    assert_eq!(complete.cells[..result.cells.len()], result.cells[..]);
+    let mut keys: Vec<_> = complete
+        .cells
+        .iter()
+        .map(|c| (c.scenario.clone(), c.load_point.connections, c.repetition))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 6, "every cell exactly once");
+    let again = meshbench()
+        .args(["run", "--resume"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert_bad_input(&again, "the run is complete");
 }

@@ -30,6 +30,14 @@ pub fn fraction(value: &str) -> Result<f64, String> {
     }
 }
 
+/// A price or another amount that may be zero but not negative.
+pub fn non_negative(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{value:?} is not a non-negative number")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

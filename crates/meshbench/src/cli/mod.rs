@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod ca;
+mod compare;
 mod lab;
 mod load;
 mod profiles;
@@ -43,6 +44,10 @@ enum LogFormat {
 enum Command {
     /// Run an experiment on the local lab and write results and reports.
     Run(run::RunArgs),
+    /// Compare two result directories: B against A, with significance.
+    Compare(compare::CompareArgs),
+    /// Turn a run's measured per-pod overhead into monthly and yearly cost (E5's model).
+    Cost(compare::CostArgs),
     /// The built-in experiment profiles: list them, or print one's spec.
     #[command(subcommand)]
     Profiles(profiles::ProfilesCommand),
@@ -95,6 +100,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Report(args) => report::run(args),
         Command::Profiles(cmd) => profiles::run(cmd),
+        Command::Compare(args) => compare::compare(args),
+        Command::Cost(args) => compare::cost(args),
         Command::Load(args) => load::run(*args),
         Command::Workload(cmd) => workload::run(cmd),
         Command::Proxy(cmd) => proxy::run(cmd),

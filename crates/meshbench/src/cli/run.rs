@@ -2,7 +2,7 @@
 //! reports. Ctrl-C (or SIGTERM) stops every lab process and keeps the finished cells.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use clap::Args;
@@ -53,9 +53,27 @@ pub struct RunArgs {
     /// Result directory (default: meshbench-results/<profile>-<timestamp>).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Continue an interrupted run in this directory: the same spec and settings, finished
+    /// cells kept, the missing ones run and appended.
+    #[arg(long, conflicts_with_all = ["profile", "spec", "out", "duration", "warmup", "scenarios", "placements"])]
+    resume: Option<PathBuf>,
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    if let Some(dir) = a.resume.clone() {
+        let backend = a.backend.unwrap_or_else(Backend::default_here);
+        let runner = Runner::resume(RunOptions {
+            // Replaced by the profile the results carry.
+            profile: Profile::builtin("smoke", Scale::Local)?,
+            out_dir: dir.clone(),
+            exe: std::env::current_exe()?,
+            build: super::build_info(),
+            backend,
+            pin: a.pin,
+            capture_link: a.capture_link,
+        })?;
+        return execute(runner, &dir, backend, "resuming");
+    }
     let mut profile = match (&a.spec, &a.profile) {
         (Some(path), _) => Profile::from_file(path, a.scale)?,
         (None, name) => Profile::builtin(name.as_deref().unwrap_or("quick"), a.scale)?,
@@ -70,7 +88,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let backend = a.backend.unwrap_or_else(Backend::default_here);
     let out_dir = a.out.unwrap_or_else(|| default_out_dir(&profile.name));
     let runner = Runner::new(RunOptions {
-        profile: profile.clone(),
+        profile,
         out_dir: out_dir.clone(),
         exe: std::env::current_exe()?,
         build: super::build_info(),
@@ -78,16 +96,25 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         pin: a.pin,
         capture_link: a.capture_link,
     })?;
+    execute(runner, &out_dir, backend, "running")
+}
+
+fn execute(runner: Runner, out_dir: &Path, backend: Backend, verb: &str) -> anyhow::Result<()> {
+    let profile = runner.profile();
+    let remaining = profile.cells() - runner.finished_cells();
     eprintln!(
-        "meshbench run: profile {} ({} scale) on the {} backend ({} cells, about {}), results in {}",
+        "meshbench run: {verb} profile {} ({} scale) on the {} backend ({remaining} of {} cells to run, about {}), results in {}",
         profile.name,
         profile.scale.name(),
         backend.name(),
         profile.cells(),
-        humantime::format_duration(std::time::Duration::from_secs(profile.estimated_duration().as_secs())),
+        humantime::format_duration(std::time::Duration::from_secs(
+            profile.estimated_duration().as_secs() * remaining as u64 / profile.cells().max(1) as u64
+        )),
         out_dir.display()
     );
-    let progress = CellProgress::new(profile.cells());
+    let out_dir = out_dir.to_owned();
+    let progress = CellProgress::new(remaining);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
