@@ -30,9 +30,9 @@ use crate::{Error, LoadKind, PointPlan, Profile};
 const STOP_GRACE: Duration = Duration::from_secs(2);
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Where and how a run happens; what it runs is the [`Profile`].
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    pub profile: Profile,
     pub out_dir: PathBuf,
     /// The meshbench binary, started once per lab component.
     pub exe: PathBuf,
@@ -81,6 +81,7 @@ pub trait Progress {
 }
 
 pub struct Runner {
+    profile: Profile,
     options: RunOptions,
     result: RunResult,
     results_path: PathBuf,
@@ -89,7 +90,7 @@ pub struct Runner {
 
 impl Runner {
     /// Prepares the output directory; refuses one that already holds results.
-    pub fn new(options: RunOptions) -> Result<Self, Error> {
+    pub fn new(profile: Profile, options: RunOptions) -> Result<Self, Error> {
         let results_path = options.out_dir.join("results.json");
         if results_path.exists() {
             return Err(Error::OutputExists { path: results_path });
@@ -110,10 +111,11 @@ impl Runner {
             started_at: timestamp(),
             finished_at: None,
             environment: describe_environment(&options.build),
-            config: options.profile.describe(&platform),
+            config: profile.describe(&platform),
             cells: Vec::new(),
         };
         Ok(Runner {
+            profile,
             options,
             result,
             results_path,
@@ -124,7 +126,7 @@ impl Runner {
     /// Continues an interrupted run in `options.out_dir`: the profile is rebuilt from the spec
     /// the results carry (with the run's scale, selection, duration and warm-up), finished
     /// cells are kept and skipped, and new cells are appended to the same document.
-    pub fn resume(mut options: RunOptions) -> Result<Self, Error> {
+    pub fn resume(options: RunOptions) -> Result<Self, Error> {
         let results_path = options.out_dir.join("results.json");
         let mut result: RunResult = read_json(&results_path).map_err(|e| Error::Resume {
             path: results_path.clone(),
@@ -136,7 +138,7 @@ impl Runner {
                 problem: "the run is complete; there is nothing to resume".into(),
             });
         }
-        options.profile =
+        let profile =
             Profile::from_run_config(&result.config).map_err(|problem| Error::Resume {
                 path: results_path.clone(),
                 problem,
@@ -158,6 +160,7 @@ impl Runner {
             })?;
         }
         Ok(Runner {
+            profile,
             options,
             result,
             results_path,
@@ -166,7 +169,7 @@ impl Runner {
     }
 
     pub fn profile(&self) -> &Profile {
-        &self.options.profile
+        &self.profile
     }
 
     /// Cells already in the results (non-zero when resuming).
@@ -218,7 +221,7 @@ impl Runner {
     }
 
     async fn run_cells(&mut self, progress: &dyn Progress) -> Result<(), Error> {
-        let profile = self.options.profile.clone();
+        let profile = self.profile.clone();
         // Meshes this machine cannot run are reported, never silently dropped.
         let mut scenarios = Vec::new();
         for &mesh in &profile.scenarios {
@@ -378,7 +381,7 @@ impl Runner {
         ),
         meshbench_meshes::Error,
     > {
-        let profile = &self.options.profile;
+        let profile = &self.profile;
         let mut components: Vec<LabComponent> = Vec::new();
         let mut server_args = vec![
             "workload".to_owned(),

@@ -208,25 +208,31 @@ where
     Ok(())
 }
 
-/// Empirical CDF of every request's latency, log-scaled latency axis.
-fn cdf(analysis: &Analysis, palette: &Palette, point: &Point) -> Option<Chart> {
+/// The groups at `point` that measured requests, with the smallest and largest latency (µs)
+/// of any of them: the shared axis of the distribution charts.
+fn with_latency<'g, 'a>(
+    analysis: &'g Analysis<'a>,
+    point: &Point,
+) -> Option<(Vec<&'g Group<'a>>, f64, f64)> {
     let groups: Vec<&Group> = analysis
         .at(point)
         .filter(|g| !g.latency.is_empty())
         .collect();
-    if groups.is_empty() {
-        return None;
-    }
     let lo = groups
         .iter()
         .filter_map(|g| g.latency.quantile(0.0))
-        .fold(f64::MAX, f64::min)
-        / 1e3;
+        .reduce(f64::min)?;
     let hi = groups
         .iter()
         .filter_map(|g| g.latency.quantile(1.0))
-        .fold(0.0, f64::max)
-        / 1e3;
+        .fold(lo, f64::max);
+    Some((groups, lo, hi))
+}
+
+/// Empirical CDF of every request's latency, log-scaled latency axis.
+fn cdf(analysis: &Analysis, palette: &Palette, point: &Point) -> Option<Chart> {
+    let (groups, lo, hi) = with_latency(analysis, point)?;
+    let (lo, hi) = (lo / 1e3, hi / 1e3);
     let title = format!("Latency CDF, {}", point.label());
     render(title.clone(), 420, |root| {
         let mut chart = ChartBuilder::on(root)
@@ -257,16 +263,9 @@ fn cdf(analysis: &Analysis, palette: &Palette, point: &Point) -> Option<Chart> {
 /// Horizontal box plots: box Q1-Q3 with the median, whiskers from min to p99, a dot at max
 /// (E3's candlesticks, with the tail the studies care about made visible).
 fn boxes(analysis: &Analysis, palette: &Palette, point: &Point) -> Option<Chart> {
-    let groups: Vec<&Group> = analysis
-        .at(point)
-        .filter(|g| !g.latency.is_empty())
-        .collect();
-    if groups.is_empty() {
-        return None;
-    }
+    let (groups, lo, hi) = with_latency(analysis, point)?;
+    let (lo, hi) = (lo / 1e3, hi / 1e3);
     let q = |g: &Group, p: f64| g.latency.quantile(p).unwrap_or(0.0) / 1e3;
-    let lo = groups.iter().map(|g| q(g, 0.0)).fold(f64::MAX, f64::min);
-    let hi = groups.iter().map(|g| q(g, 1.0)).fold(0.0, f64::max);
     let n = groups.len();
     let names: Vec<String> = groups.iter().map(|g| g.scenario.clone()).collect();
     let title = format!(
@@ -339,23 +338,9 @@ fn category(names: &[String], at: f64) -> String {
 /// Share of requests per latency bin (log-spaced bins), one step line per scenario.
 fn histogram(analysis: &Analysis, palette: &Palette, point: &Point) -> Option<Chart> {
     const BINS: usize = 40;
-    let groups: Vec<&Group> = analysis
-        .at(point)
-        .filter(|g| !g.latency.is_empty())
-        .collect();
-    if groups.is_empty() {
-        return None;
-    }
-    let lo = groups
-        .iter()
-        .filter_map(|g| g.latency.quantile(0.0))
-        .fold(f64::MAX, f64::min)
-        .max(1.0);
-    let hi = groups
-        .iter()
-        .filter_map(|g| g.latency.quantile(1.0))
-        .fold(0.0, f64::max)
-        .max(lo * 1.01);
+    let (groups, lo, hi) = with_latency(analysis, point)?;
+    let lo = lo.max(1.0);
+    let hi = hi.max(lo * 1.01);
     let (log_lo, log_hi) = (lo.ln(), hi.ln() + 1e-9);
     let bin_of = |us: f64| {
         (((us.max(lo).ln() - log_lo) / (log_hi - log_lo)) * BINS as f64).min(BINS as f64 - 1.0)

@@ -60,19 +60,20 @@ pub struct RunArgs {
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    if let Some(dir) = a.resume.clone() {
-        let backend = a.backend.unwrap_or_else(Backend::default_here);
-        let runner = Runner::resume(RunOptions {
-            // Replaced by the profile the results carry.
-            profile: Profile::builtin("smoke", Scale::Local)?,
-            out_dir: dir.clone(),
+    let backend = a.backend.unwrap_or_else(Backend::default_here);
+    let options = |out_dir: &Path| -> anyhow::Result<RunOptions> {
+        Ok(RunOptions {
+            out_dir: out_dir.to_owned(),
             exe: std::env::current_exe()?,
             build: super::build_info(),
             backend,
             pin: a.pin,
             capture_link: a.capture_link,
-        })?;
-        return execute(runner, &dir, backend, "resuming");
+        })
+    };
+    if let Some(dir) = &a.resume {
+        let runner = Runner::resume(options(dir)?)?;
+        return execute(runner, dir, backend, "resuming");
     }
     let mut profile = match (&a.spec, &a.profile) {
         (Some(path), _) => Profile::from_file(path, a.scale)?,
@@ -85,17 +86,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         profile.warmup = warmup;
     }
     profile.select(&a.scenarios, &a.placements)?;
-    let backend = a.backend.unwrap_or_else(Backend::default_here);
-    let out_dir = a.out.unwrap_or_else(|| default_out_dir(&profile.name));
-    let runner = Runner::new(RunOptions {
-        profile,
-        out_dir: out_dir.clone(),
-        exe: std::env::current_exe()?,
-        build: super::build_info(),
-        backend,
-        pin: a.pin,
-        capture_link: a.capture_link,
-    })?;
+    let out_dir = a
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out_dir(&profile.name));
+    let runner = Runner::new(profile, options(&out_dir)?)?;
     execute(runner, &out_dir, backend, "running")
 }
 
