@@ -63,6 +63,20 @@ fn top_points<'a>(analysis: &'a Analysis) -> Vec<&'a Point> {
         .collect()
 }
 
+/// The category10 palette: distinguishable, and familiar from matplotlib and d3.
+const COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
 struct Palette(Vec<String>);
 
 impl Palette {
@@ -71,18 +85,6 @@ impl Palette {
     }
 
     fn color(&self, scenario: &str) -> RGBColor {
-        const COLORS: [RGBColor; 10] = [
-            RGBColor(31, 119, 180),
-            RGBColor(255, 127, 14),
-            RGBColor(44, 160, 44),
-            RGBColor(214, 39, 40),
-            RGBColor(148, 103, 189),
-            RGBColor(140, 86, 75),
-            RGBColor(227, 119, 194),
-            RGBColor(127, 127, 127),
-            RGBColor(188, 189, 34),
-            RGBColor(23, 190, 207),
-        ];
         let i = self.0.iter().position(|s| s == scenario).unwrap_or(0);
         COLORS[i % COLORS.len()]
     }
@@ -149,15 +151,10 @@ fn latency_vs_load(
         or_all(placement)
     );
     render(title.clone(), 420, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(&title, (FONT, 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(
-                (x_min * 0.8..x_max * 1.2).log_scale(),
-                0.0..y_max.max(0.001),
-            )?;
+        let mut chart = builder(root, &title, 18, 60).build_cartesian_2d(
+            (x_min * 0.8..x_max * 1.2).log_scale(),
+            0.0..y_max.max(0.001),
+        )?;
         chart
             .configure_mesh()
             .x_desc("requested rate (requests/s, log scale)")
@@ -208,6 +205,23 @@ where
     Ok(())
 }
 
+/// A chart with a caption and room for axis labels: `label_width` pixels for the categories
+/// or values on the left.
+fn builder<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+    font_size: u32,
+    label_width: u32,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(title, (FONT, font_size))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(label_width);
+    builder
+}
+
 /// The groups at `point` that measured requests, with the smallest and largest latency (µs)
 /// of any of them: the shared axis of the distribution charts.
 fn with_latency<'g, 'a>(
@@ -235,11 +249,7 @@ fn cdf(analysis: &Analysis, palette: &Palette, point: &Point) -> Option<Chart> {
     let (lo, hi) = (lo / 1e3, hi / 1e3);
     let title = format!("Latency CDF, {}", point.label());
     render(title.clone(), 420, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(&title, (FONT, 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
+        let mut chart = builder(root, &title, 18, 60)
             .build_cartesian_2d((lo.max(0.001) * 0.9..hi * 1.1).log_scale(), 0.0..1.0)?;
         chart
             .configure_mesh()
@@ -273,15 +283,10 @@ fn boxes(analysis: &Analysis, palette: &Palette, point: &Point) -> Option<Chart>
         point.label()
     );
     render(title.clone(), 120 + 40 * n as u32, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(&title, (FONT, 16))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(300)
-            .build_cartesian_2d(
-                (lo.max(0.001) * 0.9..hi * 1.1).log_scale(),
-                -0.5..n as f64 - 0.5,
-            )?;
+        let mut chart = builder(root, &title, 16, 300).build_cartesian_2d(
+            (lo.max(0.001) * 0.9..hi * 1.1).log_scale(),
+            -0.5..n as f64 - 0.5,
+        )?;
         chart
             .configure_mesh()
             .x_desc("latency (ms, log scale)")
@@ -371,11 +376,7 @@ fn histogram(analysis: &Analysis, palette: &Palette, point: &Point) -> Option<Ch
         point.label()
     );
     render(title.clone(), 420, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(&title, (FONT, 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
+        let mut chart = builder(root, &title, 18, 60)
             .build_cartesian_2d((edge(0)..edge(BINS)).log_scale(), 0.0..y_max.max(0.01))?;
         chart
             .configure_mesh()
@@ -464,13 +465,14 @@ fn components(analysis: &Analysis, point: &Point, measure: Measure) -> Option<Ch
         Measure::Memory => ("Memory", "MiB (RSS, each process's maximum)"),
     };
     let title = format!("{what} by component, {}", point.label());
+    // Grey for the load generator, then the scenario palette's first colours.
     let class_colors = [
         RGBColor(120, 120, 120),
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(214, 39, 40),
-        RGBColor(44, 160, 44),
-        RGBColor(148, 103, 189),
+        COLORS[0],
+        COLORS[1],
+        COLORS[3],
+        COLORS[2],
+        COLORS[4],
     ];
     render(title.clone(), 200 + 40 * n as u32, |root| {
         // The legend gets its own column so it never hides a bar.
@@ -480,11 +482,7 @@ fn components(analysis: &Analysis, point: &Point, measure: Measure) -> Option<Ch
             key.draw(&Rectangle::new([(6, y), (20, y + 10)], color.filled()))?;
             key.draw(&Text::new(*class, (26, y), (FONT, 12)))?;
         }
-        let mut chart = ChartBuilder::on(&plot)
-            .caption(&title, (FONT, 16))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(300)
+        let mut chart = builder(&plot, &title, 16, 300)
             .build_cartesian_2d(0.0..x_max.max(0.001), -0.5..n as f64 - 0.5)?;
         chart
             .configure_mesh()
@@ -546,11 +544,7 @@ fn throughput(analysis: &Analysis, palette: &Palette) -> Vec<Chart> {
         let names: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
         let title = format!("Throughput, as fast as possible, {}", point.label());
         out.extend(render(title.clone(), 140 + 40 * n as u32, |root| {
-            let mut chart = ChartBuilder::on(root)
-                .caption(&title, (FONT, 16))
-                .margin(12)
-                .x_label_area_size(40)
-                .y_label_area_size(380)
+            let mut chart = builder(root, &title, 16, 380)
                 .build_cartesian_2d(0.0..x_max.max(1.0), -0.5..n as f64 - 0.5)?;
             chart
                 .configure_mesh()
@@ -598,12 +592,8 @@ fn memory_vs_connections(analysis: &Analysis, palette: &Palette) -> Option<Chart
         * 1.2;
     let title = "Mesh memory (sidecars, agents, control plane) against open connections".to_owned();
     render(title.clone(), 460, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(&title, (FONT, 16))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max.max(1.0))?;
+        let mut chart =
+            builder(root, &title, 16, 60).build_cartesian_2d(0.0..x_max, 0.0..y_max.max(1.0))?;
         chart
             .configure_mesh()
             .x_desc("open connections")
