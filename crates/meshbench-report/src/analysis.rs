@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use meshbench_results::{Cell, LoadPoint, RunResult};
+use meshbench_results::{Cell, ComponentResources, LoadPoint, RunResult};
 use meshbench_stats::{
     bootstrap_median_difference, linear_fit, mann_whitney, mean_confidence_interval, Distribution,
     Interval, LinearFit, MannWhitney,
@@ -84,11 +84,21 @@ impl Group<'_> {
     /// Memory of the mesh's own processes (sidecars, agents, control plane), MiB: the sum of
     /// each one's maximum, averaged over repetitions.
     pub fn mesh_mib(&self) -> f64 {
+        self.mesh_sum(|r| r.rss_mib_max)
+    }
+
+    /// CPU of the mesh's own processes (cores, mean over the window), averaged over
+    /// repetitions.
+    pub fn mesh_cpu(&self) -> f64 {
+        self.mesh_sum(|r| r.cpu_cores_mean)
+    }
+
+    fn mesh_sum(&self, figure: impl Fn(&ComponentResources) -> f64) -> f64 {
         self.mean(|c| {
             c.resources
                 .iter()
                 .filter(|r| MESH_ROLES.contains(&r.role.as_str()))
-                .map(|r| r.rss_mib_max)
+                .map(&figure)
                 .sum()
         })
     }

@@ -61,17 +61,8 @@ pub fn cost_table(result: &RunResult, prices: Prices) -> Table {
                         && g.point.load.rps == f.rps
                         && g.point.load.connections == f.connections
                 });
-                let cpu = group.map_or(0.0, |g| {
-                    g.mean(|c| {
-                        c.resources
-                            .iter()
-                            .filter(|r| crate::analysis::MESH_ROLES.contains(&r.role.as_str()))
-                            .map(|r| r.cpu_cores_mean)
-                            .sum()
-                    })
-                });
                 (
-                    cpu,
+                    group.map_or(0.0, |g| g.mesh_cpu()),
                     group.map_or(0.0, |g| g.mesh_mib()),
                     "mesh processes only (no baseline at this point)",
                 )

@@ -117,8 +117,7 @@ pub fn comparisons(analysis: &Analysis) -> String {
 }
 
 /// One row per cell, dropped repetitions included (marked), so nothing is hidden.
-pub fn cells(result: &RunResult) -> String {
-    let analysis = Analysis::of(result);
+pub fn cells(result: &RunResult, analysis: &Analysis) -> String {
     rows(
         &[
             "scenario",

@@ -47,7 +47,7 @@ pub fn write_reports(dir: &Path, result: &RunResult) -> Result<(), Error> {
             ("report.html", render_html(result, &analysis)),
             ("figures.csv", csv::figures(&figures)),
             ("comparisons.csv", csv::comparisons(&analysis)),
-            ("cells.csv", csv::cells(result)),
+            ("cells.csv", csv::cells(result, &analysis)),
         ],
     )
 }
