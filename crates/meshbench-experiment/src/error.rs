@@ -45,6 +45,12 @@ pub enum Error {
     },
     #[error(transparent)]
     Results(#[from] meshbench_results::Error),
+    #[error("the {application} application cannot run on the {backend} backend: {why}")]
+    Backend {
+        application: &'static str,
+        backend: &'static str,
+        why: &'static str,
+    },
 }
 
 impl Error {
@@ -55,7 +61,8 @@ impl Error {
             | Error::ReadSpec { .. }
             | Error::Resume { .. }
             | Error::OutputExists { .. }
-            | Error::UnknownSelection { .. } => true,
+            | Error::UnknownSelection { .. }
+            | Error::Backend { .. } => true,
             Error::Network(e) => e.is_bad_input(),
             _ => false,
         }

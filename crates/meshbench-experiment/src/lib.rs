@@ -2,14 +2,16 @@
 //! that runs it on the local lab, cell by cell, writing `results.json` after every cell so that
 //! nothing measured is lost.
 
+mod application;
 mod error;
+mod placement;
 mod profile;
 mod runner;
-mod scenario;
 mod spec;
 
+pub use application::Application;
 pub use error::Error;
+pub use placement::Placement;
 pub use profile::{builtin_spec, profile_names, LoadKind, OutlierPolicy, PointPlan, Profile};
 pub use runner::{CellId, Progress, RunOptions, Runner};
-pub use scenario::Placement;
 pub use spec::{parse_spec, Scale};

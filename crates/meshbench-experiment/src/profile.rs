@@ -9,7 +9,8 @@ use meshbench_results::{LoadModel, LoadPoint, OutlierPolicyConfig, RunConfig, Wo
 
 use meshbench_meshes::Mesh;
 
-use crate::scenario::{describe, Placement};
+use crate::application::Application;
+use crate::placement::Placement;
 use crate::spec::{parse_spec, Scale};
 use crate::Error;
 
@@ -32,6 +33,11 @@ const BUILTIN: &[(&str, &str)] = &[
     ),
     ("sustained", include_str!("../profiles/sustained.yaml")),
     ("vendor-1kb", include_str!("../profiles/vendor-1kb.yaml")),
+    (
+        "zero-trust-app",
+        include_str!("../profiles/zero-trust-app.yaml"),
+    ),
+    ("scale-chain", include_str!("../profiles/scale-chain.yaml")),
 ];
 
 pub fn profile_names() -> Vec<&'static str> {
@@ -56,6 +62,27 @@ pub enum LoadKind {
     ConstantRate,
     /// Every connection as fast as it can (E1's throughput decomposition).
     ClosedLoop,
+    /// One request at a time, in groups with a pause between them (E3's experimenter).
+    Sequential,
+    /// Concurrent users, each sending its requests back to back (apache ab, E4).
+    Users,
+}
+
+impl LoadKind {
+    /// The name a spec uses.
+    pub fn spec_name(self) -> &'static str {
+        match self {
+            LoadKind::ConstantRate => "constant-rate",
+            LoadKind::ClosedLoop => "closed-loop",
+            LoadKind::Sequential => "sequential",
+            LoadKind::Users => "users",
+        }
+    }
+
+    /// Whether a cell runs for a duration (else it ends after its requests).
+    pub fn time_bound(self) -> bool {
+        matches!(self, LoadKind::ConstantRate | LoadKind::ClosedLoop)
+    }
 }
 
 /// A load point and how many times it runs.
@@ -78,12 +105,14 @@ pub struct Profile {
     pub name: String,
     pub description: String,
     pub scale: Scale,
+    pub application: Application,
     /// The spec's text, kept with the results so a run describes itself.
     pub spec: String,
     pub scenarios: Vec<Mesh>,
     pub placements: Vec<Placement>,
     pub model: LoadKind,
     pub load_points: Vec<PointPlan>,
+    /// Zero for the models that end after their requests.
     pub duration: Duration,
     pub warmup: Duration,
     /// A pause after every cell, so one cell's aftermath does not bias the next.
@@ -134,6 +163,33 @@ impl Profile {
         Ok(profile)
     }
 
+    /// `--duration`: only the time-bound models have one.
+    pub fn set_duration(&mut self, duration: Duration) -> Result<(), Error> {
+        if !self.model.time_bound() {
+            return Err(command_line(
+                "--duration",
+                format!(
+                    "the {} model ends after its requests; change them in the spec instead",
+                    self.model.spec_name()
+                ),
+            ));
+        }
+        self.duration = duration;
+        Ok(())
+    }
+
+    /// `--warmup`: E3's experimenter discards its first request instead.
+    pub fn set_warmup(&mut self, warmup: Duration) -> Result<(), Error> {
+        if self.application == Application::ZeroTrustApp && !warmup.is_zero() {
+            return Err(command_line(
+                "--warmup",
+                "the zero-trust-app's experimenter discards its first request, as E3 did".into(),
+            ));
+        }
+        self.warmup = warmup;
+        Ok(())
+    }
+
     /// Keeps only the named scenarios and placements (all when a list is empty). A name the
     /// profile does not have is an error naming it.
     pub fn select(&mut self, scenarios: &[String], placements: &[String]) -> Result<(), Error> {
@@ -158,9 +214,26 @@ impl Profile {
     }
 
     /// Rough wall-clock length, for the progress estimate.
+    /// For the models that end after their requests, a request is guessed at a millisecond
+    /// (times the services it crosses); the progress bar corrects the guess as cells finish.
     pub fn estimated_duration(&self) -> Duration {
         let per_cell = self.warmup + self.duration + self.cooldown + Duration::from_millis(700);
-        per_cell * self.cells() as u32
+        let by_requests: Duration = self
+            .load_points
+            .iter()
+            .map(|plan| {
+                let p = plan.point;
+                let requests = p.requests.unwrap_or(0) * u64::from(p.connections.max(1));
+                let hops = u64::from(p.services.unwrap_or(1));
+                let pauses = p.requests.zip(p.group_size).map_or(0.0, |(n, g)| {
+                    (n / g) as f64 * p.group_interval_ms.unwrap_or(0.0) / 1e3
+                });
+                (Duration::from_millis(requests * hops) + Duration::from_secs_f64(pauses))
+                    * plan.repetitions
+            })
+            .sum();
+        let runs_per_point = (self.scenarios.len() * self.placements.len()) as u32;
+        per_cell * self.cells() as u32 + by_requests * runs_per_point
     }
 
     pub fn describe(&self, platform: &str) -> RunConfig {
@@ -169,7 +242,11 @@ impl Profile {
             description: self.description.clone(),
             scale: self.scale.name().to_owned(),
             platform: platform.to_owned(),
-            scenarios: self.scenarios.iter().map(|&s| describe(s)).collect(),
+            scenarios: self
+                .scenarios
+                .iter()
+                .map(|&s| self.application.describe(s))
+                .collect(),
             placements: self
                 .placements
                 .iter()
@@ -179,7 +256,10 @@ impl Profile {
             model: match self.model {
                 LoadKind::ConstantRate => LoadModel::OpenLoopConstantRate,
                 LoadKind::ClosedLoop => LoadModel::ClosedLoop,
+                LoadKind::Sequential => LoadModel::Sequential,
+                LoadKind::Users => LoadModel::Users,
             },
+            application: self.application.name().to_owned(),
             load_points: self.load_points.iter().map(|p| p.point).collect(),
             repetitions: self.max_repetitions(),
             repetitions_per_point: self.load_points.iter().map(|p| p.repetitions).collect(),
@@ -189,7 +269,7 @@ impl Profile {
             request_timeout_seconds: self.request_timeout.as_secs_f64(),
             sample_interval_ms: self.sample_interval.as_millis() as u64,
             workload: WorkloadConfig {
-                role: "echo".to_owned(),
+                role: self.application.server_role().to_owned(),
                 delay_ms: self.server_delay.as_secs_f64() * 1e3,
                 response_bytes: self.response_bytes,
                 request_bytes: self.request_bytes,
@@ -200,6 +280,14 @@ impl Profile {
             },
             spec: Some(self.spec.clone()),
         }
+    }
+}
+
+fn command_line(field: &str, problem: String) -> Error {
+    Error::Spec {
+        origin: "command line".to_owned(),
+        field: field.to_owned(),
+        problem,
     }
 }
 

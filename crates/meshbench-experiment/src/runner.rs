@@ -17,14 +17,15 @@ use std::time::{Duration, SystemTime};
 use meshbench_lab::{
     describe_environment, BuildInfo, CgroupFs, LabComponent, Readiness, ResourceSampler,
 };
-use meshbench_meshes::{deploy, LabContext, Mesh, MeshContext, MeshPki};
+use meshbench_meshes::{deploy, enroll, LabContext, Mesh, MeshContext, MeshPki, Ports};
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork};
 use meshbench_results::{
     read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus,
     UnavailableScenario, WireObservation, SCHEMA_VERSION,
 };
 
-use crate::scenario::{policy_yaml, Placement, CLIENT, SERVER, SERVICE};
+use crate::application::{Application, COUNTER_A, COUNTER_B};
+use crate::placement::Placement;
 use crate::{Error, LoadKind, PointPlan, Profile};
 
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -58,16 +59,11 @@ pub struct CellId {
 
 impl CellId {
     pub fn label(&self) -> String {
-        let load = if self.load_point.rps > 0.0 {
-            format!("{} rps", self.load_point.rps)
-        } else {
-            "closed loop".to_owned()
-        };
         format!(
-            "{} {} @ {load} / {} conns (rep {})",
+            "{} {} @ {} (rep {})",
             self.scenario.name(),
             self.placement.name(),
-            self.load_point.connections,
+            self.load_point.label(),
             self.repetition
         )
     }
@@ -95,9 +91,7 @@ impl Runner {
         if results_path.exists() {
             return Err(Error::OutputExists { path: results_path });
         }
-        if options.backend == Backend::Netns {
-            meshbench_netlab::NetnsLab::check_permitted()?;
-        }
+        check_backend(&profile, options.backend)?;
         std::fs::create_dir_all(&options.out_dir).map_err(|source| Error::CreateDir {
             path: options.out_dir.clone(),
             source,
@@ -143,9 +137,7 @@ impl Runner {
                 path: results_path.clone(),
                 problem,
             })?;
-        if options.backend == Backend::Netns {
-            meshbench_netlab::NetnsLab::check_permitted()?;
-        }
+        check_backend(&profile, options.backend)?;
         result.status = RunStatus::Running;
         result.status_reason = None;
         result.finished_at = None;
@@ -239,10 +231,11 @@ impl Runner {
             }
         }
         write_json_atomic(&self.results_path, &self.result)?;
+        let application = profile.application;
         let pki = MeshPki::create(
             &self.options.out_dir.join("pki"),
-            &Placement::InterNode.topology(),
-            &policy_yaml(),
+            &application.topology(Placement::InterNode),
+            &application.policy_yaml(),
         )
         .map_err(Error::Mesh)?;
         let total = profile.cells() / profile.scenarios.len().max(1) * scenarios.len();
@@ -311,7 +304,8 @@ impl Runner {
             path: cell_dir.clone(),
             source,
         })?;
-        let topology = id.placement.topology();
+        let application = self.profile.application;
+        let topology = application.topology(id.placement);
         let lab_id = new_lab_id();
         // Declared first so it is dropped last: after the components are killed, the lab's
         // cgroups are removed.
@@ -321,8 +315,12 @@ impl Runner {
         };
         let mut net = LabNetwork::create(self.options.backend, &lab_id, &topology)
             .map_err(|e| cell_err(e.into()))?;
-        let client_pod = topology.first_pod(CLIENT).expect("static topology");
-        let server_pod = topology.first_pod(SERVER).expect("static topology");
+        let client_pod = topology
+            .first_pod(application.client())
+            .expect("static topology");
+        let server_pod = topology
+            .first_pod(application.server())
+            .expect("static topology");
         let (generator_cpus, sut_cpus) = self.cpus();
         let ctx = MeshContext {
             lab: LabContext {
@@ -335,7 +333,7 @@ impl Runner {
             },
             client_pod: &client_pod,
             server_pod: &server_pod,
-            service: SERVICE,
+            service: application.service(),
         };
         let outcome = self
             .measure(id, &ctx, &cell_dir, generator_cpus)
@@ -382,78 +380,43 @@ impl Runner {
         meshbench_meshes::Error,
     > {
         let profile = &self.profile;
-        let mut components: Vec<LabComponent> = Vec::new();
-        let mut server_args = vec![
-            "workload".to_owned(),
-            "echo".to_owned(),
-            "--listen".to_owned(),
-            ctx.server_app_listen()?.to_string(),
-            "--delay".to_owned(),
-            format!("{}us", profile.server_delay.as_micros()),
-            "--response-size".to_owned(),
-            profile.response_bytes.to_string(),
-        ];
-        server_args.extend(ctx.server_app_args(id.scenario));
-        let launch = ctx.app_launch(ctx.server_pod, ctx.sut_cpus.clone())?;
-        components.push(
-            LabComponent::start(
-                &ctx.server_pod.name,
-                "app",
-                &launch,
-                &self.options.exe,
-                &server_args,
-                Readiness::ReadyLine,
-                READY_TIMEOUT,
-            )
-            .await?,
-        );
-        let deployment = deploy(id.scenario, ctx).await?;
-        components.extend(deployment.components);
-
-        let load_json = cell_dir.join("load.json");
-        let mut client_args = vec!["load".to_owned(), "--url".to_owned(), deployment.url];
-        match profile.model {
-            LoadKind::ConstantRate => client_args.extend([
-                "--model".to_owned(),
-                "open".to_owned(),
-                "--rps".to_owned(),
-                id.load_point.rps.to_string(),
-            ]),
-            LoadKind::ClosedLoop => {
-                client_args.extend(["--model".to_owned(), "closed".to_owned()]);
+        let application = profile.application;
+        let mut components = self.start_apps(id, ctx).await?;
+        let (url, mesh_args) = match application {
+            Application::Echo | Application::ZeroTrustApp => {
+                let deployment = deploy(id.scenario, ctx).await?;
+                components.extend(deployment.components);
+                (deployment.url, deployment.client_args)
             }
-        }
-        if profile.request_bytes > 0 {
-            client_args.extend([
-                "--method".to_owned(),
-                "POST".to_owned(),
-                "--payload-size".to_owned(),
-                profile.request_bytes.to_string(),
-            ]);
-        }
-        client_args.extend([
-            "--connections".to_owned(),
-            id.load_point.connections.to_string(),
-            "--duration".to_owned(),
-            humantime::format_duration(profile.duration).to_string(),
-            "--warmup".to_owned(),
-            humantime::format_duration(profile.warmup).to_string(),
-            "--timeout".to_owned(),
-            humantime::format_duration(profile.request_timeout).to_string(),
-            "--json".to_owned(),
-            load_json.to_string_lossy().into_owned(),
-            "--quiet".to_owned(),
-        ]);
-        client_args.extend(deployment.client_args);
-        let marker = format!("meshbench-marker-{}", ctx.net.id());
-        let capture = if self.options.capture_link
+            Application::CounterChain => {
+                components.extend(enroll(id.scenario, &ctx.lab).await?);
+                let host = ctx.net.service_host(COUNTER_A)?;
+                (format!("http://{host}{}", "/count"), vec![])
+            }
+        };
+        // The chain's hops do not carry the marker, so only the other applications are
+        // captured: a capture that cannot see the marker would prove nothing about it.
+        let capturing = self.options.capture_link
             && id.placement == Placement::InterNode
             && ctx.net.captures()
-        {
-            client_args.extend([
-                "--header".to_owned(),
-                format!("x-meshbench-marker: {marker}"),
-            ]);
+            && application != Application::CounterChain;
+        let marker = format!("meshbench-marker-{}", ctx.net.id());
+        let marker_if_captured = capturing.then_some(marker.as_str());
+        let load_json = cell_dir.join("load.json");
+        let mut client_args = match application {
+            Application::ZeroTrustApp => {
+                self.experimenter_args(id, &url, marker_if_captured, cell_dir)
+            }
+            Application::Echo | Application::CounterChain => {
+                self.load_generator_args(id, url, marker_if_captured)
+            }
+        };
+        client_args.extend([
+            "--json".to_owned(),
+            load_json.to_string_lossy().into_owned(),
+        ]);
+        client_args.extend(mesh_args);
+        let capture = if capturing {
             let node = &ctx.client_pod.workload.node;
             let (netns, interface) = ctx.net.uplink_of(node)?;
             let pcap = cell_dir.join("uplink.pcap");
@@ -510,6 +473,209 @@ impl Runner {
             .collect();
         Ok((load, resources, wire))
     }
+
+    /// Starts the application's server side: the echo server, the calculator, or both
+    /// counters (each forwarding to the other's service).
+    async fn start_apps(
+        &self,
+        id: &CellId,
+        ctx: &MeshContext<'_>,
+    ) -> Result<Vec<LabComponent>, meshbench_meshes::Error> {
+        let profile = &self.profile;
+        let listen = |pod: &meshbench_lab::Pod| -> Result<String, meshbench_meshes::Error> {
+            Ok(std::net::SocketAddr::new(ctx.net.pod_bind_ip(&pod.name)?, Ports::APP).to_string())
+        };
+        let mut apps = vec![];
+        match profile.application {
+            Application::Echo => {
+                let mut args = strings(&["workload", "echo", "--listen"]);
+                args.extend([
+                    ctx.server_app_listen()?.to_string(),
+                    "--delay".to_owned(),
+                    format!("{}us", profile.server_delay.as_micros()),
+                    "--response-size".to_owned(),
+                    profile.response_bytes.to_string(),
+                ]);
+                args.extend(ctx.server_app_args(id.scenario));
+                apps.push((ctx.server_pod.clone(), args));
+            }
+            Application::ZeroTrustApp => {
+                let mut args = strings(&["workload", "calculator", "--listen"]);
+                args.push(ctx.server_app_listen()?.to_string());
+                apps.push((ctx.server_pod.clone(), args));
+            }
+            Application::CounterChain => {
+                let topology = ctx.net.topology();
+                for (this, next) in [(COUNTER_A, COUNTER_B), (COUNTER_B, COUNTER_A)] {
+                    let pod = topology.first_pod(this).expect("static topology");
+                    let mut args = strings(&["workload", "counter", "--name", this, "--listen"]);
+                    args.extend([
+                        listen(&pod)?,
+                        "--next".to_owned(),
+                        format!("http://{}", ctx.net.service_host(next)?),
+                        "--timeout".to_owned(),
+                        humantime::format_duration(profile.request_timeout).to_string(),
+                    ]);
+                    apps.push((pod, args));
+                }
+            }
+        }
+        let mut components = vec![];
+        for (pod, args) in apps {
+            let launch = ctx.app_launch(&pod, ctx.sut_cpus.clone())?;
+            components.push(
+                LabComponent::start(
+                    &pod.name,
+                    "app",
+                    &launch,
+                    &self.options.exe,
+                    &args,
+                    Readiness::ReadyLine,
+                    READY_TIMEOUT,
+                )
+                .await?,
+            );
+        }
+        Ok(components)
+    }
+
+    /// `meshbench load` for the cell's model and point.
+    fn load_generator_args(&self, id: &CellId, url: String, marker: Option<&str>) -> Vec<String> {
+        let profile = &self.profile;
+        let point = id.load_point;
+        let mut args = vec!["load".to_owned(), "--url".to_owned(), url];
+        let model = match profile.model {
+            LoadKind::ConstantRate => {
+                args.extend(["--rps".to_owned(), point.rps.to_string()]);
+                "open"
+            }
+            LoadKind::ClosedLoop => "closed",
+            LoadKind::Sequential => {
+                args.extend([
+                    "--requests".to_owned(),
+                    point.requests.unwrap_or(1).to_string(),
+                    "--group-size".to_owned(),
+                    point.group_size.unwrap_or(1).to_string(),
+                    "--group-interval".to_owned(),
+                    format!(
+                        "{}us",
+                        (point.group_interval_ms.unwrap_or(0.0) * 1e3).round()
+                    ),
+                ]);
+                "sequential"
+            }
+            LoadKind::Users => {
+                args.extend([
+                    "--users".to_owned(),
+                    point.connections.to_string(),
+                    "--requests-per-user".to_owned(),
+                    point.requests.unwrap_or(1).to_string(),
+                ]);
+                "users"
+            }
+        };
+        args.extend(["--model".to_owned(), model.to_owned()]);
+        if profile.model.time_bound() {
+            args.extend([
+                "--connections".to_owned(),
+                point.connections.to_string(),
+                "--duration".to_owned(),
+                humantime::format_duration(profile.duration).to_string(),
+            ]);
+        }
+        if let Some(services) = point.services {
+            args.extend([
+                "--method".to_owned(),
+                "POST".to_owned(),
+                "--header".to_owned(),
+                "content-type: application/json".to_owned(),
+                "--body".to_owned(),
+                format!(r#"{{"count": 0, "max_count": {services}}}"#),
+            ]);
+        } else if profile.request_bytes > 0 {
+            args.extend([
+                "--method".to_owned(),
+                "POST".to_owned(),
+                "--payload-size".to_owned(),
+                profile.request_bytes.to_string(),
+            ]);
+        }
+        if !profile.warmup.is_zero() {
+            args.extend([
+                "--warmup".to_owned(),
+                humantime::format_duration(profile.warmup).to_string(),
+            ]);
+        }
+        if let Some(marker) = marker {
+            args.extend([
+                "--header".to_owned(),
+                format!("x-meshbench-marker: {marker}"),
+            ]);
+        }
+        args.extend([
+            "--timeout".to_owned(),
+            humantime::format_duration(profile.request_timeout).to_string(),
+            "--quiet".to_owned(),
+        ]);
+        args
+    }
+
+    /// E3's experimenter running one experiment against the calculator at `url`: the
+    /// point's requests in its groups, all four operations, the point's operands, and the
+    /// first request discarded as E3 did.
+    fn experimenter_args(
+        &self,
+        id: &CellId,
+        url: &str,
+        marker: Option<&str>,
+        cell_dir: &Path,
+    ) -> Vec<String> {
+        let point = id.load_point;
+        let mut experiment = serde_json::json!({
+            "interactions": point.requests.unwrap_or(1),
+            "batchSize": point.group_size.unwrap_or(1),
+            "intervalBetweenBatchesInMilliseconds":
+                point.group_interval_ms.unwrap_or(0.0).round() as u64,
+            "allowedOperations": ["sum", "subtraction", "multiplication", "division"],
+            "maxOperand": point.max_operand.unwrap_or(100),
+            "warmupInteractions": u64::from(point.requests.unwrap_or(1) > 1),
+        });
+        if let Some(marker) = marker {
+            experiment["marker"] = serde_json::Value::String(marker.to_owned());
+        }
+        let mut args = strings(&["workload", "experimenter", "--calculator", url]);
+        args.extend([
+            "--timeout".to_owned(),
+            humantime::format_duration(self.profile.request_timeout).to_string(),
+            "--once".to_owned(),
+            experiment.to_string(),
+            "--result".to_owned(),
+            cell_dir
+                .join("experiment.json")
+                .to_string_lossy()
+                .into_owned(),
+        ]);
+        args
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// Refuses a backend the profile's application cannot run on, before anything is written.
+fn check_backend(profile: &Profile, backend: Backend) -> Result<(), Error> {
+    if profile.application == Application::CounterChain && backend != Backend::Netns {
+        return Err(Error::Backend {
+            application: profile.application.name(),
+            backend: backend.name(),
+            why: "every counter is enrolled in the mesh by transparent capture, which needs network namespaces",
+        });
+    }
+    if backend == Backend::Netns {
+        meshbench_netlab::NetnsLab::check_permitted()?;
+    }
+    Ok(())
 }
 
 fn observation(

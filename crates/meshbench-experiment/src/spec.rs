@@ -13,13 +13,19 @@ use serde_yaml_ng::{Mapping, Value};
 use meshbench_meshes::Mesh;
 use meshbench_results::LoadPoint;
 
+use crate::application::Application;
+use crate::placement::Placement;
 use crate::profile::{LoadKind, OutlierPolicy, PointPlan, Profile};
-use crate::scenario::Placement;
 use crate::Error;
 
 /// The longest server delay and the biggest response the echo role accepts.
 const MAX_DELAY: Duration = Duration::from_secs(60);
 const MAX_RESPONSE_BYTES: u64 = 64 << 20;
+/// E3's operands: 0 to 100, and 0 to 10^16 in its "bigger numbers" run.
+const DEFAULT_MAX_OPERAND: u64 = 100;
+const MAX_OPERAND: u64 = 10_000_000_000_000_000;
+/// The longest chain the counter role accepts.
+const MAX_CHAIN: u64 = 10_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Scale {
@@ -53,13 +59,17 @@ struct SpecDoc {
     name: String,
     #[serde(default)]
     description: String,
+    #[serde(default = "echo")]
+    application: String,
     scenarios: Vec<String>,
     #[serde(default = "default_placements")]
     placements: Vec<String>,
     load: LoadDoc,
     #[serde(default = "one")]
     repetitions: u32,
-    duration: String,
+    /// Required by the time-bound models (constant rate, closed loop); the sequential and
+    /// users models end after their requests.
+    duration: Option<String>,
     #[serde(default = "zero")]
     warmup: String,
     #[serde(default = "zero")]
@@ -68,8 +78,7 @@ struct SpecDoc {
     request_timeout: String,
     #[serde(default = "default_sample_interval")]
     sample_interval: String,
-    #[serde(default)]
-    workload: WorkloadDoc,
+    workload: Option<WorkloadDoc>,
     #[serde(default)]
     outliers: OutliersDoc,
 }
@@ -85,9 +94,18 @@ struct LoadDoc {
 #[serde(deny_unknown_fields)]
 struct PointDoc {
     rps: Option<f64>,
-    connections: u32,
+    connections: Option<u32>,
     /// Overrides the spec's repetitions for this point (E2 ran 8 at low loads, 7 at the top).
     repetitions: Option<u32>,
+    /// Sequential: the experiment's requests; users: requests per user.
+    requests: Option<u64>,
+    group_size: Option<u64>,
+    group_interval: Option<String>,
+    users: Option<u32>,
+    /// E3's operand range (100, or 10^16 for the "bigger numbers" run).
+    max_operand: Option<u64>,
+    /// E4: the services one request crosses.
+    services: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +138,9 @@ struct OutliersDoc {
 
 fn default_placements() -> Vec<String> {
     vec![Placement::IntraNode.name().to_owned()]
+}
+fn echo() -> String {
+    Application::Echo.name().to_owned()
 }
 fn one() -> u32 {
     1
@@ -266,16 +287,44 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
     if placements.is_empty() {
         return Err(invalid("placements", "needs at least one placement".into()));
     }
+    let application = Application::parse(&spec.application).ok_or_else(|| {
+        invalid(
+            "application",
+            format!(
+                "unknown application {:?}; known: {}",
+                spec.application,
+                Application::NAMES.join(", ")
+            ),
+        )
+    })?;
+    for (i, &mesh) in scenarios.iter().enumerate() {
+        if let Some(why) = application.unsupported(mesh) {
+            return Err(invalid(&format!("scenarios[{i}]"), why));
+        }
+    }
     let model = match spec.load.model.as_str() {
         "constant-rate" => LoadKind::ConstantRate,
         "closed-loop" => LoadKind::ClosedLoop,
+        "sequential" => LoadKind::Sequential,
+        "users" => LoadKind::Users,
         other => {
             return Err(invalid(
                 "load.model",
-                format!("unknown model {other:?}; known: constant-rate, closed-loop"),
+                format!(
+                    "unknown model {other:?}; known: constant-rate, closed-loop, sequential, users"
+                ),
             ))
         }
     };
+    if application == Application::ZeroTrustApp && model != LoadKind::Sequential {
+        return Err(invalid(
+            "load.model",
+            format!(
+                "{:?}: the zero-trust-app's experimenter sends its requests one at a time in groups; use sequential",
+                spec.load.model
+            ),
+        ));
+    }
     if spec.repetitions == 0 {
         return Err(invalid("repetitions", "must be at least 1".into()));
     }
@@ -286,52 +335,68 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
         ));
     }
     let mut load_points = Vec::new();
-    for (i, point) in spec.load.points.iter().enumerate() {
-        let field = |name: &str| format!("load.points[{i}].{name}");
-        let rps = match (model, point.rps) {
-            (LoadKind::ConstantRate, Some(rps)) if rps.is_finite() && rps > 0.0 => rps,
-            (LoadKind::ConstantRate, Some(rps)) => {
-                return Err(invalid(
-                    &field("rps"),
-                    format!("{rps} is not a positive rate"),
-                ))
-            }
-            (LoadKind::ConstantRate, None) => {
-                return Err(invalid(
-                    &field("rps"),
-                    "a constant-rate load point needs a rate".into(),
-                ))
-            }
-            (LoadKind::ClosedLoop, Some(_)) => {
-                return Err(invalid(
-                    &field("rps"),
-                    "a closed-loop load point has no rate (it sends as fast as it can)".into(),
-                ))
-            }
-            (LoadKind::ClosedLoop, None) => 0.0,
-        };
-        if point.connections == 0 {
-            return Err(invalid(&field("connections"), "must be at least 1".into()));
-        }
-        let repetitions = point.repetitions.unwrap_or(spec.repetitions);
+    for (i, doc) in spec.load.points.iter().enumerate() {
+        let point = load_point(doc, model, application)
+            .map_err(|(name, problem)| invalid(&format!("load.points[{i}].{name}"), problem))?;
+        let repetitions = doc.repetitions.unwrap_or(spec.repetitions);
         if repetitions == 0 {
-            return Err(invalid(&field("repetitions"), "must be at least 1".into()));
+            return Err(invalid(
+                &format!("load.points[{i}].repetitions"),
+                "must be at least 1".into(),
+            ));
         }
-        let point = LoadPoint {
-            rps,
-            connections: point.connections,
-        };
         if load_points.iter().any(|p: &PointPlan| p.point == point) {
             return Err(invalid(
-                &field("connections"),
+                &format!("load.points[{i}]"),
                 "repeats an earlier load point".into(),
             ));
         }
         load_points.push(PointPlan { point, repetitions });
     }
-    let duration = parse_duration("duration", &spec.duration)?;
-    if duration.is_zero() {
-        return Err(invalid("duration", "must be longer than zero".into()));
+    let duration = match (&spec.duration, model.time_bound()) {
+        (Some(text), true) => {
+            let duration = parse_duration("duration", text)?;
+            if duration.is_zero() {
+                return Err(invalid("duration", "must be longer than zero".into()));
+            }
+            duration
+        }
+        (None, true) => {
+            return Err(invalid(
+                "duration",
+                format!("the {} model needs a duration", spec.load.model),
+            ))
+        }
+        (Some(text), false) => {
+            return Err(invalid(
+                "duration",
+                format!(
+                    "{text:?}: the {} model ends after its requests; remove the duration",
+                    spec.load.model
+                ),
+            ))
+        }
+        (None, false) => Duration::ZERO,
+    };
+    if application != Application::Echo && spec.workload.is_some() {
+        return Err(invalid(
+            "workload",
+            format!(
+                "sets the echo server's delay and sizes; the {} application has its own requests",
+                application.name()
+            ),
+        ));
+    }
+    let workload = spec.workload.unwrap_or_default();
+    let warmup = parse_duration("warmup", &spec.warmup)?;
+    if application == Application::ZeroTrustApp && !warmup.is_zero() {
+        return Err(invalid(
+            "warmup",
+            format!(
+                "{:?}: the experimenter discards the experiment's first request, as E3 did; a warm-up time does not apply",
+                spec.warmup
+            ),
+        ));
     }
     let sample_interval = parse_duration("sample_interval", &spec.sample_interval)?;
     if sample_interval < Duration::from_millis(10) {
@@ -347,23 +412,23 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
             "must be longer than zero".into(),
         ));
     }
-    let server_delay = parse_duration("workload.delay", &spec.workload.delay)?;
+    let server_delay = parse_duration("workload.delay", &workload.delay)?;
     if server_delay > MAX_DELAY {
         return Err(invalid(
             "workload.delay",
-            format!("{} is longer than 60s", spec.workload.delay),
+            format!("{} is longer than 60s", workload.delay),
         ));
     }
-    if spec.workload.request_size > MAX_RESPONSE_BYTES {
+    if workload.request_size > MAX_RESPONSE_BYTES {
         return Err(invalid(
             "workload.request_size",
-            format!("{} is more than 64 MiB", spec.workload.request_size),
+            format!("{} is more than 64 MiB", workload.request_size),
         ));
     }
-    if spec.workload.response_size > MAX_RESPONSE_BYTES {
+    if workload.response_size > MAX_RESPONSE_BYTES {
         return Err(invalid(
             "workload.response_size",
-            format!("{} is more than 64 MiB", spec.workload.response_size),
+            format!("{} is more than 64 MiB", workload.response_size),
         ));
     }
     let drop = spec.outliers.drop_highest_baseline_max;
@@ -378,8 +443,9 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
             return Err(invalid(
                 "outliers.drop_highest_baseline_max",
                 format!(
-                    "dropping {drop} of {} repetitions (at {} connections) leaves none",
-                    point.repetitions, point.point.connections
+                    "dropping {drop} of {} repetitions (at {}) leaves none",
+                    point.repetitions,
+                    point.point.label()
                 ),
             ));
         }
@@ -387,6 +453,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
     Ok(Profile {
         name: spec.name,
         description: spec.description.trim().to_owned(),
+        application,
         scale,
         spec: text.to_owned(),
         scenarios,
@@ -394,17 +461,160 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
         model,
         load_points,
         duration,
-        warmup: parse_duration("warmup", &spec.warmup)?,
+        warmup,
         cooldown: parse_duration("cooldown", &spec.cooldown)?,
         request_timeout,
         sample_interval,
         server_delay,
-        response_bytes: spec.workload.response_size,
-        request_bytes: spec.workload.request_size,
+        response_bytes: workload.response_size,
+        request_bytes: workload.request_size,
         outliers: OutlierPolicy {
             drop_highest_baseline_max: drop,
         },
     })
+}
+
+/// One load point, checked against the model and the application; errors name the point's
+/// field (relative to the point).
+fn load_point(
+    doc: &PointDoc,
+    model: LoadKind,
+    application: Application,
+) -> Result<LoadPoint, Invalid> {
+    let problem = |field: &str, text: String| (field.to_owned(), text);
+    let model_name = model.spec_name();
+    let not_for = |field: &str| problem(field, format!("does not apply to the {model_name} model"));
+    let needed = |field: &str| problem(field, format!("the {model_name} model needs it"));
+    let at_least_one = |field: &str, value: u64| {
+        if value == 0 {
+            Err(problem(field, "must be at least 1".into()))
+        } else {
+            Ok(value)
+        }
+    };
+    let mut point = LoadPoint::default();
+    match model {
+        LoadKind::ConstantRate | LoadKind::ClosedLoop => {
+            for (field, set) in [
+                ("requests", doc.requests.is_some()),
+                ("group_size", doc.group_size.is_some()),
+                ("group_interval", doc.group_interval.is_some()),
+                ("users", doc.users.is_some()),
+            ] {
+                if set {
+                    return Err(not_for(field));
+                }
+            }
+            point.rps = match (model, doc.rps) {
+                (LoadKind::ConstantRate, Some(rps)) if rps.is_finite() && rps > 0.0 => rps,
+                (LoadKind::ConstantRate, Some(rps)) => {
+                    return Err(problem("rps", format!("{rps} is not a positive rate")))
+                }
+                (LoadKind::ConstantRate, None) => {
+                    return Err(problem(
+                        "rps",
+                        "a constant-rate load point needs a rate".into(),
+                    ))
+                }
+                (_, Some(_)) => {
+                    return Err(problem(
+                        "rps",
+                        "a closed-loop load point has no rate (it sends as fast as it can)".into(),
+                    ))
+                }
+                (_, None) => 0.0,
+            };
+            let connections = doc.connections.ok_or_else(|| needed("connections"))?;
+            point.connections = at_least_one("connections", connections.into())? as u32;
+        }
+        LoadKind::Sequential => {
+            for (field, set) in [
+                ("rps", doc.rps.is_some()),
+                ("connections", doc.connections.is_some()),
+                ("users", doc.users.is_some()),
+            ] {
+                if set {
+                    return Err(not_for(field));
+                }
+            }
+            point.connections = 1;
+            point.requests = Some(at_least_one(
+                "requests",
+                doc.requests.ok_or_else(|| needed("requests"))?,
+            )?);
+            point.group_size = Some(at_least_one(
+                "group_size",
+                doc.group_size.ok_or_else(|| needed("group_size"))?,
+            )?);
+            let interval = match &doc.group_interval {
+                Some(text) => parse_duration("group_interval", text)?,
+                None => Duration::ZERO,
+            };
+            point.group_interval_ms = Some(interval.as_secs_f64() * 1e3);
+        }
+        LoadKind::Users => {
+            for (field, set) in [
+                ("rps", doc.rps.is_some()),
+                ("connections", doc.connections.is_some()),
+                ("group_size", doc.group_size.is_some()),
+                ("group_interval", doc.group_interval.is_some()),
+            ] {
+                if set {
+                    return Err(not_for(field));
+                }
+            }
+            let users = doc.users.ok_or_else(|| needed("users"))?;
+            point.connections = at_least_one("users", users.into())? as u32;
+            point.requests = Some(at_least_one(
+                "requests",
+                doc.requests.ok_or_else(|| needed("requests"))?,
+            )?);
+        }
+    }
+    match (application, doc.max_operand) {
+        (Application::ZeroTrustApp, max) => {
+            let max = max.unwrap_or(DEFAULT_MAX_OPERAND);
+            if max > MAX_OPERAND {
+                return Err(problem(
+                    "max_operand",
+                    format!("{max} is more than 10^16 (E3's bigger numbers)"),
+                ));
+            }
+            point.max_operand = Some(max);
+        }
+        (_, Some(_)) => {
+            return Err(problem(
+                "max_operand",
+                "only the zero-trust-app's calculator has operands".into(),
+            ))
+        }
+        (_, None) => {}
+    }
+    match (application, doc.services) {
+        (Application::CounterChain, services) => {
+            let services = services.ok_or_else(|| {
+                problem(
+                    "services",
+                    "the counter chain needs the number of services a request crosses".into(),
+                )
+            })?;
+            if services == 0 || u64::from(services) > MAX_CHAIN {
+                return Err(problem(
+                    "services",
+                    format!("{services} is not between 1 and {MAX_CHAIN}"),
+                ));
+            }
+            point.services = Some(services);
+        }
+        (_, Some(_)) => {
+            return Err(problem(
+                "services",
+                "only the counter-chain application has a chain of services".into(),
+            ))
+        }
+        (_, None) => {}
+    }
+    Ok(point)
 }
 
 fn parse_duration(field: &str, value: &str) -> Result<Duration, Invalid> {
@@ -456,6 +666,62 @@ mod tests {
             "{e}"
         );
         assert!(e.starts_with("test.yaml: "), "{e}");
+    }
+
+    const E3: &str = "name: t\napplication: zero-trust-app\nscenarios: [baseline]\nload: {model: sequential, points: [{requests: 100, group_size: 10}]}\n";
+    const E4: &str = "name: t\napplication: counter-chain\nscenarios: [baseline]\nload: {model: users, points: [{users: 4, requests: 3, services: 8}]}\n";
+
+    #[test]
+    fn the_studies_applications_take_their_own_load_points() {
+        let e3 = parse_spec(E3, "t", Scale::Local).unwrap();
+        let point = e3.load_points[0].point;
+        assert_eq!(e3.application, Application::ZeroTrustApp);
+        assert_eq!((point.requests, point.group_size), (Some(100), Some(10)));
+        assert_eq!(point.max_operand, Some(100), "E3's default operand range");
+        assert_eq!(point.group_interval_ms, Some(0.0));
+        let e4 = parse_spec(E4, "t", Scale::Local).unwrap();
+        let point = e4.load_points[0].point;
+        assert_eq!((point.connections, point.requests), (4, Some(3)));
+        assert_eq!(point.services, Some(8));
+        assert_eq!(e4.duration, Duration::ZERO);
+    }
+
+    #[test]
+    fn application_errors_name_the_field() {
+        let e = error(&E3.replace("baseline", "baseline-mtls"));
+        assert!(e.contains("scenarios[0]") && e.contains("plaintext"), "{e}");
+        let e = error(&E4.replace("baseline", "envoy-sidecar"));
+        assert!(e.contains("scenarios[0]") && e.contains("enroll"), "{e}");
+        let e = error(&E3.replace("sequential", "users"));
+        assert!(e.contains("load.model") && e.contains("sequential"), "{e}");
+        let e = error(&format!("{E3}duration: 10s\n"));
+        assert!(
+            e.contains("duration") && e.contains("ends after its requests"),
+            "{e}"
+        );
+        let e = error(&format!("{E3}warmup: 1s\n"));
+        assert!(e.contains("warmup") && e.contains("first request"), "{e}");
+        let e = error(&E4.replace(", services: 8", ""));
+        assert!(e.contains("load.points[0].services"), "{e}");
+        let e = error(&E4.replace("users: 4", "rps: 4"));
+        assert!(
+            e.contains("load.points[0].rps") && e.contains("users model"),
+            "{e}"
+        );
+        let e = error(&E3.replace(
+            "group_size: 10",
+            "group_size: 10, max_operand: 100000000000000000",
+        ));
+        assert!(e.contains("load.points[0].max_operand"), "{e}");
+        let e = error(&MINIMAL.replace("connections: 2", "connections: 2, services: 3"));
+        assert!(
+            e.contains("load.points[0].services") && e.contains("counter-chain"),
+            "{e}"
+        );
+        let e = error(&format!("{E4}workload: {{delay: 1ms}}\n"));
+        assert!(e.contains("workload"), "{e}");
+        let e = error(&MINIMAL.replace("name: t", "name: t\napplication: bookinfo"));
+        assert!(e.contains("application") && e.contains("bookinfo"), "{e}");
     }
 
     #[test]

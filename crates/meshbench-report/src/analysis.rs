@@ -32,15 +32,7 @@ pub struct Point {
 
 impl Point {
     pub fn label(&self) -> String {
-        let load = if self.load.rps > 0.0 {
-            format!(
-                "{} rps / {} conns",
-                fmt_num(self.load.rps),
-                self.load.connections
-            )
-        } else {
-            format!("closed loop / {} conns", self.load.connections)
-        };
+        let load = self.load.label();
         if self.placement.is_empty() {
             load
         } else {

@@ -27,6 +27,7 @@ pub fn charts(analysis: &Analysis) -> Vec<Chart> {
     for placement in analysis.placements() {
         for (pick, name) in [(Pick::P50, "p50"), (Pick::P99, "p99")] {
             out.extend(latency_vs_load(analysis, &palette, placement, pick, name));
+            out.extend(latency_vs_chain(analysis, &palette, placement, pick, name));
         }
     }
     out.extend(throughput(analysis, &palette));
@@ -131,25 +132,101 @@ fn latency_vs_load(
         .iter()
         .filter(|g| g.point.placement == placement && g.point.load.rps > 0.0)
         .collect();
-    let mut rates: Vec<f64> = groups.iter().map(|g| g.point.load.rps).collect();
-    rates.sort_by(f64::total_cmp);
-    rates.dedup();
-    if rates.len() < 2 {
+    let title = format!(
+        "{name} latency against requested rate ({})",
+        or_all(placement)
+    );
+    latency_lines(
+        analysis,
+        palette,
+        LatencyAxes {
+            title,
+            x_desc: "requested rate (requests/s, log scale)",
+            x: |g| g.point.load.rps,
+            pick,
+            name,
+        },
+        &groups,
+    )
+}
+
+/// E4's view: latency against the services a request crosses, one chart per number of
+/// users.
+fn latency_vs_chain(
+    analysis: &Analysis,
+    palette: &Palette,
+    placement: &str,
+    pick: Pick,
+    name: &str,
+) -> Vec<Chart> {
+    let chained: Vec<&Group> = analysis
+        .groups
+        .iter()
+        .filter(|g| g.point.placement == placement && g.point.load.services.is_some())
+        .collect();
+    let mut users: Vec<u32> = chained.iter().map(|g| g.point.load.connections).collect();
+    users.sort_unstable();
+    users.dedup();
+    users
+        .into_iter()
+        .filter_map(|n| {
+            let groups: Vec<&Group> = chained
+                .iter()
+                .copied()
+                .filter(|g| g.point.load.connections == n)
+                .collect();
+            let title = format!(
+                "{name} latency against services crossed ({n} users, {})",
+                or_all(placement)
+            );
+            latency_lines(
+                analysis,
+                palette,
+                LatencyAxes {
+                    title,
+                    x_desc: "services one request crosses (log scale)",
+                    x: |g| f64::from(g.point.load.services.unwrap_or(1)),
+                    pick,
+                    name,
+                },
+                &groups,
+            )
+        })
+        .collect()
+}
+
+struct LatencyAxes<'a> {
+    title: String,
+    x_desc: &'a str,
+    x: fn(&Group) -> f64,
+    pick: Pick,
+    name: &'a str,
+}
+
+/// One line per scenario of a percentile against `axes.x` (log scale); none with fewer
+/// than two x values.
+fn latency_lines(
+    analysis: &Analysis,
+    palette: &Palette,
+    axes: LatencyAxes<'_>,
+    groups: &[&Group],
+) -> Option<Chart> {
+    let mut xs: Vec<f64> = groups.iter().map(|g| (axes.x)(g)).collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    if xs.len() < 2 {
         return None;
     }
     let value = |g: &Group| {
-        let us = match pick {
+        let us = match axes.pick {
             Pick::P50 => g.latency.quantile(0.5),
             Pick::P99 => g.latency.quantile(0.99),
         };
         us.unwrap_or(0.0) / 1e3
     };
     let y_max = groups.iter().map(|g| value(g)).fold(0.0, f64::max) * 1.1;
-    let (x_min, x_max) = (rates[0], rates[rates.len() - 1]);
-    let title = format!(
-        "{name} latency against requested rate ({})",
-        or_all(placement)
-    );
+    let (x_min, x_max) = (xs[0], xs[xs.len() - 1]);
+    let title = axes.title;
     render(title.clone(), 420, |root| {
         let mut chart = builder(root, &title, 18, 60).build_cartesian_2d(
             (x_min * 0.8..x_max * 1.2).log_scale(),
@@ -157,14 +234,14 @@ fn latency_vs_load(
         )?;
         chart
             .configure_mesh()
-            .x_desc("requested rate (requests/s, log scale)")
-            .y_desc(format!("{name} latency (ms)"))
+            .x_desc(axes.x_desc)
+            .y_desc(format!("{} latency (ms)", axes.name))
             .draw()?;
         for scenario in analysis.scenarios() {
             let mut line: Vec<(f64, f64)> = groups
                 .iter()
                 .filter(|g| g.scenario == scenario)
-                .map(|g| (g.point.load.rps, value(g)))
+                .map(|g| ((axes.x)(g), value(g)))
                 .collect();
             line.sort_by(|a, b| a.0.total_cmp(&b.0));
             let color = palette.color(scenario);
@@ -514,7 +591,9 @@ fn components(analysis: &Analysis, point: &Point, measure: Measure) -> Option<Ch
 /// repetitions and the share of the baseline's throughput.
 fn throughput(analysis: &Analysis, palette: &Palette) -> Vec<Chart> {
     let mut out = vec![];
-    for point in analysis.points().into_iter().filter(|p| p.load.rps == 0.0) {
+    // Sequential points are paced by their groups, not as fast as possible.
+    let unpaced = |p: &&crate::analysis::Point| p.load.rps == 0.0 && p.load.group_size.is_none();
+    for point in analysis.points().into_iter().filter(unpaced) {
         let groups: Vec<&Group> = analysis.at(point).collect();
         let base = groups
             .iter()

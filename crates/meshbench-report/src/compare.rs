@@ -52,8 +52,7 @@ pub fn compare_runs(a: &RunResult, b: &RunResult) -> Vec<Table> {
                 .find(|f| {
                     f.scenario == group_b.scenario
                         && f.placement == group_b.point.placement
-                        && f.rps == group_b.point.load.rps
-                        && f.connections == group_b.point.load.connections
+                        && f.load == group_b.point.load
                 })
                 .cloned()
         };

@@ -38,13 +38,13 @@ pub fn cost_table(result: &RunResult, prices: Prices) -> Table {
     let analysis = Analysis::of(result);
     let all = figures(&analysis);
     let mut rows = vec![];
-    for f in all.iter().filter(|f| f.scenario != BASELINE && f.rps > 0.0) {
-        let base = all.iter().find(|b| {
-            b.scenario == BASELINE
-                && b.placement == f.placement
-                && b.rps == f.rps
-                && b.connections == f.connections
-        });
+    for f in all
+        .iter()
+        .filter(|f| f.scenario != BASELINE && f.load.rps > 0.0)
+    {
+        let base = all
+            .iter()
+            .find(|b| b.scenario == BASELINE && b.placement == f.placement && b.load == f.load);
         let (cpu, mib, basis) = match base {
             Some(base) => {
                 let ((cpu, mib), (base_cpu, base_mib)) = (totals(f), totals(base));
@@ -58,8 +58,7 @@ pub fn cost_table(result: &RunResult, prices: Prices) -> Table {
                 let group = analysis.groups.iter().find(|g| {
                     g.scenario == f.scenario
                         && g.point.placement == f.placement
-                        && g.point.load.rps == f.rps
-                        && g.point.load.connections == f.connections
+                        && g.point.load == f.load
                 });
                 (
                     group.map_or(0.0, |g| g.mesh_cpu()),
@@ -74,10 +73,7 @@ pub fn cost_table(result: &RunResult, prices: Prices) -> Table {
         rows.push(vec![
             crate::analysis::Point {
                 placement: f.placement.clone(),
-                load: meshbench_results::LoadPoint {
-                    rps: f.rps,
-                    connections: f.connections,
-                },
+                load: f.load,
             }
             .label(),
             f.scenario.clone(),

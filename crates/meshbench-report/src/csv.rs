@@ -52,8 +52,8 @@ pub fn figures(figures: &[Figures]) -> String {
             vec![
                 f.scenario.clone(),
                 f.placement.clone(),
-                f.rps.to_string(),
-                f.connections.to_string(),
+                f.load.rps.to_string(),
+                f.load.connections.to_string(),
                 f.repetitions.to_string(),
                 f.achieved_rps.to_string(),
                 f.sent.to_string(),

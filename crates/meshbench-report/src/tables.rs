@@ -22,8 +22,7 @@ pub struct Figures {
     pub scenario: String,
     /// `intra-node`, `inter-node`, or empty for results without placements.
     pub placement: String,
-    pub rps: f64,
-    pub connections: u32,
+    pub load: LoadPoint,
     pub repetitions: u32,
     pub achieved_rps: f64,
     pub sent: f64,
@@ -68,27 +67,38 @@ pub fn error_count(cell: &Cell) -> u64 {
         .sum()
 }
 
-/// Component name prefixes of each side: the pod's app and its sidecar (`load-generator-1`,
-/// `load-generator-1-sidecar`), and the names of results from before pods (`client`).
-const CLIENT_SIDE: [&str; 2] = ["client", "load-generator"];
-const SERVER_SIDE: [&str; 2] = ["server", "echo-server"];
 /// Roles of components shared by the mesh rather than belonging to one pod.
 const SHARED_ROLES: [&str; 2] = ["node-agent", "control-plane"];
 
-/// CPU cores (mean) and memory (MiB, max) of one side: the client is the load generator plus
-/// its proxy, the server the app plus its proxy, as E1 splits them.
-fn side(cell: &Cell, prefixes: &[&str]) -> (f64, f64) {
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Client,
+    Server,
+}
+
+/// CPU cores (mean) and memory (MiB, max) of one side, as E1 splits them: the client is the
+/// pod of the load generator (whatever application makes the requests: `meshbench load`,
+/// E3's experimenter) with its proxy (`<pod>-sidecar`); the server is every other pod's app
+/// and proxy (the echo server, the calculator, E4's counters).
+fn side(cell: &Cell, side: Side) -> (f64, f64) {
+    let client_pods: Vec<&str> = cell
+        .resources
+        .iter()
+        .filter(|r| r.role == "load-generator")
+        .map(|r| r.component.as_str())
+        .collect();
+    let on_client_side = |component: &str| {
+        client_pods.iter().any(|pod| {
+            component == *pod
+                || component
+                    .strip_prefix(pod)
+                    .is_some_and(|rest| rest.starts_with('-'))
+        })
+    };
     cell.resources
         .iter()
         .filter(|r| !SHARED_ROLES.contains(&r.role.as_str()))
-        .filter(|r| {
-            prefixes.iter().any(|side| {
-                r.component == *side
-                    || r.component
-                        .strip_prefix(side)
-                        .is_some_and(|rest| rest.starts_with('-'))
-            })
-        })
+        .filter(|r| on_client_side(&r.component) == (side == Side::Client))
         .fold((0.0, 0.0), |(cpu, mem), r| {
             (cpu + r.cpu_cores_mean, mem + r.rss_mib_max)
         })
@@ -104,8 +114,7 @@ pub fn figures(analysis: &Analysis) -> Vec<Figures> {
             Figures {
                 scenario: g.scenario.clone(),
                 placement: g.point.placement.clone(),
-                rps: g.point.load.rps,
-                connections: g.point.load.connections,
+                load: g.point.load,
                 repetitions: g.cells.len() as u32,
                 achieved_rps: g.mean(|c| c.load.achieved_rps),
                 sent: g.mean(|c| c.load.sent as f64),
@@ -116,10 +125,10 @@ pub fn figures(analysis: &Analysis) -> Vec<Figures> {
                 p99_ms: g.mean(|c| ms(c.load.latency.p99_us)),
                 p999_ms: g.mean(|c| ms(c.load.latency.p99_9_us)),
                 max_ms: g.mean(|c| ms(c.load.latency.max_us)),
-                client_cpu: g.mean(|c| side(c, &CLIENT_SIDE).0),
-                server_cpu: g.mean(|c| side(c, &SERVER_SIDE).0),
-                client_mib: g.mean(|c| side(c, &CLIENT_SIDE).1),
-                server_mib: g.mean(|c| side(c, &SERVER_SIDE).1),
+                client_cpu: g.mean(|c| side(c, Side::Client).0),
+                server_cpu: g.mean(|c| side(c, Side::Server).0),
+                client_mib: g.mean(|c| side(c, Side::Client).1),
+                server_mib: g.mean(|c| side(c, Side::Server).1),
                 shared_cpu: g.mean(|c| shared(c).0),
                 shared_mib: g.mean(|c| shared(c).1),
             }
@@ -159,12 +168,54 @@ fn headers(leading: &[&str]) -> Vec<String> {
 fn load_label(f: &Figures) -> String {
     Point {
         placement: String::new(),
-        load: LoadPoint {
-            rps: f.rps,
-            connections: f.connections,
-        },
+        load: f.load,
     }
     .label()
+}
+
+fn workload_line(cfg: &meshbench_results::RunConfig) -> String {
+    let w = &cfg.workload;
+    match cfg.application.as_str() {
+        "zero-trust-app" => format!(
+            "E3's experimenter calling the calculator over {}: all four operations in turn, the experiment's first request discarded",
+            w.protocol
+        ),
+        "counter-chain" => format!(
+            "E4's counter chain over {}: POST /count bounces between counter-a and counter-b until it has crossed the point's services, no retries",
+            w.protocol
+        ),
+        _ => {
+            let request = if w.request_bytes > 0 {
+                format!("POST with {} B bodies", w.request_bytes)
+            } else {
+                "GET".to_owned()
+            };
+            format!(
+                "{} over {}, {request}, server delay {} ms, {} B responses",
+                w.role, w.protocol, w.delay_ms, w.response_bytes
+            )
+        }
+    }
+}
+
+fn load_line(cfg: &meshbench_results::RunConfig) -> String {
+    use meshbench_results::LoadModel;
+    let timed = |what: &str| {
+        format!(
+            "{what}, {} s measured after {} s warm-up",
+            cfg.duration_seconds, cfg.warmup_seconds
+        )
+    };
+    match cfg.model {
+        LoadModel::ClosedLoop => timed("closed loop (every connection as fast as it can)"),
+        LoadModel::Sequential => {
+            "sequential (one request at a time, in groups with a pause between them; each cell ends after its requests)".to_owned()
+        }
+        LoadModel::Users => {
+            "concurrent users (each sends its requests back to back on its own connection; each cell ends after them)".to_owned()
+        }
+        LoadModel::OpenLoopConstantRate => timed("constant-rate open loop (latency from the intended send time)"),
+    }
 }
 
 fn cell_label(c: &Cell) -> String {
@@ -231,12 +282,10 @@ fn delta(value: f64, base: f64, decimals: usize) -> String {
 pub fn overhead_table(figures: &[Figures]) -> Table {
     let mut rows = Vec::new();
     for f in figures.iter().filter(|f| f.scenario != BASELINE) {
-        let Some(base) = figures.iter().find(|b| {
-            b.scenario == BASELINE
-                && b.placement == f.placement
-                && b.rps == f.rps
-                && b.connections == f.connections
-        }) else {
+        let Some(base) = figures
+            .iter()
+            .find(|b| b.scenario == BASELINE && b.placement == f.placement && b.load == f.load)
+        else {
             continue;
         };
         rows.push(vec![
@@ -636,28 +685,12 @@ pub fn header_lines(result: &RunResult) -> Vec<(String, String)> {
                 env.meshbench_version, env.git_commit, env.build_profile
             ),
         ),
-        (
-            "workload".to_owned(),
-            format!(
-                "{} over {}, server delay {} ms, {} B responses",
-                cfg.workload.role,
-                cfg.workload.protocol,
-                cfg.workload.delay_ms,
-                cfg.workload.response_bytes
-            ),
-        ),
+        ("workload".to_owned(), workload_line(cfg)),
         (
             "load".to_owned(),
             format!(
-                "{}, {} s measured after {} s warm-up, {} repetition(s){}",
-                match cfg.model {
-                    meshbench_results::LoadModel::ClosedLoop => {
-                        "closed loop (every connection as fast as it can)"
-                    }
-                    _ => "constant-rate open loop (latency from the intended send time)",
-                },
-                cfg.duration_seconds,
-                cfg.warmup_seconds,
+                "{}, {} repetition(s){}",
+                load_line(cfg),
                 cfg.repetitions,
                 match cfg.outliers.drop_highest_baseline_max {
                     0 => String::new(),

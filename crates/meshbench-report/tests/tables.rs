@@ -188,6 +188,7 @@ fn memory_against_connections_is_fitted_per_scenario() {
         let point = LoadPoint {
             rps: 500.0,
             connections,
+            ..LoadPoint::default()
         };
         result.config.load_points.push(point);
         let mut cell = template.clone();

@@ -69,9 +69,14 @@ pub struct RunConfig {
     /// Scenarios of the profile this machine cannot run, with why and how to fix it.
     #[serde(default)]
     pub unavailable: Vec<UnavailableScenario>,
-    /// `open-loop-constant-rate` or `closed-loop` (load points then have `rps` 0).
+    /// `open-loop-constant-rate`, `closed-loop`, `sequential` or `users` (load points of the
+    /// last three have `rps` 0).
     #[serde(default = "constant_rate")]
     pub model: LoadModel,
+    /// The application under test: `echo` (a client and an echo server), `zero-trust-app`
+    /// (E3: the experimenter calls the calculator) or `counter-chain` (E4).
+    #[serde(default = "echo_application")]
+    pub application: String,
     pub load_points: Vec<LoadPoint>,
     /// The most repetitions of any load point.
     pub repetitions: u32,
@@ -96,6 +101,10 @@ pub struct RunConfig {
 
 fn local_scale() -> String {
     "local".to_owned()
+}
+
+fn echo_application() -> String {
+    "echo".to_owned()
 }
 
 fn constant_rate() -> LoadModel {
@@ -132,12 +141,63 @@ pub struct UnavailableScenario {
     pub install: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoadPoint {
-    /// Requested rate; 0 for a closed-loop point (as fast as possible, as Fortio's `-qps 0`).
+    /// Requested rate; 0 for a point without a target rate (closed loop, sequential, users).
     pub rps: f64,
+    /// Connections; the number of users for the users model, 1 for the sequential model.
     pub connections: u32,
+    /// Sequential model: the requests of the experiment. Users model: requests per user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    /// Sequential model: requests per group, and the pause between groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_interval_ms: Option<f64>,
+    /// E3's application: the largest operand (100, or 10^16 for the "bigger numbers" run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_operand: Option<u64>,
+    /// E4's counter chain: the services one request crosses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services: Option<u32>,
+}
+
+impl LoadPoint {
+    /// A short human label: `400 rps / 16 conns`, `closed loop / 16 conns`,
+    /// `2000 requests in groups of 100 every 10 ms, operands to 100`, `8 users x 5 requests,
+    /// 10 services`.
+    pub fn label(&self) -> String {
+        let mut label = if let (Some(requests), Some(group)) = (self.requests, self.group_size) {
+            let mut text = format!("{requests} requests in groups of {group}");
+            if let Some(ms) = self.group_interval_ms.filter(|ms| *ms > 0.0) {
+                text.push_str(&format!(" every {} ms", trim_number(ms)));
+            }
+            text
+        } else if let Some(requests) = self.requests {
+            format!("{} users x {requests} requests", self.connections)
+        } else if self.rps > 0.0 {
+            format!("{} rps / {} conns", trim_number(self.rps), self.connections)
+        } else {
+            format!("closed loop / {} conns", self.connections)
+        };
+        if let Some(max) = self.max_operand {
+            label.push_str(&format!(", operands to {max}"));
+        }
+        if let Some(services) = self.services {
+            label.push_str(&format!(", {services} services"));
+        }
+        label
+    }
+}
+
+fn trim_number(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x}")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

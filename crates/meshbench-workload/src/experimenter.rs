@@ -23,6 +23,9 @@ use hyper::body::Incoming;
 use rand::Rng;
 use serde::Serialize;
 
+use meshbench_loadgen::LatencyRecorder;
+use meshbench_results::{LoadModel, LoadReport, MeasurementWindow, ModelParameters};
+
 use crate::calculator::Operation;
 use crate::client::{millis, Caller};
 use crate::fields::{self, Object};
@@ -85,6 +88,9 @@ pub struct Workload {
     #[serde(serialize_with = "operation_names")]
     pub allowed_operations: Vec<Operation>,
     pub max_operand: u64,
+    /// The first requests of the experiment, paced like the rest but not measured (E3
+    /// discards the first RTT); meshbench's addition, default 0.
+    pub warmup_interactions: u64,
     /// Put into every request's body and header, for wire captures (meshbench's addition).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub marker: Option<String>,
@@ -134,6 +140,8 @@ impl Workload {
         if max_operand == 0 && allowed_operations.contains(&Operation::Divide) {
             return Err("maxOperand: must be at least 1 when division is allowed".to_owned());
         }
+        let warmup_interactions =
+            fields::whole(object, "warmupInteractions", Some(0), 0, interactions - 1)?;
         let marker = fields::string(object, "marker")?.map(str::to_owned);
         if marker
             .as_deref()
@@ -148,6 +156,7 @@ impl Workload {
             interval_between_batches_in_milliseconds: interval,
             allowed_operations,
             max_operand,
+            warmup_interactions,
         })
     }
 }
@@ -166,6 +175,10 @@ pub struct ExperimentResult {
     pub standard_deviation: Option<f64>,
     pub workload: Workload,
     pub elapsed_milliseconds: f64,
+    /// CLOCK_MONOTONIC nanoseconds from the first measured request's send to the last one's
+    /// end, for cutting resource samples to it; not part of E3's answer.
+    #[serde(skip)]
+    pub measured_window_ns: (u64, u64),
 }
 
 impl Experimenter {
@@ -174,9 +187,13 @@ impl Experimenter {
         let mut rtts = Vec::with_capacity(workload.interactions.min(1 << 20) as usize);
         let mut failures_by_class = BTreeMap::new();
         let interval = Duration::from_millis(workload.interval_between_batches_in_milliseconds);
+        let mut window_start_ns = meshbench_time::now_ns();
         for i in 0..workload.interactions {
             if i > 0 && i % workload.batch_size == 0 && !interval.is_zero() {
                 tokio::time::sleep(interval).await;
+            }
+            if i == workload.warmup_interactions {
+                window_start_ns = meshbench_time::now_ns();
             }
             let op = workload.allowed_operations
                 [(i % workload.allowed_operations.len() as u64) as usize];
@@ -196,6 +213,9 @@ impl Experimenter {
                 .caller
                 .post_json_marked(self.uri(op), &body, workload.marker.as_deref())
                 .await;
+            if i < workload.warmup_interactions {
+                continue;
+            }
             if call.is_success() {
                 rtts.push(millis(call.elapsed));
             } else {
@@ -214,6 +234,71 @@ impl Experimenter {
             rtts_in_milliseconds: rtts,
             workload: workload.clone(),
             elapsed_milliseconds: millis(started.elapsed()),
+            measured_window_ns: (window_start_ns, meshbench_time::now_ns()),
+        }
+    }
+}
+
+impl ExperimentResult {
+    /// The experiment as a load report of meshbench's schema (sequential model, one
+    /// connection), so a run's cell reads the same whoever made the requests. Latency covers
+    /// the successful requests only: E3's experimenter keeps no RTT for a failure, only its
+    /// class. With no schedule there is nothing to correct, so both latencies are the RTT.
+    pub fn load_report(&self, target: &str) -> LoadReport {
+        let mut latency = LatencyRecorder::default();
+        for rtt in &self.rtts_in_milliseconds {
+            latency.record_ns((rtt * 1e6).round() as u64);
+        }
+        let successes = self.rtts_in_milliseconds.len() as u64;
+        let mut outcomes = self.failures_by_class.clone();
+        if successes > 0 {
+            outcomes.insert("http_200".to_owned(), successes);
+        }
+        let sent = successes + self.failures;
+        let responses: u64 = outcomes
+            .iter()
+            .filter(|(class, _)| class.starts_with("http_"))
+            .map(|(_, n)| n)
+            .sum();
+        let (start, end) = self.measured_window_ns;
+        let seconds = end.saturating_sub(start) as f64 / 1e9;
+        let workload = &self.workload;
+        LoadReport {
+            schema_version: meshbench_results::SCHEMA_VERSION,
+            kind: "meshbench.load".to_owned(),
+            target: target.to_owned(),
+            model: LoadModel::Sequential,
+            connections: 1,
+            requested_rps: None,
+            achieved_rps: if seconds > 0.0 {
+                responses as f64 / seconds
+            } else {
+                0.0
+            },
+            window: MeasurementWindow {
+                start_monotonic_ns: start,
+                end_monotonic_ns: end,
+                seconds,
+                warmup_seconds: 0.0,
+            },
+            scheduled: sent,
+            sent,
+            unsent: 0,
+            late: 0,
+            outcomes,
+            latency: latency.summary(),
+            latency_uncorrected: latency.summary(),
+            histogram: latency.encode(),
+            protocol: Some("http/1.1".to_owned()),
+            parameters: Some(ModelParameters {
+                group_size: Some(workload.batch_size),
+                group_interval_ms: Some(workload.interval_between_batches_in_milliseconds as f64),
+                users: None,
+                requests_per_user: None,
+            }),
+            generator: None,
+            time_series: vec![],
+            samples: None,
         }
     }
 }

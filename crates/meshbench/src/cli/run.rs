@@ -80,10 +80,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         (None, name) => Profile::builtin(name.as_deref().unwrap_or("quick"), a.scale)?,
     };
     if let Some(duration) = a.duration {
-        profile.duration = duration;
+        profile.set_duration(duration)?;
     }
     if let Some(warmup) = a.warmup {
-        profile.warmup = warmup;
+        profile.set_warmup(warmup)?;
     }
     profile.select(&a.scenarios, &a.placements)?;
     let out_dir = a

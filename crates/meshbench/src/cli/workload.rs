@@ -88,6 +88,17 @@ pub struct ExperimenterArgs {
     /// Bound on each call to the calculator.
     #[arg(long, value_parser = args::duration, default_value = "10s")]
     timeout: Duration,
+    /// Run this one experiment (E3's request body, e.g. '{"interactions": 10000, "batchSize":
+    /// 100}') instead of serving, then exit: how the lab's runner uses the experimenter as
+    /// its instrument.
+    #[arg(long, requires = "json")]
+    once: Option<String>,
+    /// With --once: write the experiment as a meshbench load report (JSON).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// With --once: write E3's own answer (every RTT, failures by class).
+    #[arg(long, requires = "once")]
+    result: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -198,7 +209,10 @@ pub fn run(command: WorkloadCommand) -> anyhow::Result<()> {
         WorkloadCommand::Analyzer(a) => serve(&a, Analyzer),
         WorkloadCommand::Experimenter(a) => {
             let role = Experimenter::new(&a.calculator, a.timeout)?;
-            serve(&a.server, role)
+            match &a.once {
+                Some(body) => experiment_once(&a, &role, body),
+                None => serve(&a.server, role),
+            }
         }
         WorkloadCommand::SecurityChecker(a) => serve(
             &a.server,
@@ -210,6 +224,22 @@ pub fn run(command: WorkloadCommand) -> anyhow::Result<()> {
         }
         WorkloadCommand::Gateway(a) => gateway(a),
     }
+}
+
+/// Runs one experiment from this process and writes its results.
+fn experiment_once(a: &ExperimenterArgs, role: &Experimenter, body: &str) -> anyhow::Result<()> {
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(body)
+        .map_err(|e| BadInput(format!("--once: not a JSON object: {e}")))?;
+    let workload = meshbench_workload::Workload::parse(&object)
+        .map_err(|problem| BadInput(format!("--once: {problem}")))?;
+    let runtime = meshbench_workload::runtime(Some(1))?;
+    let result = runtime.block_on(role.run(&workload));
+    let json = a.json.as_ref().expect("clap requires --json with --once");
+    meshbench_results::write_json_atomic(json, &result.load_report(&a.calculator.to_string()))?;
+    if let Some(path) = &a.result {
+        meshbench_results::write_json_atomic(path, &result)?;
+    }
+    Ok(())
 }
 
 fn serve<R: Role>(server: &ServerArgs, role: R) -> anyhow::Result<()> {
