@@ -4,6 +4,7 @@
 
 mod application;
 mod error;
+mod handshakes;
 mod placement;
 mod profile;
 mod runner;

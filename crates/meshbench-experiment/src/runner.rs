@@ -344,6 +344,7 @@ impl Runner {
             tracing::warn!(error = %e, "lab teardown incomplete; run `meshbench lab clean`");
         }
         let (load, resources, wire) = outcome?;
+        let handshakes = crate::handshakes::read_handshakes(&cell_dir);
         Ok(Cell {
             scenario: id.scenario.name().to_owned(),
             placement: Some(id.placement.name().to_owned()),
@@ -353,6 +354,7 @@ impl Runner {
             load,
             resources,
             wire,
+            handshakes,
         })
     }
 

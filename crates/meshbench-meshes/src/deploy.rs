@@ -14,6 +14,10 @@ use crate::{Error, Mesh, MeshPki, SidecarTuning};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Our proxies' final metrics: `<work dir>/<component>.metrics/metrics.prom`.
+pub const PROXY_METRICS_DIR_SUFFIX: &str = ".metrics";
+pub const PROXY_METRICS_FILE: &str = "metrics.prom";
+
 /// The well-known ports of lab components (the same in every pod and node; on loopback each
 /// pod and node has its own address).
 #[derive(Debug, Clone, Copy)]
@@ -192,6 +196,14 @@ impl LabContext<'_> {
         Ok(path)
     }
 
+    /// Where our proxy `component` writes its final metrics when it stops
+    /// (`<work dir>/<component>.metrics/metrics.prom`, writable by the proxy user).
+    pub(crate) fn metrics_file(&self, component: &str) -> Result<PathBuf, Error> {
+        Ok(self
+            .proxy_dir(&format!("{component}{PROXY_METRICS_DIR_SUFFIX}"))?
+            .join(PROXY_METRICS_FILE))
+    }
+
     /// A directory the proxy user may write to.
     fn proxy_dir(&self, name: &str) -> Result<PathBuf, Error> {
         let dir = self.work_dir.join(name);
@@ -271,6 +283,8 @@ impl LabContext<'_> {
         capture: &SidecarCapture,
     ) -> Result<LabComponent, Error> {
         let name = format!("{}-sidecar", pod.name);
+        let mut args = args;
+        args.extend(["--metrics-file".into(), arg(&self.metrics_file(&name)?)]);
         let sidecar = self
             .start(
                 &name,
@@ -485,6 +499,7 @@ async fn node_agents(
             outbound,
         };
         let config = ctx.write(&format!("node-agent-{node}.yaml"), &file.to_yaml())?;
+        let name = format!("{node}-agent");
         let args = vec![
             "proxy".into(),
             "node-agent".into(),
@@ -492,8 +507,9 @@ async fn node_agents(
             "1".into(),
             "--config".into(),
             arg(&config),
+            "--metrics-file".into(),
+            arg(&ctx.metrics_file(&name)?),
         ];
-        let name = format!("{node}-agent");
         components.push(
             ctx.start(
                 &name,

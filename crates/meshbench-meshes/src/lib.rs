@@ -12,7 +12,10 @@ mod gateway;
 mod mesh;
 mod pki;
 
-pub use deploy::{deploy, Deployment, LabContext, MeshContext, Ports};
+pub use deploy::{
+    deploy, Deployment, LabContext, MeshContext, Ports, PROXY_METRICS_DIR_SUFFIX,
+    PROXY_METRICS_FILE,
+};
 pub use enroll::{enroll, ENROLLABLE};
 pub use gateway::start_gateway;
 pub use mesh::{Mesh, SidecarTuning, Unavailable};

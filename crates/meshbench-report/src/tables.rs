@@ -2,7 +2,7 @@
 //! Repetitions of a (scenario, load point) are averaged, after the outlier policy; the
 //! statistics come from [`Analysis`].
 
-use meshbench_results::{Cell, LoadPoint, RunResult};
+use meshbench_results::{Cell, HandshakeTimes, LoadPoint, RunResult};
 
 use meshbench_stats::Interval;
 
@@ -443,7 +443,72 @@ pub fn report_tables(result: &RunResult, analysis: &Analysis) -> Vec<Table> {
     tables.extend(outlier_table(analysis));
     tables.extend([component_table(result), outcome_table(result)]);
     tables.extend(wire_table(result));
+    tables.extend(handshake_table(analysis));
     tables
+}
+
+/// E5's TLS handshake time, per proxy and direction, from our proxies' own histograms over
+/// the repetitions kept: how many handshakes, their mean, and the bucket bounds of the median
+/// and p99 (the worst repetition's).
+pub fn handshake_table(analysis: &Analysis) -> Option<Table> {
+    let mut rows = vec![];
+    for g in &analysis.groups {
+        let mut keys: Vec<(&str, &str)> = g
+            .cells
+            .iter()
+            .flat_map(|c| &c.handshakes)
+            .map(|h| (h.component.as_str(), h.direction.as_str()))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for (component, direction) in keys {
+            let times: Vec<&HandshakeTimes> = g
+                .cells
+                .iter()
+                .flat_map(|c| &c.handshakes)
+                .filter(|h| h.component == component && h.direction == direction)
+                .collect();
+            let count: u64 = times.iter().map(|h| h.count).sum();
+            let mean = times
+                .iter()
+                .map(|h| h.mean_ms * h.count as f64)
+                .sum::<f64>()
+                / count.max(1) as f64;
+            let bound = |pick: fn(&HandshakeTimes) -> Option<f64>| {
+                times
+                    .iter()
+                    .map(|h| pick(h))
+                    .try_fold(0.0_f64, |worst, b| b.map(|b| worst.max(b)))
+                    .map_or("> largest bucket".to_owned(), |b| format!("<= {b}"))
+            };
+            rows.push(vec![
+                g.point.label(),
+                g.scenario.clone(),
+                component.to_owned(),
+                direction.to_owned(),
+                count.to_string(),
+                format!("{mean:.3}"),
+                bound(|h| h.p50_ms_at_most),
+                bound(|h| h.p99_ms_at_most),
+            ]);
+        }
+    }
+    (!rows.is_empty()).then(|| Table {
+        title: "TLS handshakes (our proxies' own histograms, whole life of each proxy in the cell; outbound is the client side, from its ClientHello to the end of the handshake, inbound the server side)".to_owned(),
+        headers: [
+            "load",
+            "scenario",
+            "proxy",
+            "direction",
+            "handshakes",
+            "mean ms",
+            "median ms",
+            "p99 ms",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        rows,
+    })
 }
 
 fn ci(interval: &Interval, decimals: usize) -> String {

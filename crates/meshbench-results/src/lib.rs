@@ -18,8 +18,9 @@ pub use load::{
     ModelParameters, RequestSample, SecondStats, HISTOGRAM_ENCODING,
 };
 pub use run::{
-    Cell, ComponentResources, Environment, LoadPoint, OutlierPolicyConfig, RunConfig, RunResult,
-    RunStatus, ScenarioConfig, UnavailableScenario, WireObservation, WorkloadConfig,
+    Cell, ComponentResources, Environment, HandshakeTimes, LoadPoint, OutlierPolicyConfig,
+    RunConfig, RunResult, RunStatus, ScenarioConfig, UnavailableScenario, WireObservation,
+    WorkloadConfig,
 };
 
 pub use verify::{

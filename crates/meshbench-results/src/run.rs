@@ -228,6 +228,25 @@ pub struct Cell {
     /// What a capture on the inter-node link saw during the cell, when one was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wire: Option<WireObservation>,
+    /// TLS handshakes our proxies timed (their own histograms, read when they stopped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handshakes: Vec<HandshakeTimes>,
+}
+
+/// One proxy's TLS handshakes in one direction over its whole life in the cell (E5's
+/// "TLS handshake time"): from its `tls_handshake_duration_seconds` histogram.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandshakeTimes {
+    /// e.g. `echo-server-1-sidecar`, `node-2-agent`.
+    pub component: String,
+    /// `inbound` (the proxy was the TLS server) or `outbound`.
+    pub direction: String,
+    pub count: u64,
+    pub mean_ms: f64,
+    /// Upper bound of the histogram bucket holding the median and the 99th percentile.
+    pub p50_ms_at_most: Option<f64>,
+    pub p99_ms_at_most: Option<f64>,
 }
 
 /// A packet capture's verdict on the traffic of a cell.

@@ -150,8 +150,23 @@ fn check_complete_run(dir: &Path, result: &RunResult) {
                     "load-generator-1-sidecar"
                 ]
             );
+            // E5's handshake time, from each sidecar's own histogram: the client's sidecar
+            // opened one mTLS connection per load-generator connection, the server's
+            // accepted them.
+            let handshakes = |direction: &str| {
+                cell.handshakes
+                    .iter()
+                    .find(|h| h.direction == direction)
+                    .unwrap_or_else(|| panic!("no {direction} handshakes: {:?}", cell.handshakes))
+            };
+            let connections = u64::from(cell.load_point.connections);
+            assert!(handshakes("outbound").count >= connections);
+            assert_eq!(handshakes("outbound").component, "load-generator-1-sidecar");
+            assert!(handshakes("inbound").count >= connections);
+            assert!(handshakes("inbound").mean_ms > 0.0);
         } else {
             assert_eq!(components, ["echo-server-1", "load-generator-1"]);
+            assert!(cell.handshakes.is_empty(), "{:?}", cell.handshakes);
         }
         for r in &cell.resources {
             assert!(r.samples >= 5, "{r:?}");

@@ -1,7 +1,7 @@
 //! `meshbench proxy sidecar|node-agent`: the reference data plane as lab components.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +39,10 @@ pub struct NodeAgentArgs {
     /// Record no metrics at all.
     #[arg(long, conflicts_with = "admin")]
     no_metrics: bool,
+    /// Write the metrics (Prometheus text) to this file when stopping: how the lab's runner
+    /// reads a proxy's handshake times without reaching into its network namespace.
+    #[arg(long)]
+    metrics_file: Option<PathBuf>,
     /// Runtime worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -124,6 +128,9 @@ pub struct SidecarArgs {
     /// Record no metrics at all (part of E1's throughput decomposition).
     #[arg(long, conflicts_with = "admin")]
     no_metrics: bool,
+    /// Write the metrics (Prometheus text) to this file when stopping.
+    #[arg(long)]
+    metrics_file: Option<PathBuf>,
     /// Runtime worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -240,6 +247,7 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
         detect_timeout: Duration::from_secs(5),
     };
     let admin = a.admin;
+    let (metrics_file, kept_metrics) = (a.metrics_file.clone(), metrics.clone());
     let runtime = meshbench_workload::runtime(a.threads)?;
     runtime.block_on(async move {
         let bound = run_sidecar(config).await?;
@@ -251,7 +259,7 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
         )
         .await?;
         bound.serve(super::workload::shutdown_signal()).await;
-        Ok(())
+        write_metrics_file(metrics_file.as_deref(), kept_metrics.as_deref())
     })
 }
 
@@ -269,13 +277,25 @@ fn node_agent(a: NodeAgentArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
     };
     let admin = a.admin;
+    let (metrics_file, kept_metrics) = (a.metrics_file.clone(), metrics.clone());
     let runtime = meshbench_workload::runtime(a.threads)?;
     runtime.block_on(async move {
         let bound = run_node_agent(config).await?;
         announce(bound.hbone_addr(), &bound.outbound_addrs(), admin, metrics).await?;
         bound.serve(super::workload::shutdown_signal()).await;
-        Ok(())
+        write_metrics_file(metrics_file.as_deref(), kept_metrics.as_deref())
     })
+}
+
+/// The final metrics, written atomically, when asked for and when metrics are recorded.
+fn write_metrics_file(path: Option<&Path>, metrics: Option<&ProxyMetrics>) -> anyhow::Result<()> {
+    let (Some(path), Some(metrics)) = (path, metrics) else {
+        return Ok(());
+    };
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, metrics.encode_prometheus_text())?;
+    std::fs::rename(&partial, path)?;
+    Ok(())
 }
 
 /// Starts the admin endpoint when asked for, then prints the ready line the lab waits for.
