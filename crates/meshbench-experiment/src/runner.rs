@@ -393,7 +393,7 @@ impl Runner {
             Application::CounterChain => {
                 components.extend(enroll(id.scenario, &ctx.lab).await?);
                 let host = ctx.net.service_host(COUNTER_A)?;
-                (format!("http://{host}{}", "/count"), vec![])
+                (format!("http://{host}/count"), vec![])
             }
         };
         // The chain's hops do not carry the marker, so only the other applications are

@@ -136,6 +136,22 @@ struct OutliersDoc {
     drop_highest_baseline_max: u32,
 }
 
+impl PointDoc {
+    /// The load fields this point sets (each model has its own).
+    fn load_fields(&self) -> impl Iterator<Item = &'static str> {
+        [
+            ("rps", self.rps.is_some()),
+            ("connections", self.connections.is_some()),
+            ("requests", self.requests.is_some()),
+            ("group_size", self.group_size.is_some()),
+            ("group_interval", self.group_interval.is_some()),
+            ("users", self.users.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(field, set)| set.then_some(field))
+    }
+}
+
 fn default_placements() -> Vec<String> {
     vec![Placement::IntraNode.name().to_owned()]
 }
@@ -492,19 +508,18 @@ fn load_point(
             Ok(value)
         }
     };
+    // Closed loop keeps `rps` here so the match below can say why it has no rate.
+    let own_fields: &[&str] = match model {
+        LoadKind::ConstantRate | LoadKind::ClosedLoop => &["rps", "connections"],
+        LoadKind::Sequential => &["requests", "group_size", "group_interval"],
+        LoadKind::Users => &["users", "requests"],
+    };
+    if let Some(field) = doc.load_fields().find(|f| !own_fields.contains(f)) {
+        return Err(not_for(field));
+    }
     let mut point = LoadPoint::default();
     match model {
         LoadKind::ConstantRate | LoadKind::ClosedLoop => {
-            for (field, set) in [
-                ("requests", doc.requests.is_some()),
-                ("group_size", doc.group_size.is_some()),
-                ("group_interval", doc.group_interval.is_some()),
-                ("users", doc.users.is_some()),
-            ] {
-                if set {
-                    return Err(not_for(field));
-                }
-            }
             point.rps = match (model, doc.rps) {
                 (LoadKind::ConstantRate, Some(rps)) if rps.is_finite() && rps > 0.0 => rps,
                 (LoadKind::ConstantRate, Some(rps)) => {
@@ -528,15 +543,6 @@ fn load_point(
             point.connections = at_least_one("connections", connections.into())? as u32;
         }
         LoadKind::Sequential => {
-            for (field, set) in [
-                ("rps", doc.rps.is_some()),
-                ("connections", doc.connections.is_some()),
-                ("users", doc.users.is_some()),
-            ] {
-                if set {
-                    return Err(not_for(field));
-                }
-            }
             point.connections = 1;
             point.requests = Some(at_least_one(
                 "requests",
@@ -553,16 +559,6 @@ fn load_point(
             point.group_interval_ms = Some(interval.as_secs_f64() * 1e3);
         }
         LoadKind::Users => {
-            for (field, set) in [
-                ("rps", doc.rps.is_some()),
-                ("connections", doc.connections.is_some()),
-                ("group_size", doc.group_size.is_some()),
-                ("group_interval", doc.group_interval.is_some()),
-            ] {
-                if set {
-                    return Err(not_for(field));
-                }
-            }
             let users = doc.users.ok_or_else(|| needed("users"))?;
             point.connections = at_least_one("users", users.into())? as u32;
             point.requests = Some(at_least_one(
