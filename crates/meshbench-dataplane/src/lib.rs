@@ -24,8 +24,9 @@ mod upstream;
 pub use error::Error;
 pub use metrics::{bind_admin, serve_admin, ProxyMetrics};
 pub use node_agent::{
-    run_node_agent, BoundNodeAgent, LocalWorkload, NodeAgentConfig, NodeAgentFile,
-    OutboundListener, RemoteWorkload, DEFAULT_HBONE_PORT,
+    hbone_server_name, run_node_agent, BoundNodeAgent, LocalWorkload, NodeAgentConfig,
+    NodeAgentFile, OutboundListener, RemoteWorkload, ServiceEndpoint, TransparentListeners,
+    DEFAULT_HBONE_PORT,
 };
 pub use sidecar::{
     run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, ProxyMode, Rotation, SidecarConfig,

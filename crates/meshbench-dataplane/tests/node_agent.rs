@@ -93,6 +93,8 @@ impl Lab {
             workloads,
             destinations: vec![],
             outbound: vec![],
+            services: vec![],
+            transparent: None,
         }
     }
 

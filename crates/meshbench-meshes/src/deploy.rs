@@ -187,7 +187,7 @@ impl LabContext<'_> {
         .await?)
     }
 
-    fn write(&self, name: &str, contents: &str) -> Result<PathBuf, Error> {
+    pub(crate) fn write(&self, name: &str, contents: &str) -> Result<PathBuf, Error> {
         let path = self.work_dir.join(name);
         std::fs::write(&path, contents).map_err(|source| Error::Io {
             path: path.clone(),
@@ -497,6 +497,8 @@ async fn node_agents(
             workloads,
             destinations,
             outbound,
+            services: vec![],
+            transparent: None,
         };
         let config = ctx.write(&format!("node-agent-{node}.yaml"), &file.to_yaml())?;
         let name = format!("{node}-agent");

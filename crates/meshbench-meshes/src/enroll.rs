@@ -1,16 +1,32 @@
 //! Enrolling every meshed workload of a topology, not only a client and a server: what a
 //! verification needs, where several workloads in several namespaces call each other and
 //! only some are in the mesh. Each enrolled pod gets what the mesh would inject (a sidecar
-//! capturing its traffic both ways) and knows every meshed service's identity; calls to
-//! unmeshed services pass through in plaintext, as Istio's ALLOW_ANY does.
+//! capturing its traffic both ways) or, for a node-agent mesh, its node's agent holds the
+//! pod's SVID and the node captures the pod's traffic both ways (as ztunnel does); either
+//! way every meshed service's identity is known, and calls to unmeshed services pass
+//! through in plaintext, as Istio's ALLOW_ANY does.
 
-use meshbench_lab::LabComponent;
+use std::net::SocketAddr;
 
-use crate::deploy::{LabContext, Ports};
+use meshbench_dataplane::{
+    LocalWorkload, NodeAgentFile, RemoteWorkload, ServiceEndpoint, TransparentListeners,
+};
+use meshbench_lab::{LabComponent, Pod, Readiness};
+use meshbench_netlab::NodeCapture;
+
+use crate::deploy::{LabContext, Place, Ports};
 use crate::{spiffe_id, Error, Mesh, SidecarTuning};
 
 /// Meshes that can enroll an arbitrary topology today.
-pub const ENROLLABLE: &[Mesh] = &[Mesh::Sidecar(SidecarTuning::DEFAULT)];
+pub const ENROLLABLE: &[Mesh] = &[
+    Mesh::Sidecar(SidecarTuning::DEFAULT),
+    Mesh::NodeAgent {
+        same_node_encryption: true,
+    },
+    Mesh::NodeAgent {
+        same_node_encryption: false,
+    },
+];
 
 /// Starts `mesh` for every meshed workload of the lab's topology (the apps already run).
 /// The netns backend is required: enrollment means transparent capture.
@@ -24,9 +40,13 @@ pub async fn enroll(mesh: Mesh, lab: &LabContext<'_>) -> Result<Vec<LabComponent
     match mesh {
         Mesh::None => Ok(vec![]),
         Mesh::Sidecar(SidecarTuning::DEFAULT) => enroll_sidecars(lab).await,
+        Mesh::NodeAgent {
+            same_node_encryption,
+        } => enroll_node_agents(lab, same_node_encryption).await,
         other => Err(Error::Unsupported {
             mesh: other.name().into(),
-            what: "enrolling a multi-workload topology (only meshbench-sidecar can yet)",
+            what: "enrolling a multi-workload topology (meshbench-sidecar and the node agents \
+                   can)",
         }),
     }
 }
@@ -48,11 +68,7 @@ async fn enroll_sidecars(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Erro
     let (ca, ca_endpoint) = lab.control_plane().await?;
     let mut components = vec![ca];
     for pod in topology.pods().iter().filter(|p| p.workload.meshed) {
-        let app_port = topology
-            .services
-            .iter()
-            .find(|s| s.workload == pod.workload.name)
-            .map_or(Ports::APP, |s| s.target_port);
+        let app_port = app_port(lab, pod);
         let mut args = lab.sidecar_args(pod, ca_endpoint);
         // E3's meshes (Istio, Linkerd) authorize each HTTP request in the sidecar and answer
         // a denial with 403; so does an enrolled workload here.
@@ -69,6 +85,139 @@ async fn enroll_sidecars(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Erro
             args.extend(["--destination".into(), destination.clone()]);
         }
         components.push(lab.start_our_sidecar(pod, args, &capture).await?);
+    }
+    Ok(components)
+}
+
+/// The port a pod's app listens on: its service's target port.
+fn app_port(lab: &LabContext<'_>, pod: &Pod) -> u16 {
+    lab.net
+        .topology()
+        .services
+        .iter()
+        .find(|s| s.workload == pod.workload.name)
+        .map_or(Ports::APP, |s| s.target_port)
+}
+
+async fn enroll_node_agents(
+    lab: &LabContext<'_>,
+    same_node_encryption: bool,
+) -> Result<Vec<LabComponent>, Error> {
+    let net = lab.net;
+    let topology = net.topology();
+    let meshed: Vec<Pod> = topology
+        .pods()
+        .into_iter()
+        .filter(|p| p.workload.meshed)
+        .collect();
+    let app_addr = |pod: &Pod| -> Result<SocketAddr, Error> {
+        Ok(SocketAddr::new(lab.pod_ip(pod)?, app_port(lab, pod)))
+    };
+    let services = net
+        .plan()
+        .services
+        .iter()
+        .map(|s| ServiceEndpoint {
+            address: s.addr,
+            endpoint: s.endpoint,
+        })
+        .collect::<Vec<_>>();
+    let (ca, ca_endpoint) = lab.control_plane().await?;
+    let mut components = vec![ca];
+    for node in &topology.nodes {
+        let (local, remote): (Vec<&Pod>, Vec<&Pod>) =
+            meshed.iter().partition(|p| &p.workload.node == node);
+        if local.is_empty() {
+            continue;
+        }
+        let workloads = local
+            .iter()
+            .map(|p| {
+                let svid = lab
+                    .pki
+                    .svid(&p.workload.namespace, &p.workload.service_account);
+                Ok(LocalWorkload {
+                    namespace: p.workload.namespace.clone(),
+                    name: p.workload.name.clone(),
+                    service_account: p.workload.service_account.clone(),
+                    cert: svid.cert,
+                    key: svid.key,
+                    address: app_addr(p)?,
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let destinations = remote
+            .iter()
+            .map(|p| {
+                Ok(RemoteWorkload {
+                    namespace: p.workload.namespace.clone(),
+                    name: p.workload.name.clone(),
+                    service_account: p.workload.service_account.clone(),
+                    address: app_addr(p)?,
+                    node_agent: SocketAddr::new(net.node_ip(&p.workload.node)?, Ports::HBONE),
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let any = |port| SocketAddr::from(([0, 0, 0, 0], port));
+        let file = NodeAgentFile {
+            node: node.clone(),
+            ca: lab.pki.ca.clone(),
+            hbone: SocketAddr::new(net.node_bind_ip(node)?, Ports::HBONE),
+            same_node_encryption,
+            policy: Some(lab.pki.policy.clone()),
+            ca_endpoint: Some(ca_endpoint),
+            rotate_at: None,
+            workloads,
+            destinations,
+            outbound: vec![],
+            services: services.clone(),
+            // Bound to every address: a connection REDIRECTed from the uplink arrives at the
+            // uplink's address, one from a pod at the bridge's.
+            transparent: Some(TransparentListeners {
+                outbound: any(Ports::OUTBOUND),
+                inbound: any(Ports::INBOUND),
+            }),
+        };
+        let config = lab.write(&format!("node-agent-{node}.yaml"), &file.to_yaml())?;
+        let name = format!("{node}-agent");
+        let args = vec![
+            "proxy".into(),
+            "node-agent".into(),
+            "--threads".into(),
+            "1".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--metrics-file".into(),
+            lab.metrics_file(&name)?.display().to_string(),
+        ];
+        components.push(
+            lab.start(
+                &name,
+                "node-agent",
+                Place::Node(node),
+                false,
+                lab.exe,
+                args,
+                Readiness::ReadyLine,
+            )
+            .await?,
+        );
+        let mut capture = NodeCapture {
+            sources: vec![],
+            destinations: vec![],
+            outbound_port: Ports::OUTBOUND,
+            inbound_port: Ports::INBOUND,
+        };
+        for pod in &local {
+            capture.sources.push(lab.pod_ip(pod)?);
+            capture.destinations.push(app_addr(pod)?);
+            for service in net.plan().services.iter() {
+                if service.endpoint == app_addr(pod)? {
+                    capture.destinations.push(service.addr);
+                }
+            }
+        }
+        net.capture_on_node(node, &capture)?;
     }
     Ok(components)
 }

@@ -4,7 +4,8 @@
 //! outbound port, inbound TCP to the sidecar's inbound port; the proxy itself runs as
 //! [`PROXY_UID`] and its own connections are left alone, as is loopback traffic. On a node
 //! (a node agent): connections from a meshed pod to a service are redirected to the agent's
-//! listener for that pair, ahead of the node's service DNAT.
+//! listener for that pair, or, as ztunnel captures, everything the node's meshed pods send
+//! and every connection to them; both ahead of the node's service DNAT.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -16,6 +17,7 @@ pub const PROXY_UID: u32 = 1337;
 
 const INBOUND_CHAIN: &str = "MESHBENCH_INBOUND";
 const OUTBOUND_CHAIN: &str = "MESHBENCH_OUTPUT";
+const NODE_CHAIN: &str = "MESHBENCH_NODE";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SidecarCapture {
@@ -177,5 +179,64 @@ impl NodeRedirect {
             ],
         )
         .map(|_| ())
+    }
+}
+
+/// A node agent's capture of its node's meshed pods, in the node's namespace: every TCP
+/// connection one of `sources` opens goes to `outbound_port`; every other connection to one
+/// of `destinations` (a meshed workload's pod address or its service's) goes to
+/// `inbound_port`. The agent's own connections start on the node and are never captured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCapture {
+    pub sources: Vec<IpAddr>,
+    pub destinations: Vec<SocketAddr>,
+    pub outbound_port: u16,
+    pub inbound_port: u16,
+}
+
+impl NodeCapture {
+    pub(crate) fn install(&self, netns: &str) -> Result<(), Error> {
+        let ipt = |args: &[&str]| -> Result<(), Error> {
+            let mut full = vec!["-t", "nat"];
+            full.extend_from_slice(args);
+            run_in(netns, "iptables", &full).map(|_| ())
+        };
+        ipt(&["-N", NODE_CHAIN])?;
+        // First in PREROUTING: the agent must see the address the app dialled, before the
+        // node's service DNAT rewrites it.
+        ipt(&["-I", "PREROUTING", "1", "-p", "tcp", "-j", NODE_CHAIN])?;
+        let outbound = self.outbound_port.to_string();
+        for source in &self.sources {
+            ipt(&[
+                "-A",
+                NODE_CHAIN,
+                "-s",
+                &source.to_string(),
+                "-p",
+                "tcp",
+                "-j",
+                "REDIRECT",
+                "--to-ports",
+                &outbound,
+            ])?;
+        }
+        let inbound = self.inbound_port.to_string();
+        for destination in &self.destinations {
+            ipt(&[
+                "-A",
+                NODE_CHAIN,
+                "-d",
+                &destination.ip().to_string(),
+                "-p",
+                "tcp",
+                "--dport",
+                &destination.port().to_string(),
+                "-j",
+                "REDIRECT",
+                "--to-ports",
+                &inbound,
+            ])?;
+        }
+        Ok(())
     }
 }

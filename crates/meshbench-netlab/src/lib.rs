@@ -20,7 +20,7 @@ mod network;
 mod plan;
 mod wire;
 
-pub use capture::{NodeRedirect, SidecarCapture, PROXY_UID};
+pub use capture::{NodeCapture, NodeRedirect, SidecarCapture, PROXY_UID};
 pub use clean::{clean_all, CleanReport};
 pub use command::which;
 pub use enter::run_in_netns;

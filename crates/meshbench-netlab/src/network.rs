@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use meshbench_lab::{Launch, Topology};
 
-use crate::capture::{NodeRedirect, SidecarCapture};
+use crate::capture::{NodeCapture, NodeRedirect, SidecarCapture};
 use crate::loopback::LoopbackLab;
 use crate::netns::NetnsLab;
 use crate::plan::AddressPlan;
@@ -182,6 +182,16 @@ impl LabNetwork {
     pub fn redirect_on_node(&self, node: &str, redirect: &NodeRedirect) -> Result<(), Error> {
         match self {
             LabNetwork::Netns(l) => redirect.install(&l.node_netns(node)),
+            LabNetwork::Loopback(_) => Err(Error::Unsupported {
+                what: "traffic capture",
+                backend: "loopback",
+            }),
+        }
+    }
+
+    pub fn capture_on_node(&self, node: &str, capture: &NodeCapture) -> Result<(), Error> {
+        match self {
+            LabNetwork::Netns(l) => capture.install(&l.node_netns(node)),
             LabNetwork::Loopback(_) => Err(Error::Unsupported {
                 what: "traffic capture",
                 backend: "loopback",

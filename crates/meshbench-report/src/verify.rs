@@ -84,8 +84,22 @@ fn probe_row(p: &ProbeVerification) -> Vec<String> {
         p.observed.clone(),
         verdict.to_owned(),
         p.wire.as_ref().map(wire_cell).unwrap_or_default(),
-        p.note.clone().unwrap_or_default(),
+        notes(p),
     ]
+}
+
+/// The probe's note, and the wire's unless it only confirms encryption.
+fn notes(p: &ProbeVerification) -> String {
+    let wire_note = p
+        .wire
+        .as_ref()
+        .filter(|w| !(w.encryption_expected && w.verdict == Verdict::Pass))
+        .and_then(|w| w.note.clone());
+    [p.note.clone(), wire_note]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn wire_cell(w: &WireEvidence) -> String {

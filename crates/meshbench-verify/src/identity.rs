@@ -1,5 +1,5 @@
 //! Identity checks against an enrolled destination's proxy: the verifier handshakes with the
-//! calculator's sidecar itself (from a node, where no mesh captures its traffic) with a
+//! calculator's guard itself (its sidecar, or its node's agent over HBONE) (from a node, where no mesh captures its traffic) with a
 //! valid SVID, none, one from another trust domain, an expired one, and a valid SVID of the
 //! wrong workload carrying forged identity headers. Each must be refused except the first;
 //! the handshake also reads the SPIFFE ID the proxy presents, which TLS 1.3 hides from a
@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use meshbench_identity::{
     client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, SpiffeId,
 };
 use meshbench_loadgen::Outcome;
-use meshbench_meshes::{spiffe_id, MeshPki, Ports};
+use meshbench_meshes::{spiffe_id, Mesh, MeshPki, Ports};
 use meshbench_netlab::{run_in_netns, LabNetwork, NetPlace};
 use meshbench_results::{IdentityCheck, Verdict};
 use rustls_pki_types::ServerName;
@@ -37,6 +37,7 @@ struct Attempt {
 /// made for the checks.
 pub fn identity_checks(
     net: &LabNetwork,
+    guard: Guard,
     pki: &MeshPki,
     dir: &Path,
 ) -> Result<Vec<IdentityCheck>, Error> {
@@ -132,7 +133,7 @@ pub fn identity_checks(
     for attempt in attempts {
         let Exchange {
             outcome, server_id, ..
-        } = exchange_from_node(net, &attempt.files, attempt.headers.clone())?;
+        } = exchange_from_node(net, guard, &attempt.files, attempt.headers.clone())?;
         let allowed = outcome.starts_with("http_2");
         checks.push(IdentityCheck {
             name: attempt.name.into(),
@@ -160,6 +161,7 @@ pub fn identity_checks(
 /// none may fail, and the calculator's proxy must present a renewed certificate afterwards.
 pub fn rotation_under_load(
     net: &LabNetwork,
+    guard: Guard,
     pki: &MeshPki,
     dir: &Path,
 ) -> Result<IdentityCheck, Error> {
@@ -173,7 +175,7 @@ pub fn rotation_under_load(
         ca: pki.ca.clone(),
         expect_server_id: Some(SpiffeId::parse(&spiffe_id(APP, CALCULATOR))?),
     };
-    let before = exchange_from_node(net, &files, vec![])?;
+    let before = exchange_from_node(net, guard, &files, vec![])?;
     let interactions = 300;
     let result = crate::probe::ask_app(
         net,
@@ -185,7 +187,7 @@ pub fn rotation_under_load(
             "intervalBetweenBatchesInMilliseconds": 100,
         }),
     )?;
-    let after = exchange_from_node(net, &files, vec![])?;
+    let after = exchange_from_node(net, guard, &files, vec![])?;
     let succeeded = result["rttsInMilliseconds"]
         .as_array()
         .map_or(0, |rtts| rtts.len());
@@ -224,40 +226,81 @@ struct Exchange {
     server_cert: Option<Vec<u8>>,
 }
 
-/// One exchange with the calculator's proxy from the first node, where no mesh captures the
+/// How the verifier reaches the proxy that guards the calculator.
+#[derive(Debug, Clone, Copy)]
+pub enum Guard {
+    /// A sidecar: it intercepts connections to the calculator's pod and speaks mTLS there.
+    Sidecar { pod: SocketAddr },
+    /// A node agent: mTLS to the agent of the calculator's node (the calculator's SVID asked
+    /// for by SNI), then an HTTP/2 CONNECT tunnel to the calculator's app (HBONE).
+    NodeAgent { agent: SocketAddr, app: SocketAddr },
+}
+
+impl Guard {
+    /// The calculator's guard in `net` for `mesh`.
+    pub fn of(mesh: Mesh, net: &LabNetwork) -> Result<Guard, Error> {
+        let calculator_pod = net
+            .topology()
+            .first_pod(CALCULATOR)
+            .ok_or_else(|| Error::Probe("no calculator pod".into()))?;
+        let app = SocketAddr::new(net.pod_ip(&calculator_pod.name)?, Ports::APP);
+        Ok(match mesh {
+            Mesh::NodeAgent { .. } => Guard::NodeAgent {
+                agent: SocketAddr::new(net.node_ip(&calculator_pod.workload.node)?, Ports::HBONE),
+                app,
+            },
+            _ => Guard::Sidecar { pod: app },
+        })
+    }
+}
+
+/// One exchange with the calculator's guard from the first node, where no mesh captures the
 /// verifier's own traffic.
 fn exchange_from_node(
     net: &LabNetwork,
+    guard: Guard,
     files: &ClientTlsFiles,
     headers: Vec<(&'static str, String)>,
 ) -> Result<Exchange, Error> {
-    let calculator_pod = net
-        .topology()
-        .first_pod(CALCULATOR)
-        .ok_or_else(|| Error::Probe("no calculator pod".into()))?;
-    let target = SocketAddr::new(net.pod_ip(&calculator_pod.name)?, Ports::APP);
     let node = net.topology().nodes[0].clone();
     let netns = net.netns_of(NetPlace::Node(&node))?;
-    let config = Arc::new(client_config(files, &[b"http/1.1"])?);
+    let alpn: &[&[u8]] = match guard {
+        Guard::Sidecar { .. } => &[b"http/1.1"],
+        Guard::NodeAgent { .. } => &[b"h2"],
+    };
+    let config = Arc::new(client_config(files, alpn)?);
     Ok(run_in_netns(&netns, move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a current-thread runtime builds")
-            .block_on(exchange(target, config, headers))
+            .block_on(exchange(guard, config, headers))
     })?)
 }
 
-/// One mTLS exchange (`POST /add`) with the calculator's proxy: the outcome class, and the
-/// SPIFFE ID and certificate the proxy presented, if the exchange completed.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One mTLS exchange (`POST /add`) with the calculator's guard: the outcome class, and the
+/// SPIFFE ID and certificate the guard presented, if the exchange completed.
 async fn exchange(
-    target: SocketAddr,
+    guard: Guard,
     config: Arc<rustls::ClientConfig>,
     headers: Vec<(&'static str, String)>,
 ) -> Exchange {
     let attempt = async {
-        let tcp = tokio::net::TcpStream::connect(target).await?;
-        let name = ServerName::try_from(format!("{CALCULATOR}.{APP}.svc"))?;
+        let (connect_to, name) = match guard {
+            Guard::Sidecar { pod } => (
+                pod,
+                ServerName::try_from(format!("{CALCULATOR}.{APP}.svc"))?,
+            ),
+            Guard::NodeAgent { agent, .. } => (
+                agent,
+                meshbench_dataplane::hbone_server_name(&SpiffeId::parse(&spiffe_id(
+                    APP, CALCULATOR,
+                ))?)?,
+            ),
+        };
+        let tcp = tokio::net::TcpStream::connect(connect_to).await?;
         let tls = tokio_rustls::TlsConnector::from(config)
             .connect(name, tcp)
             .await?;
@@ -267,21 +310,23 @@ async fn exchange(
             .peer_certificates()
             .and_then(|chain| chain.first())
             .map(|leaf| leaf.to_vec());
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
-        tokio::spawn(conn);
-        let mut request = http::Request::post("/add")
-            .header("host", format!("{CALCULATOR}.{APP}.svc"))
-            .header("content-type", "application/json");
-        for (name, value) in &headers {
-            request = request.header(*name, value.as_str());
-        }
-        let request = request.body(Full::new(Bytes::from_static(
-            br#"{"firstNumber": 1, "secondNumber": 2}"#,
-        )))?;
-        let response = sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        response.into_body().collect().await?;
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, leaf))
+        let status = match guard {
+            Guard::Sidecar { .. } => post_add(TokioIo::new(tls), &headers).await?,
+            Guard::NodeAgent { app, .. } => {
+                let (mut sender, conn) =
+                    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                        .await?;
+                tokio::spawn(conn);
+                let connect = http::Request::connect(app.to_string()).body(Empty::<Bytes>::new())?;
+                let response = sender.send_request(connect).await?;
+                if response.status() != http::StatusCode::OK {
+                    // The agent refused the tunnel: an L4 denial, reported as its status.
+                    return Ok((response.status().as_u16(), leaf));
+                }
+                post_add(hyper::upgrade::on(response).await?, &headers).await?
+            }
+        };
+        Ok::<_, BoxError>((status, leaf))
     };
     let failed = |outcome: Outcome| Exchange {
         outcome: outcome.to_string(),
@@ -302,4 +347,26 @@ async fn exchange(
         Ok(Err(e)) => failed(Outcome::classify(e.as_ref())),
         Err(_) => failed(Outcome::Timeout),
     }
+}
+
+/// `POST /add` to the calculator over an established stream; its status.
+async fn post_add<IO>(io: IO, headers: &[(&'static str, String)]) -> Result<u16, BoxError>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+    tokio::spawn(conn);
+    let mut request = http::Request::post("/add")
+        .header("host", format!("{CALCULATOR}.{APP}.svc"))
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, value.as_str());
+    }
+    let request = request.body(Full::new(Bytes::from_static(
+        br#"{"firstNumber": 1, "secondNumber": 2}"#,
+    )))?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    response.into_body().collect().await?;
+    Ok(status)
 }

@@ -16,9 +16,9 @@ use meshbench_results::{
 
 use crate::e3::{self, member, App, SecurityCase, CASES, PROBES};
 use crate::expect::expect;
-use crate::identity::{identity_checks, rotation_under_load};
+use crate::identity::{identity_checks, rotation_under_load, Guard};
 use crate::probe::run_probe;
-use crate::wire::{capture_point, evidence};
+use crate::wire::{capture_point, evidence, WireExpectation};
 use crate::Error;
 
 /// SVID lifetime in the case where identities are checked: proxies renew at half of it.
@@ -161,7 +161,9 @@ async fn verify_case(
             .and_then(|p| net.pod_ip(&p.name).ok());
         let expected = expect(policy, probe, case.meshed, source_ip);
         let marker = format!("mb-verify-marker-{}-{}-{i}", mesh.name(), case.number);
-        let (netns, interface, point, path) = capture_point(&net, probe)?;
+        let enrolled = |w: &str| case.meshed.contains(&w);
+        let both_enrolled = enrolled(probe.from) && enrolled(probe.to);
+        let (netns, interface, point, path) = capture_point(&net, probe, mesh, both_enrolled)?;
         let capture = WireCapture::start(
             &netns,
             &interface,
@@ -169,12 +171,8 @@ async fn verify_case(
         )?;
         let observed = run_probe(&net, probe, &marker)?;
         let report = capture.finish(marker.as_bytes())?;
-        let enrolled = |w: &str| case.meshed.contains(&w);
-        let encryption_expected = mesh.mtls()
-            && enrolled(probe.from)
-            && enrolled(probe.to)
-            && (path == "inter-node" || mesh.encrypts_same_node());
-        let wire = evidence(&report, point, path, &marker, encryption_expected);
+        let expectation = WireExpectation::of(mesh, both_enrolled, path == "same-node");
+        let wire = evidence(&report, point, path, &marker, expectation);
         let observed_allowed = observed.allowed();
         let note = denial_note(expected.allowed, observed_allowed, &observed.outcome);
         probes.push(ProbeVerification {
@@ -197,8 +195,9 @@ async fn verify_case(
     let mut checks = vec![];
     if identity_checked {
         let identity_dir = dir.join("identity");
-        checks = identity_checks(&net, &pki, &identity_dir)?;
-        checks.push(rotation_under_load(&net, &pki, &identity_dir)?);
+        let guard = Guard::of(mesh, &net)?;
+        checks = identity_checks(&net, guard, &pki, &identity_dir)?;
+        checks.push(rotation_under_load(&net, guard, &pki, &identity_dir)?);
     }
     for component in components {
         component.stop(Duration::from_secs(2)).await;

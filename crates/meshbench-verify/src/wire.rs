@@ -1,19 +1,23 @@
 //! Evidence on the wire for one probe: a capture where the path runs (the calling node's
-//! uplink for an inter-node path, the destination pod's interface for a same-node one), cut
-//! down to the probe's connections, and judged: a path between two enrolled workloads of an
-//! encrypting mesh must be TLS only with the request's marker nowhere in clear.
+//! uplink for an inter-node path, the destination pod's interface for a same-node one, the
+//! node's loopback where a node agent tunnels to itself), cut down to the probe's
+//! connections, and judged: a path between two enrolled workloads of an encrypting mesh must
+//! be TLS only with the request's marker nowhere in clear.
 
-use meshbench_netlab::{LabNetwork, WireReport};
+use meshbench_meshes::Mesh;
+use meshbench_netlab::{LabNetwork, NetPlace, WireReport};
 use meshbench_results::{Verdict, WireEvidence};
 
 use crate::e3::Probe;
 use crate::Error;
 
 /// Where to capture a probe's path: (namespace, interface, description, `inter-node` or
-/// `same-node`).
+/// `same-node`). `both_enrolled`: the mesh carries the path from end to end.
 pub fn capture_point(
     net: &LabNetwork,
     probe: &Probe,
+    mesh: Mesh,
+    both_enrolled: bool,
 ) -> Result<(String, String, String, &'static str), Error> {
     let topology = net.topology();
     let pod = |workload: &str| {
@@ -22,7 +26,22 @@ pub fn capture_point(
             .ok_or_else(|| Error::Probe(format!("no pod for {workload}")))
     };
     let (from, to) = (pod(probe.from)?, pod(probe.to)?);
-    if from.workload.node == to.workload.node {
+    let agent_tunnels_to_itself = matches!(
+        mesh,
+        Mesh::NodeAgent {
+            same_node_encryption: true
+        }
+    ) && both_enrolled;
+    if from.workload.node == to.workload.node && agent_tunnels_to_itself {
+        let node = &to.workload.node;
+        let netns = net.netns_of(NetPlace::Node(node))?;
+        let description = format!(
+            "{node}'s loopback, where its agent tunnels to itself (the legs between each pod \
+             and the agent cross the pods' interfaces in plaintext, as with any agent in the \
+             node's namespace)"
+        );
+        Ok((netns, "lo".into(), description, "same-node"))
+    } else if from.workload.node == to.workload.node {
         let (netns, interface) = net.pod_port(&to.name)?;
         let description = format!("{}'s pod interface ({interface})", to.name);
         Ok((netns, interface, description, "same-node"))
@@ -33,23 +52,57 @@ pub fn capture_point(
     }
 }
 
+/// What the mesh should do to a probe's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireExpectation {
+    /// Both ends enrolled in an encrypting mesh.
+    Encrypted,
+    /// Both ends enrolled, but the mesh does not encrypt within a node (Cilium's choice):
+    /// plaintext is expected and must be reported, not hidden.
+    PlaintextByDesign,
+    /// An end outside the mesh (or no mTLS at all): nothing to encrypt it.
+    NotMeshed,
+}
+
+impl WireExpectation {
+    /// The expectation for a path of `mesh` (`same_node`: both ends on one node).
+    pub fn of(mesh: Mesh, both_enrolled: bool, same_node: bool) -> Self {
+        if !(mesh.mtls() && both_enrolled) {
+            WireExpectation::NotMeshed
+        } else if same_node && !mesh.encrypts_same_node() {
+            WireExpectation::PlaintextByDesign
+        } else {
+            WireExpectation::Encrypted
+        }
+    }
+}
+
 /// Judges a capture. Connections to the control plane (certificate renewals) are left out.
 pub fn evidence(
     report: &WireReport,
     capture_point: String,
     path: &str,
     marker: &str,
-    encryption_expected: bool,
+    expectation: WireExpectation,
 ) -> WireEvidence {
     let report = report.without_port(meshbench_meshes::Ports::CA);
     let tls_connections = report.tls_connections();
     let marker_seen = report.marker_seen();
     let connections = report.flows.len() as u32;
+    let encryption_expected = expectation == WireExpectation::Encrypted;
     let (verdict, note) = if !encryption_expected {
-        (
-            Verdict::Pass,
-            marker_seen.then(|| "plaintext: the request crossed in clear".to_owned()),
-        )
+        let note = match (expectation, marker_seen) {
+            (WireExpectation::PlaintextByDesign, true) => Some(
+                "plaintext between two enrolled workloads: this mesh does not encrypt traffic \
+                 within a node",
+            ),
+            (_, true) => Some("plaintext: the request crossed in clear"),
+            (_, false) if connections == 0 => {
+                Some("no request bytes crossed here: refused before the request was sent")
+            }
+            (_, false) => None,
+        };
+        (Verdict::Pass, note.map(str::to_owned))
     } else if connections == 0 {
         (
             Verdict::Fail,

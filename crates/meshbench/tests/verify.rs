@@ -2,13 +2,14 @@
 //! pass with the expected 200s, 403s and connection-level refusals, the impostor with the
 //! experimenter's service account is kept out, enrolled paths are TLS on the wire while
 //! unenrolled ones show the marker, bad identities are refused, certificates rotating under
-//! load fail no request; `baseline` (no mesh) fails
-//! with exit code 1; nothing is left behind.
+//! load fail no request; our node agents (same-node traffic encrypted or not) pass too, by
+//! capturing their nodes' traffic both ways, and the unencrypting one has its same-node
+//! plaintext reported; `baseline` (no mesh) fails with exit code 1; nothing is left behind.
 
 use std::path::Path;
 use std::process::Command;
 
-use meshbench_results::{read_json, ProbeVerification, Verdict, VerifyReport};
+use meshbench_results::{read_json, MeshVerification, ProbeVerification, Verdict, VerifyReport};
 
 fn verify(out: &Path, mesh: &str) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_meshbench"))
@@ -19,8 +20,16 @@ fn verify(out: &Path, mesh: &str) -> std::process::Output {
 }
 
 fn probe<'a>(report: &'a VerifyReport, case: u32, from: &str, to: &str) -> &'a ProbeVerification {
-    report.meshes[0]
-        .cases
+    probe_of(&report.meshes[0], case, from, to)
+}
+
+fn probe_of<'a>(
+    mesh: &'a MeshVerification,
+    case: u32,
+    from: &str,
+    to: &str,
+) -> &'a ProbeVerification {
+    mesh.cases
         .iter()
         .find(|c| c.case == case)
         .unwrap()
@@ -48,11 +57,12 @@ fn no_lab_left() {
 // One test, so the two runs' labs never overlap and "nothing left behind" is checked against
 // everything this test created.
 #[test]
-fn our_sidecar_mesh_passes_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
+fn our_meshes_pass_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
     if !meshbench_testkit::require_netns() || meshbench_testkit::require_tool("tcpdump").is_none() {
         return;
     }
     sidecar_mesh_passes_with_proof_on_the_wire();
+    node_agent_meshes_pass_and_report_same_node_plaintext();
     without_a_mesh_the_rules_fail_and_the_exit_code_says_so();
     no_lab_left();
 }
@@ -147,6 +157,79 @@ fn sidecar_mesh_passes_with_proof_on_the_wire() {
         valid.server_id.as_deref(),
         Some("spiffe://cluster.local/ns/app/sa/calculator")
     );
+}
+
+fn node_agent_meshes_pass_and_report_same_node_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = verify(
+        dir.path(),
+        "meshbench-node-agent,meshbench-node-agent-plain-same-node",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report: VerifyReport = read_json(&dir.path().join("verify.json"))
+        .unwrap_or_else(|e| panic!("{e}; stderr: {stderr}"));
+    let md = std::fs::read_to_string(dir.path().join("verify.md")).unwrap();
+    assert!(report.passed, "{md}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let [encrypting, plain] = &report.meshes[..] else {
+        panic!("two meshes: {md}");
+    };
+    for mesh in [encrypting, plain] {
+        assert!(mesh.error.is_none(), "{mesh:?}");
+        // Between nodes both tunnel over HBONE.
+        let allowed = probe_of(mesh, 2, "experimenter", "calculator");
+        assert_eq!(allowed.observed, "http_200");
+        let wire = allowed.wire.as_ref().unwrap();
+        assert!(
+            wire.tls_connections >= 1 && wire.tls_connections == wire.connections,
+            "{wire:?}"
+        );
+        assert!(!wire.marker_seen);
+        // L4 authorization: the wrong identity is refused at the connection, no 403.
+        let denied = probe_of(mesh, 2, "security-checker", "calculator");
+        assert!(!denied.observed_allowed, "{denied:?}");
+        assert_ne!(denied.observed, "http_403");
+        // The node captures inbound too: unenrolled callers meet STRICT.
+        for case in [2, 4] {
+            let impostor = probe_of(mesh, case, "impostor", "calculator");
+            assert!(!impostor.observed_allowed, "{impostor:?}");
+        }
+        // Enrolled callers reach an unenrolled calculator in plaintext.
+        assert_eq!(
+            probe_of(mesh, 3, "experimenter", "calculator").observed,
+            "http_200"
+        );
+        assert!(mesh.identity.iter().all(|c| c.verdict == Verdict::Pass));
+        let valid = mesh
+            .identity
+            .iter()
+            .find(|c| c.name == "valid-identity")
+            .unwrap();
+        assert_eq!(
+            valid.server_id.as_deref(),
+            Some("spiffe://cluster.local/ns/app/sa/calculator")
+        );
+    }
+    // Same node: the encrypting agent tunnels to itself over TLS; the other carries the
+    // request in clear, and the report says so.
+    let tunnelled = probe_of(encrypting, 2, "security-checker", "security-checker");
+    let wire = tunnelled.wire.as_ref().unwrap();
+    assert_eq!(wire.path, "same-node");
+    assert!(
+        wire.encryption_expected && wire.tls_connections >= 1 && !wire.marker_seen,
+        "{wire:?}"
+    );
+    let clear = probe_of(plain, 2, "security-checker", "security-checker");
+    assert_eq!(clear.observed, "http_200");
+    let wire = clear.wire.as_ref().unwrap();
+    assert!(!wire.encryption_expected && wire.marker_seen, "{wire:?}");
+    assert!(
+        wire.note
+            .as_deref()
+            .is_some_and(|n| n.contains("does not encrypt traffic within a node")),
+        "{wire:?}"
+    );
+    assert!(md.contains("does not encrypt traffic within a node"));
 }
 
 fn without_a_mesh_the_rules_fail_and_the_exit_code_says_so() {

@@ -244,6 +244,8 @@ fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         workloads,
         destinations: vec![],
         outbound: vec![],
+        services: vec![],
+        transparent: None,
     };
     let server_file = file("node-b", vec![workload("server", ctx.app)]);
     let server_config = ctx.write("node-agent-server.yaml", &server_file.to_yaml())?;

@@ -1,7 +1,8 @@
 //! The node agent's configuration file (YAML): the workloads on its node with their SVIDs, the
-//! directory of every destination it may tunnel to (what ztunnel learns from the control
-//! plane), and the outbound listeners apps send to. Relative paths are resolved against the
-//! file's directory.
+//! directory of every destination it may tunnel to and of the services in front of workloads
+//! (what ztunnel learns from the control plane), and how apps' connections reach it: explicit
+//! outbound listeners, or the node's capture (`transparent`). Relative paths are resolved
+//! against the file's directory.
 //!
 //! ```yaml
 //! node: node-a
@@ -56,6 +57,31 @@ pub struct NodeAgentFile {
     pub destinations: Vec<RemoteWorkload>,
     #[serde(default)]
     pub outbound: Vec<OutboundListener>,
+    /// Service addresses apps dial and the workload address behind each (kube-proxy's DNAT,
+    /// which the node's capture comes before).
+    #[serde(default)]
+    pub services: Vec<ServiceEndpoint>,
+    /// Listeners for connections the node captures (ztunnel's 15001 and 15006).
+    #[serde(default)]
+    pub transparent: Option<TransparentListeners>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceEndpoint {
+    pub address: SocketAddr,
+    pub endpoint: SocketAddr,
+}
+
+/// Where the node's capture sends connections: `outbound` gets every connection a local
+/// workload opens (the source is known by its address, the destination by
+/// `SO_ORIGINAL_DST`); `inbound` gets plaintext connections to local workloads from anything
+/// outside the mesh, which the policy then judges as unauthenticated peers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransparentListeners {
+    pub outbound: SocketAddr,
+    pub inbound: SocketAddr,
 }
 
 fn default_hbone() -> SocketAddr {

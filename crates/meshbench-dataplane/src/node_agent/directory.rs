@@ -3,7 +3,7 @@
 //! the address apps dial.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use meshbench_identity::{SpiffeId, SvidStore};
@@ -34,11 +34,14 @@ pub(crate) struct Directory {
     by_address: HashMap<SocketAddr, Destination>,
     by_name: HashMap<String, Arc<LocalEntry>>,
     by_sni: HashMap<String, Arc<LocalEntry>>,
+    /// Local workloads by their pod's address: who opened a captured connection.
+    by_ip: HashMap<IpAddr, Arc<LocalEntry>>,
+    services: HashMap<SocketAddr, SocketAddr>,
 }
 
 /// The TLS server name that asks an agent for a workload's certificate: the SPIFFE ID's path
 /// segments, most specific first, under the trust domain (`server.sa.app.ns.cluster.local`).
-pub(crate) fn sni_of(id: &SpiffeId) -> Result<ServerName<'static>, Error> {
+pub fn sni_of(id: &SpiffeId) -> Result<ServerName<'static>, Error> {
     let mut labels: Vec<&str> = id.path().split('/').filter(|s| !s.is_empty()).collect();
     labels.reverse();
     labels.push(id.trust_domain());
@@ -53,6 +56,12 @@ impl Directory {
             by_address: HashMap::new(),
             by_name: HashMap::new(),
             by_sni: HashMap::new(),
+            by_ip: HashMap::new(),
+            services: file
+                .services
+                .iter()
+                .map(|s| (s.address, s.endpoint))
+                .collect(),
         };
         for w in &file.workloads {
             let store = Arc::new(SvidStore::from_files(&w.cert, &w.key)?);
@@ -79,6 +88,7 @@ impl Directory {
             });
             let sni = sni_of(&entry.id)?.to_str().into_owned();
             directory.by_sni.insert(sni, entry.clone());
+            directory.by_ip.insert(w.address.ip(), entry.clone());
             directory
                 .by_name
                 .insert(format!("{}/{}", w.namespace, w.name), entry.clone());
@@ -113,6 +123,16 @@ impl Directory {
 
     pub(crate) fn destination(&self, address: SocketAddr) -> Option<&Destination> {
         self.by_address.get(&address)
+    }
+
+    /// The workload address behind `address`: a service's endpoint, or `address` itself.
+    pub(crate) fn resolve(&self, address: SocketAddr) -> SocketAddr {
+        self.services.get(&address).copied().unwrap_or(address)
+    }
+
+    /// The local workload whose pod has address `ip`.
+    pub(crate) fn local_by_ip(&self, ip: IpAddr) -> Option<Arc<LocalEntry>> {
+        self.by_ip.get(&ip).cloned()
     }
 
     /// A local workload by `namespace/name`.

@@ -7,6 +7,7 @@
 //! client certificate and asks, by SNI, for the *destination* workload's; the receiving agent
 //! checks that the tunnel's target is that workload before authorizing.
 
+mod captured_inbound;
 mod config;
 mod directory;
 mod inbound;
@@ -22,12 +23,15 @@ use meshbench_policy::Policy;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use captured_inbound::CapturedInbound;
 pub use config::{
-    LocalWorkload, NodeAgentFile, OutboundListener, RemoteWorkload, DEFAULT_HBONE_PORT,
+    LocalWorkload, NodeAgentFile, OutboundListener, RemoteWorkload, ServiceEndpoint,
+    TransparentListeners, DEFAULT_HBONE_PORT,
 };
+pub use directory::sni_of as hbone_server_name;
 use directory::Directory;
 use inbound::HboneInbound;
-use outbound::AgentOutbound;
+use outbound::{AgentOutbound, FixedPair};
 use pool::HbonePool;
 
 use crate::metrics::ProxyMetrics;
@@ -44,7 +48,10 @@ pub struct NodeAgentConfig {
 pub struct BoundNodeAgent {
     hbone: TcpListener,
     inbound: Arc<HboneInbound>,
-    outbound: Vec<(TcpListener, Arc<AgentOutbound>)>,
+    outbound: Arc<AgentOutbound>,
+    fixed: Vec<(TcpListener, Arc<FixedPair>)>,
+    /// The node's capture: (outbound listener, plaintext inbound listener and its handler).
+    captured: Option<(TcpListener, TcpListener, Arc<CapturedInbound>)>,
     rotations: Vec<(Arc<SvidStore>, CaClient, f64)>,
     metrics: Option<Arc<ProxyMetrics>>,
 }
@@ -74,19 +81,31 @@ pub async fn run_node_agent(config: NodeAgentConfig) -> Result<BoundNodeAgent, E
         config.tls.clone(),
         config.metrics.clone(),
     ));
-    let mut outbound = Vec::new();
+    let outbound = Arc::new(AgentOutbound::new(
+        directory.clone(),
+        hbone_addr,
+        config.file.same_node_encryption,
+        pool,
+        config.policy.clone(),
+        config.metrics.clone(),
+    ));
+    let mut fixed = Vec::new();
     for listener in &config.file.outbound {
-        let handler = AgentOutbound::new(
-            &directory,
-            listener,
-            hbone_addr,
-            config.file.same_node_encryption,
-            pool.clone(),
-            config.policy.clone(),
-            config.metrics.clone(),
-        )?;
-        outbound.push((listen(listener.listen).await?, Arc::new(handler)));
+        let pair = outbound.fixed_pair(listener)?;
+        fixed.push((listen(listener.listen).await?, Arc::new(pair)));
     }
+    let captured = match &config.file.transparent {
+        Some(t) => Some((
+            listen(t.outbound).await?,
+            listen(t.inbound).await?,
+            Arc::new(CapturedInbound::new(
+                directory.clone(),
+                config.policy.clone(),
+                config.metrics.clone(),
+            )),
+        )),
+        None => None,
+    };
     let mut rotations = Vec::new();
     if let Some(endpoint) = config.file.ca_endpoint {
         let fraction = config
@@ -107,6 +126,8 @@ pub async fn run_node_agent(config: NodeAgentConfig) -> Result<BoundNodeAgent, E
         hbone,
         inbound,
         outbound,
+        fixed,
+        captured,
         rotations,
         metrics: config.metrics,
     })
@@ -118,10 +139,16 @@ impl BoundNodeAgent {
     }
 
     pub fn outbound_addrs(&self) -> Vec<SocketAddr> {
-        self.outbound
+        self.fixed
             .iter()
             .filter_map(|(l, _)| l.local_addr().ok())
             .collect()
+    }
+
+    /// The listeners for captured connections: (outbound, inbound).
+    pub fn captured_addrs(&self) -> Option<(SocketAddr, SocketAddr)> {
+        let (outbound, inbound, _) = self.captured.as_ref()?;
+        Some((outbound.local_addr().ok()?, inbound.local_addr().ok()?))
     }
 
     /// Serves until `shutdown` resolves; established tunnels finish on their own tasks.
@@ -135,10 +162,22 @@ impl BoundNodeAgent {
             let inbound = inbound.clone();
             async move { inbound.handle(stream, peer).await }
         }));
-        for (listener, handler) in self.outbound {
+        for (listener, pair) in self.fixed {
+            let outbound = self.outbound.clone();
             tasks.spawn(accept_loop(listener, move |stream, _peer| {
-                let handler = handler.clone();
-                async move { handler.handle(stream).await }
+                let (outbound, pair) = (outbound.clone(), pair.clone());
+                async move { outbound.handle_fixed(stream, &pair).await }
+            }));
+        }
+        if let Some((outbound_listener, inbound_listener, inbound)) = self.captured {
+            let outbound = self.outbound.clone();
+            tasks.spawn(accept_loop(outbound_listener, move |stream, peer| {
+                let outbound = outbound.clone();
+                async move { outbound.handle_captured(stream, peer).await }
+            }));
+            tasks.spawn(accept_loop(inbound_listener, move |stream, peer| {
+                let inbound = inbound.clone();
+                async move { inbound.handle(stream, peer).await }
             }));
         }
         shutdown.await;

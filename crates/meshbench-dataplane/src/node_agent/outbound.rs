@@ -1,7 +1,10 @@
-//! An outbound listener of the node agent: connections from one local workload to one
-//! destination. Remote destinations (and local ones when same-node encryption is on) are
-//! tunnelled over HBONE; with it off, a local destination is authorized here by the source's
-//! identity and connected directly, as Cilium does within a node.
+//! The node agent's outbound side: connections a local workload opens, arriving either on an
+//! explicit listener (one source, one destination) or captured by the node (the source known
+//! by its pod's address, the destination by `SO_ORIGINAL_DST`). Mesh destinations elsewhere
+//! (and local ones when same-node encryption is on) are tunnelled over HBONE; with it off, a
+//! local destination is authorized here by the source's identity and connected directly, as
+//! Cilium does within a node; a destination outside the mesh is connected in plaintext, as
+//! ztunnel passes through to workloads it does not serve.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +18,7 @@ use super::config::OutboundListener;
 use super::directory::{Destination, Directory, LocalEntry};
 use super::pool::HbonePool;
 use crate::metrics::{Direction, ProxyMetrics};
+use crate::serving::original_destination;
 use crate::Error;
 
 enum Route {
@@ -25,37 +29,69 @@ enum Route {
     Direct {
         destination: Arc<LocalEntry>,
     },
+    Passthrough,
 }
 
 pub(crate) struct AgentOutbound {
-    source: Arc<LocalEntry>,
-    target: SocketAddr,
-    route: Route,
+    directory: Arc<Directory>,
+    own_hbone: SocketAddr,
+    same_node_encryption: bool,
     pool: Arc<HbonePool>,
     policy: Arc<Policy>,
     metrics: Option<Arc<ProxyMetrics>>,
 }
 
+/// An explicit outbound listener's fixed pair.
+pub(crate) struct FixedPair {
+    source: Arc<LocalEntry>,
+    target: SocketAddr,
+}
+
 impl AgentOutbound {
     pub(crate) fn new(
-        directory: &Directory,
-        listener: &OutboundListener,
+        directory: Arc<Directory>,
         own_hbone: SocketAddr,
         same_node_encryption: bool,
         pool: Arc<HbonePool>,
         policy: Arc<Policy>,
         metrics: Option<Arc<ProxyMetrics>>,
-    ) -> Result<Self, Error> {
-        let source = directory.local(&listener.source).ok_or_else(|| {
+    ) -> Self {
+        AgentOutbound {
+            directory,
+            own_hbone,
+            same_node_encryption,
+            pool,
+            policy,
+            metrics,
+        }
+    }
+
+    /// Checks an explicit listener: its source must be a local workload and its destination
+    /// one the agent knows.
+    pub(crate) fn fixed_pair(&self, listener: &OutboundListener) -> Result<FixedPair, Error> {
+        let source = self.directory.local(&listener.source).ok_or_else(|| {
             Error::Config(format!(
                 "outbound {}: source {:?} is not a workload of this node (use namespace/name)",
                 listener.listen, listener.source
             ))
         })?;
-        let route = match directory.destination(listener.destination) {
-            Some(Destination::Local(entry)) if same_node_encryption => Route::Tunnel {
+        if self.directory.destination(listener.destination).is_none() {
+            return Err(Error::Config(format!(
+                "outbound {}: no workload listens on destination {}",
+                listener.listen, listener.destination
+            )));
+        }
+        Ok(FixedPair {
+            source,
+            target: listener.destination,
+        })
+    }
+
+    fn route(&self, target: SocketAddr) -> Route {
+        match self.directory.destination(target) {
+            Some(Destination::Local(entry)) if self.same_node_encryption => Route::Tunnel {
                 destination: entry.id.clone(),
-                agent: own_hbone,
+                agent: self.own_hbone,
             },
             Some(Destination::Local(entry)) => Route::Direct {
                 destination: entry.clone(),
@@ -64,38 +100,42 @@ impl AgentOutbound {
                 destination: id.clone(),
                 agent: *agent,
             },
-            None => {
-                return Err(Error::Config(format!(
-                    "outbound {}: no workload listens on destination {}",
-                    listener.listen, listener.destination
-                )))
-            }
-        };
-        Ok(AgentOutbound {
-            source,
-            target: listener.destination,
-            route,
-            pool,
-            policy,
-            metrics,
-        })
+            None => Route::Passthrough,
+        }
     }
 
-    pub(crate) async fn handle(&self, mut app: TcpStream) {
+    pub(crate) async fn handle_fixed(&self, app: TcpStream, pair: &FixedPair) {
+        self.forward(app, &pair.source, pair.target).await;
+    }
+
+    /// A connection the node captured from one of its pods.
+    pub(crate) async fn handle_captured(&self, app: TcpStream, peer: SocketAddr) {
+        let Some(source) = self.directory.local_by_ip(peer.ip()) else {
+            tracing::info!(%peer, "captured connection from a pod this agent does not serve");
+            return;
+        };
+        let original = match original_destination(&app) {
+            Ok(original) => original,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "no original destination");
+                return;
+            }
+        };
+        let target = self.directory.resolve(original);
+        self.forward(app, &source, target).await;
+    }
+
+    async fn forward(&self, mut app: TcpStream, source: &LocalEntry, target: SocketAddr) {
         let _open = self
             .metrics
             .as_ref()
             .map(|m| m.connection(Direction::Outbound));
-        let copied = match &self.route {
+        let copied = match self.route(target) {
             Route::Tunnel { destination, agent } => {
-                let upgraded = match self
-                    .pool
-                    .open(&self.source, destination, *agent, self.target)
-                    .await
-                {
+                let upgraded = match self.pool.open(source, &destination, agent, target).await {
                     Ok(upgraded) => upgraded,
                     Err(e) => {
-                        tracing::info!(source = %self.source.id, error = %e, "tunnel refused");
+                        tracing::info!(source = %source.id, error = %e, "tunnel refused");
                         return;
                     }
                 };
@@ -104,13 +144,13 @@ impl AgentOutbound {
             }
             Route::Direct { destination } => {
                 let peer = Peer::Authenticated {
-                    id: self.source.id.clone(),
+                    id: source.id.clone(),
                     source_ip: app.peer_addr().ok().map(|a| a.ip()),
                 };
                 let decision = self.policy.authorize(&AuthzRequest {
                     namespace: &destination.namespace,
                     workload: &destination.name,
-                    port: self.target.port(),
+                    port: target.port(),
                     peer: &peer,
                     http: None,
                 });
@@ -118,22 +158,34 @@ impl AgentOutbound {
                     m.authorized(decision.allowed);
                 }
                 if !decision.allowed {
-                    tracing::info!(source = %self.source.id, reason = %decision.reason, "denied");
+                    tracing::info!(source = %source.id, reason = %decision.reason, "denied");
                     return;
                 }
-                let mut upstream = match TcpStream::connect(self.target).await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(target = %self.target, error = %e, "cannot reach the app");
-                        return;
-                    }
-                };
-                let _ = upstream.set_nodelay(true);
-                crate::splice::splice(&mut app, &mut upstream).await
+                match connect(target).await {
+                    Some(mut upstream) => crate::splice::splice(&mut app, &mut upstream).await,
+                    None => return,
+                }
             }
+            Route::Passthrough => match connect(target).await {
+                Some(mut upstream) => crate::splice::splice(&mut app, &mut upstream).await,
+                None => return,
+            },
         };
         if let (Some(m), Ok((forward, backward))) = (&self.metrics, copied) {
             m.carried(Direction::Outbound, forward, backward);
+        }
+    }
+}
+
+pub(crate) async fn connect(target: SocketAddr) -> Option<TcpStream> {
+    match TcpStream::connect(target).await {
+        Ok(stream) => {
+            let _ = stream.set_nodelay(true);
+            Some(stream)
+        }
+        Err(e) => {
+            tracing::warn!(%target, error = %e, "cannot reach the destination");
+            None
         }
     }
 }
