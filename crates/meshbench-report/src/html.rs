@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use meshbench_results::RunResult;
+use meshbench_results::{RunResult, VerifyReport};
 
 use crate::tables::{self, Table};
 use crate::Analysis;
@@ -15,13 +15,21 @@ th{background:#f3f3f3}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}\
 dt{font-weight:bold;float:left;clear:left;width:11rem}dd{margin-left:12rem}\
 figure{margin:0 0 1.5rem}figcaption{color:#555;font-size:0.9rem}";
 
-pub fn render_html(result: &RunResult, analysis: &Analysis) -> String {
-    let tables = tables::report_tables(result, analysis);
+pub fn render_html(
+    result: &RunResult,
+    analysis: &Analysis,
+    verification: Option<&VerifyReport>,
+) -> String {
+    let (header, tables) = crate::verify::with_verification(
+        tables::header_lines(result),
+        tables::report_tables(result, analysis),
+        verification,
+    );
     let charts = crate::charts::charts(analysis);
     let mut out = page(
         &format!("meshbench report: {}", result.config.profile),
         "meshbench report",
-        &tables::header_lines(result),
+        &header,
         &tables,
     );
     // Charts first, after the description: what a reader looks at before the numbers.

@@ -29,22 +29,46 @@ pub use summary::{load_summary, run_summary};
 pub use verify::{verify_header, verify_tables};
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write {path}: {source}")]
+#[error("{path}: {source}")]
 pub struct Error {
     path: String,
     source: std::io::Error,
 }
 
+/// Where a run directory keeps the verification of its meshes (`meshbench run --verify`):
+/// `<run>/verify/verify.json`, with its own `verify.md` and `verify.html`.
+pub const RUN_VERIFY_DIR: &str = "verify";
+
+/// The verification kept with a run, if there is one.
+pub fn run_verification(dir: &Path) -> Result<Option<VerifyReport>, Error> {
+    let path = dir.join(RUN_VERIFY_DIR).join("verify.json");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    meshbench_results::read_json(&path)
+        .map(Some)
+        .map_err(|e| Error {
+            path: path.display().to_string(),
+            source: std::io::Error::other(e.to_string()),
+        })
+}
+
 /// Writes `report.md`, `report.html` and the CSV exports (`figures.csv`, `comparisons.csv`,
-/// `cells.csv`) into `dir`.
+/// `cells.csv`) into `dir`; the run's verification, if it has one, becomes a section of both
+/// reports.
 pub fn write_reports(dir: &Path, result: &RunResult) -> Result<(), Error> {
     let analysis = Analysis::of(result);
     let figures = tables::figures(&analysis);
+    let verification = run_verification(dir)?;
+    let verification = verification.as_ref();
     write_files(
         dir,
         [
-            ("report.md", render_markdown(result, &analysis)),
-            ("report.html", render_html(result, &analysis)),
+            (
+                "report.md",
+                render_markdown(result, &analysis, verification),
+            ),
+            ("report.html", render_html(result, &analysis, verification)),
             ("figures.csv", csv::figures(&figures)),
             ("comparisons.csv", csv::comparisons(&analysis)),
             ("cells.csv", csv::cells(result, &analysis)),

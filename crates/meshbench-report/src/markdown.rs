@@ -2,17 +2,22 @@
 
 use std::fmt::Write;
 
-use meshbench_results::RunResult;
+use meshbench_results::{RunResult, VerifyReport};
 
 use crate::tables::{self, Table};
 use crate::Analysis;
 
-pub fn render_markdown(result: &RunResult, analysis: &Analysis) -> String {
-    page(
-        "meshbench report",
-        &tables::header_lines(result),
-        &tables::report_tables(result, analysis),
-    )
+pub fn render_markdown(
+    result: &RunResult,
+    analysis: &Analysis,
+    verification: Option<&VerifyReport>,
+) -> String {
+    let (header, tables) = crate::verify::with_verification(
+        tables::header_lines(result),
+        tables::report_tables(result, analysis),
+        verification,
+    );
+    page("meshbench report", &header, &tables)
 }
 
 /// Tables alone, as the terminal shows them.

@@ -29,6 +29,39 @@ pub fn verify_header(report: &VerifyReport) -> Vec<(String, String)> {
     lines
 }
 
+/// A run report's header and tables with the run's verification added: its verdict as a
+/// header line, its tables after the run's, titled as verification.
+pub(crate) fn with_verification(
+    mut header: Vec<(String, String)>,
+    mut tables: Vec<Table>,
+    verification: Option<&VerifyReport>,
+) -> (Vec<(String, String)>, Vec<Table>) {
+    let Some(report) = verification else {
+        return (header, tables);
+    };
+    let meshes: Vec<&str> = report.meshes.iter().map(|m| m.mesh.as_str()).collect();
+    header.push((
+        "verification".to_owned(),
+        format!(
+            "{} for {} (E3's zero-trust matrix, wire evidence and identity checks; \
+             verify/verify.json)",
+            if report.passed { "PASS" } else { "FAIL" },
+            meshes.join(", ")
+        ),
+    ));
+    header.extend(
+        verify_header(report)
+            .into_iter()
+            .filter(|(key, _)| meshes.contains(&key.as_str()))
+            .map(|(key, value)| (format!("verification of {key}"), value)),
+    );
+    tables.extend(verify_tables(report).into_iter().map(|mut table| {
+        table.title = format!("Verification, {}", table.title);
+        table
+    }));
+    (header, tables)
+}
+
 pub fn verify_tables(report: &VerifyReport) -> Vec<Table> {
     let mut tables = vec![];
     for mesh in report.meshes.iter().filter(|m| m.error.is_none()) {

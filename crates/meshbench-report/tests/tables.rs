@@ -56,8 +56,8 @@ fn markdown_and_html_carry_the_same_tables_and_the_html_is_self_contained() {
     let mut result = example();
     result.config.profile = "<script>alert(1)</script>".to_owned();
     let analysis = Analysis::of(&result);
-    let md = render_markdown(&result, &analysis);
-    let html = render_html(&result, &analysis);
+    let md = render_markdown(&result, &analysis, None);
+    let html = render_html(&result, &analysis, None);
     for title in [
         "Absolute figures",
         "Overhead relative to baseline",
@@ -79,7 +79,7 @@ fn markdown_and_html_carry_the_same_tables_and_the_html_is_self_contained() {
 fn the_html_draws_the_charts_inline() {
     let result = example();
     let analysis = Analysis::of(&result);
-    let html = render_html(&result, &analysis);
+    let html = render_html(&result, &analysis, None);
     for caption in [
         "Latency CDF",
         "Latency box plot",
@@ -168,7 +168,7 @@ fn the_outlier_policy_drops_the_repetitions_with_the_highest_baseline_maximum() 
         baseline.achieved_rps, 100.0,
         "the dropped repetition is left out"
     );
-    let md = render_markdown(&result, &analysis);
+    let md = render_markdown(&result, &analysis, None);
     assert!(md.contains("Repetitions dropped by the outlier policy"));
     assert!(md.contains("Across repetitions (mean [95% CI])"));
 }
@@ -213,7 +213,7 @@ fn memory_against_connections_is_fitted_per_scenario() {
     assert_eq!(table.rows[0][0], "baseline-mtls");
     assert_eq!(table.rows[0][3], "20.00", "20 MiB per 1000 connections");
     assert_eq!(table.rows[0][5], "1.000");
-    let html = render_html(&result, &analysis);
+    let html = render_html(&result, &analysis, None);
     assert!(html.contains("Mesh memory (sidecars, agents, control plane) against open connections"));
 }
 

@@ -32,6 +32,30 @@ fn bad_input_is_named_and_exits_with_code_2() {
         &run(&["run", "--profile", "meshes", "--scenarios", "istio"]),
         "--scenarios: the profile has no \"istio\"",
     );
+    assert_bad_input(
+        &run(&[
+            "run",
+            "--profile",
+            "smoke",
+            "--backend",
+            "loopback",
+            "--verify",
+        ]),
+        "--verify: verification needs the netns backend",
+    );
+    assert_bad_input(
+        &run(&[
+            "run",
+            "--profile",
+            "smoke",
+            "--backend",
+            "netns",
+            "--scenarios",
+            "baseline",
+            "--verify",
+        ]),
+        "--verify: none of this run's scenarios (baseline) can be verified",
+    );
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("mine.yaml");
     let builtin = run(&["profiles", "show", "sustained"]);

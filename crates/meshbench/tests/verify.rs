@@ -64,6 +64,7 @@ fn our_meshes_pass_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
     sidecar_mesh_passes_with_proof_on_the_wire();
     node_agent_meshes_pass_and_report_same_node_plaintext();
     without_a_mesh_the_rules_fail_and_the_exit_code_says_so();
+    a_run_with_verify_carries_its_verification_in_its_report();
     no_lab_left();
 }
 
@@ -246,6 +247,49 @@ fn without_a_mesh_the_rules_fail_and_the_exit_code_says_so() {
     let impostor = probe(&report, 2, "impostor", "calculator");
     assert_eq!(impostor.observed, "http_200");
     assert_eq!(impostor.verdict, Verdict::Fail);
+}
+
+fn a_run_with_verify_carries_its_verification_in_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args([
+            "run",
+            "--profile",
+            "smoke",
+            "--scenarios",
+            "baseline,meshbench-sidecar",
+            "--verify",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let report: VerifyReport = read_json(&out_dir.join("verify/verify.json")).unwrap();
+    // Only the scenario that can enroll E3's application is verified; baseline is not.
+    let meshes: Vec<&str> = report.meshes.iter().map(|m| m.mesh.as_str()).collect();
+    assert_eq!(meshes, ["meshbench-sidecar"]);
+    assert!(report.passed);
+    for name in ["report.md", "report.html"] {
+        let text = std::fs::read_to_string(out_dir.join(name)).unwrap();
+        assert!(
+            text.contains("PASS for meshbench-sidecar")
+                && text.contains("Verification, meshbench-sidecar: case 2"),
+            "{name}"
+        );
+    }
+    // `meshbench report` keeps the section.
+    std::fs::remove_file(out_dir.join("report.md")).unwrap();
+    let regenerated = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .arg("report")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(regenerated.status.success());
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(md.contains("Verification, meshbench-sidecar: identity checks"));
 }
 
 #[test]

@@ -8,10 +8,11 @@ use std::time::SystemTime;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner, Scale};
+use meshbench_meshes::{Mesh, ENROLLABLE};
 use meshbench_netlab::Backend;
 use meshbench_results::{Cell, RunResult, RunStatus, UnavailableScenario};
 
-use super::Interrupted;
+use super::{BadInput, Interrupted};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -57,6 +58,12 @@ pub struct RunArgs {
     /// cells kept, the missing ones run and appended.
     #[arg(long, conflicts_with_all = ["profile", "spec", "out", "duration", "warmup", "scenarios", "placements"])]
     resume: Option<PathBuf>,
+    /// After the cells, verify the run's meshes that can be verified (`meshbench verify`:
+    /// E3's zero-trust matrix, wire evidence, identity checks) into `<out>/verify/`; the
+    /// reports get a verification section, and a failed verdict makes the exit code 1
+    /// (netns backend).
+    #[arg(long)]
+    verify: bool,
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
@@ -73,7 +80,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     };
     if let Some(dir) = &a.resume {
         let runner = Runner::resume(options(dir)?)?;
-        return execute(runner, dir, backend, "resuming");
+        let verify = verified_meshes(a.verify, runner.profile(), backend)?;
+        return execute(runner, dir, backend, "resuming", verify);
     }
     let mut profile = match (&a.spec, &a.profile) {
         (Some(path), _) => Profile::from_file(path, a.scale)?,
@@ -90,11 +98,49 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| default_out_dir(&profile.name));
+    let verify = verified_meshes(a.verify, &profile, backend)?;
     let runner = Runner::new(profile, options(&out_dir)?)?;
-    execute(runner, &out_dir, backend, "running")
+    execute(runner, &out_dir, backend, "running", verify)
 }
 
-fn execute(runner: Runner, out_dir: &Path, backend: Backend, verb: &str) -> anyhow::Result<()> {
+/// The meshes `--verify` verifies: the run's scenarios that can enroll E3's application.
+fn verified_meshes(
+    requested: bool,
+    profile: &Profile,
+    backend: Backend,
+) -> Result<Option<Vec<Mesh>>, BadInput> {
+    if !requested {
+        return Ok(None);
+    }
+    if backend != Backend::Netns {
+        return Err(BadInput(
+            "--verify: verification needs the netns backend (transparent capture)".into(),
+        ));
+    }
+    let meshes: Vec<Mesh> = profile
+        .scenarios
+        .iter()
+        .copied()
+        .filter(|m| ENROLLABLE.contains(m))
+        .collect();
+    if meshes.is_empty() {
+        let names = |ms: &[Mesh]| ms.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
+        return Err(BadInput(format!(
+            "--verify: none of this run's scenarios ({}) can be verified (verify supports {})",
+            names(&profile.scenarios),
+            names(ENROLLABLE)
+        )));
+    }
+    Ok(Some(meshes))
+}
+
+fn execute(
+    runner: Runner,
+    out_dir: &Path,
+    backend: Backend,
+    verb: &str,
+    verify: Option<Vec<Mesh>>,
+) -> anyhow::Result<()> {
     let profile = runner.profile();
     let remaining = profile.cells() - runner.finished_cells();
     eprintln!(
@@ -129,6 +175,14 @@ fn execute(runner: Runner, out_dir: &Path, backend: Backend, verb: &str) -> anyh
         }
     };
     meshbench_report::write_reports(&out_dir, &result)?;
+    let mut verification_failed = false;
+    if let (Some(meshes), RunStatus::Complete) = (verify, result.status) {
+        // The run's reports are already written: an interrupted verification loses nothing.
+        let report =
+            super::verify::verify_into(meshes, &out_dir.join(meshbench_report::RUN_VERIFY_DIR))?;
+        verification_failed = !report.passed;
+        meshbench_report::write_reports(&out_dir, &result)?;
+    }
     println!("{}", meshbench_report::run_summary(&result));
     println!(
         "results: {}\nreports: {} {}",
@@ -138,6 +192,9 @@ fn execute(runner: Runner, out_dir: &Path, backend: Backend, verb: &str) -> anyh
     );
     if result.status == RunStatus::Partial {
         return Err(Interrupted(out_dir.display().to_string()).into());
+    }
+    if verification_failed {
+        return Err(super::verify::Failed(out_dir.join("report.md").display().to_string()).into());
     }
     Ok(())
 }

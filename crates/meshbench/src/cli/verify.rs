@@ -2,11 +2,12 @@
 //! mesh, written as `verify.json`, `verify.md` and `verify.html`; exit code 1 when any
 //! verdict fails, so it can gate a pipeline.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use clap::Args;
 use meshbench_meshes::{Mesh, ENROLLABLE};
+use meshbench_results::VerifyReport;
 use meshbench_verify::{verify, VerifyOptions};
 
 use super::{BadInput, Interrupted};
@@ -25,7 +26,7 @@ pub struct VerifyArgs {
 /// Some verdict failed; the report says which.
 #[derive(Debug, thiserror::Error)]
 #[error("verification failed; see {0}")]
-struct Failed(String);
+pub(super) struct Failed(pub(super) String);
 
 pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
     // `baseline` enrolls nothing: the negative control, where every rule that needs a mesh
@@ -53,6 +54,22 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
             .replace(':', "");
         PathBuf::from("meshbench-results").join(format!("verify-{stamp}"))
     });
+    let report = verify_into(meshes, &out_dir)?;
+    if report.passed {
+        eprintln!(
+            "verification passed; report in {}",
+            out_dir.join("verify.md").display()
+        );
+        Ok(())
+    } else {
+        Err(Failed(out_dir.join("verify.md").display().to_string()).into())
+    }
+}
+
+/// Verifies `meshes` into `out_dir` (`verify.json`, `verify.md`, `verify.html`), printing a
+/// line per finished case and per table. Ctrl-C tears the lab down and reports interruption.
+pub(super) fn verify_into(meshes: Vec<Mesh>, out_dir: &Path) -> anyhow::Result<VerifyReport> {
+    let out_dir = out_dir.to_owned();
     std::fs::create_dir_all(&out_dir)?;
     let options = VerifyOptions {
         meshes,
@@ -96,13 +113,5 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
             table.rows.len()
         );
     }
-    if report.passed {
-        eprintln!(
-            "verification passed; report in {}",
-            out_dir.join("verify.md").display()
-        );
-        Ok(())
-    } else {
-        Err(Failed(out_dir.join("verify.md").display().to_string()).into())
-    }
+    Ok(report)
 }
