@@ -258,7 +258,7 @@ fn ia5(value: &str) -> Result<rcgen::string::Ia5String, Error> {
     })
 }
 
-fn read_string(path: &Path) -> Result<String, Error> {
+pub(crate) fn read_string(path: &Path) -> Result<String, Error> {
     std::fs::read_to_string(path).map_err(|source| Error::Read {
         path: path.to_path_buf(),
         source,

@@ -10,6 +10,7 @@ mod ca;
 mod ca_server;
 mod error;
 mod pem;
+mod published;
 mod rotation;
 mod spiffe;
 mod store;
@@ -20,9 +21,10 @@ pub use ca::{CertificateAuthority, IssueOptions, IssuedSvid, SignedSvid, DEFAULT
 pub use ca_server::{bind_ca_server, ca_service_id, BoundCaServer, RENEW_PATH};
 pub use error::Error;
 pub use pem::{load_certs, load_private_key};
+pub use published::{PublishedSvid, PUBLISHED_CERT, PUBLISHED_KEY};
 pub use rotation::{rotate_forever, CaClient, DEFAULT_ROTATE_FRACTION};
 pub use spiffe::{not_after_unix, spiffe_ids_of, SpiffeId};
-pub use store::{SvidRequest, SvidStore};
+pub use store::{SvidPem, SvidRequest, SvidStore};
 pub use tls::{
     client_config, client_config_for, client_config_with, server_config, server_config_for,
     server_config_with, CipherSuite, ClientTlsFiles, KeyExchange, ServerTlsFiles, TlsOptions,

@@ -20,6 +20,8 @@ use crate::{load_certs, load_private_key, Error};
 pub struct SvidStore {
     spiffe_id: SpiffeId,
     current: RwLock<Arc<CertifiedKey>>,
+    /// The same SVID as PEM, for proxies that read certificates from files (Envoy).
+    pem: RwLock<Arc<SvidPem>>,
     not_after_unix: AtomicI64,
     rotations: AtomicU64,
 }
@@ -34,10 +36,18 @@ impl fmt::Debug for SvidStore {
     }
 }
 
+/// An SVID as PEM text: the certificate chain (leaf first) and its private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SvidPem {
+    pub cert: String,
+    pub key: String,
+}
+
 /// A fresh key pair and a certificate signing request for it, for renewing an SVID.
 pub struct SvidRequest {
     pub csr_pem: String,
     key: PrivateKeyDer<'static>,
+    key_pem: String,
 }
 
 impl SvidRequest {
@@ -48,6 +58,7 @@ impl SvidRequest {
         Ok(SvidRequest {
             csr_pem: csr.pem()?,
             key: PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            key_pem: key.serialize_pem(),
         })
     }
 }
@@ -83,9 +94,14 @@ impl SvidStore {
                 path: key.to_path_buf(),
                 reason: format!("does not belong to {}: {e}", cert.display()),
             })?;
+        let pem = SvidPem {
+            cert: crate::ca::read_string(cert)?,
+            key: crate::ca::read_string(key)?,
+        };
         Ok(SvidStore {
             spiffe_id,
             current: RwLock::new(Arc::new(certified)),
+            pem: RwLock::new(Arc::new(pem)),
             not_after_unix: AtomicI64::new(not_after),
             rotations: AtomicU64::new(0),
         })
@@ -103,6 +119,14 @@ impl SvidStore {
     /// How many times the SVID was replaced since the store was created.
     pub fn rotations(&self) -> u64 {
         self.rotations.load(Ordering::Relaxed)
+    }
+
+    /// The SVID presented now, as PEM.
+    pub fn current_pem(&self) -> Arc<SvidPem> {
+        self.pem
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     pub fn current(&self) -> Arc<CertifiedKey> {
@@ -129,6 +153,13 @@ impl SvidStore {
             .current
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(certified);
+        *self
+            .pem
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(SvidPem {
+            cert: cert_pem.to_owned(),
+            key: request.key_pem,
+        });
         self.not_after_unix.store(not_after, Ordering::Relaxed);
         self.rotations.fetch_add(1, Ordering::Relaxed);
         Ok(())

@@ -205,7 +205,7 @@ impl LabContext<'_> {
     }
 
     /// A directory the proxy user may write to.
-    fn proxy_dir(&self, name: &str) -> Result<PathBuf, Error> {
+    pub(crate) fn proxy_dir(&self, name: &str) -> Result<PathBuf, Error> {
         let dir = self.work_dir.join(name);
         let io = |source| Error::Io {
             path: dir.clone(),

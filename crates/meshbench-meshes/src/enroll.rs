@@ -7,19 +7,25 @@
 //! through in plaintext, as Istio's ALLOW_ANY does.
 
 use std::net::SocketAddr;
+use std::path::Path;
 
 use meshbench_dataplane::{
     LocalWorkload, NodeAgentFile, RemoteWorkload, ServiceEndpoint, TransparentListeners,
 };
 use meshbench_lab::{LabComponent, Pod, Readiness};
 use meshbench_netlab::NodeCapture;
+use meshbench_policy::Policy;
 
+use crate::configs::{
+    envoy_enrolled, envoy_svid_secret, rbac_filters, EnvoyEnrollment, MeshDestination,
+};
 use crate::deploy::{LabContext, Place, Ports};
 use crate::{spiffe_id, Error, Mesh, SidecarTuning};
 
 /// Meshes that can enroll an arbitrary topology today.
 pub const ENROLLABLE: &[Mesh] = &[
     Mesh::Sidecar(SidecarTuning::DEFAULT),
+    Mesh::Envoy,
     Mesh::NodeAgent {
         same_node_encryption: true,
     },
@@ -43,10 +49,11 @@ pub async fn enroll(mesh: Mesh, lab: &LabContext<'_>) -> Result<Vec<LabComponent
         Mesh::NodeAgent {
             same_node_encryption,
         } => enroll_node_agents(lab, same_node_encryption).await,
+        Mesh::Envoy => enroll_envoys(lab, &mesh.binary()?.expect("Envoy has a binary")).await,
         other => Err(Error::Unsupported {
             mesh: other.name().into(),
-            what: "enrolling a multi-workload topology (meshbench-sidecar and the node agents \
-                   can)",
+            what: "enrolling a multi-workload topology (meshbench-sidecar, envoy-sidecar and \
+                   the node agents can)",
         }),
     }
 }
@@ -218,6 +225,100 @@ async fn enroll_node_agents(
             }
         }
         net.capture_on_node(node, &capture)?;
+    }
+    Ok(components)
+}
+
+/// Every meshed pod gets Envoy configured as Istio configures its sidecar (see
+/// [`configs::envoy_enrolled`]), with our policy translated to Envoy RBAC, and a certificate
+/// agent beside it (istio-agent's job) that renews the pod's SVID and publishes it for Envoy.
+async fn enroll_envoys(lab: &LabContext<'_>, envoy: &Path) -> Result<Vec<LabComponent>, Error> {
+    let topology = lab.net.topology();
+    let policy = Policy::load(&lab.pki.policy)?;
+    let mut destinations = vec![];
+    for service in &topology.services {
+        if let Some(workload) = topology.workload(&service.workload).filter(|w| w.meshed) {
+            destinations.push(MeshDestination {
+                name: service.name.clone(),
+                address: lab.net.service_addr(&service.name)?,
+                spiffe_id: spiffe_id(&workload.namespace, &workload.service_account),
+            });
+        }
+    }
+    let (ca, ca_endpoint) = lab.control_plane().await?;
+    let mut components = vec![ca];
+    for pod in topology.pods().iter().filter(|p| p.workload.meshed) {
+        let w = &pod.workload;
+        let svid = lab.pki.svid(&w.namespace, &w.service_account);
+        let svid_dir = lab.proxy_dir(&format!("{}-envoy-svid", pod.name))?;
+        let agent_args = vec![
+            "proxy".into(),
+            "cert-agent".into(),
+            "--cert".into(),
+            svid.cert.display().to_string(),
+            "--key".into(),
+            svid.key.display().to_string(),
+            "--ca".into(),
+            lab.pki.ca.display().to_string(),
+            "--ca-endpoint".into(),
+            ca_endpoint.to_string(),
+            "--dir".into(),
+            svid_dir.display().to_string(),
+        ];
+        components.push(
+            lab.start(
+                &format!("{}-cert-agent", pod.name),
+                "sidecar",
+                Place::Pod(&pod.name),
+                true,
+                lab.exe,
+                agent_args,
+                Readiness::ReadyLine,
+            )
+            .await?,
+        );
+        let sds_file = lab.write(
+            &format!("{}-envoy-sds.yaml", pod.name),
+            &envoy_svid_secret(&svid_dir),
+        )?;
+        let enrollment = EnvoyEnrollment {
+            sds_file: &sds_file,
+            node_id: &pod.name,
+            ca: &lab.pki.ca,
+            app: SocketAddr::from(([127, 0, 0, 1], app_port(lab, pod))),
+            inbound: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
+            outbound: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
+            mode: policy.peer_authentication(&w.namespace, &w.name),
+            rbac: rbac_filters(policy.file(), &w.namespace, &w.name),
+            destinations: destinations.clone(),
+        };
+        let name = format!("{}-envoy", pod.name);
+        let log_dir = lab.proxy_dir(&name)?;
+        let config = lab.write(&format!("{name}.yaml"), &envoy_enrolled(&enrollment))?;
+        let args = vec![
+            "-c".into(),
+            config.display().to_string(),
+            "--concurrency".into(),
+            "1".into(),
+            "--disable-hot-restart".into(),
+            "--log-level".into(),
+            "warn".into(),
+            "--log-path".into(),
+            log_dir.join("envoy.log").display().to_string(),
+        ];
+        components.push(
+            lab.start(
+                &name,
+                "sidecar",
+                Place::Pod(&pod.name),
+                true,
+                envoy,
+                args,
+                Readiness::Listening(Ports::OUTBOUND),
+            )
+            .await?,
+        );
+        lab.pod_capture(pod, &Ports::sidecar_capture())?;
     }
     Ok(components)
 }

@@ -29,6 +29,8 @@ pub enum Error {
     Lab(#[from] meshbench_lab::Error),
     #[error(transparent)]
     Network(#[from] meshbench_netlab::Error),
+    #[error("policy: {0}")]
+    Policy(#[from] meshbench_policy::Error),
     #[error("{path}: {source}")]
     Io {
         path: std::path::PathBuf,

@@ -23,3 +23,4 @@ pub use file::{
     Action, AuthorizationPolicy, DefaultInbound, From, PeerAuthentication, PeerAuthenticationMode,
     PolicyFile, Rule, To,
 };
+pub use matcher::Pattern;

@@ -1,7 +1,7 @@
 //! String patterns of the policy language: exact, `*`, `prefix*` and `*suffix`.
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Pattern {
+pub enum Pattern {
     Any,
     Exact(String),
     Prefix(String),
@@ -10,7 +10,7 @@ pub(crate) enum Pattern {
 
 impl Pattern {
     /// `None` for a pattern with a `*` anywhere but at one end.
-    pub(crate) fn parse(text: &str) -> Option<Pattern> {
+    pub fn parse(text: &str) -> Option<Pattern> {
         if text == "*" {
             return Some(Pattern::Any);
         }
@@ -27,7 +27,7 @@ impl Pattern {
         }
     }
 
-    pub(crate) fn matches(&self, value: &str) -> bool {
+    pub fn matches(&self, value: &str) -> bool {
         match self {
             Pattern::Any => true,
             Pattern::Exact(p) => value == p,

@@ -63,6 +63,7 @@ fn our_meshes_pass_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
     }
     sidecar_mesh_passes_with_proof_on_the_wire();
     node_agent_meshes_pass_and_report_same_node_plaintext();
+    envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy();
     without_a_mesh_the_rules_fail_and_the_exit_code_says_so();
     a_run_with_verify_carries_its_verification_in_its_report();
     no_lab_left();
@@ -231,6 +232,43 @@ fn node_agent_meshes_pass_and_report_same_node_plaintext() {
         "{wire:?}"
     );
     assert!(md.contains("does not encrypt traffic within a node"));
+}
+
+fn envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy() {
+    if meshbench_testkit::require_tool("envoy").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = verify(dir.path(), "envoy-sidecar");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report: VerifyReport = read_json(&dir.path().join("verify.json"))
+        .unwrap_or_else(|e| panic!("{e}; stderr: {stderr}"));
+    let md = std::fs::read_to_string(dir.path().join("verify.md")).unwrap();
+    assert!(report.passed, "{md}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    // Our policy as Envoy RBAC: L7 denials are 403s, the DENY of other namespaces included.
+    assert_eq!(
+        probe(&report, 2, "security-checker", "calculator").observed,
+        "http_403"
+    );
+    assert_eq!(
+        probe(&report, 2, "external-checker", "calculator").observed,
+        "http_403"
+    );
+    let allowed = probe(&report, 2, "experimenter", "calculator");
+    assert_eq!(allowed.observed, "http_200");
+    let wire = allowed.wire.as_ref().unwrap();
+    assert!(wire.tls_connections >= 1 && !wire.marker_seen, "{wire:?}");
+    // STRICT: no plaintext filter chain, so the impostor is refused at the connection.
+    let impostor = probe(&report, 2, "impostor", "calculator");
+    assert!(!impostor.observed_allowed, "{impostor:?}");
+    // The certificate agent renews the SVIDs and Envoy picks them up without a restart.
+    let rotation = report.meshes[0]
+        .identity
+        .iter()
+        .find(|c| c.name == "rotation-under-load")
+        .unwrap();
+    assert_eq!(rotation.verdict, Verdict::Pass, "{rotation:?}");
 }
 
 fn without_a_mesh_the_rules_fail_and_the_exit_code_says_so() {

@@ -1,8 +1,13 @@
 //! Envoy sidecars: an HTTP connection manager per listener, static clusters, the peer's
-//! SPIFFE ID matched as a URI SAN in both directions.
+//! SPIFFE ID matched as a URI SAN in both directions; and an enrolled workload's Envoy
+//! (transparent both ways, RBAC from our policy, SVID from a watched directory).
 
 use std::net::SocketAddr;
 use std::path::Path;
+
+use meshbench_identity::{PUBLISHED_CERT, PUBLISHED_KEY};
+use meshbench_policy::PeerAuthenticationMode;
+use serde_json::{json, Value};
 
 use super::p;
 
@@ -106,4 +111,211 @@ pub fn envoy_inbound(listen: SocketAddr, app: SocketAddr, tls: &EnvoyTls<'_>) ->
         listener("inbound", listen, "app", &transport),
         cluster("app", app, "")
     )
+}
+
+/// An enrolled workload's Envoy, as Istio configures its sidecar: every connection the pod
+/// receives arrives on `inbound` (TLS from the mesh, plaintext where peer authentication
+/// admits it) and passes the workload's RBAC before reaching the app; every connection it
+/// opens arrives on `outbound`, where a mesh service's address selects mTLS to that service
+/// (its SPIFFE ID required) and anything else passes through in plaintext. The SVID is read
+/// from a published directory Envoy watches, so renewals apply without a restart.
+pub struct EnvoyEnrollment<'a> {
+    /// The file-based SDS resource naming the SVID's files ([`envoy_svid_secret`]).
+    pub sds_file: &'a Path,
+    /// Envoy's node id (the pod).
+    pub node_id: &'a str,
+    pub ca: &'a Path,
+    pub app: SocketAddr,
+    pub inbound: SocketAddr,
+    pub outbound: SocketAddr,
+    pub mode: PeerAuthenticationMode,
+    /// RBAC HTTP filters for the workload ([`super::rbac_filters`]).
+    pub rbac: Vec<Value>,
+    pub destinations: Vec<MeshDestination>,
+}
+
+/// A service in the mesh: what the app dials and the identity behind it.
+#[derive(Debug, Clone)]
+pub struct MeshDestination {
+    pub name: String,
+    pub address: SocketAddr,
+    pub spiffe_id: String,
+}
+
+const ORIGINAL_DST: &str =
+    "type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst";
+const TLS_INSPECTOR: &str =
+    "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector";
+const TCP_PROXY: &str =
+    "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
+
+const SVID_SECRET: &str = "svid";
+
+/// The SDS resource file for an SVID published in `svid_dir` (see
+/// `meshbench_identity::PublishedSvid`): Envoy watches the directory and reloads the pair
+/// when the published version is swapped.
+pub fn envoy_svid_secret(svid_dir: &Path) -> String {
+    let secret = json!({ "resources": [{
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+        "name": SVID_SECRET,
+        "tls_certificate": {
+            "certificate_chain": { "filename": p(&svid_dir.join(PUBLISHED_CERT)) },
+            "private_key": { "filename": p(&svid_dir.join(PUBLISHED_KEY)) },
+            "watched_directory": { "path": p(svid_dir) },
+        },
+    }] });
+    serde_json::to_string_pretty(&secret).expect("a JSON value serializes")
+}
+
+/// The enrolled workload's Envoy configuration (JSON, which Envoy reads as YAML).
+pub fn envoy_enrolled(e: &EnvoyEnrollment<'_>) -> String {
+    let tls_context = |peer_id: Option<&str>| {
+        let mut validation = json!({ "trusted_ca": { "filename": p(e.ca) } });
+        if let Some(id) = peer_id {
+            validation["match_typed_subject_alt_names"] =
+                json!([{ "san_type": "URI", "matcher": { "exact": id } }]);
+        }
+        json!({
+            "tls_params": {
+                "tls_minimum_protocol_version": "TLSv1_3",
+                "tls_maximum_protocol_version": "TLSv1_3",
+            },
+            // Envoy reloads file-based certificates only when they come through SDS.
+            "tls_certificate_sds_secret_configs": [{
+                "name": SVID_SECRET,
+                "sds_config": {
+                    "path_config_source": { "path": p(e.sds_file) },
+                    "resource_api_version": "V3",
+                },
+            }],
+            "validation_context": validation,
+        })
+    };
+    let hcm = |name: &str, cluster: &str, filters: &[Value]| {
+        let mut http_filters = filters.to_vec();
+        http_filters.push(json!({
+            "name": "envoy.filters.http.router",
+            "typed_config": { "@type": ROUTER },
+        }));
+        json!({
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": HCM,
+                "stat_prefix": name,
+                "route_config": { "virtual_hosts": [{
+                    "name": "all",
+                    "domains": ["*"],
+                    "routes": [{
+                        "match": { "prefix": "/" },
+                        "route": { "cluster": cluster, "timeout": "0s" },
+                    }],
+                }] },
+                "http_filters": http_filters,
+            },
+        })
+    };
+    let socket = |a: SocketAddr| json!({ "socket_address": { "address": a.ip().to_string(), "port_value": a.port() } });
+    let static_cluster = |name: &str, to: SocketAddr| {
+        json!({
+            "name": name,
+            "type": "STATIC",
+            "connect_timeout": "5s",
+            "load_assignment": {
+                "cluster_name": name,
+                "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": socket(to) } }] }],
+            },
+        })
+    };
+    let listener_filter =
+        |name: &str, type_url: &str| json!({ "name": name, "typed_config": { "@type": type_url } });
+
+    let mut inbound_chains = vec![];
+    if e.mode != PeerAuthenticationMode::Disable {
+        inbound_chains.push(json!({
+            "filter_chain_match": { "transport_protocol": "tls" },
+            "filters": [hcm("inbound_tls", "app", &e.rbac)],
+            "transport_socket": {
+                "name": "envoy.transport_sockets.tls",
+                "typed_config": {
+                    "@type": DOWNSTREAM_TLS,
+                    "require_client_certificate": e.mode == PeerAuthenticationMode::Strict,
+                    "common_tls_context": tls_context(None),
+                },
+            },
+        }));
+    }
+    // STRICT has no plaintext chain: Envoy closes a connection no chain matches.
+    if e.mode != PeerAuthenticationMode::Strict {
+        inbound_chains.push(json!({
+            "filter_chain_match": { "transport_protocol": "raw_buffer" },
+            "filters": [hcm("inbound_plaintext", "app", &e.rbac)],
+        }));
+    }
+    let mut outbound_chains = vec![];
+    let mut clusters = vec![
+        static_cluster("app", e.app),
+        json!({
+            "name": "passthrough",
+            "type": "ORIGINAL_DST",
+            "lb_policy": "CLUSTER_PROVIDED",
+            "connect_timeout": "5s",
+        }),
+    ];
+    for d in &e.destinations {
+        let cluster = format!("outbound|{}", d.name);
+        outbound_chains.push(json!({
+            "filter_chain_match": {
+                "prefix_ranges": [{
+                    "address_prefix": d.address.ip().to_string(),
+                    "prefix_len": if d.address.is_ipv4() { 32 } else { 128 },
+                }],
+                "destination_port": d.address.port(),
+            },
+            "filters": [hcm(&cluster, &cluster, &[])],
+        }));
+        let mut c = static_cluster(&cluster, d.address);
+        c["transport_socket"] = json!({
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": UPSTREAM_TLS,
+                "common_tls_context": tls_context(Some(&d.spiffe_id)),
+            },
+        });
+        clusters.push(c);
+    }
+    let config = json!({
+        // SDS requires a node identity.
+        "node": { "id": e.node_id, "cluster": e.node_id },
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "inbound",
+                    "address": socket(e.inbound),
+                    "listener_filters": [
+                        listener_filter("envoy.filters.listener.original_dst", ORIGINAL_DST),
+                        listener_filter("envoy.filters.listener.tls_inspector", TLS_INSPECTOR),
+                    ],
+                    "filter_chains": inbound_chains,
+                },
+                {
+                    "name": "outbound",
+                    "address": socket(e.outbound),
+                    "listener_filters": [
+                        listener_filter("envoy.filters.listener.original_dst", ORIGINAL_DST),
+                    ],
+                    "filter_chains": outbound_chains,
+                    "default_filter_chain": { "filters": [{
+                        "name": "envoy.filters.network.tcp_proxy",
+                        "typed_config": {
+                            "@type": TCP_PROXY,
+                            "stat_prefix": "passthrough",
+                            "cluster": "passthrough",
+                        },
+                    }] },
+                },
+            ],
+            "clusters": clusters,
+        }
+    });
+    serde_json::to_string_pretty(&config).expect("a JSON value serializes")
 }

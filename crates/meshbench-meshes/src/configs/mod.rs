@@ -6,10 +6,15 @@
 //! while their inbound side verifies the client's chain only.
 
 mod envoy;
+mod envoy_rbac;
 mod haproxy;
 mod nginx;
 
-pub use envoy::{envoy_inbound, envoy_outbound, EnvoyTls};
+pub use envoy::{
+    envoy_enrolled, envoy_inbound, envoy_outbound, envoy_svid_secret, EnvoyEnrollment, EnvoyTls,
+    MeshDestination,
+};
+pub use envoy_rbac::rbac_filters;
 pub use haproxy::{haproxy_inbound, haproxy_outbound};
 pub use nginx::{nginx_gateway, nginx_inbound, nginx_outbound, GatewayRoute, NginxTls};
 

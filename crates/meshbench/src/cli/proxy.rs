@@ -11,7 +11,10 @@ use meshbench_dataplane::{
     NodeAgentFile, OutboundRoute, ProxyMetrics, ProxyMode, Rotation, SidecarConfig,
     SidecarIdentity, TransparentOutbound,
 };
-use meshbench_identity::{CipherSuite, KeyExchange, SpiffeId, TlsOptions, DEFAULT_ROTATE_FRACTION};
+use meshbench_identity::{
+    rotate_forever, CaClient, CipherSuite, KeyExchange, PublishedSvid, SpiffeId, SvidStore,
+    TlsOptions, DEFAULT_ROTATE_FRACTION,
+};
 use meshbench_lab::ReadyEvent;
 use meshbench_policy::Policy;
 
@@ -24,6 +27,31 @@ pub enum ProxyCommand {
     /// A per-node agent (ztunnel-like) serving every workload of its node: HBONE tunnels
     /// (HTTP/2 CONNECT over pooled mTLS) between nodes, L4 policy.
     NodeAgent(NodeAgentArgs),
+    /// A certificate agent beside a proxy that reads its SVID from files (Envoy), as
+    /// istio-agent is: renews the SVID through the CA service and publishes each version
+    /// into a directory, swapped atomically for Envoy's `watched_directory`.
+    CertAgent(CertAgentArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CertAgentArgs {
+    /// The workload's current SVID (leaf first).
+    #[arg(long)]
+    cert: PathBuf,
+    #[arg(long)]
+    key: PathBuf,
+    /// Trust bundle of the CA service.
+    #[arg(long)]
+    ca: PathBuf,
+    /// The CA service that renews the SVID.
+    #[arg(long)]
+    ca_endpoint: SocketAddr,
+    /// Renew when this fraction of the SVID's remaining lifetime has passed.
+    #[arg(long, default_value_t = DEFAULT_ROTATE_FRACTION)]
+    rotate_at: f64,
+    /// Where to publish `cert.pem` and `key.pem` (links through `..data`).
+    #[arg(long)]
+    dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -193,7 +221,41 @@ pub fn run(command: ProxyCommand) -> anyhow::Result<()> {
     match command {
         ProxyCommand::Sidecar(a) => sidecar(*a),
         ProxyCommand::NodeAgent(a) => node_agent(a),
+        ProxyCommand::CertAgent(a) => cert_agent(a),
     }
+}
+
+fn cert_agent(a: CertAgentArgs) -> anyhow::Result<()> {
+    if !(a.rotate_at > 0.0 && a.rotate_at < 1.0) {
+        return Err(BadInput(format!(
+            "--rotate-at: {} is not a fraction between 0 and 1",
+            a.rotate_at
+        ))
+        .into());
+    }
+    let store = Arc::new(
+        SvidStore::from_files(&a.cert, &a.key).map_err(|e| BadInput(format!("--cert: {e}")))?,
+    );
+    let published = Arc::new(PublishedSvid::new(&a.dir));
+    std::fs::create_dir_all(&a.dir)?;
+    published.publish(&store.current_pem())?;
+    let runtime = meshbench_workload::runtime(Some(1))?;
+    runtime.block_on(async move {
+        let client = CaClient::new(a.ca_endpoint, store.clone(), &a.ca)?;
+        let ready = ReadyEvent::ready(Some(published.cert_path().display().to_string()));
+        println!("{}", serde_json::to_string(&ready)?);
+        let publisher = published.clone();
+        let rotation = rotate_forever(store, client, a.rotate_at, move |store| {
+            if let Err(e) = publisher.publish(&store.current_pem()) {
+                tracing::error!(error = %e, "cannot publish the renewed SVID");
+            }
+        });
+        tokio::select! {
+            () = rotation => {}
+            () = super::workload::shutdown_signal() => {}
+        }
+        Ok(())
+    })
 }
 
 fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
