@@ -224,18 +224,32 @@ fn latency_lines(
         };
         us.unwrap_or(0.0) / 1e3
     };
-    let y_max = groups.iter().map(|g| value(g)).fold(0.0, f64::max) * 1.1;
+    // The axis spans the data, not zero to the top: a mesh adds a millisecond to a 200 ms
+    // request, which an axis from zero would flatten into one line.
+    let values: Vec<f64> = groups.iter().map(|g| value(g)).collect();
+    let y_top = values.iter().copied().fold(0.0, f64::max);
+    let y_bottom = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let pad = ((y_top - y_bottom) * 0.1).max(y_top * 0.005).max(0.001);
+    let y_range = (y_bottom - pad).max(0.0)..y_top + pad;
     let (x_min, x_max) = (xs[0], xs[xs.len() - 1]);
     let title = axes.title;
     render(title.clone(), 420, |root| {
-        let mut chart = builder(root, &title, 18, 60).build_cartesian_2d(
-            (x_min * 0.8..x_max * 1.2).log_scale(),
-            0.0..y_max.max(0.001),
-        )?;
+        let mut chart = builder(root, &title, 18, 60)
+            .build_cartesian_2d((x_min * 0.8..x_max * 1.2).log_scale(), y_range.clone())?;
         chart
             .configure_mesh()
             .x_desc(axes.x_desc)
-            .y_desc(format!("{} latency (ms)", axes.name))
+            .x_labels(8)
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_desc(format!(
+                "{} latency (ms){}",
+                axes.name,
+                if y_range.start > 0.0 {
+                    ", axis not from 0"
+                } else {
+                    ""
+                }
+            ))
             .draw()?;
         for scenario in analysis.scenarios() {
             let mut line: Vec<(f64, f64)> = groups
