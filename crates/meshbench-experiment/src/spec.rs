@@ -686,7 +686,7 @@ mod tests {
     fn application_errors_name_the_field() {
         let e = error(&E3.replace("baseline", "baseline-mtls"));
         assert!(e.contains("scenarios[0]") && e.contains("plaintext"), "{e}");
-        let e = error(&E4.replace("baseline", "envoy-sidecar"));
+        let e = error(&E4.replace("baseline", "haproxy-sidecar"));
         assert!(e.contains("scenarios[0]") && e.contains("enroll"), "{e}");
         let e = error(&E3.replace("sequential", "users"));
         assert!(e.contains("load.model") && e.contains("sequential"), "{e}");
