@@ -34,6 +34,27 @@ pub const ENROLLABLE: &[Mesh] = &[
     },
 ];
 
+/// Data planes the lab offers that cannot enforce identity rules at all: a verification
+/// reports them as not verified, which fails it, with the reason.
+pub const UNENFORCEABLE: &[Mesh] = &[Mesh::Haproxy, Mesh::Nginx];
+
+/// Whether `mesh` can enroll a topology, and if not, why.
+pub fn check_enrollable(mesh: Mesh) -> Result<(), Error> {
+    if mesh == Mesh::None || ENROLLABLE.contains(&mesh) {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        mesh: mesh.name().into(),
+        what: if UNENFORCEABLE.contains(&mesh) {
+            "identity-based authorization (HAProxy 2.6 and nginx read a client certificate's \
+             subject and chain, never its SPIFFE ID, so E3's rules cannot be enforced)"
+        } else {
+            "enrolling a multi-workload topology (meshbench-sidecar, envoy-sidecar and the \
+             node agents can)"
+        },
+    })
+}
+
 /// Starts `mesh` for every meshed workload of the lab's topology (the apps already run).
 /// The netns backend is required: enrollment means transparent capture.
 pub async fn enroll(mesh: Mesh, lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Error> {
@@ -50,11 +71,7 @@ pub async fn enroll(mesh: Mesh, lab: &LabContext<'_>) -> Result<Vec<LabComponent
             same_node_encryption,
         } => enroll_node_agents(lab, same_node_encryption).await,
         Mesh::Envoy => enroll_envoys(lab, &mesh.binary()?.expect("Envoy has a binary")).await,
-        other => Err(Error::Unsupported {
-            mesh: other.name().into(),
-            what: "enrolling a multi-workload topology (meshbench-sidecar, envoy-sidecar and \
-                   the node agents can)",
-        }),
+        other => Err(check_enrollable(other).expect_err("handled above")),
     }
 }
 

@@ -16,7 +16,7 @@ pub use deploy::{
     deploy, Deployment, LabContext, MeshContext, Ports, PROXY_METRICS_DIR_SUFFIX,
     PROXY_METRICS_FILE,
 };
-pub use enroll::{enroll, ENROLLABLE};
+pub use enroll::{check_enrollable, enroll, ENROLLABLE, UNENFORCEABLE};
 pub use gateway::start_gateway;
 pub use mesh::{Mesh, SidecarTuning, Unavailable};
 pub use pki::{spiffe_id, MeshPki, WorkloadSvid, TRUST_DOMAIN};

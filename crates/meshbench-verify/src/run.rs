@@ -88,6 +88,7 @@ async fn verify_mesh(
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<MeshVerification, Error> {
     mesh.binary().map_err(meshbench_meshes::Error::from)?;
+    meshbench_meshes::check_enrollable(mesh)?;
     let mut cases = vec![];
     let mut identity = vec![];
     for case in &CASES {

@@ -64,6 +64,7 @@ fn our_meshes_pass_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
     sidecar_mesh_passes_with_proof_on_the_wire();
     node_agent_meshes_pass_and_report_same_node_plaintext();
     envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy();
+    proxies_that_cannot_read_identities_are_reported_not_verified();
     without_a_mesh_the_rules_fail_and_the_exit_code_says_so();
     a_run_with_verify_carries_its_verification_in_its_report();
     no_lab_left();
@@ -269,6 +270,19 @@ fn envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy() {
         .find(|c| c.name == "rotation-under-load")
         .unwrap();
     assert_eq!(rotation.verdict, Verdict::Pass, "{rotation:?}");
+}
+
+fn proxies_that_cannot_read_identities_are_reported_not_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = verify(dir.path(), "haproxy-sidecar,nginx-sidecar");
+    assert_eq!(output.status.code(), Some(1));
+    let report: VerifyReport = read_json(&dir.path().join("verify.json")).unwrap();
+    assert!(!report.passed);
+    for mesh in &report.meshes {
+        let error = mesh.error.as_deref().unwrap_or_default();
+        assert!(error.contains("never its SPIFFE ID"), "{mesh:?}");
+        assert!(mesh.cases.is_empty());
+    }
 }
 
 fn without_a_mesh_the_rules_fail_and_the_exit_code_says_so() {

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner, Scale};
-use meshbench_meshes::{Mesh, ENROLLABLE};
+use meshbench_meshes::Mesh;
 use meshbench_netlab::Backend;
 use meshbench_results::{Cell, RunResult, RunStatus, UnavailableScenario};
 
@@ -117,18 +117,19 @@ fn verified_meshes(
             "--verify: verification needs the netns backend (transparent capture)".into(),
         ));
     }
+    let data_planes = super::verify::data_planes();
     let meshes: Vec<Mesh> = profile
         .scenarios
         .iter()
         .copied()
-        .filter(|m| ENROLLABLE.contains(m))
+        .filter(|m| data_planes.contains(m))
         .collect();
     if meshes.is_empty() {
         let names = |ms: &[Mesh]| ms.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
         return Err(BadInput(format!(
             "--verify: none of this run's scenarios ({}) can be verified (verify supports {})",
             names(&profile.scenarios),
-            names(ENROLLABLE)
+            names(&data_planes)
         )));
     }
     Ok(Some(meshes))

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use clap::Args;
-use meshbench_meshes::{Mesh, ENROLLABLE};
+use meshbench_meshes::{Mesh, ENROLLABLE, UNENFORCEABLE};
 use meshbench_results::VerifyReport;
 use meshbench_verify::{verify, VerifyOptions};
 
@@ -14,8 +14,9 @@ use super::{BadInput, Interrupted};
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// Meshes to verify, comma-separated (default: every mesh verify supports; `baseline`,
-    /// which enrolls nothing, is the negative control and fails).
+    /// Meshes to verify, comma-separated (default: every data plane of the local lab; HAProxy
+    /// and nginx cannot enforce identity rules, so they are reported not verified, which
+    /// fails; `baseline`, which enrolls nothing, is the negative control and fails).
     #[arg(long, value_delimiter = ',')]
     mesh: Vec<String>,
     /// Where results go (default: meshbench-results/verify-<time>).
@@ -31,11 +32,11 @@ pub(super) struct Failed(pub(super) String);
 pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
     // `baseline` enrolls nothing: the negative control, where every rule that needs a mesh
     // must fail.
-    let mut verifiable = ENROLLABLE.to_vec();
+    let mut verifiable = data_planes();
     verifiable.push(Mesh::None);
     let supported: Vec<&str> = verifiable.iter().map(|m| m.name()).collect();
     let meshes = if a.mesh.is_empty() {
-        ENROLLABLE.to_vec()
+        data_planes()
     } else {
         a.mesh
             .iter()
@@ -64,6 +65,11 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
     } else {
         Err(Failed(out_dir.join("verify.md").display().to_string()).into())
     }
+}
+
+/// Every data plane of the local lab, in the order verify reports them.
+pub(super) fn data_planes() -> Vec<Mesh> {
+    ENROLLABLE.iter().chain(UNENFORCEABLE).copied().collect()
 }
 
 /// Verifies `meshes` into `out_dir` (`verify.json`, `verify.md`, `verify.html`), printing a
