@@ -18,7 +18,7 @@ use meshbench_lab::{
     describe_environment, BuildInfo, CgroupFs, LabComponent, Readiness, ResourceSampler,
 };
 use meshbench_meshes::{deploy, enroll, LabContext, Mesh, MeshContext, MeshPki, Ports};
-use meshbench_netlab::{new_lab_id, Backend, LabNetwork};
+use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireTap};
 use meshbench_results::{
     read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus,
     UnavailableScenario, WireObservation, SCHEMA_VERSION,
@@ -322,6 +322,8 @@ impl Runner {
             .first_pod(application.server())
             .expect("static topology");
         let (generator_cpus, sut_cpus) = self.cpus();
+        // Without a link to capture (loopback), relays stand in for it.
+        let wire_tap = (self.captures_wire(id) && !net.captures()).then(WireTap::new);
         let ctx = MeshContext {
             lab: LabContext {
                 net: &net,
@@ -330,6 +332,7 @@ impl Runner {
                 work_dir: &cell_dir,
                 cgroups: self.cgroups.as_ref(),
                 sut_cpus,
+                wire: wire_tap.as_ref(),
             },
             client_pod: &client_pod,
             server_pod: &server_pod,
@@ -396,12 +399,7 @@ impl Runner {
                 (format!("http://{host}/count"), vec![])
             }
         };
-        // The chain's hops do not carry the marker, so only the other applications are
-        // captured: a capture that cannot see the marker would prove nothing about it.
-        let capturing = self.options.capture_link
-            && id.placement == Placement::InterNode
-            && ctx.net.captures()
-            && application != Application::CounterChain;
+        let capturing = self.captures_wire(id);
         let marker = format!("meshbench-marker-{}", ctx.net.id());
         let marker_if_captured = capturing.then_some(marker.as_str());
         let load_json = cell_dir.join("load.json");
@@ -418,7 +416,7 @@ impl Runner {
             load_json.to_string_lossy().into_owned(),
         ]);
         client_args.extend(mesh_args);
-        let capture = if capturing {
+        let capture = if capturing && ctx.net.captures() {
             let node = &ctx.client_pod.workload.node;
             let (netns, interface) = ctx.net.uplink_of(node)?;
             let pcap = cell_dir.join("uplink.pcap");
@@ -450,18 +448,25 @@ impl Runner {
             component.stop(STOP_GRACE).await;
         }
         finished?;
-        let wire = match capture {
-            Some((capture, link, pcap)) => {
+        let wire = match (capture, ctx.wire) {
+            (Some((capture, link, pcap)), _) => {
                 let report = capture.finish(marker.as_bytes())?;
                 Some(observation(
                     &report,
                     link,
-                    &pcap,
+                    Some(&pcap),
                     &self.options.out_dir,
                     marker,
                 ))
             }
-            None => None,
+            (None, Some(tap)) => Some(observation(
+                &tap.finish(marker.as_bytes()),
+                "recording relays between the nodes (loopback)".into(),
+                None,
+                &self.options.out_dir,
+                marker,
+            )),
+            (None, None) => None,
         };
         let load: LoadReport = read_json(&load_json).map_err(|e| meshbench_meshes::Error::Io {
             path: load_json.clone(),
@@ -474,6 +479,15 @@ impl Runner {
             .map(|s| s.summarize(load.window.start_monotonic_ns, load.window.end_monotonic_ns))
             .collect();
         Ok((load, resources, wire))
+    }
+
+    /// Whether a cell records the link between nodes (`--capture-link`, inter-node cells). The
+    /// chain's hops do not carry the marker, so it is not captured: a capture that cannot see
+    /// the marker would prove nothing about it.
+    fn captures_wire(&self, id: &CellId) -> bool {
+        self.options.capture_link
+            && id.placement == Placement::InterNode
+            && self.profile.application != Application::CounterChain
     }
 
     /// Starts the application's server side: the echo server, the calculator, or both
@@ -683,17 +697,18 @@ fn check_backend(profile: &Profile, backend: Backend) -> Result<(), Error> {
 fn observation(
     report: &meshbench_netlab::WireReport,
     link: String,
-    pcap: &Path,
+    pcap: Option<&Path>,
     out_dir: &Path,
     marker: String,
 ) -> WireObservation {
     WireObservation {
         link,
-        pcap: pcap
-            .strip_prefix(out_dir)
-            .unwrap_or(pcap)
-            .display()
-            .to_string(),
+        pcap: pcap.map_or_else(String::new, |pcap| {
+            pcap.strip_prefix(out_dir)
+                .unwrap_or(pcap)
+                .display()
+                .to_string()
+        }),
         packets: report.packets,
         connections: report.flows.len() as u32,
         tls_connections: report.tls_connections(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use meshbench_dataplane::{LocalWorkload, NodeAgentFile, OutboundListener, RemoteWorkload};
 use meshbench_lab::{CgroupFs, LabComponent, Launch, Pod, Readiness};
-use meshbench_netlab::{LabNetwork, NodeRedirect, SidecarCapture, PROXY_UID};
+use meshbench_netlab::{LabNetwork, NodeRedirect, SidecarCapture, WireTap, PROXY_UID};
 
 use crate::configs;
 use crate::{Error, Mesh, MeshPki, SidecarTuning};
@@ -54,6 +54,10 @@ pub struct LabContext<'a> {
     pub cgroups: Option<&'a CgroupFs>,
     /// CPUs for the system under test (apps, proxies), as a taskset list.
     pub sut_cpus: Option<String>,
+    /// Recording relays standing for the link between nodes (loopback backend, when the
+    /// cell wants wire evidence): what the client side dials on the server side goes
+    /// through them.
+    pub wire: Option<&'a WireTap>,
 }
 
 /// What an adapter needs to know about the cell it deploys into: the lab, and the client
@@ -112,6 +116,10 @@ impl MeshContext<'_> {
 
     /// The URL of the service as the client dials it, plain or TLS.
     fn service_url(&self, scheme: &str) -> Result<String, Error> {
+        if self.wire.is_some() {
+            let relay = self.across_link(self.net.service_addr(self.service)?)?;
+            return Ok(format!("{scheme}://{relay}/"));
+        }
         Ok(format!(
             "{scheme}://{}/",
             self.net.service_host(self.service)?
@@ -134,6 +142,15 @@ pub(crate) enum Place<'a> {
 }
 
 impl LabContext<'_> {
+    /// The address that reaches server-side `addr` from the client side: through the wire
+    /// tap's relay where there is one.
+    pub(crate) fn across_link(&self, addr: SocketAddr) -> Result<SocketAddr, Error> {
+        match self.wire {
+            Some(tap) => Ok(tap.relay_to(addr)?),
+            None => Ok(addr),
+        }
+    }
+
     /// How to start a pod's app (named after the pod) in its own cgroup, on `cpus`.
     pub fn app_launch(&self, pod: &Pod, cpus: Option<String>) -> Result<Launch, Error> {
         let mut launch = self.launch(&pod.name, &Place::Pod(&pod.name), false)?;
@@ -397,7 +414,7 @@ async fn sidecars(ctx: &MeshContext<'_>, tuning: SidecarTuning) -> Result<Deploy
             "--outbound".into(),
             format!(
                 "{listen}={}#{server_id}",
-                SocketAddr::new(server_ip, Ports::INBOUND)
+                ctx.across_link(SocketAddr::new(server_ip, Ports::INBOUND))?
             ),
         ]);
         format!("http://{listen}/")
@@ -469,7 +486,10 @@ async fn node_agents(
                 name: server.workload.name.clone(),
                 service_account: server.workload.service_account.clone(),
                 address: server_app,
-                node_agent: SocketAddr::new(net.node_ip(&server.workload.node)?, Ports::HBONE),
+                node_agent: ctx.across_link(SocketAddr::new(
+                    net.node_ip(&server.workload.node)?,
+                    Ports::HBONE,
+                ))?,
             });
         }
         let mut outbound = vec![];
@@ -563,7 +583,7 @@ async fn third_party(
             SocketAddr::new(server_ip, Ports::INBOUND),
             SocketAddr::new(server_ip, Ports::APP),
             SocketAddr::new(client_ip, Ports::OUTBOUND),
-            SocketAddr::new(server_ip, Ports::INBOUND),
+            ctx.across_link(SocketAddr::new(server_ip, Ports::INBOUND))?,
         )
     };
     let (client_svid, server_svid) = (ctx.client_svid(), ctx.server_svid());

@@ -18,6 +18,7 @@ mod loopback;
 mod netns;
 mod network;
 mod plan;
+mod relay;
 mod wire;
 
 pub use capture::{NodeCapture, NodeRedirect, SidecarCapture, PROXY_UID};
@@ -28,6 +29,7 @@ pub use loopback::LoopbackLab;
 pub use netns::NetnsLab;
 pub use network::{new_lab_id, Backend, LabNetwork, NetPlace};
 pub use plan::AddressPlan;
+pub use relay::WireTap;
 pub use wire::{analyze_pcap, FlowVerdict, WireCapture, WireReport};
 
 /// Prefix of every namespace, interface file and cgroup a lab creates.

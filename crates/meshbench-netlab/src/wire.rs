@@ -339,24 +339,34 @@ pub fn analyze_pcap(path: &Path, marker: &[u8]) -> Result<WireReport, Error> {
             .get(&(server, client))
             .map(Direction::stream)
             .unwrap_or_default();
-        let hello = server_hello(&to_client);
-        let contains =
-            |s: &[u8]| !marker.is_empty() && s.windows(marker.len()).any(|w| w == marker);
-        verdicts.push(FlowVerdict {
-            client,
-            server,
-            bytes_to_server: to_server.len() as u64,
-            bytes_to_client: to_client.len() as u64,
-            tls: is_tls_stream(&to_server) && is_tls_stream(&to_client),
-            tls_version: hello.map(|h| version_name(h.version)),
-            cipher_suite: hello.map(|h| suite_name(h.cipher_suite)),
-            marker_seen: contains(&to_server) || contains(&to_client),
-        });
+        verdicts.push(judge_flow(client, server, &to_server, &to_client, marker));
     }
     Ok(WireReport {
         packets,
         flows: verdicts,
     })
+}
+
+/// One connection's verdict from the bytes each side sent, however they were recorded.
+pub(crate) fn judge_flow(
+    client: SocketAddr,
+    server: SocketAddr,
+    to_server: &[u8],
+    to_client: &[u8],
+    marker: &[u8],
+) -> FlowVerdict {
+    let hello = server_hello(to_client);
+    let contains = |s: &[u8]| !marker.is_empty() && s.windows(marker.len()).any(|w| w == marker);
+    FlowVerdict {
+        client,
+        server,
+        bytes_to_server: to_server.len() as u64,
+        bytes_to_client: to_client.len() as u64,
+        tls: is_tls_stream(to_server) && is_tls_stream(to_client),
+        tls_version: hello.map(|h| version_name(h.version)),
+        cipher_suite: hello.map(|h| suite_name(h.cipher_suite)),
+        marker_seen: contains(to_server) || contains(to_client),
+    }
 }
 
 /// Whether `bytes` is a sequence of TLS records (the last one may be cut by the capture's

@@ -407,7 +407,11 @@ pub fn wire_table(result: &RunResult) -> Option<Table> {
             Some(vec![
                 scenario_label(&c.scenario, c.placement.as_deref().unwrap_or("")),
                 w.link.clone(),
-                w.packets.to_string(),
+                if w.pcap.is_empty() {
+                    "-".to_owned()
+                } else {
+                    w.packets.to_string()
+                },
                 format!("{}/{}", w.tls_connections, w.connections),
                 w.tls_versions.join(", "),
                 w.cipher_suites.join(", "),

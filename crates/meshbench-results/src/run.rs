@@ -253,9 +253,11 @@ pub struct HandshakeTimes {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WireObservation {
-    /// Where the capture ran, e.g. `node-1/uplink`.
+    /// Where the capture ran, e.g. `node-1/uplink`, or the loopback backend's recording
+    /// relays.
     pub link: String,
-    /// The pcap file, relative to the result directory.
+    /// The pcap file, relative to the result directory; empty where recording relays stood
+    /// for the link (loopback backend).
     pub pcap: String,
     pub packets: u64,
     /// TCP connections that carried payload.

@@ -148,6 +148,7 @@ async fn verify_case(
         work_dir: dir,
         cgroups: None,
         sut_cpus: None,
+        wire: None,
     };
     let mut components = vec![];
     for pod in topology.pods() {

@@ -224,6 +224,52 @@ fn check_complete_run(dir: &Path, result: &RunResult) {
 }
 
 #[test]
+fn without_namespaces_recording_relays_stand_for_the_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("wire.yaml");
+    std::fs::write(
+        &spec,
+        "name: wire\nscenarios: [baseline, meshbench-sidecar]\nplacements: [inter-node]\n\
+         load: {model: constant-rate, points: [{rps: 50, connections: 2}]}\n\
+         duration: 1s\nwarmup: 0s\n",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("run");
+    let out = meshbench()
+        .args(["run", "--backend", "loopback", "--capture-link", "--spec"])
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: RunResult = read_json(&out_dir.join("results.json")).unwrap();
+    let wire = |scenario: &str| {
+        result
+            .cells
+            .iter()
+            .find(|c| c.scenario == scenario)
+            .and_then(|c| c.wire.clone())
+            .unwrap_or_else(|| panic!("{scenario}: no wire observation"))
+    };
+    let plain = wire("baseline");
+    assert!(plain.marker_seen && plain.tls_connections == 0, "{plain:?}");
+    let meshed = wire("meshbench-sidecar");
+    assert!(
+        !meshed.marker_seen
+            && meshed.connections >= 1
+            && meshed.tls_connections == meshed.connections,
+        "{meshed:?}"
+    );
+    assert_eq!(meshed.tls_versions, ["TLSv1.3"]);
+    assert!(meshed.link.contains("recording relays"));
+}
+
+#[test]
 fn run_writes_results_and_reports_then_report_regenerates_them() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("run");

@@ -34,8 +34,9 @@ pub struct RunArgs {
     /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
     #[arg(long)]
     pin: bool,
-    /// Capture the inter-node link during inter-node cells (netns backend, needs tcpdump)
-    /// and record whether traffic was TLS and whether the request marker leaked.
+    /// Record the link between nodes during inter-node cells and whether traffic was TLS and
+    /// the request marker leaked: tcpdump on the link (netns backend), or recording relays
+    /// in the path (loopback backend; they add their own latency).
     #[arg(long)]
     capture_link: bool,
     /// Measured duration of every cell, instead of the profile's.
