@@ -317,6 +317,36 @@ impl LabContext<'_> {
         Ok(sidecar)
     }
 
+    /// Writes `file` and starts meshbench's node agent with it on its node.
+    pub(crate) async fn start_node_agent(
+        &self,
+        file: &NodeAgentFile,
+    ) -> Result<LabComponent, Error> {
+        let node = &file.node;
+        let config = self.write(&format!("node-agent-{node}.yaml"), &file.to_yaml())?;
+        let name = format!("{node}-agent");
+        let args = vec![
+            "proxy".into(),
+            "node-agent".into(),
+            "--threads".into(),
+            "1".into(),
+            "--config".into(),
+            arg(&config),
+            "--metrics-file".into(),
+            arg(&self.metrics_file(&name)?),
+        ];
+        self.start(
+            &name,
+            "node-agent",
+            Place::Node(node),
+            false,
+            self.exe,
+            args,
+            Readiness::ReadyLine,
+        )
+        .await
+    }
+
     pub(crate) fn pod_capture(&self, pod: &Pod, capture: &SidecarCapture) -> Result<(), Error> {
         if self.net.captures() {
             self.net.capture_sidecar(&pod.name, capture)?;
@@ -520,30 +550,7 @@ async fn node_agents(
             services: vec![],
             transparent: None,
         };
-        let config = ctx.write(&format!("node-agent-{node}.yaml"), &file.to_yaml())?;
-        let name = format!("{node}-agent");
-        let args = vec![
-            "proxy".into(),
-            "node-agent".into(),
-            "--threads".into(),
-            "1".into(),
-            "--config".into(),
-            arg(&config),
-            "--metrics-file".into(),
-            arg(&ctx.metrics_file(&name)?),
-        ];
-        components.push(
-            ctx.start(
-                &name,
-                "node-agent",
-                Place::Node(node),
-                false,
-                ctx.exe,
-                args,
-                Readiness::ReadyLine,
-            )
-            .await?,
-        );
+        components.push(ctx.start_node_agent(&file).await?);
         if local(client) && net.captures() {
             net.redirect_on_node(
                 node,

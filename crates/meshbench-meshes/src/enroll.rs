@@ -202,30 +202,7 @@ async fn enroll_node_agents(
                 inbound: any(Ports::INBOUND),
             }),
         };
-        let config = lab.write(&format!("node-agent-{node}.yaml"), &file.to_yaml())?;
-        let name = format!("{node}-agent");
-        let args = vec![
-            "proxy".into(),
-            "node-agent".into(),
-            "--threads".into(),
-            "1".into(),
-            "--config".into(),
-            config.display().to_string(),
-            "--metrics-file".into(),
-            lab.metrics_file(&name)?.display().to_string(),
-        ];
-        components.push(
-            lab.start(
-                &name,
-                "node-agent",
-                Place::Node(node),
-                false,
-                lab.exe,
-                args,
-                Readiness::ReadyLine,
-            )
-            .await?,
-        );
+        components.push(lab.start_node_agent(&file).await?);
         let mut capture = NodeCapture {
             sources: vec![],
             destinations: vec![],

@@ -39,6 +39,19 @@ fn probe_of<'a>(
         .unwrap()
 }
 
+/// Verifies `meshes`, which must pass (exit code 0): the directory, report and verify.md.
+fn passing_verification(meshes: &str) -> (tempfile::TempDir, VerifyReport, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let output = verify(dir.path(), meshes);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report: VerifyReport = read_json(&dir.path().join("verify.json"))
+        .unwrap_or_else(|e| panic!("{e}; stderr: {stderr}"));
+    let md = std::fs::read_to_string(dir.path().join("verify.md")).unwrap();
+    assert!(report.passed, "{md}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    (dir, report, md)
+}
+
 fn no_lab_left() {
     let netns = String::from_utf8(
         Command::new("ip")
@@ -71,14 +84,7 @@ fn our_meshes_pass_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
 }
 
 fn sidecar_mesh_passes_with_proof_on_the_wire() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = verify(dir.path(), "meshbench-sidecar");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let report: VerifyReport = read_json(&dir.path().join("verify.json"))
-        .unwrap_or_else(|e| panic!("{e}; stderr: {stderr}"));
-    let md = std::fs::read_to_string(dir.path().join("verify.md")).unwrap();
-    assert!(report.passed, "{md}");
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (dir, report, _) = passing_verification("meshbench-sidecar");
     assert!(dir.path().join("verify.html").is_file());
     let mesh = &report.meshes[0];
     assert_eq!(mesh.cases.len(), 6);
@@ -163,17 +169,8 @@ fn sidecar_mesh_passes_with_proof_on_the_wire() {
 }
 
 fn node_agent_meshes_pass_and_report_same_node_plaintext() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = verify(
-        dir.path(),
-        "meshbench-node-agent,meshbench-node-agent-plain-same-node",
-    );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let report: VerifyReport = read_json(&dir.path().join("verify.json"))
-        .unwrap_or_else(|e| panic!("{e}; stderr: {stderr}"));
-    let md = std::fs::read_to_string(dir.path().join("verify.md")).unwrap();
-    assert!(report.passed, "{md}");
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (_dir, report, md) =
+        passing_verification("meshbench-node-agent,meshbench-node-agent-plain-same-node");
     let [encrypting, plain] = &report.meshes[..] else {
         panic!("two meshes: {md}");
     };
@@ -239,14 +236,7 @@ fn envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy() {
     if meshbench_testkit::require_tool("envoy").is_none() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let output = verify(dir.path(), "envoy-sidecar");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let report: VerifyReport = read_json(&dir.path().join("verify.json"))
-        .unwrap_or_else(|e| panic!("{e}; stderr: {stderr}"));
-    let md = std::fs::read_to_string(dir.path().join("verify.md")).unwrap();
-    assert!(report.passed, "{md}");
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (_dir, report, _) = passing_verification("envoy-sidecar");
     // Our policy as Envoy RBAC: L7 denials are 403s, the DENY of other namespaces included.
     assert_eq!(
         probe(&report, 2, "security-checker", "calculator").observed,
