@@ -58,6 +58,7 @@ pub fn check_enrollable(mesh: Mesh) -> Result<(), Error> {
 /// Starts `mesh` for every meshed workload of the lab's topology (the apps already run).
 /// The netns backend is required: enrollment means transparent capture.
 pub async fn enroll(mesh: Mesh, lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Error> {
+    check_enrollable(mesh)?;
     if !lab.net.captures() {
         return Err(Error::Unsupported {
             mesh: mesh.name().into(),
@@ -65,13 +66,13 @@ pub async fn enroll(mesh: Mesh, lab: &LabContext<'_>) -> Result<Vec<LabComponent
         });
     }
     match mesh {
-        Mesh::None => Ok(vec![]),
-        Mesh::Sidecar(SidecarTuning::DEFAULT) => enroll_sidecars(lab).await,
         Mesh::NodeAgent {
             same_node_encryption,
         } => enroll_node_agents(lab, same_node_encryption).await,
         Mesh::Envoy => enroll_envoys(lab, &mesh.binary()?.expect("Envoy has a binary")).await,
-        other => Err(check_enrollable(other).expect_err("handled above")),
+        Mesh::Sidecar(_) => enroll_sidecars(lab).await,
+        Mesh::None => Ok(vec![]),
+        other => unreachable!("check_enrollable refuses {}", other.name()),
     }
 }
 
@@ -210,13 +211,15 @@ async fn enroll_node_agents(
             inbound_port: Ports::INBOUND,
         };
         for pod in &local {
+            let app = app_addr(pod)?;
             capture.sources.push(lab.pod_ip(pod)?);
-            capture.destinations.push(app_addr(pod)?);
-            for service in net.plan().services.iter() {
-                if service.endpoint == app_addr(pod)? {
-                    capture.destinations.push(service.addr);
-                }
-            }
+            capture.destinations.push(app);
+            capture.destinations.extend(
+                services
+                    .iter()
+                    .filter(|s| s.endpoint == app)
+                    .map(|s| s.address),
+            );
         }
         net.capture_on_node(node, &capture)?;
     }

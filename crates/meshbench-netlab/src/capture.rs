@@ -35,11 +35,7 @@ pub struct SidecarCapture {
 
 impl SidecarCapture {
     pub(crate) fn install(&self, netns: &str) -> Result<(), Error> {
-        let ipt = |args: &[&str]| -> Result<(), Error> {
-            let mut full = vec!["-t", "nat"];
-            full.extend_from_slice(args);
-            run_in(netns, "iptables", &full).map(|_| ())
-        };
+        let ipt = |args: &[&str]| nat(netns, args);
         let inbound = self.inbound_port.to_string();
         let outbound = self.outbound_port.to_string();
         ipt(&["-N", INBOUND_CHAIN])?;
@@ -144,6 +140,13 @@ impl SidecarCapture {
     }
 }
 
+/// One rule command in `netns`'s nat table.
+fn nat(netns: &str, args: &[&str]) -> Result<(), Error> {
+    let mut full = vec!["-t", "nat"];
+    full.extend_from_slice(args);
+    run_in(netns, "iptables", &full).map(|_| ())
+}
+
 /// Send one source pod's connections to one service to a node agent's listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRedirect {
@@ -196,11 +199,7 @@ pub struct NodeCapture {
 
 impl NodeCapture {
     pub(crate) fn install(&self, netns: &str) -> Result<(), Error> {
-        let ipt = |args: &[&str]| -> Result<(), Error> {
-            let mut full = vec!["-t", "nat"];
-            full.extend_from_slice(args);
-            run_in(netns, "iptables", &full).map(|_| ())
-        };
+        let ipt = |args: &[&str]| nat(netns, args);
         ipt(&["-N", NODE_CHAIN])?;
         // First in PREROUTING: the agent must see the address the app dialled, before the
         // node's service DNAT rewrites it.

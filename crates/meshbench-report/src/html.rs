@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use meshbench_results::{RunResult, VerifyReport};
 
-use crate::tables::{self, Table};
+use crate::tables::Table;
 use crate::Analysis;
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}\
@@ -20,11 +20,7 @@ pub fn render_html(
     analysis: &Analysis,
     verification: Option<&VerifyReport>,
 ) -> String {
-    let (header, tables) = crate::verify::with_verification(
-        tables::header_lines(result),
-        tables::report_tables(result, analysis),
-        verification,
-    );
+    let (header, tables) = crate::verify::run_report_parts(result, analysis, verification);
     let charts = crate::charts::charts(analysis);
     let mut out = page(
         &format!("meshbench report: {}", result.config.profile),

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use meshbench_results::{RunResult, VerifyReport};
 
-use crate::tables::{self, Table};
+use crate::tables::Table;
 use crate::Analysis;
 
 pub fn render_markdown(
@@ -12,11 +12,7 @@ pub fn render_markdown(
     analysis: &Analysis,
     verification: Option<&VerifyReport>,
 ) -> String {
-    let (header, tables) = crate::verify::with_verification(
-        tables::header_lines(result),
-        tables::report_tables(result, analysis),
-        verification,
-    );
+    let (header, tables) = crate::verify::run_report_parts(result, analysis, verification);
     page("meshbench report", &header, &tables)
 }
 

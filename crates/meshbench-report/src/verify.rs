@@ -2,9 +2,12 @@
 //! expected and observed outcome with its verdict and wire evidence, then the identity
 //! checks. Rendered through the same table model as run reports.
 
-use meshbench_results::{MeshVerification, ProbeVerification, Verdict, VerifyReport, WireEvidence};
+use meshbench_results::{
+    MeshVerification, ProbeVerification, RunResult, Verdict, VerifyReport, WireEvidence,
+};
 
 use crate::tables::Table;
+use crate::Analysis;
 
 pub fn verify_header(report: &VerifyReport) -> Vec<(String, String)> {
     let mut lines = vec![
@@ -29,13 +32,15 @@ pub fn verify_header(report: &VerifyReport) -> Vec<(String, String)> {
     lines
 }
 
-/// A run report's header and tables with the run's verification added: its verdict as a
-/// header line, its tables after the run's, titled as verification.
-pub(crate) fn with_verification(
-    mut header: Vec<(String, String)>,
-    mut tables: Vec<Table>,
+/// A run report's header and tables, with the run's verification added if it has one: its
+/// verdict as a header line, its tables after the run's, titled as verification.
+pub(crate) fn run_report_parts(
+    result: &RunResult,
+    analysis: &Analysis,
     verification: Option<&VerifyReport>,
 ) -> (Vec<(String, String)>, Vec<Table>) {
+    let mut header = crate::tables::header_lines(result);
+    let mut tables = crate::tables::report_tables(result, analysis);
     let Some(report) = verification else {
         return (header, tables);
     };

@@ -161,15 +161,17 @@ impl AgentOutbound {
                     tracing::info!(source = %source.id, reason = %decision.reason, "denied");
                     return;
                 }
-                match connect(target).await {
-                    Some(mut upstream) => crate::splice::splice(&mut app, &mut upstream).await,
-                    None => return,
-                }
+                let Some(mut upstream) = connect(target).await else {
+                    return;
+                };
+                crate::splice::splice(&mut app, &mut upstream).await
             }
-            Route::Passthrough => match connect(target).await {
-                Some(mut upstream) => crate::splice::splice(&mut app, &mut upstream).await,
-                None => return,
-            },
+            Route::Passthrough => {
+                let Some(mut upstream) = connect(target).await else {
+                    return;
+                };
+                crate::splice::splice(&mut app, &mut upstream).await
+            }
         };
         if let (Some(m), Ok((forward, backward))) = (&self.metrics, copied) {
             m.carried(Direction::Outbound, forward, backward);
