@@ -1,9 +1,11 @@
-//! `meshbench bench loadgen`: meshbench's load generator against wrk and Fortio on the same
-//! echo target, the generators pinned to one CPU and the target to another.
+//! `meshbench bench loadgen`: meshbench's load generator against wrk, Fortio and oha on the
+//! same echo target, the generators pinned to one CPU and the target to another.
 //!
-//! Cases: closed loop over 16 connections (throughput and client CPU per request, against wrk
-//! and Fortio); a fixed 5k rps (client CPU per 100k requests, against Fortio `-uniform`); a
-//! fixed 1k rps over 16 connections (the p50 measurement floor, against Fortio `-uniform`).
+//! Cases: closed loop over 16 connections (throughput and client CPU per request, against wrk,
+//! Fortio and oha); a fixed 5k rps (client CPU per 100k requests, against Fortio `-uniform` and
+//! oha `-q`); a fixed 1k rps over 16 connections (the p50 measurement floor, against both).
+//! Our p50 is the corrected one (from each request's intended send time); theirs is measured
+//! from the actual send, so a late send counts against us only.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -18,12 +20,15 @@ use crate::Error;
 const FORTIO_INSTALL: &str =
     "install it with `GOBIN=/usr/local/bin go install fortio.org/fortio@v1.68.2` (newer versions do not install)";
 const WRK_INSTALL: &str = "install it with `apt-get install wrk`";
+const OHA_INSTALL: &str = "install it with `cargo install --locked oha@1.16.0`";
 
 #[derive(Debug, Clone)]
 pub struct LoadgenBenchOptions {
     /// The meshbench binary (generator and target).
     pub meshbench: PathBuf,
     pub duration: Duration,
+    /// Rounds of every case and tool, interleaved; ratios compare medians.
+    pub repetitions: u32,
     pub generator_cpu: usize,
     pub target_cpu: usize,
     pub response_bytes: u64,
@@ -34,6 +39,7 @@ pub struct LoadgenBenchOptions {
 struct Peers {
     wrk: PathBuf,
     fortio: PathBuf,
+    oha: PathBuf,
 }
 
 fn find_peers() -> Result<Peers, Error> {
@@ -46,6 +52,7 @@ fn find_peers() -> Result<Peers, Error> {
     Ok(Peers {
         wrk: find("wrk", WRK_INSTALL)?,
         fortio: find("fortio", FORTIO_INSTALL)?,
+        oha: find("oha", OHA_INSTALL)?,
     })
 }
 
@@ -72,6 +79,7 @@ pub(crate) fn measurement(
         case: case.to_owned(),
         tool: tool.to_owned(),
         tool_version: version.to_owned(),
+        repetition: None,
         requests,
         seconds,
         requests_per_second: requests as f64 / seconds.max(1e-9),
@@ -221,6 +229,66 @@ fn run_fortio(
     ))
 }
 
+/// oha: `qps == 0` is its closed loop (each of the 16 workers sends as soon as its previous
+/// response ended); otherwise `-q` paces requests with tokio's timer.
+fn run_oha(
+    opts: &LoadgenBenchOptions,
+    peers: &Peers,
+    case: &str,
+    url: &str,
+    qps: u32,
+) -> Result<BenchMeasurement, Error> {
+    let json = opts.work_dir.join(format!("{case}.oha.json"));
+    let mut command = Command::new(&peers.oha);
+    command
+        .args(["--no-tui", "-c", "16", "--output-format", "json", "-z"])
+        .arg(secs(opts.duration))
+        .arg("-o")
+        .arg(&json);
+    if qps > 0 {
+        command.arg("-q").arg(qps.to_string());
+    }
+    command.arg(url);
+    let run = run_measured(&mut command, opts.generator_cpu, "oha")?;
+    let bad = |reason: String| Error::Output {
+        tool: "oha".into(),
+        reason,
+    };
+    let text = std::fs::read_to_string(&json).map_err(|e| bad(e.to_string()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let count = |key: &str| {
+        v[key]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(|n| n.as_u64()).sum::<u64>())
+    };
+    let requests = count("statusCodeDistribution") + count("errorDistribution");
+    let seconds = v["summary"]["total"]
+        .as_f64()
+        .ok_or_else(|| bad("no summary.total".into()))?;
+    let p50_us = v["latencyPercentiles"]["p50"].as_f64().map(|s| s * 1e6);
+    let version = version_of(&peers.oha, &["--version"]);
+    Ok(measurement(
+        case,
+        "oha",
+        &version,
+        requests,
+        seconds,
+        run.cpu_seconds,
+        p50_us,
+    ))
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
+}
+
+/// Ours over a peer's figure, each the median over the repetitions of the case.
 fn ratio(
     measurements: &[BenchMeasurement],
     case: &str,
@@ -229,16 +297,25 @@ fn ratio(
     value: impl Fn(&BenchMeasurement) -> Option<f64>,
     target: Option<f64>,
 ) -> Option<BenchRatio> {
-    let find = |tool: &str| {
-        measurements
-            .iter()
-            .find(|m| m.case == case && m.tool == tool)
+    let median_of = |tool: &str| {
+        median(
+            measurements
+                .iter()
+                .filter(|m| m.case == case && m.tool == tool)
+                .filter_map(&value)
+                .collect(),
+        )
     };
-    let ours = value(find("meshbench")?)?;
-    let theirs = value(find(peer)?)?;
+    let ours = median_of("meshbench")?;
+    let theirs = median_of(peer)?;
+    let repetitions = measurements
+        .iter()
+        .filter(|m| m.case == case && m.tool == "meshbench")
+        .count() as u32;
     let r = ours / theirs;
     Some(BenchRatio {
         case: case.to_owned(),
+        repetitions: (repetitions > 1).then_some(repetitions),
         metric: metric.to_owned(),
         peer: peer.to_owned(),
         ours,
@@ -267,17 +344,26 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
     let mut m = Vec::new();
 
     let closed = "closed-loop-16";
-    m.push(run_meshbench(opts, closed, &url, &["--model", "closed"])?);
-    m.push(run_wrk(opts, &peers, closed, &url)?);
-    m.push(run_fortio(opts, &peers, closed, &url, 0)?);
-
     let fixed = "fixed-5k";
-    m.push(run_meshbench(opts, fixed, &url, &["--rps", "5000"])?);
-    m.push(run_fortio(opts, &peers, fixed, &url, 5000)?);
-
     let floor = "floor-1k";
-    m.push(run_meshbench(opts, floor, &url, &["--rps", "1000"])?);
-    m.push(run_fortio(opts, &peers, floor, &url, 1000)?);
+    for repetition in 1..=opts.repetitions.max(1) {
+        let start = m.len();
+        m.push(run_meshbench(opts, closed, &url, &["--model", "closed"])?);
+        m.push(run_wrk(opts, &peers, closed, &url)?);
+        m.push(run_fortio(opts, &peers, closed, &url, 0)?);
+        m.push(run_oha(opts, &peers, closed, &url, 0)?);
+
+        m.push(run_meshbench(opts, fixed, &url, &["--rps", "5000"])?);
+        m.push(run_fortio(opts, &peers, fixed, &url, 5000)?);
+        m.push(run_oha(opts, &peers, fixed, &url, 5000)?);
+
+        m.push(run_meshbench(opts, floor, &url, &["--rps", "1000"])?);
+        m.push(run_fortio(opts, &peers, floor, &url, 1000)?);
+        m.push(run_oha(opts, &peers, floor, &url, 1000)?);
+        for x in &mut m[start..] {
+            x.repetition = Some(repetition);
+        }
+    }
     drop(target);
 
     let rps = |x: &BenchMeasurement| Some(x.requests_per_second);
@@ -296,6 +382,7 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
             Some(0.8),
         ),
         ratio(&m, closed, "client CPU us per request", "fortio", cpu, None),
+        ratio(&m, closed, "client CPU us per request", "oha", cpu, None),
         ratio(
             &m,
             fixed,
@@ -304,7 +391,24 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
             cpu_100k,
             None,
         ),
+        ratio(
+            &m,
+            fixed,
+            "client CPU s per 100k requests",
+            "oha",
+            cpu_100k,
+            Some(0.5),
+        ),
+        ratio(
+            &m,
+            floor,
+            "client CPU s per 100k requests",
+            "oha",
+            cpu_100k,
+            None,
+        ),
         ratio(&m, floor, "p50 us", "fortio", p50, Some(1.0)),
+        ratio(&m, floor, "p50 us", "oha", p50, None),
     ]
     .into_iter()
     .flatten()
@@ -322,11 +426,15 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
             ),
             format!("generators pinned to CPU {}, one at a time", opts.generator_cpu),
             format!(
+                "{} rounds of every case and tool, interleaved; ratios compare the medians (raw outputs: the last round's)",
+                opts.repetitions.max(1)
+            ),
+            format!(
                 "each case runs {} per tool; CPU is the tool process's user + system time (getrusage of the reaped child)",
                 secs(opts.duration)
             ),
-            "wrk: -t1 -c16 --latency; fortio: -c 16 -r 0.000001 (1 us resolution), -uniform at a fixed rate; meshbench: one thread".to_owned(),
-            "oha is not measured: it is not packaged for this machine".to_owned(),
+            "wrk: -t1 -c16 --latency; fortio: -c 16 -r 0.000001 (1 us resolution), -uniform at a fixed rate; oha: -c 16, -q at a fixed rate (its default multi-threaded runtime, all threads on the generator CPU); meshbench: one thread".to_owned(),
+            "p50: meshbench's from each request's intended send time (coordinated-omission corrected); Fortio's and oha's from the actual send".to_owned(),
         ],
         measurements: m,
         ratios,

@@ -21,15 +21,16 @@ pub fn render_markdown(report: &BenchReport) -> String {
     for line in &report.setup {
         let _ = writeln!(out, "- {line}");
     }
-    out.push_str("\n## Measurements\n\n| case | tool | version | requests | rps | CPU s | CPU us/request | p50 us | p99 us | errors | memory MiB |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("\n## Measurements\n\n| case | tool | version | rep | requests | rps | CPU s | CPU us/request | p50 us | p99 us | errors | memory MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
     for m in &report.measurements {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.0} | {:.3} | {:.2} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.0} | {:.3} | {:.2} | {} | {} | {} | {} |",
             m.case,
             m.tool,
             m.tool_version,
+            or_dash(m.repetition.map(|r| r.to_string())),
             m.requests,
             m.requests_per_second,
             m.cpu_seconds,
@@ -43,7 +44,12 @@ pub fn render_markdown(report: &BenchReport) -> String {
             ),
         );
     }
-    out.push_str("\n## Ratios (ours / peer)\n\n| ours | metric | peer | ours | peer | ratio | target | met |\n|---|---|---|---|---|---|---|---|\n");
+    let repeated = report.ratios.iter().find_map(|r| r.repetitions);
+    out.push_str(&match repeated {
+        Some(n) => format!("\n## Ratios (ours / peer, medians of {n} repetitions)\n\n"),
+        None => "\n## Ratios (ours / peer)\n\n".to_owned(),
+    });
+    out.push_str("| case | metric | peer | ours | peer | ratio | target | met |\n|---|---|---|---|---|---|---|---|\n");
     for r in &report.ratios {
         let met = match r.met {
             Some(true) => "yes",

@@ -64,6 +64,10 @@ pub enum Protocol {
     Http1 { keep_alive: bool },
     /// HTTP/2: h2c (prior knowledge) for `http://`, ALPN h2 over TLS for `https://`.
     Http2,
+    /// Unary gRPC calls over HTTP/2 (h2c or h2): the URL's path is the method
+    /// ([`crate::DEFAULT_GRPC_METHOD`] when it has none), the request body the serialized
+    /// message.
+    Grpc,
 }
 
 impl Protocol {
@@ -73,6 +77,8 @@ impl Protocol {
             (Protocol::Http1 { keep_alive: false }, _) => "http/1.1 (no keep-alive)",
             (Protocol::Http2, false) => "h2c",
             (Protocol::Http2, true) => "h2",
+            (Protocol::Grpc, false) => "grpc (h2c)",
+            (Protocol::Grpc, true) => "grpc (h2)",
         }
     }
 }

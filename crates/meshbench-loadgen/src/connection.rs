@@ -1,11 +1,13 @@
 //! One client connection of the generator: TCP (no Nagle), optional TLS, then HTTP/1.1
-//! (keep-alive or not, the lean exchange of `http1`) or HTTP/2 (hyper's low-level client).
-//! One request in flight per connection; the load models decide when it is sent.
+//! (keep-alive or not, the lean exchange of `http1`), HTTP/2 (hyper's low-level client) or
+//! unary gRPC (tonic's client on that HTTP/2 connection, `grpc`). One request in flight per
+//! connection; the load models decide when it is sent.
 
 use std::error::Error as StdError;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2;
@@ -16,8 +18,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::config::{Protocol, RequestSpec};
+use crate::grpc::{self, GrpcClient};
 use crate::http1::Http1Connection;
-use crate::{Error, Target};
+use crate::{Error, Outcome, Target};
 
 pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -31,6 +34,8 @@ pub(crate) struct Connector {
     request: RequestSpec,
     /// HTTP/1.1: the whole request, serialized once.
     http1_request: Bytes,
+    /// gRPC: the method called.
+    grpc_method: PathAndQuery,
 }
 
 impl Connector {
@@ -44,10 +49,21 @@ impl Connector {
             url: target.url.clone(),
             reason,
         };
-        // HTTP/2 needs the absolute URI for its :scheme and :authority pseudo-headers.
+        // HTTP/2 needs the absolute URI for its :scheme and :authority pseudo-headers (for
+        // gRPC, tonic adds the method's path to this origin).
         let uri: Uri = match protocol {
             Protocol::Http2 => target.url.parse().map_err(|e| invalid(format!("{e}")))?,
+            Protocol::Grpc => {
+                let scheme = if target.tls { "https" } else { "http" };
+                format!("{scheme}://{}", target.authority)
+                    .parse()
+                    .map_err(|e| invalid(format!("{e}")))?
+            }
             Protocol::Http1 { .. } => target.path_and_query.clone().into(),
+        };
+        let grpc_method = match target.path_and_query.as_str() {
+            "/" => PathAndQuery::from_static(grpc::DEFAULT_GRPC_METHOD),
+            _ => target.path_and_query.clone(),
         };
         let mut headers = HeaderMap::new();
         if let Protocol::Http1 { keep_alive } = protocol {
@@ -71,7 +87,7 @@ impl Connector {
             // The connector, not its caller, knows which protocol to negotiate.
             let mut config = (*config).clone();
             config.alpn_protocols = match protocol {
-                Protocol::Http2 => vec![b"h2".to_vec()],
+                Protocol::Http2 | Protocol::Grpc => vec![b"h2".to_vec()],
                 Protocol::Http1 { .. } => vec![b"http/1.1".to_vec()],
             };
             // Our SPIFFE verifier ignores the name, but rustls needs one for SNI.
@@ -87,6 +103,7 @@ impl Connector {
             headers,
             request,
             http1_request,
+            grpc_method,
         })
     }
 
@@ -112,13 +129,8 @@ impl Connector {
     {
         Ok(match self.protocol {
             Protocol::Http1 { .. } => Sender::Http1(Http1Connection::new(Box::new(io))),
-            Protocol::Http2 => {
-                let (sender, driver) =
-                    http2::handshake(TokioExecutor::new(), TokioIo::new(io)).await?;
-                // A driver error surfaces on the pending request; nothing to add here.
-                tokio::spawn(async move { drop(driver.await) });
-                Sender::Http2(sender)
-            }
+            Protocol::Http2 => Sender::Http2(h2_handshake(io).await?),
+            Protocol::Grpc => Sender::Grpc(grpc::client(h2_handshake(io).await?, self.uri.clone())),
         })
     }
 
@@ -137,9 +149,23 @@ impl Connector {
     }
 }
 
+async fn h2_handshake<T, B>(io: T) -> Result<http2::SendRequest<B>, BoxError>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let (sender, driver) = http2::handshake(TokioExecutor::new(), TokioIo::new(io)).await?;
+    // A driver error surfaces on the pending request; nothing to add here.
+    tokio::spawn(async move { drop(driver.await) });
+    Ok(sender)
+}
+
 enum Sender {
     Http1(Http1Connection),
     Http2(http2::SendRequest<Full<Bytes>>),
+    Grpc(GrpcClient),
 }
 
 pub(crate) struct Connection {
@@ -153,16 +179,30 @@ impl Connection {
         match &mut self.sender {
             Sender::Http1(c) => c.is_reusable(),
             Sender::Http2(s) => !s.is_closed() && s.ready().await.is_ok(),
+            // A closed connection fails the next call's readiness, counted as a reset.
+            Sender::Grpc(_) => true,
         }
     }
 
-    /// Sends the connector's request and reads the whole response body; returns the status.
-    pub(crate) async fn exchange(&mut self, connector: &Connector) -> Result<u16, BoxError> {
+    /// Sends the connector's request and reads the whole response; returns how the peer
+    /// answered.
+    pub(crate) async fn exchange(&mut self, connector: &Connector) -> Result<Outcome, BoxError> {
         self.requests += 1;
         let response = match &mut self.sender {
             Sender::Http1(c) => {
                 let head = connector.request.method == Method::HEAD;
-                return Ok(c.exchange(&connector.http1_request, head).await?);
+                return Ok(Outcome::Http(
+                    c.exchange(&connector.http1_request, head).await?,
+                ));
+            }
+            Sender::Grpc(client) => {
+                return grpc::call(
+                    client,
+                    &connector.grpc_method,
+                    &connector.headers,
+                    &connector.request.body,
+                )
+                .await;
             }
             Sender::Http2(s) => s.send_request(connector.request()).await?,
         };
@@ -171,7 +211,7 @@ impl Connection {
         while let Some(frame) = body.frame().await {
             frame?;
         }
-        Ok(status)
+        Ok(Outcome::Http(status))
     }
 }
 

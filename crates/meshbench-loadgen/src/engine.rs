@@ -62,7 +62,7 @@ impl LoadResult {
             .recorder
             .outcomes
             .iter()
-            .filter(|(o, _)| o.is_http())
+            .filter(|(o, _)| o.is_response())
             .map(|(_, n)| n)
             .sum();
         let seconds = self.window_seconds();
@@ -307,28 +307,25 @@ async fn worker(
     connector: Rc<Connector>,
     recorder: Rc<RefCell<Recorder>>,
 ) -> Result<(), Error> {
-    let mut timer = PreciseTimer::new().map_err(Error::Runtime)?;
-    // One timeout timer per worker, re-armed per request: cheaper than a new timer entry.
-    let deadline = tokio::time::sleep(plan.timeout);
-    tokio::pin!(deadline);
+    let mut timer = PreciseTimer::punctual().map_err(Error::Runtime)?;
+    // One timeout timer per worker, armed lazily: a request only records its own deadline, and
+    // the timer is re-armed when it fires early for the request in flight. Arming a tokio
+    // timer per request would cost a timer-wheel update, and often a reactor wake-up, each.
+    let mut timeout = TimeoutTimer::new(plan.timeout);
     let mut connection: Option<Connection> = None;
     let mut free_since = plan.start_ns;
     let mut sent = 0u64;
     while let Some((intended, measured)) = plan.next(idx, sent, free_since) {
         timer.sleep_until(intended).await.map_err(Error::Runtime)?;
         let sent_ns = now_ns();
-        let outcome = match tokio::time::timeout(
-            plan.timeout,
-            exchange(
-                &connector,
-                &mut connection,
-                plan.max_requests_per_connection,
-            ),
-        )
-        .await
-        {
-            Ok(outcome) => outcome,
-            Err(_elapsed) => {
+        let request = exchange(
+            &connector,
+            &mut connection,
+            plan.max_requests_per_connection,
+        );
+        let outcome = match timeout.run(request).await {
+            Some(outcome) => outcome,
+            None => {
                 // The connection's state is unknown after a timeout: never reuse it.
                 connection = None;
                 Outcome::Timeout
@@ -352,6 +349,41 @@ async fn worker(
     Ok(())
 }
 
+/// A per-request timeout that touches tokio's timer once per timeout period instead of once
+/// per request.
+struct TimeoutTimer {
+    limit: Duration,
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl TimeoutTimer {
+    fn new(limit: Duration) -> Self {
+        TimeoutTimer {
+            limit,
+            sleep: Box::pin(tokio::time::sleep(limit)),
+        }
+    }
+
+    /// Runs `work` for at most the limit; `None` when it timed out.
+    async fn run<T>(&mut self, work: impl std::future::Future<Output = T>) -> Option<T> {
+        let deadline = tokio::time::Instant::now() + self.limit;
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                done = &mut work => return Some(done),
+                () = &mut self.sleep => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return None;
+                    }
+                    // An earlier request's deadline: this request's is later.
+                    self.sleep.as_mut().reset(deadline);
+                }
+            }
+        }
+    }
+}
+
 /// One request on the worker's connection, (re)connecting first when needed. A failure, the
 /// end of keep-alive or the per-connection limit drops the connection.
 async fn exchange(
@@ -372,11 +404,11 @@ async fn exchange(
     }
     let conn = connection.as_mut().expect("connected above");
     match conn.exchange(connector).await {
-        Ok(status) => {
+        Ok(outcome) => {
             if !connector.keeps_connection_after(conn.requests, limit) {
                 *connection = None;
             }
-            Outcome::Http(status)
+            outcome
         }
         Err(e) => {
             *connection = None;

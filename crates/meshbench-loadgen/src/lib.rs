@@ -4,7 +4,8 @@
 //! each request's intended send time (coordinated-omission corrected, as wrk2 does) and also
 //! from its actual send; a closed loop; E3's sequential groups; and E4's concurrent users.
 //! Requests a busy connection could not send before the end are counted as unsent, never
-//! silently dropped, and every sent request ends in exactly one [`Outcome`].
+//! silently dropped, and every sent request ends in exactly one [`Outcome`]. Requests are
+//! HTTP/1.1, HTTP/2 (h2c or h2 over TLS) or unary gRPC calls ([`Protocol`]).
 //!
 //! [`run_load`] owns its threads and runtimes so that the generator's threading (and timer
 //! precision) is a property of the library, not of whoever calls it.
@@ -14,6 +15,7 @@ mod connection;
 mod engine;
 mod error;
 pub mod export;
+mod grpc;
 mod histogram;
 mod http1;
 mod outcome;
@@ -24,6 +26,7 @@ mod target;
 pub use config::{LoadConfig, LoadModel, Protocol, RequestSpec, Stop, Warmup};
 pub use engine::{run_load, LoadResult};
 pub use error::Error;
+pub use grpc::DEFAULT_GRPC_METHOD;
 pub use histogram::LatencyRecorder;
 pub use outcome::Outcome;
 pub use recorder::{Recorder, RequestSample, SecondBucket};

@@ -9,6 +9,9 @@ use std::io;
 pub enum Outcome {
     /// A complete HTTP response with this status.
     Http(u16),
+    /// A gRPC call the peer answered with this status code (0 = OK), from `grpc-status` or
+    /// mapped from the HTTP status as gRPC clients do.
+    Grpc(i32),
     ConnectRefused,
     /// Reset, or closed by the peer before the response was complete.
     ConnectionReset,
@@ -20,14 +23,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// A response arrived, whatever its status.
-    pub fn is_http(&self) -> bool {
-        matches!(self, Outcome::Http(_))
+    /// The peer answered, whatever its status (HTTP or gRPC).
+    pub fn is_response(&self) -> bool {
+        matches!(self, Outcome::Http(_) | Outcome::Grpc(_))
     }
 
-    /// A 2xx response.
+    /// A 2xx response, or a gRPC OK.
     pub fn is_success(&self) -> bool {
-        matches!(self, Outcome::Http(200..=299))
+        matches!(self, Outcome::Http(200..=299) | Outcome::Grpc(0))
     }
 
     /// Classifies an error from connecting, the TLS handshake or the HTTP exchange by walking
@@ -112,6 +115,13 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Http(code) => write!(f, "http_{code}"),
+            Outcome::Grpc(code) => {
+                write!(
+                    f,
+                    "grpc_{}",
+                    snake_case(&format!("{:?}", tonic::Code::from(*code)))
+                )
+            }
             Outcome::ConnectRefused => f.write_str("connect_refused"),
             Outcome::ConnectionReset => f.write_str("connection_reset"),
             Outcome::Tls(reason) => write!(f, "tls_{reason}"),

@@ -96,7 +96,7 @@ impl Recorder {
         if outcome.is_success() {
             bucket.responses += 1;
         } else {
-            if outcome.is_http() {
+            if outcome.is_response() {
                 bucket.responses += 1;
             }
             bucket.failures += 1;

@@ -57,12 +57,12 @@ fn scenario_label(scenario: &str, placement: &str) -> String {
     }
 }
 
-/// Requests that did not end in a 2xx response.
+/// Requests that did not end in a 2xx response (or a gRPC OK).
 pub fn error_count(cell: &Cell) -> u64 {
     cell.load
         .outcomes
         .iter()
-        .filter(|(k, _)| !k.starts_with("http_2"))
+        .filter(|(k, _)| !meshbench_results::is_success_outcome(k))
         .map(|(_, n)| n)
         .sum()
 }

@@ -29,6 +29,10 @@ pub struct BenchMeasurement {
     pub case: String,
     pub tool: String,
     pub tool_version: String,
+    /// 1-based, when the benchmark repeats its cases (rounds interleave the tools, so a slow
+    /// minute of the machine hits every tool alike); ratios then compare medians.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repetition: Option<u32>,
     pub requests: u64,
     pub seconds: f64,
     pub requests_per_second: f64,
@@ -52,6 +56,9 @@ pub struct BenchMeasurement {
 #[serde(deny_unknown_fields)]
 pub struct BenchRatio {
     pub case: String,
+    /// `ours` and `theirs` are medians over this many repetitions (absent: one run each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repetitions: Option<u32>,
     pub metric: String,
     pub peer: String,
     pub ours: f64,

@@ -14,8 +14,8 @@ mod verify;
 pub use bench::{BenchMeasurement, BenchRatio, BenchReport};
 pub use io::{read_json, write_json_atomic, Error};
 pub use load::{
-    EncodedHistogram, GeneratorStats, LatencySummary, LoadModel, LoadReport, MeasurementWindow,
-    ModelParameters, RequestSample, SecondStats, HISTOGRAM_ENCODING,
+    is_success_outcome, EncodedHistogram, GeneratorStats, LatencySummary, LoadModel, LoadReport,
+    MeasurementWindow, ModelParameters, RequestSample, SecondStats, HISTOGRAM_ENCODING,
 };
 pub use run::{
     Cell, ComponentResources, Environment, HandshakeTimes, LoadPoint, OutlierPolicyConfig,

@@ -35,8 +35,8 @@ pub struct LoadReport {
     /// Requests sent at least 1 ms after their intended send time.
     pub late: u64,
     /// Every sent request ends in exactly one outcome; the counts add up to `sent`.
-    /// Keys: `http_<status>`, `connect_refused`, `connection_reset`, `tls_<reason>`, `timeout`,
-    /// `other`.
+    /// Keys: `http_<status>`, `grpc_<code>` (`grpc_ok`, `grpc_permission_denied`, ...),
+    /// `connect_refused`, `connection_reset`, `tls_<reason>`, `timeout`, `other`.
     pub outcomes: BTreeMap<String, u64>,
     /// Latency from each request's intended send time to the end of its response body
     /// (coordinated-omission corrected), successful and failed requests alike.
@@ -159,4 +159,10 @@ pub struct EncodedHistogram {
     pub unit: String,
     pub significant_digits: u8,
     pub data: String,
+}
+
+/// Whether an outcome key of [`LoadReport::outcomes`] is a success: a 2xx HTTP response or a
+/// gRPC OK.
+pub fn is_success_outcome(key: &str) -> bool {
+    key.starts_with("http_2") || key == "grpc_ok"
 }

@@ -7,14 +7,25 @@ use meshbench_results::{read_json, BenchReport};
 use meshbench_testkit::require_tool;
 
 #[test]
-fn loadgen_bench_runs_meshbench_wrk_and_fortio_side_by_side() {
-    if require_tool("wrk").is_none() || require_tool("fortio").is_none() {
+fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
+    if ["wrk", "fortio", "oha"]
+        .iter()
+        .any(|tool| require_tool(tool).is_none())
+    {
         return;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args(["bench", "loadgen", "--duration", "1s", "--out"])
+        .args([
+            "bench",
+            "loadgen",
+            "--duration",
+            "1s",
+            "--repetitions",
+            "2",
+            "--out",
+        ])
         .arg(dir.path())
         .args(["--target-cpu", &(cores - 1).min(1).to_string()])
         .output()
@@ -25,22 +36,29 @@ fn loadgen_bench_runs_meshbench_wrk_and_fortio_side_by_side() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: BenchReport = read_json(&dir.path().join("bench.json")).unwrap();
-    let tools: Vec<(&str, &str)> = report
+    let tools: Vec<(u32, &str, &str)> = report
         .measurements
         .iter()
-        .map(|m| (m.case.as_str(), m.tool.as_str()))
+        .map(|m| (m.repetition.unwrap(), m.case.as_str(), m.tool.as_str()))
         .collect();
+    let round = |r| {
+        [
+            (r, "closed-loop-16", "meshbench"),
+            (r, "closed-loop-16", "wrk"),
+            (r, "closed-loop-16", "fortio"),
+            (r, "closed-loop-16", "oha"),
+            (r, "fixed-5k", "meshbench"),
+            (r, "fixed-5k", "fortio"),
+            (r, "fixed-5k", "oha"),
+            (r, "floor-1k", "meshbench"),
+            (r, "floor-1k", "fortio"),
+            (r, "floor-1k", "oha"),
+        ]
+    };
     assert_eq!(
         tools,
-        [
-            ("closed-loop-16", "meshbench"),
-            ("closed-loop-16", "wrk"),
-            ("closed-loop-16", "fortio"),
-            ("fixed-5k", "meshbench"),
-            ("fixed-5k", "fortio"),
-            ("floor-1k", "meshbench"),
-            ("floor-1k", "fortio"),
-        ]
+        [round(1), round(2)].concat(),
+        "rounds interleave the tools"
     );
     for m in &report.measurements {
         assert!(m.requests > 0 && m.seconds > 0.5, "{m:?}");
@@ -57,9 +75,33 @@ fn loadgen_bench_runs_meshbench_wrk_and_fortio_side_by_side() {
         .filter(|r| r.target.is_some())
         .map(|r| r.metric.as_str())
         .collect();
-    assert_eq!(targets, ["client CPU us per request", "p50 us"]);
+    assert_eq!(
+        targets,
+        [
+            "client CPU us per request",
+            "client CPU s per 100k requests",
+            "p50 us"
+        ]
+    );
+    // Ratios compare medians: with two rounds, the mean of the two.
+    let p50 = report
+        .ratios
+        .iter()
+        .find(|r| r.case == "floor-1k" && r.metric == "p50 us" && r.peer == "fortio")
+        .unwrap();
+    let ours: Vec<f64> = report
+        .measurements
+        .iter()
+        .filter(|m| m.case == "floor-1k" && m.tool == "meshbench")
+        .map(|m| m.p50_us.unwrap())
+        .collect();
+    assert_eq!(p50.repetitions, Some(2));
+    assert!(
+        (p50.ours - (ours[0] + ours[1]) / 2.0).abs() < 1e-9,
+        "{p50:?} {ours:?}"
+    );
     let md = std::fs::read_to_string(dir.path().join("bench.md")).unwrap();
-    assert!(md.contains("## Ratios (ours / peer)"));
+    assert!(md.contains("## Ratios (ours / peer, medians of 2 repetitions)"));
 }
 
 #[test]

@@ -100,6 +100,19 @@ fn bad_input_is_named_and_exits_with_code_2() {
     );
     assert_bad_input(
         &run(&[
+            "load",
+            "--grpc",
+            "--url",
+            "http://127.0.0.1:9/my.Service/Call",
+            "--payload-size",
+            "1KiB",
+            "--rps",
+            "10",
+        ]),
+        "--payload-size builds Fortio's ping message",
+    );
+    assert_bad_input(
+        &run(&[
             "workload",
             "echo",
             "--listen",

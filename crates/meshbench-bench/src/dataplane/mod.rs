@@ -103,7 +103,7 @@ fn errors(report: &LoadReport) -> u64 {
     report
         .outcomes
         .iter()
-        .filter(|(outcome, _)| !outcome.starts_with("http_2"))
+        .filter(|(outcome, _)| !meshbench_results::is_success_outcome(outcome))
         .map(|(_, n)| n)
         .sum()
 }
@@ -287,6 +287,7 @@ fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> Vec<BenchRatio> {
                     mine >= theirs
                 };
                 out.push(BenchRatio {
+                    repetitions: None,
                     case: ours.name().to_owned(),
                     metric: metric.to_owned(),
                     peer: peer.name().to_owned(),

@@ -78,6 +78,10 @@ pub struct LoadgenArgs {
     /// Length of each tool's run in each case.
     #[arg(long, value_parser = args::duration, default_value = "5s")]
     duration: Duration,
+    /// Rounds of every case and tool, interleaved so that a slow minute of the machine hits
+    /// every tool alike; the ratios compare medians.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    repetitions: u32,
     /// CPU the generators are pinned to.
     #[arg(long, default_value_t = 0)]
     generator_cpu: usize,
@@ -97,6 +101,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             let report = bench_loadgen(&LoadgenBenchOptions {
                 meshbench: std::env::current_exe()?,
                 duration: a.duration,
+                repetitions: a.repetitions,
                 generator_cpu: a.generator_cpu,
                 target_cpu: a.target_cpu,
                 response_bytes: a.response_size,

@@ -87,8 +87,14 @@ pub struct LoadArgs {
     /// HTTP/2: h2c for http://, h2 over TLS for https://.
     #[arg(long)]
     http2: bool,
+    /// Unary gRPC over HTTP/2 (h2c or h2). The URL's path is the method; without one, Fortio's
+    /// /fgrpc.PingServer/Ping (served by `meshbench workload grpc-echo`), whose message is built
+    /// from --payload-size. --body/--body-file give any method's serialized message; headers
+    /// become metadata.
+    #[arg(long, conflicts_with_all = ["http2", "method"])]
+    grpc: bool,
     /// HTTP/1.1 without keep-alive: one connection per request.
-    #[arg(long, conflicts_with = "http2")]
+    #[arg(long, conflicts_with_all = ["http2", "grpc"])]
     no_keepalive: bool,
     /// Close each connection after this many requests.
     #[arg(long)]
@@ -179,13 +185,16 @@ fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
         (None, Some(n)) => Warmup::Requests(n),
         (None, None) => Warmup::None,
     };
-    let protocol = if a.http2 {
+    let protocol = if a.grpc {
+        Protocol::Grpc
+    } else if a.http2 {
         Protocol::Http2
     } else {
         Protocol::Http1 {
             keep_alive: !a.no_keepalive,
         }
     };
+    let request = request_spec(a, &target)?;
     Ok(LoadConfig {
         tls: client_tls(a, &target)?,
         target,
@@ -195,14 +204,14 @@ fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
         warmup,
         timeout: a.timeout,
         protocol,
-        request: request_spec(a)?,
+        request,
         max_requests_per_connection: a.max_requests_per_connection,
         threads: a.threads,
         keep_samples: a.samples,
     })
 }
 
-fn request_spec(a: &LoadArgs) -> anyhow::Result<RequestSpec> {
+fn request_spec(a: &LoadArgs, target: &Target) -> anyhow::Result<RequestSpec> {
     let method = Method::from_bytes(a.method.as_bytes())
         .map_err(|_| BadInput(format!("--method {:?} is not an HTTP method", a.method)))?;
     let headers = a
@@ -216,11 +225,22 @@ fn request_spec(a: &LoadArgs) -> anyhow::Result<RequestSpec> {
             Ok((name, value))
         })
         .collect::<Result<Vec<_>, BadInput>>()?;
+    let pings = a.grpc && target.path_and_query.as_str() == "/";
     let body = match (&a.body, &a.body_file, a.payload_size) {
         (Some(text), _, _) => text.clone().into_bytes().into(),
         (_, Some(path), _) => std::fs::read(path)
             .map_err(|e| BadInput(format!("--body-file {}: {e}", path.display())))?
             .into(),
+        (_, _, size) if pings => {
+            meshbench_workload::ping_request(usize::try_from(size.unwrap_or(0))?).into()
+        }
+        (_, _, Some(_)) if a.grpc => {
+            return Err(BadInput(format!(
+                "--payload-size builds Fortio's ping message, but --url {} names another method: give its serialized message with --body-file",
+                a.url
+            ))
+            .into())
+        }
         (_, _, Some(size)) => vec![b'x'; usize::try_from(size)?].into(),
         _ => bytes::Bytes::new(),
     };

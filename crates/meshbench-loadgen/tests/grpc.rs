@@ -1,0 +1,160 @@
+//! Unary gRPC load against the real grpc-echo server (tonic, Fortio's ping service): every
+//! call's gRPC status becomes its outcome, over h2c and over h2 with mTLS.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::echo_server;
+use http::{HeaderName, HeaderValue};
+use meshbench_identity::ServerTlsFiles;
+use meshbench_loadgen::{run_load, LoadConfig, LoadModel, Outcome, Protocol, Stop, Target};
+use meshbench_workload::{bind, grpc_echo_service, GrpcEchoConfig, Mix, ServeOptions};
+
+struct GrpcServer {
+    addr: std::net::SocketAddr,
+    _runtime: tokio::runtime::Runtime,
+}
+
+fn grpc_echo(tls: Option<ServerTlsFiles>) -> GrpcServer {
+    let runtime = meshbench_workload::runtime(Some(1)).unwrap();
+    let config = GrpcEchoConfig {
+        delay: Mix::always(Duration::ZERO),
+        response_size: None,
+    };
+    let server = runtime
+        .block_on(bind(&ServeOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            tls,
+            drain_timeout: Duration::from_millis(100),
+        }))
+        .unwrap();
+    let addr = server.local_addr();
+    let service = runtime.block_on(grpc_echo_service(&config));
+    runtime.spawn(server.serve(service, std::future::pending()));
+    GrpcServer {
+        addr,
+        _runtime: runtime,
+    }
+}
+
+fn grpc_config(url: &str, requests: u64) -> LoadConfig {
+    let mut config =
+        LoadConfig::open_loop(Target::parse(url).unwrap(), 1.0, 4, Duration::from_secs(1));
+    config.model = LoadModel::ClosedLoop;
+    config.stop = Stop::Requests(requests);
+    config.protocol = Protocol::Grpc;
+    config.request.body = meshbench_workload::ping_request(64).into();
+    config
+}
+
+fn outcomes(config: LoadConfig) -> Vec<(String, u64)> {
+    let result = run_load(config).unwrap();
+    result
+        .recorder
+        .outcomes
+        .iter()
+        .map(|(o, n)| (o.to_string(), *n))
+        .collect()
+}
+
+#[test]
+fn grpc_calls_end_in_their_grpc_status() {
+    let server = grpc_echo(None);
+    let base = format!("http://{}", server.addr);
+
+    // No path: Fortio's ping method.
+    let result = run_load(grpc_config(&base, 300)).unwrap();
+    assert_eq!(
+        result.recorder.outcomes.get(&Outcome::Grpc(0)),
+        Some(&300),
+        "{:?}",
+        result.recorder.outcomes
+    );
+    assert_eq!(result.to_report().protocol.as_deref(), Some("grpc (h2c)"));
+
+    // Another method of the server, with its own (empty) message.
+    let mut health = grpc_config(&format!("{base}/grpc.health.v1.Health/Check"), 20);
+    health.request.body = bytes::Bytes::new();
+    assert_eq!(outcomes(health), [("grpc_ok".to_owned(), 20)]);
+
+    // A method the server does not have, and metadata the server rejects.
+    let missing = grpc_config(&format!("{base}/fgrpc.PingServer/Nope"), 20);
+    assert_eq!(outcomes(missing), [("grpc_unimplemented".to_owned(), 20)]);
+    let mut bad_metadata = grpc_config(&base, 20);
+    bad_metadata.request.headers = vec![(
+        HeaderName::from_static("x-echo-delay"),
+        HeaderValue::from_static("soon"),
+    )];
+    assert_eq!(
+        outcomes(bad_metadata),
+        [("grpc_invalid_argument".to_owned(), 20)]
+    );
+}
+
+#[test]
+fn grpc_to_a_plain_http_server_is_mapped_from_its_http_status_and_refusal_is_a_connection_class() {
+    // An HTTP/2 server that is not a gRPC server answers 200 without grpc-status: gRPC clients
+    // report that as an error, not as OK.
+    let echo = echo_server(Duration::ZERO, None);
+    let statuses = outcomes(grpc_config(&format!("http://{}", echo.addr), 10));
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert!(
+        statuses[0].0.starts_with("grpc_") && statuses[0].0 != "grpc_ok",
+        "{statuses:?}"
+    );
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    assert_eq!(
+        outcomes(grpc_config(&format!("http://{addr}"), 5)),
+        [("connect_refused".to_owned(), 5)]
+    );
+}
+
+#[test]
+fn grpc_over_mtls_negotiates_h2() {
+    use meshbench_identity::{
+        client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, SpiffeId,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
+    let issue = |sa: &str| {
+        ca.issue("default", sa, &IssueOptions::default())
+            .unwrap()
+            .write(dir.path(), sa)
+            .unwrap()
+    };
+    let (server_cert, server_key) = issue("server");
+    let (client_cert, client_key) = issue("client");
+    let ca_pem = dir.path().join("ca.pem");
+    let server = grpc_echo(Some(ServerTlsFiles {
+        cert: server_cert,
+        key: server_key,
+        client_ca: Some(ca_pem.clone()),
+    }));
+    let tls = client_config(
+        &ClientTlsFiles {
+            cert: Some(client_cert),
+            key: Some(client_key),
+            ca: ca_pem,
+            expect_server_id: Some(
+                SpiffeId::parse("spiffe://cluster.local/ns/default/sa/server").unwrap(),
+            ),
+        },
+        &[],
+    )
+    .unwrap();
+    let mut config = grpc_config(&format!("https://{}", server.addr), 100);
+    config.tls = Some(Arc::new(tls));
+    let result = run_load(config).unwrap();
+    assert_eq!(
+        result.recorder.outcomes.get(&Outcome::Grpc(0)),
+        Some(&100),
+        "{:?}",
+        result.recorder.outcomes
+    );
+    assert_eq!(result.to_report().protocol.as_deref(), Some("grpc (h2)"));
+}
