@@ -278,7 +278,7 @@ fn run_oha(
     ))
 }
 
-fn median(mut values: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     match n {
@@ -438,5 +438,6 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         ],
         measurements: m,
         ratios,
+        notes: Vec::new(),
     })
 }

@@ -68,5 +68,11 @@ pub fn render_markdown(report: &BenchReport) -> String {
             r.target.as_deref().unwrap_or("-")
         );
     }
+    if !report.notes.is_empty() {
+        out.push_str("\nNot compared:\n\n");
+        for note in &report.notes {
+            let _ = writeln!(out, "- {note}");
+        }
+    }
     out
 }

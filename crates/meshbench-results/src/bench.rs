@@ -19,6 +19,9 @@ pub struct BenchReport {
     pub setup: Vec<String>,
     pub measurements: Vec<BenchMeasurement>,
     pub ratios: Vec<BenchRatio>,
+    /// Comparisons left out, and why (a peer whose added latency is not above direct's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// One tool in one case.

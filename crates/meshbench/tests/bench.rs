@@ -119,6 +119,8 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
             "1s",
             "--open-connections",
             "50",
+            "--repetitions",
+            "2",
             "--out",
         ])
         .arg(dir.path())
@@ -140,17 +142,23 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
         "envoy",
     ];
     for plane in planes {
-        let cases: Vec<&str> = report
+        let cases: Vec<(u32, &str)> = report
             .measurements
             .iter()
             .filter(|m| m.tool == plane)
-            .map(|m| m.case.as_str())
+            .map(|m| (m.repetition.unwrap(), m.case.as_str()))
             .collect();
-        let expected: &[&str] = if plane == "direct" {
-            &["latency", "throughput"]
-        } else {
-            &["latency", "throughput", "memory"]
-        };
+        let expected: Vec<(u32, &str)> = [1, 2]
+            .into_iter()
+            .flat_map(|round| {
+                let cases: &[&str] = if plane == "direct" {
+                    &["latency", "throughput"]
+                } else {
+                    &["latency", "throughput", "memory"]
+                };
+                cases.iter().map(move |&case| (round, case))
+            })
+            .collect();
         assert_eq!(cases, expected, "{plane}");
     }
     for m in &report.measurements {
@@ -167,6 +175,10 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
             assert!(m.memory_bytes.is_some_and(|b| b > 0), "{m:?}");
         }
     }
-    // Three of ours against two peers, five figures each.
-    assert_eq!(report.ratios.len(), 3 * 2 * 5);
+    // Three of ours against two peers, five figures each: compared, or left out with the
+    // reason (a peer whose median added latency is not above direct's).
+    assert_eq!(report.ratios.len() + report.notes.len(), 3 * 2 * 5);
+    assert!(report.ratios.iter().all(|r| r.repetitions == Some(2)
+        && r.theirs > 0.0
+        && (r.ratio - r.ours / r.theirs).abs() < 1e-9));
 }

@@ -4,7 +4,10 @@
 //!
 //! Cases, per data plane: latency at a fixed rate (p50 and p99 added over direct), maximum
 //! throughput in a closed loop (as a ratio of direct, with the proxies' CPU per request), and
-//! the proxies' resident memory with many connections open through the pair.
+//! the proxies' resident memory with many connections open through the pair. Rounds repeat
+//! every plane in turn; a plane's added latency is taken against direct in the same round and
+//! the ratios compare medians over the rounds, so one slow second of the machine cannot decide
+//! a comparison.
 
 mod planes;
 
@@ -20,7 +23,7 @@ use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, S
 pub use planes::Plane;
 use planes::{PairContext, Pki, Tools};
 
-use crate::loadgen::{measurement, secs, which};
+use crate::loadgen::{measurement, median, secs, which};
 use crate::process::{run_measured, start_echo, version_of, Daemon};
 use crate::Error;
 
@@ -36,6 +39,8 @@ pub struct DataplaneBenchOptions {
     /// The meshbench binary (app, generator and our proxies).
     pub meshbench: PathBuf,
     pub duration: Duration,
+    /// Rounds over every plane; ratios compare medians.
+    pub repetitions: u32,
     /// The latency case's request rate, over `connections`.
     pub rps: u32,
     pub connections: u32,
@@ -228,79 +233,106 @@ fn plane_measurements(
     Ok(result)
 }
 
-fn find<'a>(m: &'a [BenchMeasurement], case: &str, tool: &str) -> Option<&'a BenchMeasurement> {
-    m.iter().find(|x| x.case == case && x.tool == tool)
+fn find<'a>(
+    m: &'a [BenchMeasurement],
+    round: Option<u32>,
+    case: &str,
+    tool: &str,
+) -> Option<&'a BenchMeasurement> {
+    m.iter()
+        .find(|x| x.repetition == round && x.case == case && x.tool == tool)
 }
 
-/// The figures the target is stated in, per data plane.
-fn figures(m: &[BenchMeasurement], tool: &str) -> Option<[(&'static str, f64, bool); 5]> {
-    let direct_latency = find(m, LATENCY_CASE, "direct")?;
-    let direct_throughput = find(m, THROUGHPUT_CASE, "direct")?;
-    let latency = find(m, LATENCY_CASE, tool)?;
-    let throughput = find(m, THROUGHPUT_CASE, tool)?;
-    let memory = find(m, MEMORY_CASE, tool)?;
-    // (metric, value, lower is better)
+/// (metric, lower is better), in the order of [`figures`].
+const METRICS: [(&str, bool); 5] = [
+    ("added p50 us at fixed rate", true),
+    ("added p99 us at fixed rate", true),
+    ("throughput as a fraction of direct", false),
+    ("proxy CPU s per 100k requests", true),
+    ("proxy memory MiB with connections open", true),
+];
+
+/// The figures the target is stated in, for one plane in one round (added latency and
+/// throughput against direct in the same round).
+fn figures(m: &[BenchMeasurement], round: Option<u32>, tool: &str) -> Option<[f64; 5]> {
+    let direct_latency = find(m, round, LATENCY_CASE, "direct")?;
+    let direct_throughput = find(m, round, THROUGHPUT_CASE, "direct")?;
+    let latency = find(m, round, LATENCY_CASE, tool)?;
+    let throughput = find(m, round, THROUGHPUT_CASE, tool)?;
+    let memory = find(m, round, MEMORY_CASE, tool)?;
     Some([
-        (
-            "added p50 us at fixed rate",
-            latency.p50_us? - direct_latency.p50_us?,
-            true,
-        ),
-        (
-            "added p99 us at fixed rate",
-            latency.p99_us? - direct_latency.p99_us?,
-            true,
-        ),
-        (
-            "throughput as a fraction of direct",
-            throughput.requests_per_second / direct_throughput.requests_per_second,
-            false,
-        ),
-        (
-            "proxy CPU s per 100k requests",
-            throughput.cpu_us_per_request * 1e5 / 1e6,
-            true,
-        ),
-        (
-            "proxy memory MiB with connections open",
-            memory.memory_bytes? as f64 / (1024.0 * 1024.0),
-            true,
-        ),
+        latency.p50_us? - direct_latency.p50_us?,
+        latency.p99_us? - direct_latency.p99_us?,
+        throughput.requests_per_second / direct_throughput.requests_per_second,
+        throughput.cpu_us_per_request * 1e5 / 1e6,
+        memory.memory_bytes? as f64 / (1024.0 * 1024.0),
     ])
 }
 
-fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> Vec<BenchRatio> {
+/// Each figure's median over the rounds.
+fn median_figures(m: &[BenchMeasurement], rounds: &[Option<u32>], tool: &str) -> Option<[f64; 5]> {
+    let per_round: Vec<[f64; 5]> = rounds
+        .iter()
+        .filter_map(|&round| figures(m, round, tool))
+        .collect();
+    let mut out = [0.0; 5];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = median(per_round.iter().map(|f| f[i]).collect())?;
+    }
+    Some(out)
+}
+
+/// Ours over each peer, per figure. An added latency the peer does not have (its median is
+/// not above direct's) has no meaningful ratio: that comparison is left out and said why in
+/// the returned notes.
+fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> (Vec<BenchRatio>, Vec<String>) {
+    let mut rounds: Vec<Option<u32>> = m.iter().map(|x| x.repetition).collect();
+    rounds.sort();
+    rounds.dedup();
+    let repetitions = (rounds.len() > 1).then_some(rounds.len() as u32);
     let mut out = Vec::new();
+    let mut notes = Vec::new();
     for ours in planes.iter().filter(|p| p.is_ours()) {
         for peer in planes
             .iter()
             .filter(|p| matches!(p, Plane::Haproxy | Plane::Envoy))
         {
-            let (Some(a), Some(b)) = (figures(m, ours.name()), figures(m, peer.name())) else {
+            let (Some(a), Some(b)) = (
+                median_figures(m, &rounds, ours.name()),
+                median_figures(m, &rounds, peer.name()),
+            ) else {
                 continue;
             };
-            for ((metric, mine, lower_better), (_, theirs, _)) in a.into_iter().zip(b) {
-                let ratio = mine / theirs;
+            for (((metric, lower_better), mine), theirs) in METRICS.into_iter().zip(a).zip(b) {
+                if theirs <= 0.0 {
+                    notes.push(format!(
+                        "{} against {}: {metric} not compared: {}'s median is {theirs:.0}, not above direct (within the run's noise); ours: {mine:.0}",
+                        ours.name(),
+                        peer.name(),
+                        peer.name()
+                    ));
+                    continue;
+                }
                 let met = if lower_better {
                     mine <= theirs
                 } else {
                     mine >= theirs
                 };
                 out.push(BenchRatio {
-                    repetitions: None,
+                    repetitions,
                     case: ours.name().to_owned(),
                     metric: metric.to_owned(),
                     peer: peer.name().to_owned(),
                     ours: mine,
                     theirs,
-                    ratio,
+                    ratio: mine / theirs,
                     target: Some(if lower_better { "<= 1" } else { ">= 1" }.to_owned()),
                     met: Some(met),
                 });
             }
         }
     }
-    out
+    (out, notes)
 }
 
 /// Runs the data plane benchmark. Every requested peer must be installed: a missing one is
@@ -326,16 +358,25 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
         work_dir: &opts.work_dir,
     };
     let mut m = Vec::new();
-    for &plane in &opts.planes {
-        let version = match plane {
-            Plane::Haproxy => version_of(&tools.haproxy, &["-v"]),
-            Plane::Envoy => version_of(&tools.envoy, &["--version"]),
-            _ => opts.build.version.clone(),
-        };
-        m.extend(plane_measurements(opts, plane, &ctx, &version)?);
+    let repetitions = opts.repetitions.max(1);
+    for round in 1..=repetitions {
+        for &plane in &opts.planes {
+            let version = match plane {
+                Plane::Haproxy => version_of(&tools.haproxy, &["-v"]),
+                Plane::Envoy => version_of(&tools.envoy, &["--version"]),
+                _ => opts.build.version.clone(),
+            };
+            let mut measured = plane_measurements(opts, plane, &ctx, &version)?;
+            if repetitions > 1 {
+                for x in &mut measured {
+                    x.repetition = Some(round);
+                }
+            }
+            m.extend(measured);
+        }
     }
     drop(app);
-    let ratios = ratios(&m, &opts.planes);
+    let (ratios, notes) = ratios(&m, &opts.planes);
     Ok(BenchReport {
         schema_version: SCHEMA_VERSION,
         kind: "meshbench.bench".to_owned(),
@@ -352,8 +393,11 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
                 "{LATENCY_CASE}: {} rps over {} connections for {} after 1 s warm-up, latency from the intended send time; {THROUGHPUT_CASE}: closed loop over {} connections, proxies' CPU from /proc over the run; {MEMORY_CASE}: RSS of both proxies with {} connections open through the pair, one request each",
                 opts.rps, opts.connections, secs(opts.duration), opts.connections, opts.open_connections
             ),
-            "ratios: ours / peer; target <= 1 (>= 1 for throughput): ours at or below the peer".to_owned(),
+            format!(
+                "{repetitions} round(s) over every plane, each pair started afresh; ratios: medians over the rounds, ours / peer; target <= 1 (>= 1 for throughput): ours at or below the peer (raw outputs: the last round's)"
+            ),
         ],
+        notes,
         measurements: m,
         ratios,
     })

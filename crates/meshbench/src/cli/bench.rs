@@ -26,6 +26,9 @@ pub struct DataplaneArgs {
     /// Length of each load run (latency, throughput) per data plane.
     #[arg(long, value_parser = args::duration, default_value = "5s")]
     duration: Duration,
+    /// Rounds over every data plane (each pair started afresh); the ratios compare medians.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    repetitions: u32,
     /// Request rate of the latency case.
     #[arg(long, default_value_t = 1000)]
     rps: u32,
@@ -122,6 +125,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             let report = bench_dataplane(&DataplaneBenchOptions {
                 meshbench: std::env::current_exe()?,
                 duration: a.duration,
+                repetitions: a.repetitions,
                 rps: a.rps,
                 connections: a.connections,
                 open_connections: a.open_connections,
