@@ -137,12 +137,14 @@ impl Inbound {
                 metrics,
                 direction: Direction::Inbound,
             });
-            serve_http(
+            // Boxed: hyper's connection state would otherwise size every connection's task,
+            // L4 ones included, for its whole life.
+            Box::pin(serve_http(
                 downstream,
                 Some(Arc::new(context)),
                 client.clone(),
                 recording,
-            )
+            ))
             .await;
             return;
         }

@@ -56,7 +56,8 @@ impl Outbound {
                 metrics,
                 direction: Direction::Outbound,
             });
-            serve_http(app, None, client.clone(), recording).await;
+            // Boxed, as inbound: hyper's state must not size every L4 connection's task.
+            Box::pin(serve_http(app, None, client.clone(), recording)).await;
             return;
         }
         let mut upstream = match TcpStream::connect(self.upstream).await {
