@@ -179,6 +179,20 @@ fn parse_wrk_duration_us(value: &str) -> Option<f64> {
     number.parse::<f64>().ok().map(|n| n * factor)
 }
 
+/// A peer's JSON result, and the error to raise for a field missing from it.
+fn tool_json(
+    tool: &'static str,
+    path: &std::path::Path,
+) -> Result<(serde_json::Value, impl Fn(String) -> Error), Error> {
+    let bad = move |reason: String| Error::Output {
+        tool: tool.into(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    Ok((value, bad))
+}
+
 fn run_fortio(
     opts: &LoadgenBenchOptions,
     peers: &Peers,
@@ -202,12 +216,7 @@ fn run_fortio(
     }
     command.arg(url);
     let run = run_measured(&mut command, opts.generator_cpu, "fortio")?;
-    let bad = |reason: String| Error::Output {
-        tool: "fortio".into(),
-        reason,
-    };
-    let text = std::fs::read_to_string(&json).map_err(|e| bad(e.to_string()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let (v, bad) = tool_json("fortio", &json)?;
     let requests = v["DurationHistogram"]["Count"]
         .as_u64()
         .ok_or_else(|| bad("no DurationHistogram.Count".into()))?;
@@ -250,12 +259,7 @@ fn run_oha(
     }
     command.arg(url);
     let run = run_measured(&mut command, opts.generator_cpu, "oha")?;
-    let bad = |reason: String| Error::Output {
-        tool: "oha".into(),
-        reason,
-    };
-    let text = std::fs::read_to_string(&json).map_err(|e| bad(e.to_string()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let (v, bad) = tool_json("oha", &json)?;
     let count = |key: &str| {
         v[key]
             .as_object()

@@ -3,41 +3,11 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::echo_server;
+use common::{echo_server, grpc_echo_server};
 use http::{HeaderName, HeaderValue};
-use meshbench_identity::ServerTlsFiles;
 use meshbench_loadgen::{run_load, LoadConfig, LoadModel, Outcome, Protocol, Stop, Target};
-use meshbench_workload::{bind, grpc_echo_service, GrpcEchoConfig, Mix, ServeOptions};
-
-struct GrpcServer {
-    addr: std::net::SocketAddr,
-    _runtime: tokio::runtime::Runtime,
-}
-
-fn grpc_echo(tls: Option<ServerTlsFiles>) -> GrpcServer {
-    let runtime = meshbench_workload::runtime(Some(1)).unwrap();
-    let config = GrpcEchoConfig {
-        delay: Mix::always(Duration::ZERO),
-        response_size: None,
-    };
-    let server = runtime
-        .block_on(bind(&ServeOptions {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            tls,
-            drain_timeout: Duration::from_millis(100),
-        }))
-        .unwrap();
-    let addr = server.local_addr();
-    let service = runtime.block_on(grpc_echo_service(&config));
-    runtime.spawn(server.serve(service, std::future::pending()));
-    GrpcServer {
-        addr,
-        _runtime: runtime,
-    }
-}
 
 fn grpc_config(url: &str, requests: u64) -> LoadConfig {
     let mut config =
@@ -61,7 +31,7 @@ fn outcomes(config: LoadConfig) -> Vec<(String, u64)> {
 
 #[test]
 fn grpc_calls_end_in_their_grpc_status() {
-    let server = grpc_echo(None);
+    let server = grpc_echo_server(None);
     let base = format!("http://{}", server.addr);
 
     // No path: Fortio's ping method.
@@ -116,39 +86,11 @@ fn grpc_to_a_plain_http_server_is_mapped_from_its_http_status_and_refusal_is_a_c
 
 #[test]
 fn grpc_over_mtls_negotiates_h2() {
-    use meshbench_identity::{
-        client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, SpiffeId,
-    };
     let dir = tempfile::tempdir().unwrap();
-    let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
-    let issue = |sa: &str| {
-        ca.issue("default", sa, &IssueOptions::default())
-            .unwrap()
-            .write(dir.path(), sa)
-            .unwrap()
-    };
-    let (server_cert, server_key) = issue("server");
-    let (client_cert, client_key) = issue("client");
-    let ca_pem = dir.path().join("ca.pem");
-    let server = grpc_echo(Some(ServerTlsFiles {
-        cert: server_cert,
-        key: server_key,
-        client_ca: Some(ca_pem.clone()),
-    }));
-    let tls = client_config(
-        &ClientTlsFiles {
-            cert: Some(client_cert),
-            key: Some(client_key),
-            ca: ca_pem,
-            expect_server_id: Some(
-                SpiffeId::parse("spiffe://cluster.local/ns/default/sa/server").unwrap(),
-            ),
-        },
-        &[],
-    )
-    .unwrap();
+    let (server_tls, tls) = common::mtls(dir.path());
+    let server = grpc_echo_server(Some(server_tls));
     let mut config = grpc_config(&format!("https://{}", server.addr), 100);
-    config.tls = Some(Arc::new(tls));
+    config.tls = Some(tls);
     let result = run_load(config).unwrap();
     assert_eq!(
         result.recorder.outcomes.get(&Outcome::Grpc(0)),

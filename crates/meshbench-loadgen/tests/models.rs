@@ -185,43 +185,12 @@ fn h2c_and_several_threads_deliver_the_rate() {
 
 #[test]
 fn h2_over_mtls_negotiates_h2_by_alpn_with_distinct_identities() {
-    use meshbench_identity::{
-        client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, ServerTlsFiles, SpiffeId,
-    };
     let dir = tempfile::tempdir().unwrap();
-    let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
-    let issue = |sa: &str| {
-        ca.issue("default", sa, &IssueOptions::default())
-            .unwrap()
-            .write(dir.path(), sa)
-            .unwrap()
-    };
-    let (server_cert, server_key) = issue("server");
-    let (client_cert, client_key) = issue("client");
-    let ca_pem = dir.path().join("ca.pem");
-    let server = echo_server(
-        Duration::ZERO,
-        Some(ServerTlsFiles {
-            cert: server_cert,
-            key: server_key,
-            client_ca: Some(ca_pem.clone()),
-        }),
-    );
-    let tls = client_config(
-        &ClientTlsFiles {
-            cert: Some(client_cert),
-            key: Some(client_key),
-            ca: ca_pem,
-            expect_server_id: Some(
-                SpiffeId::parse("spiffe://cluster.local/ns/default/sa/server").unwrap(),
-            ),
-        },
-        &[],
-    )
-    .unwrap();
+    let (server_tls, tls) = common::mtls(dir.path());
+    let server = echo_server(Duration::ZERO, Some(server_tls));
     let url = format!("https://{}/", server.addr);
     let mut config = base(&url, LoadModel::ClosedLoop, Stop::Requests(200));
-    config.tls = Some(Arc::new(tls));
+    config.tls = Some(tls);
     config.protocol = Protocol::Http2;
     let result = run_load(config).unwrap();
     assert_eq!(ok_count(&result), 200, "{:?}", result.recorder.outcomes);
