@@ -323,3 +323,33 @@ fn fortio_export_and_hdr_interval_log_carry_the_run() {
     assert_eq!(intervals, result.recorder.seconds.len());
     assert_eq!(total, result.sent());
 }
+
+#[test]
+fn a_request_times_out_after_its_own_timeout_never_an_earlier_requests() {
+    // Half the requests are answered in 1 ms, half after 400 ms, on one connection, with a
+    // 150 ms timeout: the slow ones time out, and a slow request that follows a fast one
+    // still gets its full 150 ms (the worker's timeout timer is re-armed lazily).
+    let mut echo = meshbench_workload::EchoConfig::fixed(Duration::ZERO, 16);
+    echo.delay =
+        meshbench_workload::Mix::parse("delay", "1ms:50,400ms:50", meshbench_workload::parse_delay)
+            .unwrap();
+    let server = common::echo_server_with(echo, None);
+    let url = format!("http://{}/", server.addr);
+    let mut config = base(&url, LoadModel::ClosedLoop, Stop::Requests(16));
+    config.connections = 1;
+    config.timeout = Duration::from_millis(150);
+    config.keep_samples = true;
+    let result = run_load(config).unwrap();
+    let samples = result.recorder.samples.as_ref().unwrap();
+    let (timeouts, answered): (Vec<_>, Vec<_>) =
+        samples.iter().partition(|s| s.outcome == Outcome::Timeout);
+    assert!(!timeouts.is_empty() && !answered.is_empty(), "{samples:?}");
+    for s in &timeouts {
+        let ms = s.latency_ns as f64 / 1e6;
+        assert!((150.0..400.0).contains(&ms), "timed out after {ms} ms");
+    }
+    for s in &answered {
+        assert_eq!(s.outcome, Outcome::Http(200));
+        assert!(s.latency_ns < 150_000_000, "{s:?}");
+    }
+}

@@ -20,8 +20,12 @@ pub struct EchoServer {
 }
 
 pub fn echo_server(delay: Duration, tls: Option<ServerTlsFiles>) -> EchoServer {
+    echo_server_with(EchoConfig::fixed(delay, 1024), tls)
+}
+
+pub fn echo_server_with(config: EchoConfig, tls: Option<ServerTlsFiles>) -> EchoServer {
     serve_on_own_runtime(tls, |server| async move {
-        let service = RoleService::new(Echo::new(&EchoConfig::fixed(delay, 1024)));
+        let service = RoleService::new(Echo::new(&config));
         server.serve(service, std::future::pending()).await;
     })
 }
