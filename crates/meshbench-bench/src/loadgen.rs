@@ -282,14 +282,10 @@ fn run_oha(
     ))
 }
 
+/// The median (midpoint of the two middle values for an even count); `None` when empty.
 pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(values[n / 2]),
-        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
-    }
+    (!values.is_empty()).then(|| meshbench_stats::percentile(&values, 50.0))
 }
 
 /// Ours over a peer's figure, each the median over the repetitions of the case.

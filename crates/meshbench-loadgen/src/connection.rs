@@ -179,8 +179,8 @@ impl Connection {
         match &mut self.sender {
             Sender::Http1(c) => c.is_reusable(),
             Sender::Http2(s) => !s.is_closed() && s.ready().await.is_ok(),
-            // A closed connection fails the next call's readiness, counted as a reset.
-            Sender::Grpc(_) => true,
+            // The same HTTP/2 readiness, through tonic's client.
+            Sender::Grpc(c) => c.ready().await.is_ok(),
         }
     }
 

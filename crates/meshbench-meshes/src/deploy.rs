@@ -142,6 +142,22 @@ pub(crate) enum Place<'a> {
 }
 
 impl LabContext<'_> {
+    /// `pod` as one of its node agent's local workloads: its identity, its SVID, and the
+    /// address its app is reached at.
+    pub(crate) fn agent_local_workload(&self, pod: &Pod, address: SocketAddr) -> LocalWorkload {
+        let svid = self
+            .pki
+            .svid(&pod.workload.namespace, &pod.workload.service_account);
+        LocalWorkload {
+            namespace: pod.workload.namespace.clone(),
+            name: pod.workload.name.clone(),
+            service_account: pod.workload.service_account.clone(),
+            cert: svid.cert,
+            key: svid.key,
+            address,
+        }
+    }
+
     /// The address that reaches server-side `addr` from the client side: through the wire
     /// tap's relay where there is one.
     pub(crate) fn across_link(&self, addr: SocketAddr) -> Result<SocketAddr, Error> {
@@ -494,19 +510,9 @@ async fn node_agents(
             .iter()
             .filter(|p| local(p))
             .map(|p| {
-                let svid = ctx
-                    .pki
-                    .svid(&p.workload.namespace, &p.workload.service_account);
                 // The client app has no listener; its address only names it.
                 let port = if p.name == server.name { Ports::APP } else { 1 };
-                Ok(LocalWorkload {
-                    namespace: p.workload.namespace.clone(),
-                    name: p.workload.name.clone(),
-                    service_account: p.workload.service_account.clone(),
-                    cert: svid.cert,
-                    key: svid.key,
-                    address: SocketAddr::new(ctx.pod_ip(p)?, port),
-                })
+                Ok(ctx.agent_local_workload(p, SocketAddr::new(ctx.pod_ip(p)?, port)))
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let mut destinations = vec![];

@@ -9,9 +9,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use meshbench_dataplane::{
-    LocalWorkload, NodeAgentFile, RemoteWorkload, ServiceEndpoint, TransparentListeners,
-};
+use meshbench_dataplane::{NodeAgentFile, RemoteWorkload, ServiceEndpoint, TransparentListeners};
 use meshbench_lab::{LabComponent, Pod, Readiness};
 use meshbench_netlab::NodeCapture;
 use meshbench_policy::Policy;
@@ -157,19 +155,7 @@ async fn enroll_node_agents(
         }
         let workloads = local
             .iter()
-            .map(|p| {
-                let svid = lab
-                    .pki
-                    .svid(&p.workload.namespace, &p.workload.service_account);
-                Ok(LocalWorkload {
-                    namespace: p.workload.namespace.clone(),
-                    name: p.workload.name.clone(),
-                    service_account: p.workload.service_account.clone(),
-                    cert: svid.cert,
-                    key: svid.key,
-                    address: app_addr(p)?,
-                })
-            })
+            .map(|p| Ok(lab.agent_local_workload(p, app_addr(p)?)))
             .collect::<Result<Vec<_>, Error>>()?;
         let destinations = remote
             .iter()

@@ -109,20 +109,13 @@ impl SidecarCapture {
         match &self.outbound_only {
             Some(destinations) => {
                 for (destination, to_port) in destinations {
-                    ipt(&[
-                        "-A",
-                        OUTBOUND_CHAIN,
-                        "-d",
-                        &destination.ip().to_string(),
-                        "-p",
-                        "tcp",
-                        "--dport",
-                        &destination.port().to_string(),
-                        "-j",
-                        "REDIRECT",
-                        "--to-ports",
-                        &to_port.to_string(),
-                    ])?;
+                    redirect_destination(
+                        netns,
+                        &["-A", OUTBOUND_CHAIN],
+                        &[],
+                        *destination,
+                        *to_port,
+                    )?;
                 }
             }
             None => ipt(&[
@@ -147,6 +140,35 @@ fn nat(netns: &str, args: &[&str]) -> Result<(), Error> {
     run_in(netns, "iptables", &full).map(|_| ())
 }
 
+/// A nat rule at `position` (`-A CHAIN`, `-I CHAIN 1`) that sends TCP to `destination`, also
+/// matching `matches`, to local port `to_port`.
+fn redirect_destination(
+    netns: &str,
+    position: &[&str],
+    matches: &[&str],
+    destination: SocketAddr,
+    to_port: u16,
+) -> Result<(), Error> {
+    let (ip, port, to_port) = (
+        destination.ip().to_string(),
+        destination.port().to_string(),
+        to_port.to_string(),
+    );
+    let rule = [
+        "-d",
+        &ip,
+        "-p",
+        "tcp",
+        "--dport",
+        &port,
+        "-j",
+        "REDIRECT",
+        "--to-ports",
+        &to_port,
+    ];
+    nat(netns, &[position, matches, &rule].concat())
+}
+
 /// Send one source pod's connections to one service to a node agent's listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRedirect {
@@ -158,30 +180,13 @@ pub struct NodeRedirect {
 impl NodeRedirect {
     pub(crate) fn install(&self, netns: &str) -> Result<(), Error> {
         // Inserted first: it must win over the node's service DNAT.
-        run_in(
+        redirect_destination(
             netns,
-            "iptables",
-            &[
-                "-t",
-                "nat",
-                "-I",
-                "PREROUTING",
-                "1",
-                "-s",
-                &self.source.to_string(),
-                "-d",
-                &self.destination.ip().to_string(),
-                "-p",
-                "tcp",
-                "--dport",
-                &self.destination.port().to_string(),
-                "-j",
-                "REDIRECT",
-                "--to-ports",
-                &self.to_port.to_string(),
-            ],
+            &["-I", "PREROUTING", "1"],
+            &["-s", &self.source.to_string()],
+            self.destination,
+            self.to_port,
         )
-        .map(|_| ())
     }
 }
 
@@ -219,22 +224,14 @@ impl NodeCapture {
                 &outbound,
             ])?;
         }
-        let inbound = self.inbound_port.to_string();
         for destination in &self.destinations {
-            ipt(&[
-                "-A",
-                NODE_CHAIN,
-                "-d",
-                &destination.ip().to_string(),
-                "-p",
-                "tcp",
-                "--dport",
-                &destination.port().to_string(),
-                "-j",
-                "REDIRECT",
-                "--to-ports",
-                &inbound,
-            ])?;
+            redirect_destination(
+                netns,
+                &["-A", NODE_CHAIN],
+                &[],
+                *destination,
+                self.inbound_port,
+            )?;
         }
         Ok(())
     }

@@ -114,7 +114,6 @@ impl PingServer for GrpcEcho {
     }
 }
 
-/// The gRPC services (ping and health) as one hyper service for [`crate::BoundServer::serve`].
 /// A serialized `PingMessage` carrying `payload_bytes` bytes: the request a gRPC load run
 /// sends to Fortio's ping method, encoded once per run.
 pub fn ping_request(payload_bytes: usize) -> Vec<u8> {
@@ -124,6 +123,7 @@ pub fn ping_request(payload_bytes: usize) -> Vec<u8> {
     })
 }
 
+/// The gRPC services (ping and health) as one hyper service for [`crate::BoundServer::serve`].
 pub async fn grpc_echo_service(
     config: &GrpcEchoConfig,
 ) -> hyper_util::service::TowerToHyperService<tonic::service::Routes> {
