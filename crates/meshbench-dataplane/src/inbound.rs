@@ -10,7 +10,6 @@ use meshbench_identity::spiffe_ids_of;
 use meshbench_policy::{Peer, Policy, Request};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsAcceptor;
 
 use crate::l7::{serve_http, upstream_client, InboundContext, Recording, UpstreamClient};
 use crate::metrics::{Direction, ProxyMetrics};
@@ -26,7 +25,7 @@ pub(crate) struct Inbound {
     app: SocketAddr,
     transparent: bool,
     policy: Arc<Policy>,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     detect_timeout: Duration,
     /// L7 mode: pooled connections to the app.
     app_client: Option<UpstreamClient>,
@@ -46,7 +45,7 @@ impl Inbound {
             app,
             transparent,
             policy: config.policy.clone(),
-            tls: tls.map(|c| TlsAcceptor::from(Arc::new(c))),
+            tls: tls.map(Arc::new),
             detect_timeout: config.detect_timeout,
             app_client: (config.mode == ProxyMode::L7)
                 .then(|| upstream_client(UpstreamConnector::new(app, None, None))),
@@ -79,9 +78,9 @@ impl Inbound {
             _ => return,
         };
         match (is_tls, &self.tls) {
-            (true, Some(acceptor)) => {
+            (true, Some(config)) => {
                 let started = Instant::now();
-                let tls = match acceptor.accept(stream).await {
+                let tls = match crate::lean_tls::accept(config.clone(), stream).await {
                     Ok(tls) => tls,
                     Err(e) => {
                         tracing::debug!(%peer_addr, error = %e, "inbound TLS handshake failed");
@@ -92,8 +91,7 @@ impl Inbound {
                     m.tls_handshake(Direction::Inbound, started.elapsed());
                 }
                 let id = tls
-                    .get_ref()
-                    .1
+                    .connection()
                     .peer_certificates()
                     .and_then(|certs| certs.first())
                     .and_then(|leaf| spiffe_ids_of(leaf).into_iter().next());

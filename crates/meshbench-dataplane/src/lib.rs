@@ -13,6 +13,7 @@
 mod error;
 mod inbound;
 mod l7;
+mod lean_tls;
 mod metrics;
 mod node_agent;
 mod outbound;

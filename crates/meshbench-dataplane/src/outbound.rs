@@ -17,7 +17,7 @@ use crate::ProxyMode;
 
 pub(crate) struct Outbound {
     upstream: SocketAddr,
-    tls: Option<TlsConnector>,
+    tls: Option<Arc<rustls::ClientConfig>>,
     /// L7 mode: pooled (m)TLS connections to the upstream sidecar.
     client: Option<UpstreamClient>,
     metrics: Option<Arc<ProxyMetrics>>,
@@ -30,11 +30,11 @@ impl Outbound {
         mode: ProxyMode,
         metrics: Option<Arc<ProxyMetrics>>,
     ) -> Self {
-        let tls = tls.map(|c| TlsConnector::from(Arc::new(c)));
+        let tls = tls.map(Arc::new);
         let client = (mode == ProxyMode::L7).then(|| {
             upstream_client(UpstreamConnector::new(
                 upstream,
-                tls.clone(),
+                tls.clone().map(TlsConnector::from),
                 metrics.clone(),
             ))
         });
@@ -69,11 +69,11 @@ impl Outbound {
         };
         let _ = upstream.set_nodelay(true);
         match &self.tls {
-            Some(connector) => {
+            Some(config) => {
                 // The verifier checks the SPIFFE ID; the name only feeds SNI.
                 let name = ServerName::IpAddress(self.upstream.ip().into());
                 let started = Instant::now();
-                match connector.connect(name, upstream).await {
+                match crate::lean_tls::connect(config.clone(), name, upstream).await {
                     Ok(mut tls) => {
                         if let Some(m) = &self.metrics {
                             m.tls_handshake(Direction::Outbound, started.elapsed());
