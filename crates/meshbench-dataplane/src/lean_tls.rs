@@ -260,10 +260,13 @@ pub(crate) struct LeanTlsStream<C> {
 }
 
 /// Terminates TLS on `io` as a server.
+///
+/// Streams come boxed: rustls's connection is a kilobyte, and every move of it through an
+/// async caller would otherwise reserve another copy in the caller's task for its whole life.
 pub(crate) async fn accept(
     config: Arc<ServerConfig>,
     io: TcpStream,
-) -> io::Result<LeanTlsStream<UnbufferedServerConnection>> {
+) -> io::Result<Box<LeanTlsStream<UnbufferedServerConnection>>> {
     let conn = UnbufferedServerConnection::new(config).map_err(tls_error)?;
     LeanTlsStream::handshake(conn, io).await
 }
@@ -273,13 +276,13 @@ pub(crate) async fn connect(
     config: Arc<ClientConfig>,
     name: ServerName<'static>,
     io: TcpStream,
-) -> io::Result<LeanTlsStream<UnbufferedClientConnection>> {
+) -> io::Result<Box<LeanTlsStream<UnbufferedClientConnection>>> {
     let conn = UnbufferedClientConnection::new(config, name).map_err(tls_error)?;
     LeanTlsStream::handshake(conn, io).await
 }
 
 impl<C: TlsEnd> LeanTlsStream<C> {
-    async fn handshake(mut conn: C, mut io: TcpStream) -> io::Result<Self> {
+    async fn handshake(mut conn: C, mut io: TcpStream) -> io::Result<Box<Self>> {
         let mut held = Held::default();
         // The handshake is short-lived, so it reads into a buffer of its own.
         let mut incoming = Vec::new();
@@ -314,7 +317,7 @@ impl<C: TlsEnd> LeanTlsStream<C> {
             }
         }
         held.keep_incoming(&incoming);
-        Ok(LeanTlsStream { conn, io, held })
+        Ok(Box::new(LeanTlsStream { conn, io, held }))
     }
 
     /// The negotiated connection: peer certificates, ALPN, suite.

@@ -73,7 +73,9 @@ impl Outbound {
                 // The verifier checks the SPIFFE ID; the name only feeds SNI.
                 let name = ServerName::IpAddress(self.upstream.ip().into());
                 let started = Instant::now();
-                match crate::lean_tls::connect(config.clone(), name, upstream).await {
+                // Boxed, as inbound: the handshake's state must not size the task.
+                let handshake = Box::pin(crate::lean_tls::connect(config.clone(), name, upstream));
+                match handshake.await {
                     Ok(mut tls) => {
                         if let Some(m) = &self.metrics {
                             m.tls_handshake(Direction::Outbound, started.elapsed());
