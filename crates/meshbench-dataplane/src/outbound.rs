@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 
 use crate::l7::{serve_http, upstream_client, Recording, UpstreamClient};
 use crate::metrics::{Direction, ProxyMetrics};
@@ -34,7 +33,7 @@ impl Outbound {
         let client = (mode == ProxyMode::L7).then(|| {
             upstream_client(UpstreamConnector::new(
                 upstream,
-                tls.clone().map(TlsConnector::from),
+                tls.clone(),
                 metrics.clone(),
             ))
         });

@@ -13,24 +13,26 @@ use std::time::Instant;
 use http::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::TokioIo;
+use rustls::client::UnbufferedClientConnection;
+use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
-use tokio_rustls::TlsConnector;
+
+use crate::lean_tls::LeanTlsStream;
 
 use crate::metrics::{Direction, ProxyMetrics};
 
 #[derive(Clone)]
 pub(crate) struct UpstreamConnector {
     upstream: SocketAddr,
-    tls: Option<TlsConnector>,
+    tls: Option<Arc<ClientConfig>>,
     metrics: Option<Arc<ProxyMetrics>>,
 }
 
 impl UpstreamConnector {
     pub(crate) fn new(
         upstream: SocketAddr,
-        tls: Option<TlsConnector>,
+        tls: Option<Arc<ClientConfig>>,
         metrics: Option<Arc<ProxyMetrics>>,
     ) -> Self {
         UpstreamConnector {
@@ -43,7 +45,7 @@ impl UpstreamConnector {
 
 pub(crate) enum UpstreamIo {
     Plain(TokioIo<TcpStream>),
-    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
+    Tls(TokioIo<Box<LeanTlsStream<UnbufferedClientConnection>>>),
 }
 
 impl tower_service::Service<Uri> for UpstreamConnector {
@@ -62,15 +64,15 @@ impl tower_service::Service<Uri> for UpstreamConnector {
             let tcp = TcpStream::connect(this.upstream).await?;
             tcp.set_nodelay(true)?;
             match this.tls {
-                Some(connector) => {
+                Some(config) => {
                     // The verifier checks the SPIFFE ID; the name only feeds SNI.
                     let name = ServerName::IpAddress(this.upstream.ip().into());
                     let started = Instant::now();
-                    let tls = connector.connect(name, tcp).await?;
+                    let tls = crate::lean_tls::connect(config, name, tcp).await?;
                     if let Some(m) = &this.metrics {
                         m.tls_handshake(Direction::Outbound, started.elapsed());
                     }
-                    Ok(UpstreamIo::Tls(Box::new(TokioIo::new(tls))))
+                    Ok(UpstreamIo::Tls(TokioIo::new(tls)))
                 }
                 None => Ok(UpstreamIo::Plain(TokioIo::new(tcp))),
             }
@@ -92,7 +94,7 @@ impl hyper::rt::Read for UpstreamIo {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             UpstreamIo::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
+            UpstreamIo::Tls(io) => Pin::new(io).poll_read(cx, buf),
         }
     }
 }
@@ -105,21 +107,21 @@ impl hyper::rt::Write for UpstreamIo {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             UpstreamIo::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+            UpstreamIo::Tls(io) => Pin::new(io).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             UpstreamIo::Plain(io) => Pin::new(io).poll_flush(cx),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
+            UpstreamIo::Tls(io) => Pin::new(io).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             UpstreamIo::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
+            UpstreamIo::Tls(io) => Pin::new(io).poll_shutdown(cx),
         }
     }
 
@@ -137,7 +139,7 @@ impl hyper::rt::Write for UpstreamIo {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             UpstreamIo::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(io) => Pin::new(io).poll_write_vectored(cx, bufs),
         }
     }
 }
