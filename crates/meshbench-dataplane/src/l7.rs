@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, Request, Response, StatusCode, Uri};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{header, HeaderMap, HeaderName, Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -99,18 +100,15 @@ async fn handle(
     }
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    // The pool is keyed by URI; the connector ignores it and dials its one upstream.
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    parts.uri = match Uri::builder()
-        .scheme("http")
-        .authority("upstream")
-        .path_and_query(path)
-        .build()
-    {
+    // The pool is keyed by URI; the connector ignores it and dials its one upstream. The path
+    // is kept as parsed (shared bytes, not copied).
+    let mut target = std::mem::take(&mut parts.uri).into_parts();
+    target.scheme = Some(Scheme::HTTP);
+    target.authority = Some(Authority::from_static("upstream"));
+    if target.path_and_query.is_none() {
+        target.path_and_query = Some(PathAndQuery::from_static("/"));
+    }
+    parts.uri = match Uri::from_parts(target) {
         Ok(uri) => uri,
         Err(_) => return text(StatusCode::BAD_REQUEST, "bad request target\n"),
     };
@@ -129,19 +127,34 @@ async fn handle(
 }
 
 /// Headers meaningful for one hop only (RFC 9110 section 7.6.1).
+static HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    HeaderName::from_static("keep-alive"),
+];
+
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    for name in [
-        header::CONNECTION,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
+    // Most messages carry none: one pass over their few names costs less than a hashed
+    // removal per hop-by-hop name (which was 5% of the L7 proxy's instructions).
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
+    // So are the headers the Connection header names.
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|list| list.split(','))
+        .filter_map(|name| HeaderName::try_from(name.trim()).ok())
+        .collect();
+    for name in HOP_BY_HOP.iter().chain(&named) {
         headers.remove(name);
     }
-    headers.remove("keep-alive");
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response<ProxyBody> {
@@ -155,4 +168,31 @@ fn text(status: StatusCode, body: &'static str) -> Response<ProxyBody> {
         .headers_mut()
         .insert(header::CONTENT_TYPE, "text/plain".parse().expect("valid"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_and_the_others_kept() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, x-trace"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("x-trace", "abc"),
+            ("x-request-id", "7"),
+            ("content-length", "2"),
+        ] {
+            headers.insert(HeaderName::from_static(name), value.parse().unwrap());
+        }
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<_> = headers.keys().map(|n| n.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["content-length", "x-request-id"]);
+        let untouched = headers.clone();
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers, untouched);
+    }
 }
