@@ -11,9 +11,9 @@ use meshbench_policy::{Peer, Policy, Request};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::l7::{serve_http, upstream_client, InboundContext, Recording, UpstreamClient};
+use crate::l7::{serve_http, InboundContext, Recording};
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::upstream::UpstreamConnector;
+use crate::upstream::{UpstreamConnector, UpstreamPool};
 use crate::{ProxyMode, SidecarConfig};
 
 /// First byte of a TLS handshake record (ClientHello).
@@ -28,7 +28,7 @@ pub(crate) struct Inbound {
     tls: Option<Arc<rustls::ServerConfig>>,
     detect_timeout: Duration,
     /// L7 mode: pooled connections to the app.
-    app_client: Option<UpstreamClient>,
+    app_client: Option<UpstreamPool>,
     metrics: Option<Arc<ProxyMetrics>>,
 }
 
@@ -48,7 +48,7 @@ impl Inbound {
             tls: tls.map(Arc::new),
             detect_timeout: config.detect_timeout,
             app_client: (config.mode == ProxyMode::L7)
-                .then(|| upstream_client(UpstreamConnector::new(app, None, None))),
+                .then(|| UpstreamPool::new(UpstreamConnector::new(app, None, None))),
             metrics: config.metrics.clone(),
         }
     }
@@ -143,7 +143,7 @@ impl Inbound {
             Box::pin(serve_http(
                 downstream,
                 Some(Arc::new(context)),
-                client.clone(),
+                client,
                 recording,
             ))
             .await;

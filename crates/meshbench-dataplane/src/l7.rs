@@ -7,28 +7,20 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderName, Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use meshbench_policy::{Peer, Policy, Request as PolicyRequest};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::upstream::UpstreamConnector;
+use crate::upstream::{Lease, UpstreamPool};
 
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
-pub(crate) type UpstreamClient = Client<UpstreamConnector, Incoming>;
-
-pub(crate) fn upstream_client(connector: UpstreamConnector) -> UpstreamClient {
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(usize::MAX)
-        .build(connector)
-}
 
 /// Where responses are counted.
 #[derive(Clone)]
@@ -48,22 +40,23 @@ pub(crate) struct InboundContext {
 }
 
 /// Serves HTTP on `io`, authorizing every request when `inbound` is set, forwarding it to
-/// `client`'s upstream.
+/// `upstream`.
 pub(crate) async fn serve_http<S>(
     io: S,
     inbound: Option<Arc<InboundContext>>,
-    client: UpstreamClient,
+    upstream: &UpstreamPool,
     recording: Option<Recording>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let lease = Arc::new(upstream.lease());
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let inbound = inbound.clone();
-        let client = client.clone();
+        let lease = lease.clone();
         let recording = recording.clone();
         async move {
             let started = Instant::now();
-            let response = handle(req, inbound.as_deref(), &client, recording.as_ref()).await;
+            let response = handle(req, inbound.as_deref(), &lease, recording.as_ref()).await;
             if let Some(r) = &recording {
                 r.metrics.response(r.direction, response.status(), started);
             }
@@ -79,7 +72,7 @@ pub(crate) async fn serve_http<S>(
 async fn handle(
     req: Request<Incoming>,
     inbound: Option<&InboundContext>,
-    client: &UpstreamClient,
+    lease: &Lease,
     recording: Option<&Recording>,
 ) -> Response<ProxyBody> {
     if let Some(ctx) = inbound {
@@ -100,20 +93,29 @@ async fn handle(
     }
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    // The pool is keyed by URI; the connector ignores it and dials its one upstream. The path
-    // is kept as parsed (shared bytes, not copied).
-    let mut target = std::mem::take(&mut parts.uri).into_parts();
-    target.scheme = Some(Scheme::HTTP);
-    target.authority = Some(Authority::from_static("upstream"));
-    if target.path_and_query.is_none() {
-        target.path_and_query = Some(PathAndQuery::from_static("/"));
+    // HTTP/2 carries the host in the URI, HTTP/1.1 in a header.
+    if let (false, Some(authority)) = (
+        parts.headers.contains_key(header::HOST),
+        parts.uri.authority(),
+    ) {
+        if let Ok(host) = authority.as_str().parse() {
+            parts.headers.insert(header::HOST, host);
+        }
     }
-    parts.uri = match Uri::from_parts(target) {
-        Ok(uri) => uri,
-        Err(_) => return text(StatusCode::BAD_REQUEST, "bad request target\n"),
-    };
+    // Upstream is HTTP/1.1 in origin form; the path is kept as parsed (shared, not copied).
+    let sequential = parts.version <= http::Version::HTTP_11;
+    parts.uri = Uri::from(
+        parts
+            .uri
+            .into_parts()
+            .path_and_query
+            .unwrap_or_else(|| PathAndQuery::from_static("/")),
+    );
     parts.version = http::Version::HTTP_11;
-    match client.request(Request::from_parts(parts, body)).await {
+    match lease
+        .forward(Request::from_parts(parts, body), sequential)
+        .await
+    {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);

@@ -9,16 +9,16 @@ use std::time::Instant;
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 
-use crate::l7::{serve_http, upstream_client, Recording, UpstreamClient};
+use crate::l7::{serve_http, Recording};
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::upstream::UpstreamConnector;
+use crate::upstream::{UpstreamConnector, UpstreamPool};
 use crate::ProxyMode;
 
 pub(crate) struct Outbound {
     upstream: SocketAddr,
     tls: Option<Arc<rustls::ClientConfig>>,
     /// L7 mode: pooled (m)TLS connections to the upstream sidecar.
-    client: Option<UpstreamClient>,
+    client: Option<UpstreamPool>,
     metrics: Option<Arc<ProxyMetrics>>,
 }
 
@@ -31,7 +31,7 @@ impl Outbound {
     ) -> Self {
         let tls = tls.map(Arc::new);
         let client = (mode == ProxyMode::L7).then(|| {
-            upstream_client(UpstreamConnector::new(
+            UpstreamPool::new(UpstreamConnector::new(
                 upstream,
                 tls.clone(),
                 metrics.clone(),
@@ -56,7 +56,7 @@ impl Outbound {
                 direction: Direction::Outbound,
             });
             // Boxed, as inbound: hyper's state must not size every L4 connection's task.
-            Box::pin(serve_http(app, None, client.clone(), recording)).await;
+            Box::pin(serve_http(app, None, client, recording)).await;
             return;
         }
         let mut upstream = match TcpStream::connect(self.upstream).await {

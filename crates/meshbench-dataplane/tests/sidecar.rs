@@ -11,7 +11,9 @@ use meshbench_dataplane::{
     Rotation, SidecarConfig, SidecarIdentity,
 };
 use meshbench_identity::{bind_ca_server, CertificateAuthority, IssueOptions, SpiffeId};
-use meshbench_loadgen::{run_load, LoadConfig, LoadModel, LoadResult, Outcome, Stop, Target};
+use meshbench_loadgen::{
+    run_load, LoadConfig, LoadModel, LoadResult, Outcome, Protocol, Stop, Target,
+};
 use meshbench_policy::Policy;
 use meshbench_workload::{bind, Echo, EchoConfig, RoleService, ServeOptions};
 
@@ -291,6 +293,43 @@ fn l7_authorizes_every_request_and_answers_403_on_deny() {
     // Peer authentication still works per connection: STRICT refuses plaintext outright.
     let plaintext = requests_to(&format!("http://{calculator}/"), 5);
     assert_eq!(only_outcome(&plaintext), Outcome::ConnectionReset);
+}
+
+#[test]
+fn l7_carries_http2_downstream_and_connections_that_close_after_each_request() {
+    let lab = Lab::new();
+    let calculator = lab.calculator_in(L7_POLICY, true, ProxyMode::L7);
+    let experimenter = lab.client_in(
+        "experimenter",
+        calculator,
+        "calculator",
+        true,
+        ProxyMode::L7,
+    );
+    let url = format!("http://{experimenter}/");
+    // h2c: concurrent streams on one downstream connection, each on a pooled HTTP/1.1
+    // upstream connection.
+    let mut config =
+        LoadConfig::open_loop(Target::parse(&url).unwrap(), 1.0, 1, Duration::from_secs(1));
+    config.model = LoadModel::Users {
+        users: 8,
+        requests_per_user: 25,
+    };
+    config.protocol = Protocol::Http2;
+    config.timeout = Duration::from_secs(2);
+    let h2 = run_load(config).unwrap();
+    assert_eq!(only_outcome(&h2), Outcome::Http(200));
+    assert_eq!(h2.sent(), 200);
+    // HTTP/1.1 connections that each carry two requests: every downstream connection leases
+    // an upstream one and gives it back when it closes, for the next to reuse.
+    let mut config =
+        LoadConfig::open_loop(Target::parse(&url).unwrap(), 1.0, 4, Duration::from_secs(1));
+    config.model = LoadModel::ClosedLoop;
+    config.stop = Stop::Requests(300);
+    config.max_requests_per_connection = Some(2);
+    config.timeout = Duration::from_secs(2);
+    let reconnecting = run_load(config).unwrap();
+    assert_eq!(only_outcome(&reconnecting), Outcome::Http(200));
 }
 
 /// The value of the sample `name` with exactly these labels, from an exposition.
