@@ -28,7 +28,7 @@ pub(crate) struct Inbound {
     tls: Option<Arc<rustls::ServerConfig>>,
     detect_timeout: Duration,
     /// L7 mode: pooled connections to the app.
-    app_client: Option<UpstreamPool>,
+    app_client: Option<Arc<UpstreamPool>>,
     metrics: Option<Arc<ProxyMetrics>>,
 }
 
@@ -143,7 +143,7 @@ impl Inbound {
             Box::pin(serve_http(
                 downstream,
                 Some(Arc::new(context)),
-                client,
+                client.clone(),
                 recording,
             ))
             .await;

@@ -18,7 +18,7 @@ use meshbench_policy::{Peer, Policy, Request as PolicyRequest};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::upstream::{Lease, UpstreamPool};
+use crate::upstream::UpstreamPool;
 
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
@@ -44,19 +44,18 @@ pub(crate) struct InboundContext {
 pub(crate) async fn serve_http<S>(
     io: S,
     inbound: Option<Arc<InboundContext>>,
-    upstream: &UpstreamPool,
+    upstream: Arc<UpstreamPool>,
     recording: Option<Recording>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let lease = Arc::new(upstream.lease());
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let inbound = inbound.clone();
-        let lease = lease.clone();
+        let upstream = upstream.clone();
         let recording = recording.clone();
         async move {
             let started = Instant::now();
-            let response = handle(req, inbound.as_deref(), &lease, recording.as_ref()).await;
+            let response = handle(req, inbound.as_deref(), &upstream, recording.as_ref()).await;
             if let Some(r) = &recording {
                 r.metrics.response(r.direction, response.status(), started);
             }
@@ -72,7 +71,7 @@ pub(crate) async fn serve_http<S>(
 async fn handle(
     req: Request<Incoming>,
     inbound: Option<&InboundContext>,
-    lease: &Lease,
+    upstream: &Arc<UpstreamPool>,
     recording: Option<&Recording>,
 ) -> Response<ProxyBody> {
     if let Some(ctx) = inbound {
@@ -103,7 +102,6 @@ async fn handle(
         }
     }
     // Upstream is HTTP/1.1 in origin form; the path is kept as parsed (shared, not copied).
-    let sequential = parts.version <= http::Version::HTTP_11;
     parts.uri = Uri::from(
         parts
             .uri
@@ -112,10 +110,7 @@ async fn handle(
             .unwrap_or_else(|| PathAndQuery::from_static("/")),
     );
     parts.version = http::Version::HTTP_11;
-    match lease
-        .forward(Request::from_parts(parts, body), sequential)
-        .await
-    {
+    match upstream.forward(Request::from_parts(parts, body)).await {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);

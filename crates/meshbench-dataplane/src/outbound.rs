@@ -18,7 +18,7 @@ pub(crate) struct Outbound {
     upstream: SocketAddr,
     tls: Option<Arc<rustls::ClientConfig>>,
     /// L7 mode: pooled (m)TLS connections to the upstream sidecar.
-    client: Option<UpstreamPool>,
+    client: Option<Arc<UpstreamPool>>,
     metrics: Option<Arc<ProxyMetrics>>,
 }
 
@@ -56,7 +56,7 @@ impl Outbound {
                 direction: Direction::Outbound,
             });
             // Boxed, as inbound: hyper's state must not size every L4 connection's task.
-            Box::pin(serve_http(app, None, client, recording)).await;
+            Box::pin(serve_http(app, None, client.clone(), recording)).await;
             return;
         }
         let mut upstream = match TcpStream::connect(self.upstream).await {

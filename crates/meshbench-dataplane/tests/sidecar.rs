@@ -296,8 +296,10 @@ fn l7_authorizes_every_request_and_answers_403_on_deny() {
 }
 
 #[test]
-fn l7_carries_http2_downstream_and_connections_that_close_after_each_request() {
-    let lab = Lab::new();
+fn l7_shares_pooled_upstream_connections_between_downstream_ones() {
+    let mut lab = Lab::new();
+    let server_side = Arc::new(ProxyMetrics::new());
+    lab.metrics = Some(server_side.clone());
     let calculator = lab.calculator_in(L7_POLICY, true, ProxyMode::L7);
     let experimenter = lab.client_in(
         "experimenter",
@@ -307,29 +309,35 @@ fn l7_carries_http2_downstream_and_connections_that_close_after_each_request() {
         ProxyMode::L7,
     );
     let url = format!("http://{experimenter}/");
-    // h2c: concurrent streams on one downstream connection, each on a pooled HTTP/1.1
-    // upstream connection.
-    let mut config =
-        LoadConfig::open_loop(Target::parse(&url).unwrap(), 1.0, 1, Duration::from_secs(1));
-    config.model = LoadModel::Users {
-        users: 8,
-        requests_per_user: 25,
-    };
-    config.protocol = Protocol::Http2;
-    config.timeout = Duration::from_secs(2);
-    let h2 = run_load(config).unwrap();
-    assert_eq!(only_outcome(&h2), Outcome::Http(200));
-    assert_eq!(h2.sent(), 200);
-    // HTTP/1.1 connections that each carry two requests: every downstream connection leases
-    // an upstream one and gives it back when it closes, for the next to reuse.
-    let mut config =
-        LoadConfig::open_loop(Target::parse(&url).unwrap(), 1.0, 4, Duration::from_secs(1));
+    let target = || Target::parse(&url).unwrap();
+    // 150 downstream HTTP/1.1 connections of two requests each, two at a time.
+    let mut config = LoadConfig::open_loop(target(), 1.0, 2, Duration::from_secs(1));
     config.model = LoadModel::ClosedLoop;
     config.stop = Stop::Requests(300);
     config.max_requests_per_connection = Some(2);
     config.timeout = Duration::from_secs(2);
     let reconnecting = run_load(config).unwrap();
     assert_eq!(only_outcome(&reconnecting), Outcome::Http(200));
+    // h2c downstream: each request takes a pooled HTTP/1.1 connection and gives it back.
+    let mut config = LoadConfig::open_loop(target(), 1.0, 1, Duration::from_secs(1));
+    config.model = LoadModel::Users {
+        users: 4,
+        requests_per_user: 25,
+    };
+    config.protocol = Protocol::Http2;
+    config.timeout = Duration::from_secs(2);
+    let h2 = run_load(config).unwrap();
+    assert_eq!(only_outcome(&h2), Outcome::Http(200));
+    assert_eq!(h2.sent(), 100);
+    // Upstream connections reach the server's sidecar; a few served them all.
+    let opened = sample(
+        &server_side.encode_prometheus_text(),
+        r#"meshbench_proxy_tcp_connections_opened_total{direction="inbound"}"#,
+    );
+    assert!(
+        (1.0..=8.0).contains(&opened),
+        "{opened} upstream connections for 154 downstream ones"
+    );
 }
 
 /// The value of the sample `name` with exactly these labels, from an exposition.
