@@ -126,6 +126,11 @@ impl Lab {
         self.client_in(sa, upstream, upstream_sa, mtls, ProxyMode::L4)
     }
 
+    /// An L7 client sidecar with mTLS to an L7 calculator sidecar.
+    fn l7_client(&self, sa: &str, calculator: SocketAddr) -> SocketAddr {
+        self.client_in(sa, calculator, "calculator", true, ProxyMode::L7)
+    }
+
     fn client_in(
         &self,
         sa: &str,
@@ -266,13 +271,7 @@ fn requests_to(url: &str, n: u64) -> LoadResult {
 fn l7_authorizes_every_request_and_answers_403_on_deny() {
     let lab = Lab::new();
     let calculator = lab.calculator_in(L7_POLICY, true, ProxyMode::L7);
-    let experimenter = lab.client_in(
-        "experimenter",
-        calculator,
-        "calculator",
-        true,
-        ProxyMode::L7,
-    );
+    let experimenter = lab.l7_client("experimenter", calculator);
     let ok = requests_to(&format!("http://{experimenter}/"), 200);
     assert_eq!(only_outcome(&ok), Outcome::Http(200));
 
@@ -280,13 +279,7 @@ fn l7_authorizes_every_request_and_answers_403_on_deny() {
     assert_eq!(only_outcome(&admin), Outcome::Http(403), "DENY on the path");
 
     // At L7 a refused identity is an HTTP 403 per request, not a dropped connection.
-    let checker = lab.client_in(
-        "security-checker",
-        calculator,
-        "calculator",
-        true,
-        ProxyMode::L7,
-    );
+    let checker = lab.l7_client("security-checker", calculator);
     let denied = requests_to(&format!("http://{checker}/"), 10);
     assert_eq!(only_outcome(&denied), Outcome::Http(403));
 
@@ -301,13 +294,7 @@ fn l7_shares_pooled_upstream_connections_between_downstream_ones() {
     let server_side = Arc::new(ProxyMetrics::new());
     lab.metrics = Some(server_side.clone());
     let calculator = lab.calculator_in(L7_POLICY, true, ProxyMode::L7);
-    let experimenter = lab.client_in(
-        "experimenter",
-        calculator,
-        "calculator",
-        true,
-        ProxyMode::L7,
-    );
+    let experimenter = lab.l7_client("experimenter", calculator);
     let url = format!("http://{experimenter}/");
     let target = || Target::parse(&url).unwrap();
     // 150 downstream HTTP/1.1 connections of two requests each, two at a time.
@@ -368,20 +355,8 @@ fn metrics_are_served_on_the_admin_port_and_pass_promtool() {
     let metrics = Arc::new(ProxyMetrics::new());
     lab.metrics = Some(metrics.clone());
     let calculator = lab.calculator_in(L7_POLICY, true, ProxyMode::L7);
-    let experimenter = lab.client_in(
-        "experimenter",
-        calculator,
-        "calculator",
-        true,
-        ProxyMode::L7,
-    );
-    let checker = lab.client_in(
-        "security-checker",
-        calculator,
-        "calculator",
-        true,
-        ProxyMode::L7,
-    );
+    let experimenter = lab.l7_client("experimenter", calculator);
+    let checker = lab.l7_client("security-checker", calculator);
     assert_eq!(
         only_outcome(&requests_to(&format!("http://{experimenter}/"), 30)),
         Outcome::Http(200)
