@@ -17,9 +17,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, SizeHint};
-
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -29,10 +27,8 @@ use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 
 use crate::lean_tls::LeanTlsStream;
-
 use crate::metrics::{Direction, ProxyMetrics};
 
-#[derive(Clone)]
 pub(crate) struct UpstreamConnector {
     upstream: SocketAddr,
     tls: Option<Arc<ClientConfig>>,
@@ -51,14 +47,7 @@ impl UpstreamConnector {
             metrics,
         }
     }
-}
 
-pub(crate) enum UpstreamIo {
-    Plain(TokioIo<TcpStream>),
-    Tls(TokioIo<Box<LeanTlsStream<UnbufferedClientConnection>>>),
-}
-
-impl UpstreamConnector {
     async fn connect(&self) -> io::Result<UpstreamIo> {
         let tcp = TcpStream::connect(self.upstream).await?;
         tcp.set_nodelay(true)?;
@@ -88,6 +77,11 @@ impl UpstreamConnector {
         });
         Ok(sender)
     }
+}
+
+pub(crate) enum UpstreamIo {
+    Plain(TokioIo<TcpStream>),
+    Tls(TokioIo<Box<LeanTlsStream<UnbufferedClientConnection>>>),
 }
 
 /// Upstream connections to one destination: the idle ones, and how to open more.
