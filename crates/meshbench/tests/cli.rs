@@ -91,6 +91,10 @@ fn bad_input_is_named_and_exits_with_code_2() {
         "--duration",
     );
     assert_bad_input(
+        &run(&["load", "--url", "http://127.0.0.1:9/"]),
+        "--rps is required by --model open",
+    );
+    assert_bad_input(
         &run(&["load", "--url", "http://127.0.0.1:9/", "--rps", "-5"]),
         "--rps",
     );

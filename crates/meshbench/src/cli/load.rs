@@ -34,7 +34,7 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value = "open")]
     model: Model,
     /// Requests per second for the open model, spread evenly over the connections.
-    #[arg(long, value_parser = args::positive_rate, required_if_eq("model", "open"), allow_negative_numbers = true)]
+    #[arg(long, value_parser = args::positive_rate, allow_negative_numbers = true)]
     rps: Option<f64>,
     /// Keep-alive connections (open and closed models).
     #[arg(long, default_value_t = 16)]
@@ -154,8 +154,11 @@ pub fn run(a: LoadArgs) -> anyhow::Result<()> {
 fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
     let target = Target::parse(&a.url)?;
     let model = match a.model {
+        // clap's `required_if_eq` does not fire when `--model` is left at its default.
         Model::Open => LoadModel::OpenLoop {
-            rps: a.rps.expect("clap requires --rps for the open model"),
+            rps: a.rps.ok_or_else(|| {
+                BadInput("--rps is required by --model open (the default); --model closed sends as fast as it can".into())
+            })?,
         },
         Model::Closed => LoadModel::ClosedLoop,
         Model::Sequential => LoadModel::Sequential {
