@@ -188,31 +188,39 @@ impl Connection {
     /// answered.
     pub(crate) async fn exchange(&mut self, connector: &Connector) -> Result<Outcome, BoxError> {
         self.requests += 1;
-        let response = match &mut self.sender {
+        match &mut self.sender {
             Sender::Http1(c) => {
                 let head = connector.request.method == Method::HEAD;
-                return Ok(Outcome::Http(
+                Ok(Outcome::Http(
                     c.exchange(&connector.http1_request, head).await?,
-                ));
+                ))
             }
+            // Boxed so that the HTTP/1.1 path's future stays small: it is moved per request.
             Sender::Grpc(client) => {
-                return grpc::call(
+                Box::pin(grpc::call(
                     client,
                     &connector.grpc_method,
                     &connector.headers,
                     &connector.request.body,
-                )
-                .await;
+                ))
+                .await
             }
-            Sender::Http2(s) => s.send_request(connector.request()).await?,
-        };
-        let status = response.status().as_u16();
-        let mut body = response.into_body();
-        while let Some(frame) = body.frame().await {
-            frame?;
+            Sender::Http2(s) => Box::pin(http2_exchange(s, connector)).await,
         }
-        Ok(Outcome::Http(status))
     }
+}
+
+async fn http2_exchange(
+    sender: &mut http2::SendRequest<Full<Bytes>>,
+    connector: &Connector,
+) -> Result<Outcome, BoxError> {
+    let response = sender.send_request(connector.request()).await?;
+    let status = response.status().as_u16();
+    let mut body = response.into_body();
+    while let Some(frame) = body.frame().await {
+        frame?;
+    }
+    Ok(Outcome::Http(status))
 }
 
 /// `METHOD path HTTP/1.1`, the headers, a Content-Length for a body, then the body.
