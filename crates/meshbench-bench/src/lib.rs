@@ -4,6 +4,7 @@
 
 mod dataplane;
 mod loadgen;
+mod pacing;
 mod process;
 mod table;
 
@@ -38,6 +39,8 @@ pub enum Error {
     },
     #[error("the target server did not start: {0}")]
     Target(String),
+    #[error("cannot capture the requests on the wire: {0}")]
+    Capture(#[from] meshbench_netlab::Error),
     #[error("cannot use {path}: {source}")]
     Io {
         path: PathBuf,

@@ -6,6 +6,9 @@
 //! oha `-q`); a fixed 1k rps over 16 connections (the p50 measurement floor, against both).
 //! Our p50 is the corrected one (from each request's intended send time); theirs is measured
 //! from the actual send, so a late send counts against us only.
+//! Last, each fixed-rate tool runs once more at 5k rps under a packet capture on loopback, and
+//! the spacing of its requests on the wire is reported (`pacing`): CPU per request at a fixed
+//! rate mostly counts wake-ups, and a tool that sends in bursts wakes less often.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -89,6 +92,7 @@ pub(crate) fn measurement(
         p99_us: None,
         errors: None,
         memory_bytes: None,
+        pacing: None,
     }
 }
 
@@ -364,6 +368,11 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
             x.repetition = Some(repetition);
         }
     }
+    let mut notes = Vec::new();
+    match measure_pacing(opts, &peers, &url, target_addr.port()) {
+        Ok(rows) => m.extend(rows),
+        Err(e) => notes.push(format!("{PACING_CASE}: not measured: {e}")),
+    }
     drop(target);
 
     let rps = |x: &BenchMeasurement| Some(x.requests_per_second);
@@ -435,9 +444,42 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
             ),
             "wrk: -t1 -c16 --latency; fortio: -c 16 -r 0.000001 (1 us resolution), -uniform at a fixed rate; oha: -c 16, -q at a fixed rate (its default multi-threaded runtime, all threads on the generator CPU); meshbench: one thread".to_owned(),
             "p50: meshbench's from each request's intended send time (coordinated-omission corrected); Fortio's and oha's from the actual send".to_owned(),
+            format!("{PACING_CASE}: each fixed-rate tool once more at {PACING_RPS} rps with tcpdump on lo; the gaps between requests are from the capture's timestamps, and the CPU of these runs (the capture adds to it) is not compared"),
         ],
         measurements: m,
         ratios,
-        notes: Vec::new(),
+        notes,
     })
+}
+
+const PACING_CASE: &str = "pacing-5k";
+const PACING_RPS: u32 = 5000;
+
+/// Each fixed-rate tool at [`PACING_RPS`] under a capture of loopback; the rows carry the
+/// spacing of the requests as the kernel sent them. Needs tcpdump and the right to capture.
+fn measure_pacing(
+    opts: &LoadgenBenchOptions,
+    peers: &Peers,
+    url: &str,
+    target_port: u16,
+) -> Result<Vec<BenchMeasurement>, Error> {
+    let rate = PACING_RPS.to_string();
+    let mut rows = Vec::new();
+    for tool in ["meshbench", "fortio", "oha"] {
+        let pcap = opts.work_dir.join(format!("{PACING_CASE}.{tool}.pcap"));
+        let capture = meshbench_netlab::WireCapture::start_host("lo", &pcap)?;
+        let measured = match tool {
+            "meshbench" => run_meshbench(opts, PACING_CASE, url, &["--rps", &rate]),
+            "fortio" => run_fortio(opts, peers, PACING_CASE, url, PACING_RPS),
+            _ => run_oha(opts, peers, PACING_CASE, url, PACING_RPS),
+        };
+        let pcap = capture.stop();
+        let mut row = measured?;
+        let times = meshbench_netlab::send_times_to_port(&pcap, target_port);
+        // Tens of megabytes of 1 KiB responses: the figures are what is kept.
+        let _ = std::fs::remove_file(&pcap);
+        row.pacing = crate::pacing::pacing(&times?, f64::from(PACING_RPS));
+        rows.push(row);
+    }
+    Ok(rows)
 }

@@ -44,6 +44,32 @@ pub fn render_markdown(report: &BenchReport) -> String {
             ),
         );
     }
+    let paced: Vec<_> = report
+        .measurements
+        .iter()
+        .filter_map(|m| Some((m, m.pacing.as_ref()?)))
+        .collect();
+    if !paced.is_empty() {
+        out.push_str("\n## Pacing on the wire (gaps between consecutive requests, all connections)\n\n| case | tool | requests | even gap us | p10 us | p50 us | p90 us | p99 us | bursts |\n|---|---|---|---|---|---|---|---|---|\n");
+        for (m, p) in paced {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1}% |",
+                m.case,
+                m.tool,
+                p.requests,
+                p.even_gap_us,
+                p.gap_p10_us,
+                p.gap_p50_us,
+                p.gap_p90_us,
+                p.gap_p99_us,
+                p.burst_share * 100.0
+            );
+        }
+        out.push_str(
+            "\nbursts: requests sent less than a quarter of the even gap after the previous one.\n",
+        );
+    }
     let repeated = report.ratios.iter().find_map(|r| r.repetitions);
     out.push_str(&match repeated {
         Some(n) => format!("\n## Ratios (ours / peer, medians of {n} repetitions)\n\n"),

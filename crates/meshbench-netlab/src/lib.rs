@@ -30,7 +30,7 @@ pub use netns::NetnsLab;
 pub use network::{new_lab_id, Backend, LabNetwork, NetPlace};
 pub use plan::AddressPlan;
 pub use relay::WireTap;
-pub use wire::{analyze_pcap, FlowVerdict, WireCapture, WireReport};
+pub use wire::{analyze_pcap, send_times_to_port, FlowVerdict, WireCapture, WireReport};
 
 /// Prefix of every namespace, interface file and cgroup a lab creates.
 pub const LAB_PREFIX: &str = "mb-";

@@ -20,7 +20,8 @@ use crate::Error;
 pub struct WireCapture {
     child: Child,
     path: PathBuf,
-    netns: String,
+    /// `None`: the host's own namespace.
+    netns: Option<String>,
     interface: String,
     link_packets_at_start: Option<u64>,
 }
@@ -29,22 +30,34 @@ impl WireCapture {
     /// Captures TCP on `interface` of namespace `netns` into `path`; returns once tcpdump
     /// is listening.
     pub fn start(netns: &str, interface: &str, path: &Path) -> Result<Self, Error> {
+        Self::start_in(Some(netns), interface, path)
+    }
+
+    /// Captures TCP on `interface` of the host's own namespace (e.g. `lo`, where benchmarks
+    /// run their tools) into `path`.
+    pub fn start_host(interface: &str, path: &Path) -> Result<Self, Error> {
+        Self::start_in(None, interface, path)
+    }
+
+    fn start_in(netns: Option<&str>, interface: &str, path: &Path) -> Result<Self, Error> {
         if !has_tool("tcpdump") {
             return Err(Error::MissingTool {
                 tool: "tcpdump".into(),
                 install: "apt-get install -y tcpdump".into(),
             });
         }
+        let (program, prefix) = match netns {
+            Some(netns) => ("ip", vec!["netns", "exec", netns, "tcpdump"]),
+            None => ("tcpdump", vec![]),
+        };
         let command = format!(
-            "ip netns exec {netns} tcpdump -i {interface} -U -n -w {}",
+            "{} tcpdump -i {interface} -U -n -w {}",
+            netns.map_or(String::new(), |n| format!("ip netns exec {n}")),
             path.display()
         );
-        let mut child = Command::new("ip")
+        let mut child = Command::new(program)
+            .args(prefix)
             .args([
-                "netns",
-                "exec",
-                netns,
-                "tcpdump",
                 "-Z",
                 "root",
                 "--immediate-mode",
@@ -86,7 +99,7 @@ impl WireCapture {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(Ok(())) => Ok(WireCapture {
                 link_packets_at_start: link_packets(netns, interface),
-                netns: netns.to_owned(),
+                netns: netns.map(str::to_owned),
                 interface: interface.to_owned(),
                 child,
                 path: path.to_path_buf(),
@@ -112,13 +125,18 @@ impl WireCapture {
     }
 
     /// Stops the capture (flushing the file) and analyzes it.
-    pub fn finish(mut self, marker: &[u8]) -> Result<WireReport, Error> {
+    pub fn finish(self, marker: &[u8]) -> Result<WireReport, Error> {
+        analyze_pcap(&self.stop(), marker)
+    }
+
+    /// Stops the capture once the file holds what the interface counted; returns the file.
+    pub fn stop(mut self) -> PathBuf {
         self.wait_until_caught_up();
         if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
         }
         let _ = self.child.wait();
-        analyze_pcap(&self.path, marker)
+        self.path.clone()
     }
 }
 
@@ -131,7 +149,7 @@ impl WireCapture {
     fn wait_until_caught_up(&self) {
         let (Some(start), Some(now)) = (
             self.link_packets_at_start,
-            link_packets(&self.netns, &self.interface),
+            link_packets(self.netns.as_deref(), &self.interface),
         ) else {
             return;
         };
@@ -143,18 +161,27 @@ impl WireCapture {
     }
 }
 
-/// Packets received plus sent on `interface`, as the kernel counts them.
-fn link_packets(netns: &str, interface: &str) -> Option<u64> {
+/// Packets received plus sent on `interface`, as the kernel counts them. Loopback counts each
+/// packet twice (sent, then received) and a capture sees it once: sent only.
+fn link_packets(netns: Option<&str>, interface: &str) -> Option<u64> {
     let stats = format!("/sys/class/net/{interface}/statistics");
-    let text = crate::command::run_in(
-        netns,
-        "cat",
-        &[
-            &format!("{stats}/rx_packets"),
-            &format!("{stats}/tx_packets"),
-        ],
-    )
-    .ok()?;
+    let mut files = vec![format!("{stats}/tx_packets")];
+    if interface != "lo" {
+        files.push(format!("{stats}/rx_packets"));
+    }
+    let text = match netns {
+        // sysfs shows the namespace of the process that mounted it, hence `ip netns exec`.
+        Some(netns) => {
+            let files: Vec<&str> = files.iter().map(String::as_str).collect();
+            crate::command::run_in(netns, "cat", &files).ok()?
+        }
+        None => files
+            .iter()
+            .map(std::fs::read_to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?
+            .join(" "),
+    };
     text.split_whitespace()
         .map(|n| n.parse::<u64>().ok())
         .sum::<Option<u64>>()
@@ -274,16 +301,72 @@ struct Flow {
     directions: BTreeMap<(SocketAddr, SocketAddr), Direction>,
 }
 
+/// A TCP segment's source, destination and header with payload.
+fn tcp_segment<'a>(
+    sliced: &'a SlicedPacket<'a>,
+) -> Option<(SocketAddr, SocketAddr, &'a etherparse::TcpSlice<'a>)> {
+    let (src_ip, dst_ip): (IpAddr, IpAddr) = match &sliced.net {
+        Some(NetSlice::Ipv4(v4)) => (
+            v4.header().source_addr().into(),
+            v4.header().destination_addr().into(),
+        ),
+        Some(NetSlice::Ipv6(v6)) => (
+            v6.header().source_addr().into(),
+            v6.header().destination_addr().into(),
+        ),
+        _ => return None,
+    };
+    let Some(TransportSlice::Tcp(tcp)) = &sliced.transport else {
+        return None;
+    };
+    Some((
+        SocketAddr::new(src_ip, tcp.source_port()),
+        SocketAddr::new(dst_ip, tcp.destination_port()),
+        tcp,
+    ))
+}
+
+fn open_pcap(path: &Path) -> Result<pcap_file::pcap::PcapReader<std::fs::File>, Error> {
+    let file = std::fs::File::open(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    pcap_file::pcap::PcapReader::new(file).map_err(|e| Error::Pcap {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// When each segment carrying data towards `server_port` was captured, in capture order:
+/// for request-response traffic with one segment per request (small requests, no Nagle),
+/// the send times of the requests as the kernel saw them, independent of what any client
+/// reports about itself.
+pub fn send_times_to_port(path: &Path, server_port: u16) -> Result<Vec<Duration>, Error> {
+    let mut reader = open_pcap(path)?;
+    let mut times = Vec::new();
+    while let Some(packet) = reader.next_packet() {
+        let packet = packet.map_err(|e| Error::Pcap {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let Ok(sliced) = SlicedPacket::from_ethernet(&packet.data) else {
+            continue;
+        };
+        if let Some((_, dst, tcp)) = tcp_segment(&sliced) {
+            if dst.port() == server_port && !tcp.payload().is_empty() {
+                times.push(packet.timestamp);
+            }
+        }
+    }
+    Ok(times)
+}
+
 pub fn analyze_pcap(path: &Path, marker: &[u8]) -> Result<WireReport, Error> {
     let pcap_err = |message: String| Error::Pcap {
         path: path.to_path_buf(),
         message,
     };
-    let file = std::fs::File::open(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut reader = pcap_file::pcap::PcapReader::new(file).map_err(|e| pcap_err(e.to_string()))?;
+    let mut reader = open_pcap(path)?;
     let mut flows: BTreeMap<(SocketAddr, SocketAddr), Flow> = BTreeMap::new();
     let mut packets = 0;
     while let Some(packet) = reader.next_packet() {
@@ -292,22 +375,9 @@ pub fn analyze_pcap(path: &Path, marker: &[u8]) -> Result<WireReport, Error> {
         let Ok(sliced) = SlicedPacket::from_ethernet(&packet.data) else {
             continue;
         };
-        let (src_ip, dst_ip): (IpAddr, IpAddr) = match &sliced.net {
-            Some(NetSlice::Ipv4(v4)) => (
-                v4.header().source_addr().into(),
-                v4.header().destination_addr().into(),
-            ),
-            Some(NetSlice::Ipv6(v6)) => (
-                v6.header().source_addr().into(),
-                v6.header().destination_addr().into(),
-            ),
-            _ => continue,
-        };
-        let Some(TransportSlice::Tcp(tcp)) = &sliced.transport else {
+        let Some((src, dst, tcp)) = tcp_segment(&sliced) else {
             continue;
         };
-        let src = SocketAddr::new(src_ip, tcp.source_port());
-        let dst = SocketAddr::new(dst_ip, tcp.destination_port());
         let key = if src < dst { (src, dst) } else { (dst, src) };
         let flow = flows.entry(key).or_default();
         if tcp.syn() && !tcp.ack() {

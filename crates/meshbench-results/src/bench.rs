@@ -52,6 +52,27 @@ pub struct BenchMeasurement {
     /// Resident memory of the measured process(es), where the case measures memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
+    /// How evenly a fixed-rate tool spaced its requests, from a packet capture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pacing: Option<Pacing>,
+}
+
+/// The spacing of a fixed-rate run's requests as captured on the wire (all connections
+/// together). An even schedule at R requests per second leaves 1/R between requests; a tool
+/// that sends in bursts shows many much shorter gaps and some much longer ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Pacing {
+    /// Requests seen on the wire.
+    pub requests: u64,
+    /// 1 / the requested rate.
+    pub even_gap_us: f64,
+    pub gap_p10_us: f64,
+    pub gap_p50_us: f64,
+    pub gap_p90_us: f64,
+    pub gap_p99_us: f64,
+    /// Share of requests sent less than a quarter of the even gap after the previous one.
+    pub burst_share: f64,
 }
 
 /// Ours divided by a peer's figure for one metric.

@@ -11,7 +11,7 @@ mod load;
 mod run;
 mod verify;
 
-pub use bench::{BenchMeasurement, BenchRatio, BenchReport};
+pub use bench::{BenchMeasurement, BenchRatio, BenchReport, Pacing};
 pub use io::{read_json, write_json_atomic, Error};
 pub use load::{
     is_success_outcome, EncodedHistogram, GeneratorStats, LatencySummary, LoadModel, LoadReport,
