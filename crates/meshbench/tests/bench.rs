@@ -2,12 +2,24 @@
 //! This checks the harness, never a speed: the figures are the benchmark's to report.
 
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 
 use meshbench_results::{read_json, BenchReport};
 use meshbench_testkit::require_tool;
 
+/// Each benchmark pins its tools to the machine's CPUs and loads them: two at once would
+/// measure each other (and overflow the pacing pass's capture), so they take turns.
+static MACHINE: Mutex<()> = Mutex::new(());
+
+fn machine() -> MutexGuard<'static, ()> {
+    MACHINE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
+    let _machine = machine();
     if ["wrk", "fortio", "oha", "tcpdump"]
         .iter()
         .any(|tool| require_tool(tool).is_none())
@@ -140,6 +152,7 @@ fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
 
 #[test]
 fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
+    let _machine = machine();
     if require_tool("haproxy").is_none() || require_tool("envoy").is_none() {
         return;
     }
