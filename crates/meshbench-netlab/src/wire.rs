@@ -51,8 +51,11 @@ impl WireCapture {
             None => ("tcpdump", vec![]),
         };
         let command = format!(
-            "{} tcpdump -i {interface} -U -n -w {}",
-            netns.map_or(String::new(), |n| format!("ip netns exec {n}")),
+            "{program} {}-i {interface} -U -n -w {}",
+            prefix
+                .iter()
+                .map(|word| format!("{word} "))
+                .collect::<String>(),
             path.display()
         );
         let mut child = Command::new(program)
