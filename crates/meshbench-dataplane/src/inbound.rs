@@ -11,9 +11,9 @@ use meshbench_policy::{Peer, Policy, Request};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::l7::{serve_http, InboundContext, Recording};
+use crate::l7::{serve_http, InboundContext, L7Upstream, Recording};
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::upstream::{UpstreamConnector, UpstreamPool};
+use crate::upstream::UpstreamConnector;
 use crate::{ProxyMode, SidecarConfig};
 
 /// First byte of a TLS handshake record (ClientHello).
@@ -28,7 +28,7 @@ pub(crate) struct Inbound {
     tls: Option<Arc<rustls::ServerConfig>>,
     detect_timeout: Duration,
     /// L7 mode: pooled connections to the app.
-    app_client: Option<Arc<UpstreamPool>>,
+    app_client: Option<Arc<L7Upstream>>,
     metrics: Option<Arc<ProxyMetrics>>,
 }
 
@@ -48,7 +48,7 @@ impl Inbound {
             tls: tls.map(Arc::new),
             detect_timeout: config.detect_timeout,
             app_client: (config.mode == ProxyMode::L7)
-                .then(|| UpstreamPool::new(UpstreamConnector::new(app, None, None))),
+                .then(|| L7Upstream::new(UpstreamConnector::new(app, None, None))),
             metrics: config.metrics.clone(),
         }
     }

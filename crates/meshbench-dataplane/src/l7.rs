@@ -3,7 +3,10 @@
 //! pool of upstream connections. This is the work E1 found to cost more than mTLS itself.
 
 use std::convert::Infallible;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -12,13 +15,15 @@ use http::{header, HeaderMap, HeaderName, Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use meshbench_policy::{Peer, Policy, Request as PolicyRequest};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::http1::Http1Pool;
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::upstream::UpstreamPool;
+use crate::splice::read_appending;
+use crate::upstream::{UpstreamConnector, UpstreamPool};
 
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
@@ -39,19 +44,58 @@ pub(crate) struct InboundContext {
     pub peer: Peer,
 }
 
+/// Where the L7 proxy forwards to: one destination, reached over HTTP/1.1 connections
+/// pooled per path (the HTTP/1.1 path's plain streams, hyper's client for HTTP/2 requests).
+pub(crate) struct L7Upstream {
+    http1: Http1Pool,
+    http2: Arc<UpstreamPool>,
+}
+
+impl L7Upstream {
+    pub(crate) fn new(connector: UpstreamConnector) -> Arc<Self> {
+        Arc::new(L7Upstream {
+            http1: Http1Pool::new(connector.clone()),
+            http2: UpstreamPool::new(connector),
+        })
+    }
+}
+
+/// What every HTTP/2 connection starts with (RFC 9113 section 3.4).
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// Serves HTTP on `io`, authorizing every request when `inbound` is set, forwarding it to
-/// `upstream`.
+/// `upstream`. The first bytes tell HTTP/2 (prior knowledge, or negotiated by ALPN) from
+/// HTTP/1.1.
 pub(crate) async fn serve_http<S>(
-    io: S,
+    mut io: S,
     inbound: Option<Arc<InboundContext>>,
-    upstream: Arc<UpstreamPool>,
+    upstream: Arc<L7Upstream>,
     recording: Option<Recording>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let mut first = Vec::new();
+    let is_http2 = loop {
+        let compared = first.len().min(HTTP2_PREFACE.len());
+        if first[..compared] != HTTP2_PREFACE[..compared] {
+            break false;
+        }
+        if compared == HTTP2_PREFACE.len() {
+            break true;
+        }
+        match read_appending(&mut io, &mut first).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    };
+    if !is_http2 {
+        let (inbound, recording) = (inbound.as_deref(), recording.as_ref());
+        crate::http1::proxy(io, first, inbound, &upstream.http1, recording).await;
+        return;
+    }
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let inbound = inbound.clone();
-        let upstream = upstream.clone();
+        let upstream = upstream.http2.clone();
         let recording = recording.clone();
         async move {
             let started = Instant::now();
@@ -62,9 +106,62 @@ pub(crate) async fn serve_http<S>(
             Ok::<_, Infallible>(response)
         }
     });
-    let builder = auto::Builder::new(TokioExecutor::new());
-    if let Err(e) = builder.serve_connection(TokioIo::new(io), service).await {
-        tracing::debug!(error = %e, "L7 connection ended with an error");
+    let io = TokioIo::new(Rewind::new(first, io));
+    let builder = http2::Builder::new(TokioExecutor::new());
+    if let Err(e) = builder.serve_connection(io, service).await {
+        tracing::debug!(error = %e, "HTTP/2 connection ended with an error");
+    }
+}
+
+/// A stream whose first bytes, read to tell the protocol, are read once more.
+struct Rewind<S> {
+    prefix: Vec<u8>,
+    at: usize,
+    io: S,
+}
+
+impl<S> Rewind<S> {
+    fn new(prefix: Vec<u8>, io: S) -> Self {
+        Rewind { prefix, at: 0, io }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.at < this.prefix.len() {
+            let n = buf.remaining().min(this.prefix.len() - this.at);
+            buf.put_slice(&this.prefix[this.at..this.at + n]);
+            this.at += n;
+            if this.at == this.prefix.len() {
+                this.prefix = Vec::new();
+                this.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 

@@ -11,6 +11,7 @@
 //! as HTTP/2 CONNECT streams over pooled mTLS connections (HBONE).
 
 mod error;
+mod http1;
 mod inbound;
 mod l7;
 mod lean_tls;

@@ -9,16 +9,16 @@ use std::time::Instant;
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 
-use crate::l7::{serve_http, Recording};
+use crate::l7::{serve_http, L7Upstream, Recording};
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::upstream::{UpstreamConnector, UpstreamPool};
+use crate::upstream::UpstreamConnector;
 use crate::ProxyMode;
 
 pub(crate) struct Outbound {
     upstream: SocketAddr,
     tls: Option<Arc<rustls::ClientConfig>>,
     /// L7 mode: pooled (m)TLS connections to the upstream sidecar.
-    client: Option<Arc<UpstreamPool>>,
+    client: Option<Arc<L7Upstream>>,
     metrics: Option<Arc<ProxyMetrics>>,
 }
 
@@ -31,7 +31,7 @@ impl Outbound {
     ) -> Self {
         let tls = tls.map(Arc::new);
         let client = (mode == ProxyMode::L7).then(|| {
-            UpstreamPool::new(UpstreamConnector::new(
+            L7Upstream::new(UpstreamConnector::new(
                 upstream,
                 tls.clone(),
                 metrics.clone(),

@@ -21,6 +21,25 @@ thread_local! {
     static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; SCRATCH_BYTES].into_boxed_slice());
 }
 
+/// Reads what `reader` has into the thread's scratch buffer and appends it to `out`: waiting
+/// for data this way holds no buffer, and `out` grows only by what arrived. Returns the bytes
+/// read, 0 at end of stream.
+pub(crate) async fn read_appending<R>(reader: &mut R, out: &mut Vec<u8>) -> io::Result<usize>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
+    poll_fn(|cx| {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let mut buf = ReadBuf::new(&mut scratch[..]);
+            ready!(Pin::new(&mut *reader).poll_read(cx, &mut buf))?;
+            out.extend_from_slice(buf.filled());
+            Poll::Ready(Ok(buf.filled().len()))
+        })
+    })
+    .await
+}
+
 #[derive(Default)]
 struct Direction {
     /// Bytes read but not yet written, and how far writing got.

@@ -24,11 +24,13 @@ use hyper_util::rt::TokioIo;
 use rustls::client::UnbufferedClientConnection;
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::lean_tls::LeanTlsStream;
 use crate::metrics::{Direction, ProxyMetrics};
 
+#[derive(Clone)]
 pub(crate) struct UpstreamConnector {
     upstream: SocketAddr,
     tls: Option<Arc<ClientConfig>>,
@@ -48,7 +50,7 @@ impl UpstreamConnector {
         }
     }
 
-    async fn connect(&self) -> io::Result<UpstreamIo> {
+    pub(crate) async fn connect(&self) -> io::Result<UpstreamStream> {
         let tcp = TcpStream::connect(self.upstream).await?;
         tcp.set_nodelay(true)?;
         match &self.tls {
@@ -60,15 +62,15 @@ impl UpstreamConnector {
                 if let Some(m) = &self.metrics {
                     m.tls_handshake(Direction::Outbound, started.elapsed());
                 }
-                Ok(UpstreamIo::Tls(TokioIo::new(tls)))
+                Ok(UpstreamStream::Tls(tls))
             }
-            None => Ok(UpstreamIo::Plain(TokioIo::new(tcp))),
+            None => Ok(UpstreamStream::Plain(tcp)),
         }
     }
 
     /// A new HTTP/1.1 connection, driven by a task of its own until either side closes it.
     async fn open(&self) -> io::Result<SendRequest<Incoming>> {
-        let io = self.connect().await?;
+        let io = TokioIo::new(self.connect().await?);
         let (sender, connection) = http1::handshake(io).await.map_err(io::Error::other)?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
@@ -79,9 +81,10 @@ impl UpstreamConnector {
     }
 }
 
-pub(crate) enum UpstreamIo {
-    Plain(TokioIo<TcpStream>),
-    Tls(TokioIo<Box<LeanTlsStream<UnbufferedClientConnection>>>),
+/// An upstream connection's byte stream, plaintext or mTLS.
+pub(crate) enum UpstreamStream {
+    Plain(TcpStream),
+    Tls(Box<LeanTlsStream<UnbufferedClientConnection>>),
 }
 
 /// Upstream connections to one destination: the idle ones, and how to open more.
@@ -222,60 +225,42 @@ pub(crate) enum UpstreamError {
     Http(hyper::Error),
 }
 
-impl hyper::rt::Read for UpstreamIo {
+impl AsyncRead for UpstreamStream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
+        buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            UpstreamIo::Tls(io) => Pin::new(io).poll_read(cx, buf),
+            UpstreamStream::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            UpstreamStream::Tls(io) => Pin::new(io).poll_read(cx, buf),
         }
     }
 }
 
-impl hyper::rt::Write for UpstreamIo {
+impl AsyncWrite for UpstreamStream {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            UpstreamIo::Tls(io) => Pin::new(io).poll_write(cx, buf),
+            UpstreamStream::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            UpstreamStream::Tls(io) => Pin::new(io).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_flush(cx),
-            UpstreamIo::Tls(io) => Pin::new(io).poll_flush(cx),
+            UpstreamStream::Plain(io) => Pin::new(io).poll_flush(cx),
+            UpstreamStream::Tls(io) => Pin::new(io).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            UpstreamIo::Tls(io) => Pin::new(io).poll_shutdown(cx),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            UpstreamIo::Plain(io) => io.is_write_vectored(),
-            UpstreamIo::Tls(io) => io.is_write_vectored(),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
-            UpstreamIo::Tls(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            UpstreamStream::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            UpstreamStream::Tls(io) => Pin::new(io).poll_shutdown(cx),
         }
     }
 }
