@@ -1,21 +1,18 @@
 //! The reference sidecar pair over real sockets: client -> outbound sidecar -> mTLS ->
 //! inbound sidecar -> echo app, under E3's zero-trust policy.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshbench_dataplane::{
-    bind_admin, run_sidecar, serve_admin, InboundConfig, OutboundRoute, ProxyMetrics, ProxyMode,
-    Rotation, SidecarConfig, SidecarIdentity,
-};
-use meshbench_identity::{bind_ca_server, CertificateAuthority, IssueOptions, SpiffeId};
+use common::Lab;
+use meshbench_dataplane::{bind_admin, serve_admin, ProxyMetrics, ProxyMode, Rotation};
+use meshbench_identity::{bind_ca_server, CertificateAuthority, IssueOptions};
 use meshbench_loadgen::{
     run_load, LoadConfig, LoadModel, LoadResult, Outcome, Protocol, Stop, Target,
 };
-use meshbench_policy::Policy;
-use meshbench_workload::{bind, Echo, EchoConfig, RoleService, ServeOptions};
 
 const POLICY: &str = r#"
 peer_authentication:
@@ -28,140 +25,6 @@ authorization:
     rules:
       - from: { principals: [cluster.local/ns/app/sa/experimenter] }
 "#;
-
-struct Lab {
-    _dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
-    ca_dir: std::path::PathBuf,
-    /// Metrics of the server-side (calculator) sidecars.
-    metrics: Option<Arc<ProxyMetrics>>,
-    /// SVID renewal for every sidecar the lab starts.
-    rotation: Option<Rotation>,
-}
-
-impl Lab {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ca_dir = dir.path().to_path_buf();
-        let ca = CertificateAuthority::init(&ca_dir, "cluster.local").unwrap();
-        for sa in ["calculator", "experimenter", "security-checker"] {
-            ca.issue("app", sa, &IssueOptions::default())
-                .unwrap()
-                .write(&ca_dir, sa)
-                .unwrap();
-        }
-        Lab {
-            _dir: dir,
-            runtime: meshbench_workload::runtime(Some(1)).unwrap(),
-            ca_dir,
-            metrics: None,
-            rotation: None,
-        }
-    }
-
-    fn identity(&self, sa: &str) -> SidecarIdentity {
-        let d: &Path = &self.ca_dir;
-        SidecarIdentity {
-            cert: d.join(format!("{sa}.pem")),
-            key: d.join(format!("{sa}.key")),
-            ca: d.join("ca.pem"),
-            rotation: self.rotation.clone(),
-        }
-    }
-
-    fn echo_app(&self) -> SocketAddr {
-        let server = self
-            .runtime
-            .block_on(bind(&ServeOptions {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                tls: None,
-                drain_timeout: Duration::from_millis(100),
-            }))
-            .unwrap();
-        let addr = server.local_addr();
-        let service = RoleService::new(Echo::new(&EchoConfig::fixed(Duration::ZERO, 512)));
-        self.runtime
-            .spawn(server.serve(service, std::future::pending()));
-        addr
-    }
-
-    fn sidecar(&self, config: SidecarConfig) -> (Option<SocketAddr>, Vec<SocketAddr>) {
-        let bound = self.runtime.block_on(run_sidecar(config)).unwrap();
-        let addrs = (bound.inbound_addr(), bound.outbound_addrs());
-        self.runtime.spawn(bound.serve(std::future::pending()));
-        addrs
-    }
-
-    /// The calculator's inbound sidecar in front of an echo app.
-    fn calculator(&self, policy: &str, mtls: bool) -> SocketAddr {
-        self.calculator_in(policy, mtls, ProxyMode::L4)
-    }
-
-    fn calculator_in(&self, policy: &str, mtls: bool, mode: ProxyMode) -> SocketAddr {
-        let app = self.echo_app();
-        self.sidecar(SidecarConfig {
-            namespace: "app".into(),
-            workload: "calculator".into(),
-            identity: Some(self.identity("calculator")),
-            mtls,
-            tls: Default::default(),
-            mode,
-            metrics: self.metrics.clone(),
-            policy: Arc::new(Policy::from_yaml(policy).unwrap()),
-            inbound: Some(InboundConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                app,
-                transparent: false,
-            }),
-            outbound: vec![],
-            transparent_outbound: None,
-            detect_timeout: Duration::from_secs(1),
-        })
-        .0
-        .unwrap()
-    }
-
-    /// A client's outbound sidecar routing to `upstream`, expecting `upstream_sa`.
-    fn client(&self, sa: &str, upstream: SocketAddr, upstream_sa: &str, mtls: bool) -> SocketAddr {
-        self.client_in(sa, upstream, upstream_sa, mtls, ProxyMode::L4)
-    }
-
-    /// An L7 client sidecar with mTLS to an L7 calculator sidecar.
-    fn l7_client(&self, sa: &str, calculator: SocketAddr) -> SocketAddr {
-        self.client_in(sa, calculator, "calculator", true, ProxyMode::L7)
-    }
-
-    fn client_in(
-        &self,
-        sa: &str,
-        upstream: SocketAddr,
-        upstream_sa: &str,
-        mtls: bool,
-        mode: ProxyMode,
-    ) -> SocketAddr {
-        self.sidecar(SidecarConfig {
-            namespace: "app".into(),
-            workload: sa.into(),
-            identity: Some(self.identity(sa)),
-            mtls,
-            tls: Default::default(),
-            mode,
-            metrics: None,
-            policy: Arc::new(Policy::from_yaml("{}").unwrap()),
-            inbound: None,
-            outbound: vec![OutboundRoute {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                upstream,
-                upstream_id: Some(
-                    SpiffeId::for_workload("cluster.local", "app", upstream_sa).unwrap(),
-                ),
-            }],
-            transparent_outbound: None,
-            detect_timeout: Duration::from_secs(1),
-        })
-        .1[0]
-    }
-}
 
 fn requests(addr: SocketAddr, n: u64) -> LoadResult {
     let mut config = LoadConfig::open_loop(

@@ -37,6 +37,8 @@ pub(crate) struct RequestHead {
     /// Whether the client keeps the connection open after the response.
     pub keep_alive: bool,
     pub is_head: bool,
+    /// The client waits for a 100 Continue before it sends the body.
+    pub expects_continue: bool,
     /// The head to send upstream: origin-form target, HTTP/1.1, no hop-by-hop headers.
     pub rewritten: Vec<u8>,
 }
@@ -131,6 +133,10 @@ pub(crate) fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError
         // HTTP/1.0 keep-alive is not offered: such a client gets its answer and a close.
         keep_alive: request.version == Some(1) && !lines.connection_has("close"),
         is_head: method == "HEAD",
+        expects_continue: framing != Framing::Empty
+            && lines
+                .tokens("expect")
+                .any(|token| token.eq_ignore_ascii_case("100-continue")),
         rewritten,
     }))
 }

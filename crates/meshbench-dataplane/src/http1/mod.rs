@@ -10,7 +10,7 @@ mod head;
 mod pool;
 
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use meshbench_policy::Request as PolicyRequest;
@@ -18,8 +18,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::l7::{InboundContext, Recording};
 use crate::splice::read_appending;
+use crate::upstream::UpstreamStream;
 use framing::{BodyScanner, Framing};
-use head::{local_response, parse_request, parse_response, HeadError, RequestHead};
+use head::{local_response, parse_request, parse_response, HeadError, RequestHead, ResponseHead};
 pub(crate) use pool::Http1Pool;
 
 /// Largest piece of a body moved at once.
@@ -49,7 +50,9 @@ pub(crate) async fn proxy<S>(
                         _ => (400, "Bad Request"),
                     };
                     let answer = local_response(status, reason, &format!("{e}\n"), true);
-                    let _ = write_message(&mut downstream, &answer).await;
+                    if write_message(&mut downstream, &answer).await.is_ok() {
+                        linger(downstream).await;
+                    }
                     return;
                 }
             }
@@ -63,12 +66,21 @@ pub(crate) async fn proxy<S>(
         let outcome = if authorized(&head, &pending, inbound, recording) {
             exchange(&mut downstream, &mut pending, &head, pool).await
         } else {
-            // The body was not read: the connection cannot carry another request.
-            let close = !head.keep_alive || head.framing != Framing::Empty;
+            // The body is not read: the connection cannot carry another request.
+            let unread_body = head.framing != Framing::Empty;
+            let close = !head.keep_alive || unread_body;
             let answer = local_response(403, "Forbidden", "RBAC: access denied\n", close);
             pending.drain(..head.len);
-            write_message(&mut downstream, &answer)
-                .await
+            let written = write_message(&mut downstream, &answer).await;
+            if written.is_ok() && unread_body {
+                linger(downstream).await;
+                if let Some(r) = recording {
+                    r.metrics
+                        .response(r.direction, StatusCode::FORBIDDEN, started);
+                }
+                return;
+            }
+            written
                 .map(|()| Answered { status: 403, close })
                 .map_err(ExchangeError::Midway)
         };
@@ -80,7 +92,7 @@ pub(crate) async fn proxy<S>(
                     r.metrics.response(r.direction, status, started);
                 }
                 if answered.close {
-                    let _ = downstream.shutdown().await;
+                    linger(downstream).await;
                     return;
                 }
             }
@@ -168,54 +180,58 @@ where
     let mut lease = pool.checkout().await.map_err(before)?;
     let mut response = Vec::new();
     let mut attempt = write_message(&mut lease.stream, &first_write).await;
-    if attempt.is_ok() && !whole_request_sent {
-        attempt = copy_body(downstream, &mut lease.stream, request_body, pending)
-            .await
-            .map(|_| ());
-    }
-    if attempt.is_ok() {
-        attempt = read_some(&mut lease.stream, &mut response).await;
-    }
-    if attempt.is_err() && lease.reused && whole_request_sent {
-        // The upstream closed the idle connection as the request went out: once more on a
-        // new connection, as hyper's client does with a request that was never answered.
-        lease = pool.open().await.map_err(before)?;
-        write_message(&mut lease.stream, &first_write)
-            .await
-            .map_err(before)?;
-        response.clear();
-        attempt = read_some(&mut lease.stream, &mut response).await;
-    }
-    attempt.map_err(before)?;
-
-    let midway = ExchangeError::Midway;
-    let (answer, body_start) = loop {
-        match parse_response(&response, head.is_head, head.keep_alive) {
-            Ok(Some(answer)) if (100..200).contains(&answer.status) => {
-                // 100 Continue and other interim answers go straight through.
-                write_message(downstream, &answer.rewritten)
-                    .await
-                    .map_err(midway)?;
-                response.drain(..answer.len);
-            }
-            Ok(Some(answer)) => {
-                let len = answer.len;
-                break (answer, len);
-            }
-            Ok(None) => read_some(&mut lease.stream, &mut response)
-                .await
-                .map_err(before)?,
-            Err(e) => return Err(before(io::Error::other(e))),
+    let mut body_refused = false;
+    if whole_request_sent {
+        if attempt.is_ok() {
+            attempt = read_some(&mut lease.stream, &mut response).await;
         }
-    };
+        if attempt.is_err() && lease.reused {
+            // The upstream closed the idle connection as the request went out: once more on
+            // a new connection, as hyper's client does with a request never answered.
+            lease = pool.open().await.map_err(before)?;
+            write_message(&mut lease.stream, &first_write)
+                .await
+                .map_err(before)?;
+            response.clear();
+            attempt = read_some(&mut lease.stream, &mut response).await;
+        }
+        attempt.map_err(before)?;
+    } else {
+        attempt.map_err(before)?;
+        // A client that expects 100 Continue sends its body only once told to.
+        let go_ahead = !head.expects_continue
+            || next_head(&mut lease.stream, &mut response, downstream, head, None)
+                .await?
+                .is_none();
+        if go_ahead {
+            copy_body(downstream, &mut lease.stream, request_body, pending)
+                .await
+                .map_err(before)?;
+        } else {
+            body_refused = true;
+        }
+    }
+    let keeps_alive = head.keep_alive && !body_refused;
+    let answer = next_head(
+        &mut lease.stream,
+        &mut response,
+        downstream,
+        head,
+        Some(keeps_alive),
+    )
+    .await?
+    .expect("a final response");
+    let body_start = answer.len;
     let mut response_body = BodyScanner::new(answer.framing);
     let sent_now = response_body
         .advance(&response[body_start..])
         .map_err(|e| before(io::Error::other(e)))?;
-    let mut reusable = answer.reusable;
+    // A body refused before it was sent leaves both connections out of step.
+    let mut reusable = answer.reusable && !body_refused;
     let mut out = answer.rewritten;
     out.extend_from_slice(&response[body_start..body_start + sent_now]);
     let mut rest = response.split_off(body_start + sent_now);
+    let midway = ExchangeError::Midway;
     write_message(downstream, &out).await.map_err(midway)?;
     if !response_body.is_done() {
         let upstream_ended = copy_body(&mut lease.stream, downstream, response_body, &mut rest)
@@ -229,8 +245,62 @@ where
     }
     Ok(Answered {
         status: answer.status,
-        close: answer.close_downstream,
+        close: answer.close_downstream || body_refused,
     })
+}
+
+/// Reads response heads, passing interim ones (1xx) downstream as they come, up to the final
+/// one, rewritten for a client that keeps its connection or not. Without that (`None`), the
+/// client waits for a 100 Continue: `None` once it has been passed on. The final head stays
+/// in `response`.
+async fn next_head<S>(
+    upstream: &mut UpstreamStream,
+    response: &mut Vec<u8>,
+    downstream: &mut S,
+    head: &RequestHead,
+    client_keeps_alive: Option<bool>,
+) -> Result<Option<ResponseHead>, ExchangeError>
+where
+    S: AsyncWrite + Unpin,
+{
+    loop {
+        let keeps_alive = client_keeps_alive.unwrap_or(head.keep_alive);
+        match parse_response(response, head.is_head, keeps_alive) {
+            Ok(Some(answer)) if (100..200).contains(&answer.status) => {
+                write_message(downstream, &answer.rewritten)
+                    .await
+                    .map_err(ExchangeError::Midway)?;
+                response.drain(..answer.len);
+                if client_keeps_alive.is_none() && answer.status == 100 {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(answer)) => return Ok(Some(answer)),
+            Ok(None) => read_some(upstream, response)
+                .await
+                .map_err(ExchangeError::BeforeResponse)?,
+            Err(e) => return Err(ExchangeError::BeforeResponse(io::Error::other(e))),
+        }
+    }
+}
+
+/// How long a connection closed with input unread (a refused request's body) keeps reading
+/// it: closing a socket with unread input resets the connection, and the reset can destroy
+/// the answer before the client reads it (the lingering close of RFC 9112 section 9.6).
+const LINGER: Duration = Duration::from_secs(1);
+
+async fn linger<S>(mut downstream: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let _ = downstream.shutdown().await;
+    let drain = async {
+        let mut discarded = Vec::new();
+        while let Ok(1..) = read_appending(&mut downstream, &mut discarded).await {
+            discarded.clear();
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
 /// Reads more into `buf`; the end of the stream is an error here.
