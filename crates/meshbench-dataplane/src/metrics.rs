@@ -142,7 +142,7 @@ impl ProxyMetrics {
         );
         registry.register(
             "tcp_bytes",
-            "Bytes carried (L4 mode), forward is from the connection's initiator",
+            "Bytes carried, forward from the connection's initiator (L7: requests and responses as written on)",
             bytes.clone(),
         );
         registry.register(

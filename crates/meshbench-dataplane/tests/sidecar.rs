@@ -263,6 +263,12 @@ fn metrics_are_served_on_the_admin_port_and_pass_promtool() {
             r#"meshbench_proxy_tls_handshake_duration_seconds_count{direction="inbound"}"#
         ) >= 2.0
     );
+    // 30 echo responses of 512 bytes each, plus the 403s, went back through the L7 path.
+    let returned = sample(
+        &exposition,
+        r#"meshbench_proxy_tcp_bytes_total{direction="inbound",flow="backward"}"#,
+    );
+    assert!(returned > 30.0 * 512.0, "{returned} bytes");
     let expiry = sample(
         &exposition,
         "meshbench_proxy_certificate_expiration_timestamp_seconds",

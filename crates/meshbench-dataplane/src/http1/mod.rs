@@ -81,7 +81,12 @@ pub(crate) async fn proxy<S>(
                 return;
             }
             written
-                .map(|()| Answered { status: 403, close })
+                .map(|()| Answered {
+                    status: 403,
+                    close,
+                    forwarded: 0,
+                    returned: answer.len() as u64,
+                })
                 .map_err(ExchangeError::Midway)
         };
         match outcome {
@@ -90,6 +95,8 @@ pub(crate) async fn proxy<S>(
                     let status =
                         StatusCode::from_u16(answered.status).unwrap_or(StatusCode::BAD_GATEWAY);
                     r.metrics.response(r.direction, status, started);
+                    r.metrics
+                        .carried(r.direction, answered.forwarded, answered.returned);
                 }
                 if answered.close {
                     linger(downstream).await;
@@ -121,6 +128,9 @@ pub(crate) async fn proxy<S>(
 struct Answered {
     status: u16,
     close: bool,
+    /// Bytes written upstream (the request) and downstream (the response).
+    forwarded: u64,
+    returned: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +187,7 @@ where
     pending.drain(..head.len + sent_now);
     let whole_request_sent = request_body.is_done();
 
+    let mut forwarded = first_write.len() as u64;
     let mut lease = pool.checkout().await.map_err(before)?;
     let mut response = Vec::new();
     let mut attempt = write_message(&mut lease.stream, &first_write).await;
@@ -204,9 +215,10 @@ where
                 .await?
                 .is_none();
         if go_ahead {
-            copy_body(downstream, &mut lease.stream, request_body, pending)
+            let (_, copied) = copy_body(downstream, &mut lease.stream, request_body, pending)
                 .await
                 .map_err(before)?;
+            forwarded += copied;
         } else {
             body_refused = true;
         }
@@ -233,11 +245,14 @@ where
     let mut rest = response.split_off(body_start + sent_now);
     let midway = ExchangeError::Midway;
     write_message(downstream, &out).await.map_err(midway)?;
+    let mut returned = out.len() as u64;
     if !response_body.is_done() {
-        let upstream_ended = copy_body(&mut lease.stream, downstream, response_body, &mut rest)
-            .await
-            .map_err(midway)?;
+        let (upstream_ended, copied) =
+            copy_body(&mut lease.stream, downstream, response_body, &mut rest)
+                .await
+                .map_err(midway)?;
         reusable &= !upstream_ended;
+        returned += copied;
     }
     // Bytes past the response's end were never asked for.
     if reusable && rest.is_empty() {
@@ -246,6 +261,8 @@ where
     Ok(Answered {
         status: answer.status,
         close: answer.close_downstream || body_refused,
+        forwarded,
+        returned,
     })
 }
 
@@ -323,19 +340,20 @@ where
 }
 
 /// Copies the rest of a body from `from` to `to`, `carry` holding bytes already read (an
-/// incomplete chunk line). Returns whether `from` ended (a body delimited by its close). On
-/// return `carry` holds what followed the body.
+/// incomplete chunk line). Returns whether `from` ended (a body delimited by its close) and
+/// the bytes copied. On return `carry` holds what followed the body.
 async fn copy_body<R, W>(
     from: &mut R,
     to: &mut W,
     mut scanner: BodyScanner,
     carry: &mut Vec<u8>,
-) -> io::Result<bool>
+) -> io::Result<(bool, u64)>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let mut buf = Vec::with_capacity(BODY_CHUNK.max(carry.len()));
+    let mut copied = 0;
     buf.append(carry);
     loop {
         if buf.len() == buf.capacity() {
@@ -344,16 +362,17 @@ where
         let ended = from.read_buf(&mut buf).await? == 0;
         let n = scanner.advance(&buf).map_err(io::Error::other)?;
         to.write_all(&buf[..n]).await?;
+        copied += n as u64;
         buf.drain(..n);
         if scanner.is_done() {
             to.flush().await?;
             *carry = buf;
-            return Ok(false);
+            return Ok((false, copied));
         }
         if ended {
             to.flush().await?;
             return match scanner.until_close() {
-                true => Ok(true),
+                true => Ok((true, copied)),
                 false => Err(io::ErrorKind::UnexpectedEof.into()),
             };
         }
