@@ -67,20 +67,11 @@ pub(crate) async fn proxy<S>(
             exchange(&mut downstream, &mut pending, &head, pool).await
         } else {
             // The body is not read: the connection cannot carry another request.
-            let unread_body = head.framing != Framing::Empty;
-            let close = !head.keep_alive || unread_body;
+            let close = !head.keep_alive || head.framing != Framing::Empty;
             let answer = local_response(403, "Forbidden", "RBAC: access denied\n", close);
             pending.drain(..head.len);
-            let written = write_message(&mut downstream, &answer).await;
-            if written.is_ok() && unread_body {
-                linger(downstream).await;
-                if let Some(r) = recording {
-                    r.metrics
-                        .response(r.direction, StatusCode::FORBIDDEN, started);
-                }
-                return;
-            }
-            written
+            write_message(&mut downstream, &answer)
+                .await
                 .map(|()| Answered {
                     status: 403,
                     close,
