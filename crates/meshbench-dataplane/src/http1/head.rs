@@ -37,6 +37,8 @@ pub(crate) struct RequestHead {
     /// Whether the client keeps the connection open after the response.
     pub keep_alive: bool,
     pub is_head: bool,
+    /// Sending it twice has the effect of sending it once (RFC 9110 section 9.2.2).
+    pub idempotent: bool,
     /// The client waits for a 100 Continue before it sends the body.
     pub expects_continue: bool,
     /// The head to send upstream: origin-form target, HTTP/1.1, no hop-by-hop headers.
@@ -133,6 +135,10 @@ pub(crate) fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError
         // HTTP/1.0 keep-alive is not offered: such a client gets its answer and a close.
         keep_alive: request.version == Some(1) && !lines.connection_has("close"),
         is_head: method == "HEAD",
+        idempotent: matches!(
+            method,
+            "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+        ),
         expects_continue: framing != Framing::Empty
             && lines
                 .tokens("expect")

@@ -38,7 +38,7 @@ pub(crate) async fn proxy<S>(
     S: AsyncRead + AsyncWrite + Unpin,
 {
     loop {
-        let head = loop {
+        let mut head = loop {
             match parse_request(&pending) {
                 Ok(Some(head)) => break head,
                 Ok(None) => {}
@@ -64,7 +64,7 @@ pub(crate) async fn proxy<S>(
         };
         let started = Instant::now();
         let outcome = if authorized(&head, &pending, inbound, recording) {
-            exchange(&mut downstream, &mut pending, &head, pool).await
+            exchange(&mut downstream, &mut pending, &mut head, pool).await
         } else {
             // The body is not read: the connection cannot carry another request.
             let close = !head.keep_alive || head.framing != Framing::Empty;
@@ -162,7 +162,7 @@ fn authorized(
 async fn exchange<S>(
     downstream: &mut S,
     pending: &mut Vec<u8>,
-    head: &RequestHead,
+    head: &mut RequestHead,
     pool: &Http1Pool,
 ) -> Result<Answered, ExchangeError>
 where
@@ -173,7 +173,7 @@ where
     let sent_now = request_body
         .advance(&pending[head.len..])
         .map_err(|e| before(io::Error::other(e)))?;
-    let mut first_write = head.rewritten.clone();
+    let mut first_write = std::mem::take(&mut head.rewritten);
     first_write.extend_from_slice(&pending[head.len..head.len + sent_now]);
     pending.drain(..head.len + sent_now);
     let whole_request_sent = request_body.is_done();
@@ -184,12 +184,15 @@ where
     let mut attempt = write_message(&mut lease.stream, &first_write).await;
     let mut body_refused = false;
     if whole_request_sent {
+        // A request that failed to go out can be sent again; one that went out only if
+        // sending it twice does no harm (RFC 9110 section 9.2.2).
+        let resendable = attempt.is_err() || head.idempotent;
         if attempt.is_ok() {
             attempt = read_some(&mut lease.stream, &mut response).await;
         }
-        if attempt.is_err() && lease.reused {
+        if attempt.is_err() && lease.reused && resendable {
             // The upstream closed the idle connection as the request went out: once more on
-            // a new connection, as hyper's client does with a request never answered.
+            // a new connection.
             lease = pool.open().await.map_err(before)?;
             write_message(&mut lease.stream, &first_write)
                 .await
