@@ -203,6 +203,11 @@ async fn ask(client: &mut TcpStream, buf: &mut Vec<u8>, request: &[u8]) -> Messa
         .expect("a response")
 }
 
+async fn get(client: &mut TcpStream, buf: &mut Vec<u8>, target: &str) -> Message {
+    let request = format!("GET {target} HTTP/1.1\r\nhost: calc\r\n\r\n");
+    ask(client, buf, request.as_bytes()).await
+}
+
 #[test]
 fn bodies_cross_the_pair_in_every_framing_on_one_connection() {
     let mut pair = pair();
@@ -236,12 +241,7 @@ fn bodies_cross_the_pair_in_every_framing_on_one_connection() {
         assert_eq!(seen.header("transfer-encoding"), Some("chunked"));
 
         // A chunked response, trailers included.
-        let answer = ask(
-            &mut client,
-            &mut buf,
-            b"GET /chunked HTTP/1.1\r\nhost: calc\r\n\r\n",
-        )
-        .await;
+        let answer = get(&mut client, &mut buf, "/chunked").await;
         assert_eq!(answer.body, b"abcdef");
         assert_eq!(answer.trailers, [("x-checksum".into(), "6".into())]);
 
@@ -253,12 +253,7 @@ fn bodies_cross_the_pair_in_every_framing_on_one_connection() {
         )
         .await;
         assert_eq!(answer.header("content-length"), Some("5"));
-        let answer = ask(
-            &mut client,
-            &mut buf,
-            b"GET /echo?last HTTP/1.1\r\nhost: calc\r\n\r\n",
-        )
-        .await;
+        let answer = get(&mut client, &mut buf, "/echo?last").await;
         assert_eq!(answer.body, b"/echo?last");
     });
 }
@@ -293,12 +288,7 @@ fn a_response_without_length_ends_with_the_connection() {
     pair.lab.runtime.block_on(async {
         let mut client = TcpStream::connect(pair.entry).await.unwrap();
         let mut buf = Vec::new();
-        let answer = ask(
-            &mut client,
-            &mut buf,
-            b"GET /unsized HTTP/1.1\r\nhost: calc\r\n\r\n",
-        )
-        .await;
+        let answer = get(&mut client, &mut buf, "/unsized").await;
         assert_eq!(answer.header("connection"), Some("close"));
         // read_message read to the end of the stream: the proxy closed after the body.
         assert_eq!(answer.body, b"until the end");
@@ -326,12 +316,7 @@ fn a_request_that_could_smuggle_another_is_refused_before_reaching_the_app() {
         );
         // A request that does reach the app shows the smuggling attempt never did.
         let mut client = TcpStream::connect(pair.entry).await.unwrap();
-        ask(
-            &mut client,
-            &mut buf,
-            b"GET /echo HTTP/1.1\r\nhost: calc\r\n\r\n",
-        )
-        .await;
+        get(&mut client, &mut buf, "/echo").await;
         assert_eq!(
             pair.seen.recv().await.unwrap().start_line,
             "GET /echo HTTP/1.1"
@@ -356,12 +341,7 @@ fn a_denied_request_with_a_body_gets_403_and_the_connection_stays_usable() {
         assert_eq!(answer.body, b"RBAC: access denied\n");
         // The server-side proxy closed its connection (the body unread); the client's own
         // connection carried the whole body and goes on.
-        let answer = ask(
-            &mut client,
-            &mut buf,
-            b"GET /echo HTTP/1.1\r\nhost: calc\r\n\r\n",
-        )
-        .await;
+        let answer = get(&mut client, &mut buf, "/echo").await;
         assert_eq!(answer.body, b"/echo");
         assert_eq!(
             pair.seen.recv().await.unwrap().start_line,
@@ -382,12 +362,7 @@ fn a_pooled_connection_the_app_closed_is_not_reused() {
         let mut buf = Vec::new();
         // The app answers, then drops the connection the server-side proxy pooled.
         for round in 0..5 {
-            let answer = ask(
-                &mut client,
-                &mut buf,
-                b"GET /bye HTTP/1.1\r\nhost: calc\r\n\r\n",
-            )
-            .await;
+            let answer = get(&mut client, &mut buf, "/bye").await;
             assert_eq!(answer.body, b"/bye", "round {round}");
         }
     });

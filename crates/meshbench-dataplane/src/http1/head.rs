@@ -4,6 +4,7 @@
 //! Nothing is decoded into owned header maps: the rewritten head is built by copying the
 //! header lines that stay.
 
+use std::io::Write;
 use std::ops::Range;
 
 use super::framing::Framing;
@@ -179,7 +180,8 @@ pub(crate) fn parse_response(
         && framing != Framing::UntilClose;
     let close_downstream = !client_keeps_alive || framing == Framing::UntilClose;
     let mut rewritten = Vec::with_capacity(len + 32);
-    rewritten.extend_from_slice(format!("HTTP/1.1 {status} ").as_bytes());
+    // Into the head's own buffer: no string allocated per response.
+    let _ = write!(rewritten, "HTTP/1.1 {status} ");
     rewritten.extend_from_slice(response.reason.unwrap_or_default().as_bytes());
     rewritten.extend_from_slice(b"\r\n");
     if close_downstream && !(100..200).contains(&status) {
