@@ -1,6 +1,8 @@
 //! The L7 proxy's upstream HTTP/1.1 connections: dialled to one fixed address (the
 //! destination's sidecar, or the local app), TCP without Nagle, optionally mTLS verified by the
-//! destination's SPIFFE ID, and pooled.
+//! destination's SPIFFE ID (`UpstreamConnector`, `UpstreamStream`, shared with the HTTP/1.1
+//! codec's pool in `http1`), and pooled as hyper client connections for requests that arrived
+//! over HTTP/2.
 //!
 //! A request takes the most recently idle connection (or opens one) and its response's body
 //! gives it back when read to the end, so connections are shared between downstream
