@@ -142,6 +142,20 @@ impl Connector {
         req
     }
 
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// The HTTP/1.1 request, serialized.
+    pub(crate) fn http1_request(&self) -> &Bytes {
+        &self.http1_request
+    }
+
+    /// Whether the request is a HEAD (its response has no body whatever its headers say).
+    pub(crate) fn is_head(&self) -> bool {
+        self.request.method == Method::HEAD
+    }
+
     /// Whether a connection must be closed after its `n`th request.
     pub(crate) fn keeps_connection_after(&self, n: u64, limit: Option<u64>) -> bool {
         let keep_alive = !matches!(self.protocol, Protocol::Http1 { keep_alive: false });
@@ -189,12 +203,10 @@ impl Connection {
     pub(crate) async fn exchange(&mut self, connector: &Connector) -> Result<Outcome, BoxError> {
         self.requests += 1;
         match &mut self.sender {
-            Sender::Http1(c) => {
-                let head = connector.request.method == Method::HEAD;
-                Ok(Outcome::Http(
-                    c.exchange(&connector.http1_request, head).await?,
-                ))
-            }
+            Sender::Http1(c) => Ok(Outcome::Http(
+                c.exchange(&connector.http1_request, connector.is_head())
+                    .await?,
+            )),
             // Boxed so that the HTTP/1.1 path's future stays small: it is moved per request.
             Sender::Grpc(client) => {
                 Box::pin(grpc::call(

@@ -84,22 +84,22 @@ impl LoadResult {
 
 /// The schedule shared by all threads.
 #[derive(Debug)]
-struct Plan {
+pub(crate) struct Plan {
     model: LoadModel,
-    workers: u64,
+    pub(crate) workers: u64,
     ns_per_request: f64,
-    start_ns: u64,
+    pub(crate) start_ns: u64,
     /// End of a timed warm-up (or the start).
-    window_start_ns: u64,
+    pub(crate) window_start_ns: u64,
     /// End of a timed run.
     end_ns: Option<u64>,
     /// Closed-style models: requests are numbered by tickets across all workers.
     tickets: AtomicU64,
     warmup_tickets: u64,
     ticket_limit: Option<u64>,
-    timeout: Duration,
-    max_requests_per_connection: Option<u64>,
-    keep_samples: bool,
+    pub(crate) timeout: Duration,
+    pub(crate) max_requests_per_connection: Option<u64>,
+    pub(crate) keep_samples: bool,
 }
 
 impl Plan {
@@ -151,6 +151,15 @@ impl Plan {
         }
     }
 
+    pub(crate) fn is_open_loop(&self) -> bool {
+        matches!(self.model, LoadModel::OpenLoop { .. })
+    }
+
+    /// Open loop: when the worker that sent its `sent`th request (0-based) has its next slot.
+    pub(crate) fn slot_after_ns(&self, idx: u64, sent: u64) -> u64 {
+        self.due_ns(idx + (sent + 1) * self.workers)
+    }
+
     fn due_ns(&self, slot: u64) -> u64 {
         self.start_ns + (slot as f64 * self.ns_per_request) as u64
     }
@@ -167,10 +176,17 @@ impl Plan {
     }
 
     /// The next request of a worker that has sent `sent` so far and became free at
-    /// `free_since`: its intended send time and whether it is measured, or `None` to stop.
-    fn next(&self, idx: u64, sent: u64, free_since: u64) -> Option<(u64, bool)> {
+    /// `free_since`, asked at `now`: its intended send time and whether it is measured, or
+    /// `None` to stop.
+    pub(crate) fn next(
+        &self,
+        idx: u64,
+        sent: u64,
+        free_since: u64,
+        now: u64,
+    ) -> Option<(u64, bool)> {
         // Every model starts at the planned start, when all workers are ready.
-        let now = now_ns().max(self.start_ns);
+        let now = now.max(self.start_ns);
         if self.end_ns.is_some_and(|end| now >= end) {
             return None;
         }
@@ -266,6 +282,9 @@ fn run_thread(
     config: LoadConfig,
 ) -> Result<Recorder, Error> {
     tighten_timer_slack();
+    if crate::direct::supports(&config) {
+        return crate::direct::run_thread(thread, threads, plan, &config);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -315,7 +334,7 @@ async fn worker(
     let mut connection: Option<Connection> = None;
     let mut free_since = plan.start_ns;
     let mut sent = 0u64;
-    while let Some((intended, measured)) = plan.next(idx, sent, free_since) {
+    while let Some((intended, measured)) = plan.next(idx, sent, free_since, now_ns()) {
         timer.sleep_until(intended).await.map_err(Error::Runtime)?;
         let sent_ns = now_ns();
         let request = exchange(

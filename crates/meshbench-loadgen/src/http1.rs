@@ -16,24 +16,183 @@ pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 const MAX_HEADERS: usize = 64;
-const READ_CHUNK: usize = 16 * 1024;
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
 
-pub(crate) struct Http1Connection {
-    io: Box<dyn Io>,
-    buf: BytesMut,
-    reusable: bool,
+/// Where the reader is in one response.
+#[derive(Debug, Clone, Copy)]
+enum State {
+    Head,
+    /// Body bytes still to discard.
+    Length(usize),
+    ChunkSize,
+    /// The rest of a chunk and its CRLF.
+    ChunkData(usize),
+    Trailers,
+    UntilClose,
 }
 
-/// How a response body is delimited.
-enum Framing {
-    None,
-    Length(usize),
-    Chunked,
-    UntilClose,
+/// What [`ResponseReader::advance`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// The response is incomplete: read more and call again.
+    NeedMore,
+    /// The response ended; the connection may carry another request when `reusable`.
+    Done { status: u16, reusable: bool },
+}
+
+/// Reads one response from whatever bytes arrive, in any split, and discards its body. Both
+/// engines use it: the async one (TLS, tokio) and the direct epoll one (plain TCP).
+#[derive(Debug)]
+pub(crate) struct ResponseReader {
+    head_request: bool,
+    state: State,
+    status: u16,
+    close: bool,
+}
+
+impl ResponseReader {
+    /// A reader for the response to one request; `head_request` when it was a HEAD.
+    pub(crate) fn new(head_request: bool) -> Self {
+        ResponseReader {
+            head_request,
+            state: State::Head,
+            status: 0,
+            close: false,
+        }
+    }
+
+    /// Consumes the start of `input` that belongs to the response; returns how many bytes
+    /// that was (bytes after the response's end are not consumed) and whether it ended.
+    pub(crate) fn advance(&mut self, input: &[u8]) -> io::Result<(usize, Progress)> {
+        let mut at = 0;
+        loop {
+            let rest = &input[at..];
+            match self.state {
+                State::Head => {
+                    let Some((status, framing, close, head_len)) =
+                        parse_head(rest, self.head_request)?
+                    else {
+                        return Ok((at, Progress::NeedMore));
+                    };
+                    at += head_len;
+                    // Interim responses (100 Continue, 103 Early Hints) precede the real one.
+                    if (100..200).contains(&status) && status != 101 {
+                        continue;
+                    }
+                    self.status = status;
+                    self.close = close;
+                    self.state = framing;
+                }
+                State::Length(n) => {
+                    let take = n.min(rest.len());
+                    at += take;
+                    if take < n {
+                        self.state = State::Length(n - take);
+                        return Ok((at, Progress::NeedMore));
+                    }
+                    return Ok((at, self.done(true)));
+                }
+                State::ChunkSize => match httparse::parse_chunk_size(rest) {
+                    Ok(httparse::Status::Complete((consumed, 0))) => {
+                        at += consumed;
+                        self.state = State::Trailers;
+                    }
+                    Ok(httparse::Status::Complete((consumed, size))) => {
+                        at += consumed;
+                        let size = usize::try_from(size).map_err(|_| invalid("chunk too large"))?;
+                        self.state = State::ChunkData(size + 2);
+                    }
+                    Ok(httparse::Status::Partial) => return Ok((at, Progress::NeedMore)),
+                    Err(_) => return Err(invalid("malformed chunk size")),
+                },
+                State::ChunkData(n) => {
+                    let take = n.min(rest.len());
+                    at += take;
+                    if take < n {
+                        self.state = State::ChunkData(n - take);
+                        return Ok((at, Progress::NeedMore));
+                    }
+                    self.state = State::ChunkSize;
+                }
+                // Trailer lines end with an empty line.
+                State::Trailers => match rest.windows(2).position(|w| w == b"\r\n") {
+                    Some(0) => return Ok((at + 2, self.done(true))),
+                    Some(i) => at += i + 2,
+                    None => return Ok((at, Progress::NeedMore)),
+                },
+                State::UntilClose => return Ok((input.len(), Progress::NeedMore)),
+            }
+        }
+    }
+
+    /// The peer closed the connection: the end of a body delimited by the close, or an error.
+    pub(crate) fn eof(&mut self) -> io::Result<Progress> {
+        match self.state {
+            State::UntilClose => Ok(self.done(false)),
+            _ => Err(io::ErrorKind::UnexpectedEof.into()),
+        }
+    }
+
+    fn done(&mut self, framed: bool) -> Progress {
+        Progress::Done {
+            status: self.status,
+            reusable: framed && !self.close,
+        }
+    }
+}
+
+/// `None` while the head is incomplete; else the status, how the body is framed, whether the
+/// server closes after it, and the head's length.
+fn parse_head(buf: &[u8], head_request: bool) -> io::Result<Option<(u16, State, bool, usize)>> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    let head_len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(invalid(format!("malformed response head: {e}"))),
+    };
+    let status = response.code.ok_or_else(|| invalid("no status code"))?;
+    let mut close = response.version == Some(0);
+    let mut length = None;
+    let mut chunked = false;
+    for h in response.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let text = std::str::from_utf8(h.value).map_err(|_| invalid("bad content-length"))?;
+            length = Some(
+                text.trim()
+                    .parse::<usize>()
+                    .map_err(|_| invalid("bad content-length"))?,
+            );
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = h.value.to_ascii_lowercase().ends_with(b"chunked");
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            let v = h.value.to_ascii_lowercase();
+            close |= v == b"close";
+            close &= v != b"keep-alive";
+        }
+    }
+    let framing = if head_request || status == 204 || status == 304 || (100..200).contains(&status)
+    {
+        State::Length(0)
+    } else if chunked {
+        State::ChunkSize
+    } else if let Some(n) = length {
+        State::Length(n)
+    } else {
+        State::UntilClose
+    };
+    Ok(Some((status, framing, close, head_len)))
 }
 
 fn invalid(reason: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, reason.into())
+}
+
+/// An HTTP/1.1 connection over any async byte stream (plain TCP or TLS), one request at a time.
+pub(crate) struct Http1Connection {
+    io: Box<dyn Io>,
+    buf: BytesMut,
+    reusable: bool,
 }
 
 impl Http1Connection {
@@ -54,127 +213,35 @@ impl Http1Connection {
     pub(crate) async fn exchange(&mut self, request: &[u8], head: bool) -> io::Result<u16> {
         self.reusable = false;
         self.io.write_all(request).await?;
+        let mut reader = ResponseReader::new(head);
         loop {
-            let (status, framing, close, head_len) = match self.parse_head(head)? {
-                Some(parsed) => parsed,
-                None => {
-                    self.fill().await?;
-                    continue;
-                }
-            };
-            self.buf.advance(head_len);
-            // Interim responses (100 Continue, 103 Early Hints) precede the real one.
-            if (100..200).contains(&status) && status != 101 {
-                continue;
-            }
-            match framing {
-                Framing::None => {}
-                Framing::Length(n) => self.skip(n).await?,
-                Framing::Chunked => self.skip_chunked().await?,
-                Framing::UntilClose => while self.fill().await.is_ok() {},
-            }
-            self.reusable = !close && !matches!(framing, Framing::UntilClose);
-            return Ok(status);
-        }
-    }
-
-    /// `None` while the head is incomplete.
-    fn parse_head(&self, head: bool) -> io::Result<Option<(u16, Framing, bool, usize)>> {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut response = httparse::Response::new(&mut headers);
-        let head_len = match response.parse(&self.buf) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(e) => return Err(invalid(format!("malformed response head: {e}"))),
-        };
-        let status = response.code.ok_or_else(|| invalid("no status code"))?;
-        let mut close = response.version == Some(0);
-        let mut length = None;
-        let mut chunked = false;
-        for h in response.headers.iter() {
-            if h.name.eq_ignore_ascii_case("content-length") {
-                let text =
-                    std::str::from_utf8(h.value).map_err(|_| invalid("bad content-length"))?;
-                length = Some(
-                    text.trim()
-                        .parse::<usize>()
-                        .map_err(|_| invalid("bad content-length"))?,
-                );
-            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = h.value.to_ascii_lowercase().ends_with(b"chunked");
-            } else if h.name.eq_ignore_ascii_case("connection") {
-                let v = h.value.to_ascii_lowercase();
-                close |= v == b"close";
-                close &= v != b"keep-alive";
-            }
-        }
-        let framing = if head || status == 204 || status == 304 || (100..200).contains(&status) {
-            Framing::None
-        } else if chunked {
-            Framing::Chunked
-        } else if let Some(n) = length {
-            Framing::Length(n)
-        } else {
-            Framing::UntilClose
-        };
-        Ok(Some((status, framing, close, head_len)))
-    }
-
-    async fn fill(&mut self) -> io::Result<()> {
-        if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
-            self.buf.reserve(READ_CHUNK);
-        }
-        match self.io.read_buf(&mut self.buf).await? {
-            0 => Err(io::ErrorKind::UnexpectedEof.into()),
-            _ => Ok(()),
-        }
-    }
-
-    /// Discards `n` body bytes.
-    async fn skip(&mut self, mut n: usize) -> io::Result<()> {
-        loop {
-            let take = n.min(self.buf.len());
-            self.buf.advance(take);
-            n -= take;
-            if n == 0 {
-                return Ok(());
-            }
-            self.buf.clear();
-            self.fill().await?;
-        }
-    }
-
-    async fn skip_chunked(&mut self) -> io::Result<()> {
-        loop {
-            let (consumed, size) = match httparse::parse_chunk_size(&self.buf) {
-                Ok(httparse::Status::Complete(parsed)) => parsed,
-                Ok(httparse::Status::Partial) => {
-                    self.fill().await?;
-                    continue;
-                }
-                Err(_) => return Err(invalid("malformed chunk size")),
-            };
+            let (consumed, progress) = reader.advance(&self.buf)?;
             self.buf.advance(consumed);
-            if size == 0 {
-                return self.skip_trailers().await;
+            let progress = match progress {
+                Progress::NeedMore => match self.fill().await? {
+                    0 => reader.eof()?,
+                    _ => continue,
+                },
+                done => done,
+            };
+            if let Progress::Done { status, reusable } = progress {
+                self.reusable = reusable;
+                return Ok(status);
             }
-            let size = usize::try_from(size).map_err(|_| invalid("chunk too large"))?;
-            self.skip(size + 2).await?;
         }
     }
 
-    /// Trailer lines end with an empty line.
-    async fn skip_trailers(&mut self) -> io::Result<()> {
-        loop {
-            match self.buf.windows(2).position(|w| w == b"\r\n") {
-                Some(0) => {
-                    self.buf.advance(2);
-                    return Ok(());
-                }
-                Some(i) => self.buf.advance(i + 2),
-                None => self.fill().await?,
-            }
-        }
+    /// Reads more into the buffer; 0 at the end of the stream.
+    async fn fill(&mut self) -> io::Result<usize> {
+        reserve_read_space(&mut self.buf);
+        self.io.read_buf(&mut self.buf).await
+    }
+}
+
+/// Room for the next read, without growing a buffer whose data was consumed.
+pub(crate) fn reserve_read_space(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+        buf.reserve(READ_CHUNK);
     }
 }
 
@@ -206,7 +273,7 @@ mod tests {
         // Whatever follows the response must still be in the buffer, untouched.
         if status.is_ok() && reusable {
             while conn.buf.len() < 4 {
-                conn.fill().await.unwrap();
+                assert!(conn.fill().await.unwrap() > 0);
             }
             assert_eq!(&conn.buf[..4], b"NEXT");
         }

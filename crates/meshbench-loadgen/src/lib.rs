@@ -12,6 +12,7 @@
 
 mod config;
 mod connection;
+mod direct;
 mod engine;
 mod error;
 pub mod export;

@@ -5,7 +5,7 @@
 //! millisecond to every corrected latency and to every server delay.
 
 use std::num::NonZeroU64;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use rustix::time::{
     clock_gettime, timerfd_create, timerfd_settime, ClockId, Itimerspec, TimerfdClockId,
@@ -18,6 +18,14 @@ use tokio::io::Interest;
 pub fn now_ns() -> u64 {
     let ts = clock_gettime(ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// How far CLOCK_REALTIME is ahead of CLOCK_MONOTONIC now, in nanoseconds: converts the
+/// kernel's packet timestamps (realtime) to this crate's clock.
+pub fn realtime_offset_ns() -> i64 {
+    let ts = clock_gettime(ClockId::Realtime);
+    let realtime = ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64;
+    realtime - now_ns() as i64
 }
 
 /// Lets the kernel wake this thread's timers within 1 µs instead of the default 50 µs slack.
@@ -39,9 +47,90 @@ thread_local! {
     static WAKE_LEAD_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(10_000) };
 }
 
+/// How much earlier than a deadline this thread should ask to be woken so that it is running
+/// at the deadline: the median lateness of its past wake-ups (see [`observe_wake`]).
+pub fn wake_lead_ns() -> u64 {
+    WAKE_LEAD_NS.get()
+}
+
+/// Records one wake-up: the thread asked to be woken at `asked_ns` and ran at `woke_ns`. The
+/// lead moves one step towards the lateness, so it tracks the median.
+pub fn observe_wake(asked_ns: u64, woke_ns: u64) {
+    let lead = WAKE_LEAD_NS.get();
+    let lateness = woke_ns.saturating_sub(asked_ns);
+    let lead = if lateness > lead {
+        (lead + WAKE_LEAD_STEP_NS).min(MAX_WAKE_LEAD_NS)
+    } else {
+        lead.saturating_sub(WAKE_LEAD_STEP_NS)
+    };
+    WAKE_LEAD_NS.set(lead);
+}
+
+/// A one-shot timerfd armed at absolute CLOCK_MONOTONIC times, for an event loop to wait on
+/// (it becomes readable at expiry). Re-arming resets the expiration count, so an
+/// edge-triggered poller sees every expiry without the count ever being read.
+#[derive(Debug)]
+pub struct DeadlineTimer {
+    fd: OwnedFd,
+    armed_ns: Option<u64>,
+}
+
+impl DeadlineTimer {
+    pub fn new() -> std::io::Result<Self> {
+        let fd = timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )?;
+        Ok(DeadlineTimer { fd, armed_ns: None })
+    }
+
+    /// Arms the timer at `deadline_ns`; a timer already armed there is left alone (one
+    /// syscall less per wait in a loop that recomputes the same deadline).
+    pub fn arm_at(&mut self, deadline_ns: u64) -> std::io::Result<()> {
+        if self.armed_ns == Some(deadline_ns) {
+            return Ok(());
+        }
+        let spec = Itimerspec {
+            it_interval: Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: Timespec {
+                tv_sec: (deadline_ns / 1_000_000_000) as _,
+                tv_nsec: (deadline_ns % 1_000_000_000) as _,
+            },
+        };
+        timerfd_settime(&self.fd, TimerfdTimerFlags::ABSTIME, &spec)?;
+        self.armed_ns = Some(deadline_ns);
+        Ok(())
+    }
+
+    /// The deadline the timer is armed at, if it has not been seen to expire.
+    pub fn armed_ns(&self) -> Option<u64> {
+        self.armed_ns
+    }
+
+    /// Forgets the armed deadline after the timer fired, so the same deadline can be re-armed.
+    pub fn fired(&mut self) {
+        self.armed_ns = None;
+    }
+}
+
+impl AsRawFd for DeadlineTimer {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsFd for DeadlineTimer {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 /// A reusable one-shot timer with nanosecond resolution, integrated with tokio's reactor.
 pub struct PreciseTimer {
-    fd: AsyncFd<OwnedFd>,
+    fd: AsyncFd<DeadlineTimer>,
     punctual: bool,
 }
 
@@ -49,15 +138,12 @@ impl PreciseTimer {
     /// A timer that wakes when the kernel delivers its expiry: at or after the deadline, late
     /// by the machine's wake-up latency (tens of microseconds on an idle virtual CPU).
     pub fn new() -> std::io::Result<Self> {
-        let fd = timerfd_create(
-            TimerfdClockId::Monotonic,
-            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
-        )?;
-        // SAFETY: an `OwnedFd` is a valid open descriptor that cannot be closed or replaced
-        // while the `AsyncFd` owns it, and its `as_raw_fd` never changes.
+        // SAFETY: a `DeadlineTimer` owns its descriptor, which cannot be closed or replaced
+        // while the `AsyncFd` owns the timer, and its `as_raw_fd` never changes.
         #[allow(unsafe_code)]
-        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-            .map_err(std::io::Error::from)?;
+        let fd =
+            unsafe { AsyncFd::register_with_interest(DeadlineTimer::new()?, Interest::READABLE) }
+                .map_err(std::io::Error::from)?;
         Ok(PreciseTimer {
             fd,
             punctual: false,
@@ -90,17 +176,10 @@ impl PreciseTimer {
         if !self.punctual {
             return self.wait_for_expiry(deadline_ns).await;
         }
-        let lead = WAKE_LEAD_NS.get();
-        let wake_at = deadline_ns - lead.min(deadline_ns - now);
+        let wake_at = deadline_ns - wake_lead_ns().min(deadline_ns - now);
         if wake_at > now {
             self.wait_for_expiry(wake_at).await?;
-            let lateness = now_ns().saturating_sub(wake_at);
-            let lead = if lateness > lead {
-                (lead + WAKE_LEAD_STEP_NS).min(MAX_WAKE_LEAD_NS)
-            } else {
-                lead.saturating_sub(WAKE_LEAD_STEP_NS)
-            };
-            WAKE_LEAD_NS.set(lead);
+            observe_wake(wake_at, now_ns());
         }
         while now_ns() < deadline_ns {
             tokio::task::yield_now().await;
@@ -109,19 +188,10 @@ impl PreciseTimer {
     }
 
     async fn wait_for_expiry(&mut self, deadline_ns: u64) -> std::io::Result<()> {
-        let spec = Itimerspec {
-            it_interval: Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: Timespec {
-                tv_sec: (deadline_ns / 1_000_000_000) as _,
-                tv_nsec: (deadline_ns % 1_000_000_000) as _,
-            },
-        };
-        // Re-arming resets the expiration count, and the edge-triggered reactor reports every
-        // expiry, so the count is never read: one syscall less per sleep.
-        timerfd_settime(self.fd.get_ref(), TimerfdTimerFlags::ABSTIME, &spec)?;
+        // Always re-armed: an expiry this timer's reactor registration has not seen yet would
+        // otherwise be mistaken for this deadline's.
+        self.fd.get_mut().fired();
+        self.fd.get_mut().arm_at(deadline_ns)?;
         loop {
             let mut guard = self.fd.readable().await?;
             guard.clear_ready();
