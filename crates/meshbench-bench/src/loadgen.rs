@@ -4,8 +4,10 @@
 //! Cases: closed loop over 16 connections (throughput and client CPU per request, against wrk,
 //! Fortio and oha); a fixed 5k rps (client CPU per 100k requests, against Fortio `-uniform` and
 //! oha `-q`); a fixed 1k rps over 16 connections (the p50 measurement floor, against both).
-//! Our p50 is the corrected one (from each request's intended send time); theirs is measured
-//! from the actual send, so a late send counts against us only.
+//! Our p50 is the corrected one (from each request's intended send time to the kernel's
+//! arrival time of the answer's last bytes); theirs is measured from the actual send to when
+//! they read the answer, so a late send counts against us only, and their own wake-up after
+//! the answer counts against them only.
 //! Last, each fixed-rate tool runs once more at 5k rps under a packet capture on loopback, and
 //! the spacing of its requests on the wire is reported (`pacing`): CPU per request at a fixed
 //! rate mostly counts wake-ups, and a tool that sends in bursts wakes less often.
@@ -443,7 +445,7 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
                 secs(opts.duration)
             ),
             "wrk: -t1 -c16 --latency; fortio: -c 16 -r 0.000001 (1 us resolution), -uniform at a fixed rate; oha: -c 16, -q at a fixed rate (its default multi-threaded runtime, all threads on the generator CPU); meshbench: one thread".to_owned(),
-            "p50: meshbench's from each request's intended send time (coordinated-omission corrected); Fortio's and oha's from the actual send".to_owned(),
+            "p50: meshbench's from each request's intended send time (coordinated-omission corrected) to the kernel's arrival time of the answer (SO_TIMESTAMPNS); Fortio's and oha's from the actual send to their read of the answer".to_owned(),
             format!("{PACING_CASE}: each fixed-rate tool once more at {PACING_RPS} rps with tcpdump on lo; the gaps between requests are from the capture's timestamps, and the CPU of these runs (the capture adds to it) is not compared"),
         ],
         measurements: m,

@@ -92,6 +92,33 @@ fn a_target_that_cannot_keep_up_shows_as_lower_achieved_rate_and_late_requests()
 }
 
 #[test]
+fn an_answer_read_at_the_next_send_keeps_its_arrival_time() {
+    // Two connections taking turns, one request per 50 ms, answers after 5 ms. The open loop
+    // sleeps until the other connection's send and reads the answer then, 45 ms after it
+    // came: the latency must be the server's 5 ms (the kernel's arrival time), not the
+    // generator's 50 ms schedule.
+    let server = echo_server(Duration::from_millis(5), None);
+    let url = format!("http://{}/", server.addr);
+    let result = run_load(config(&url, 20.0, 2, Duration::from_secs(2))).unwrap();
+
+    assert_every_request_accounted_for(&result);
+    assert_eq!(count(&result, &Outcome::Http(200)), result.sent());
+    for latency in [
+        result.recorder.corrected.summary(),
+        result.recorder.uncorrected.summary(),
+    ] {
+        assert!(
+            latency.min_us >= 5_000,
+            "faster than the server: {latency:?}"
+        );
+        assert!(
+            latency.p99_us < 25_000,
+            "the schedule leaked in: {latency:?}"
+        );
+    }
+}
+
+#[test]
 fn refused_connections_are_counted_as_such() {
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -293,7 +293,14 @@ impl<'a> DirectEngine<'a> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        if let (true, Some(wake_at)) = (self.lazy, wake_at) {
+        // Only a send's wake-up collects answers: with no send ahead, the answers themselves
+        // are what the loop waits for.
+        if let (true, Some(wake_at), Some(send_wake)) = (self.lazy, wake_at, send_wake) {
+            if wake_at < send_wake {
+                return Wait::Sockets {
+                    wake_at: Some(wake_at),
+                };
+            }
             // The oldest request in flight has the earliest next slot (slots go out in order).
             let earliest_slot = self
                 .deadlines
