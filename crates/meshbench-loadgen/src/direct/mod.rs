@@ -25,11 +25,9 @@ mod rx;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use meshbench_time::{now_ns, observe_wake, realtime_offset_ns, wake_lead_ns, DeadlineTimer};
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
@@ -94,9 +92,9 @@ impl Phase {
 struct Worker {
     idx: u64,
     stream: Option<TcpStream>,
-    /// Requests on the current connection.
+    /// Requests on the current connection. A connection that may not carry another request
+    /// is dropped when its request ends, so `stream` is `Some` only for a reusable one.
     requests_on_connection: u64,
-    reusable: bool,
     buf: Vec<u8>,
     /// Unconsumed bytes are `buf[start..end]`.
     start: usize,
@@ -138,9 +136,6 @@ pub(crate) fn run_thread(
 
 struct DirectEngine<'a> {
     plan: Arc<Plan>,
-    addr: SocketAddr,
-    request: Bytes,
-    head_request: bool,
     connector: &'a Connector,
     poll: Poll,
     timer: DeadlineTimer,
@@ -182,7 +177,6 @@ impl<'a> DirectEngine<'a> {
                 idx,
                 stream: None,
                 requests_on_connection: 0,
-                reusable: false,
                 buf: Vec::new(),
                 start: 0,
                 end: 0,
@@ -195,9 +189,6 @@ impl<'a> DirectEngine<'a> {
             .collect();
         let lazy = plan.is_open_loop();
         Ok(DirectEngine {
-            addr: connector.target().addr,
-            request: connector.http1_request().clone(),
-            head_request: connector.is_head(),
             connector,
             recorder: Recorder::new(plan.keep_samples),
             plan,
@@ -383,8 +374,7 @@ impl<'a> DirectEngine<'a> {
             w,
             worker.generation,
         ));
-        if worker.stream.is_none() || !worker.reusable {
-            worker.stream = None;
+        if worker.stream.is_none() {
             match self.connect(w) {
                 Ok(()) => self.workers[w].phase = Phase::Connecting(request),
                 Err(e) => {
@@ -405,7 +395,7 @@ impl<'a> DirectEngine<'a> {
     }
 
     fn connect(&mut self, w: usize) -> io::Result<()> {
-        let mut stream = TcpStream::connect(self.addr)?;
+        let mut stream = TcpStream::connect(self.connector.target().addr)?;
         stream.set_nodelay(true)?;
         if self.lazy {
             rx::enable_timestamps(&stream)?;
@@ -418,7 +408,6 @@ impl<'a> DirectEngine<'a> {
         let worker = &mut self.workers[w];
         worker.stream = Some(stream);
         worker.requests_on_connection = 0;
-        worker.reusable = true;
         worker.start = 0;
         worker.end = 0;
         Ok(())
@@ -481,8 +470,9 @@ impl<'a> DirectEngine<'a> {
             return Step::Pending;
         };
         let stream = worker.stream.as_mut().expect("a connection to write on");
-        while *written < self.request.len() {
-            match stream.write(&self.request[*written..]) {
+        let bytes = self.connector.http1_request();
+        while *written < bytes.len() {
+            match stream.write(&bytes[*written..]) {
                 Ok(0) => return Step::Ended(Outcome::ConnectionReset, false),
                 Ok(n) => *written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Pending,
@@ -494,7 +484,7 @@ impl<'a> DirectEngine<'a> {
         worker.requests_on_connection += 1;
         worker.phase = Phase::Reading {
             request,
-            reader: ResponseReader::new(self.head_request),
+            reader: ResponseReader::new(self.connector.is_head()),
         };
         // No read until the socket says so: the last read left it empty (short or
         // `WouldBlock`), so the answer's arrival is a new edge; reading now would almost always
@@ -577,12 +567,12 @@ impl<'a> DirectEngine<'a> {
             return;
         };
         self.in_flight -= 1;
-        worker.reusable = reusable
+        let reusable = reusable
             && self.connector.keeps_connection_after(
                 worker.requests_on_connection,
                 self.plan.max_requests_per_connection,
             );
-        if !worker.reusable {
+        if !reusable {
             worker.stream = None;
         }
         if request.measured {
