@@ -4,6 +4,7 @@
 
 mod dataplane;
 mod loadgen;
+mod paced_floor;
 mod pacing;
 mod process;
 mod table;

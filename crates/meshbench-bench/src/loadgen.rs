@@ -19,6 +19,7 @@ use std::time::Duration;
 use meshbench_lab::BuildInfo;
 use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
 
+use crate::paced_floor::paced_floor;
 use crate::process::{run_measured, start_echo, version_of};
 use crate::Error;
 
@@ -26,6 +27,8 @@ const FORTIO_INSTALL: &str =
     "install it with `GOBIN=/usr/local/bin go install fortio.org/fortio@v1.68.2` (newer versions do not install)";
 const WRK_INSTALL: &str = "install it with `apt-get install wrk`";
 const OHA_INSTALL: &str = "install it with `cargo install --locked oha@1.16.0`";
+/// The row of the least CPU an evenly paced sender can spend here ([`crate::paced_floor`]).
+const PACED_FLOOR: &str = "paced-floor";
 
 #[derive(Debug, Clone)]
 pub struct LoadgenBenchOptions {
@@ -126,6 +129,35 @@ fn run_meshbench(
         report.window.seconds,
         run.cpu_seconds,
         Some(report.latency.p50_us as f64),
+    ))
+}
+
+/// The evenly paced floor ([`crate::paced_floor`]) as a measurement row.
+fn run_paced_floor(
+    opts: &LoadgenBenchOptions,
+    case: &str,
+    target: std::net::SocketAddr,
+    rps: u32,
+) -> Result<BenchMeasurement, Error> {
+    let run = paced_floor(target, rps, 16, opts.duration, opts.generator_cpu)?;
+    let min_answer_bytes = run.requests.saturating_sub(16) * opts.response_bytes;
+    if run.answer_bytes < min_answer_bytes {
+        return Err(Error::Output {
+            tool: PACED_FLOOR.into(),
+            reason: format!(
+                "{} bytes of answers to {} requests of {} B responses: the target fell behind",
+                run.answer_bytes, run.requests, opts.response_bytes
+            ),
+        });
+    }
+    Ok(measurement(
+        case,
+        PACED_FLOOR,
+        &opts.build.version,
+        run.requests,
+        run.seconds,
+        run.cpu_seconds,
+        None,
     ))
 }
 
@@ -362,6 +394,7 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         m.push(run_meshbench(opts, fixed, &url, &["--rps", "5000"])?);
         m.push(run_fortio(opts, &peers, fixed, &url, 5000)?);
         m.push(run_oha(opts, &peers, fixed, &url, 5000)?);
+        m.push(run_paced_floor(opts, fixed, target_addr, 5000)?);
 
         m.push(run_meshbench(opts, floor, &url, &["--rps", "1000"])?);
         m.push(run_fortio(opts, &peers, floor, &url, 1000)?);
@@ -412,6 +445,14 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         ),
         ratio(
             &m,
+            fixed,
+            "client CPU s per 100k requests",
+            PACED_FLOOR,
+            cpu_100k,
+            None,
+        ),
+        ratio(
+            &m,
             floor,
             "client CPU s per 100k requests",
             "oha",
@@ -424,6 +465,8 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
     .into_iter()
     .flatten()
     .collect();
+
+    notes.extend(paced_floor_note(&m, fixed));
 
     Ok(BenchReport {
         schema_version: SCHEMA_VERSION,
@@ -446,12 +489,33 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
             ),
             "wrk: -t1 -c16 --latency; fortio: -c 16 -r 0.000001 (1 us resolution), -uniform at a fixed rate; oha: -c 16, -q at a fixed rate (its default multi-threaded runtime, all threads on the generator CPU); meshbench: one thread".to_owned(),
             "p50: meshbench's from each request's intended send time (coordinated-omission corrected) to the kernel's arrival time of the answer (SO_TIMESTAMPNS); Fortio's and oha's from the actual send to their read of the answer".to_owned(),
+            format!("{PACED_FLOOR}: a thread of the bench on the generator CPU sends GET / to the target at a fixed rate over 16 connections, sleeping to each slot (clock_nanosleep) and reading any waiting answer without blocking; no clock per request, no histogram, no parsing; CPU is the thread's (CLOCK_THREAD_CPUTIME_ID)"),
             format!("{PACING_CASE}: each fixed-rate tool once more at {PACING_RPS} rps with tcpdump on lo; the gaps between requests are from the capture's timestamps, and the CPU of these runs (the capture adds to it) is not compared"),
         ],
         measurements: m,
         ratios,
         notes,
     })
+}
+
+/// Says what the evenly paced floor means for the fixed-rate target against oha.
+fn paced_floor_note(m: &[BenchMeasurement], case: &str) -> Option<String> {
+    let median_cpu = |tool: &str| {
+        median(
+            m.iter()
+                .filter(|x| x.case == case && x.tool == tool)
+                .map(|x| x.cpu_us_per_request)
+                .collect(),
+        )
+    };
+    let floor = median_cpu(PACED_FLOOR)?;
+    let oha = median_cpu("oha")?;
+    Some(format!(
+        "{case}: an evenly paced sender that only sleeps to each slot, reads and sends costs {floor:.1} us of CPU per request here, {:.2}x oha's {oha:.1} us: \
+         a generator that spaces its requests evenly cannot go below that, so a target under {:.2}x oha can only be met by sending in bursts (see {PACING_CASE})",
+        floor / oha,
+        floor / oha,
+    ))
 }
 
 const PACING_CASE: &str = "pacing-5k";
