@@ -105,6 +105,17 @@ impl DeadlineTimer {
         Ok(())
     }
 
+    /// Makes sure the timer fires no later than `deadline_ns`, keeping an earlier expiry: for a
+    /// deadline that only ever moves later (the oldest request's timeout), waking once too
+    /// early costs less than re-arming at every move. Each arm that becomes the CPU's earliest
+    /// timer reprograms its clock event device, which a virtual machine may trap.
+    pub fn arm_by(&mut self, deadline_ns: u64) -> std::io::Result<()> {
+        match self.armed_ns {
+            Some(armed) if armed <= deadline_ns => Ok(()),
+            _ => self.arm_at(deadline_ns),
+        }
+    }
+
     /// The deadline the timer is armed at, if it has not been seen to expire.
     pub fn armed_ns(&self) -> Option<u64> {
         self.armed_ns

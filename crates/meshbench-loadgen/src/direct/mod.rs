@@ -219,9 +219,12 @@ impl<'a> DirectEngine<'a> {
             let timeout = match self.wait_plan(now) {
                 Wait::Spin => Some(Duration::ZERO),
                 Wait::Sockets { wake_at } => {
-                    if let Some(at) = wake_at {
-                        self.timer.arm_at(at).map_err(Error::Runtime)?;
+                    match wake_at {
+                        Some(Wake::Send(at)) => self.timer.arm_at(at),
+                        Some(Wake::Timeout(at)) => self.timer.arm_by(at),
+                        None => Ok(()),
                     }
+                    .map_err(Error::Runtime)?;
                     None
                 }
                 Wait::TimerOnly { wake_at } => {
@@ -248,6 +251,10 @@ impl<'a> DirectEngine<'a> {
                     continue;
                 }
                 self.on_ready(event.token().0, batch_ns);
+                // A request that became due (the closed loop's next one) goes out now, not
+                // after the rest of the batch: the target gets it before it runs dry and sleeps,
+                // and waking it again would cost this thread an interrupt to its CPU.
+                self.send_due(batch_ns);
             }
         }
         Ok(())
@@ -284,17 +291,18 @@ impl<'a> DirectEngine<'a> {
         let send_wake = next_send.map(|due| due - wake_lead_ns());
         let deadline = self.deadlines.front().map(|&(at, _, _)| at);
         let wake_at = match (send_wake, deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+            (Some(send), Some(timeout)) if timeout < send => Some(Wake::Timeout(timeout)),
+            (Some(send), _) => Some(Wake::Send(send)),
+            (None, timeout) => timeout.map(Wake::Timeout),
         };
         // Only a send's wake-up collects answers: with no send ahead, the answers themselves
         // are what the loop waits for.
-        if let (true, Some(wake_at), Some(send_wake)) = (self.lazy, wake_at, send_wake) {
-            if wake_at < send_wake {
+        if let (true, Some(wake), Some(_)) = (self.lazy, wake_at, send_wake) {
+            let Wake::Send(wake_at) = wake else {
                 return Wait::Sockets {
-                    wake_at: Some(wake_at),
+                    wake_at: Some(wake),
                 };
-            }
+            };
             // The oldest request in flight has the earliest next slot (slots go out in order).
             let earliest_slot = self
                 .deadlines
@@ -612,7 +620,16 @@ enum Wait {
     /// Poll without blocking.
     Spin,
     /// Sleep until a socket is ready or, when set, the timer fires.
-    Sockets { wake_at: Option<u64> },
+    Sockets { wake_at: Option<Wake> },
     /// Sleep until the timer fires, then collect what the sockets have.
     TimerOnly { wake_at: u64 },
+}
+
+/// Why the loop's timer must fire.
+#[derive(Debug, Clone, Copy)]
+enum Wake {
+    /// A send is due then (less the wake-up lead): the timer fires exactly there.
+    Send(u64),
+    /// The oldest request in flight times out then: the timer fires no later.
+    Timeout(u64),
 }
