@@ -15,10 +15,16 @@
 //! when its last bytes reached the kernel, so neither the generator's wake-up after an answer
 //! nor its schedule is ever part of a latency. That also lets it sleep on the timer alone and
 //! read the answers that came in meanwhile when it wakes for the next send, one wake-up per
-//! request instead of two. (Measured at 5k rps on a 2-vCPU VM, that did not lower the CPU per
-//! request: the one wake-up after a longer sleep cost as much as the two.) It waits on the
-//! sockets too whenever a worker's next slot would come before that wake-up, and when no send
-//! is ahead. The closed-style models wait on the sockets (an answer is what lets them send).
+//! request instead of two. (On a 2-vCPU VM that did not lower the CPU per request at 5k rps:
+//! there, a sleep to each slot and the wake of the idle target cost ~50 us a request whatever
+//! the sender does, which `meshbench bench loadgen` measures as its `paced-floor`.) It waits
+//! on the sockets too whenever a worker's next slot would come before that wake-up, and when
+//! no send is ahead. The closed-style models wait on the sockets (an answer is what lets them
+//! send), and send each next request as soon as the answer before it is read, before the rest
+//! of the batch: a target that runs dry goes to sleep, and waking it costs the sender an
+//! interrupt to the target's CPU. The timer then only guards the oldest request's timeout; it
+//! is moved earlier when needed but never later, since reprogramming a CPU's timer is a trap
+//! on a virtual machine and that deadline moves at every answer.
 
 mod rx;
 
