@@ -216,6 +216,7 @@ impl PreciseTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::event::{poll, PollFd, PollFlags, Timespec as PollTimeout};
 
     /// Neither kind of timer may ever return before its deadline: a send before its intended
     /// time would make corrected latencies look better than they are.
@@ -264,6 +265,37 @@ mod tests {
         assert!(
             WAKE_LEAD_NS.get() < 3_000_000,
             "the lead adapts after a sleep"
+        );
+    }
+
+    /// Whether the timer's fd becomes readable within `within_ms`.
+    fn fires_within(timer: &DeadlineTimer, within_ms: i64) -> bool {
+        let mut fds = [PollFd::new(timer, PollFlags::IN)];
+        let timeout = PollTimeout {
+            tv_sec: within_ms / 1000,
+            tv_nsec: (within_ms % 1000) * 1_000_000,
+        };
+        poll(&mut fds, Some(&timeout)).unwrap() == 1
+    }
+
+    #[test]
+    fn arm_by_keeps_an_earlier_expiry_and_moves_a_later_one() {
+        let mut timer = DeadlineTimer::new().unwrap();
+        let soon = now_ns() + 20_000_000;
+        timer.arm_at(soon).unwrap();
+        timer.arm_by(soon + 60_000_000_000).unwrap();
+        assert_eq!(timer.armed_ns(), Some(soon));
+        assert!(fires_within(&timer, 5_000), "the earlier expiry was lost");
+        timer.fired();
+
+        let mut timer = DeadlineTimer::new().unwrap();
+        timer.arm_at(now_ns() + 60_000_000_000).unwrap();
+        let soon = now_ns() + 20_000_000;
+        timer.arm_by(soon).unwrap();
+        assert_eq!(timer.armed_ns(), Some(soon));
+        assert!(
+            fires_within(&timer, 5_000),
+            "the timer was not moved earlier"
         );
     }
 }
