@@ -13,9 +13,11 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use rustix::thread::{clock_nanosleep_absolute, sched_setaffinity, CpuSet};
+use meshbench_time::now_ns;
+use rustix::thread::clock_nanosleep_absolute;
 use rustix::time::{clock_gettime, ClockId, Timespec};
 
+use crate::process::pin_current_thread;
 use crate::Error;
 
 /// One paced run: what was sent and answered, and the sending thread's CPU time.
@@ -28,7 +30,8 @@ pub(crate) struct PacedRun {
     pub answer_bytes: u64,
 }
 
-fn nanos(ts: Timespec) -> u64 {
+fn thread_cpu_ns() -> u64 {
+    let ts = clock_gettime(ClockId::ThreadCPUTime);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -62,28 +65,22 @@ pub(crate) fn paced_floor(
         })
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(io_err)?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let worker = std::thread::spawn(move || -> Result<PacedRun, Error> {
-        let mut only = CpuSet::new();
-        only.set(cpu);
-        sched_setaffinity(None, &only).map_err(|e| Error::Pin {
-            cpu,
-            cores,
-            source: e.into(),
-        })?;
+        pin_current_thread(cpu)?;
         meshbench_time::tighten_timer_slack();
         let interval_ns = 1_000_000_000 / u64::from(rps.max(1));
         let count = duration.as_nanos() as u64 / interval_ns;
         let mut buf = vec![0u8; 64 * 1024];
         let mut answer_bytes = 0u64;
-        let cpu_before = nanos(clock_gettime(ClockId::ThreadCPUTime));
-        let start = nanos(clock_gettime(ClockId::Monotonic));
+        let cpu_before = thread_cpu_ns();
+        let start = now_ns();
         for i in 0..count {
             let slot = timespec(start + (i + 1) * interval_ns);
             while clock_nanosleep_absolute(ClockId::Monotonic, &slot)
                 == Err(rustix::io::Errno::INTR)
             {}
-            let stream = &mut streams[i as usize % connections.max(1)];
+            let turn = i as usize % streams.len();
+            let stream = &mut streams[turn];
             match stream.read(&mut buf) {
                 Ok(n) => answer_bytes += n as u64,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
@@ -91,8 +88,8 @@ pub(crate) fn paced_floor(
             }
             stream.write_all(&request).map_err(io_err)?;
         }
-        let seconds = (nanos(clock_gettime(ClockId::Monotonic)) - start) as f64 / 1e9;
-        let cpu_seconds = (nanos(clock_gettime(ClockId::ThreadCPUTime)) - cpu_before) as f64 / 1e9;
+        let seconds = (now_ns() - start) as f64 / 1e9;
+        let cpu_seconds = (thread_cpu_ns() - cpu_before) as f64 / 1e9;
         Ok(PacedRun {
             requests: count,
             seconds,
@@ -143,7 +140,9 @@ mod tests {
     fn the_paced_sender_sends_its_schedule_and_reads_the_answers() {
         let target = answering_target();
         let allowed = rustix::thread::sched_getaffinity(None).unwrap();
-        let cpu = (0..CpuSet::MAX_CPU).find(|&c| allowed.is_set(c)).unwrap();
+        let cpu = (0..rustix::thread::CpuSet::MAX_CPU)
+            .find(|&c| allowed.is_set(c))
+            .unwrap();
         let run = paced_floor(target, 1000, 4, Duration::from_millis(300), cpu).unwrap();
         assert_eq!(run.requests, 300);
         assert!(

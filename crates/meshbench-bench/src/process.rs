@@ -9,16 +9,28 @@ use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
 use crate::Error;
 
-/// Spawns `command` with the calling thread temporarily pinned to `cpu`.
-pub(crate) fn spawn_pinned(command: &mut Command, cpu: usize, tool: &str) -> Result<Child, Error> {
+fn pin_error(cpu: usize, source: rustix::io::Errno) -> Error {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pin_err = |source| Error::Pin { cpu, cores, source };
-    let previous = sched_getaffinity(None).map_err(|e| pin_err(e.into()))?;
+    Error::Pin {
+        cpu,
+        cores,
+        source: source.into(),
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+pub(crate) fn pin_current_thread(cpu: usize) -> Result<(), Error> {
     let mut only = CpuSet::new();
     only.set(cpu);
-    sched_setaffinity(None, &only).map_err(|e| pin_err(e.into()))?;
+    sched_setaffinity(None, &only).map_err(|e| pin_error(cpu, e))
+}
+
+/// Spawns `command` with the calling thread temporarily pinned to `cpu`.
+pub(crate) fn spawn_pinned(command: &mut Command, cpu: usize, tool: &str) -> Result<Child, Error> {
+    let previous = sched_getaffinity(None).map_err(|e| pin_error(cpu, e))?;
+    pin_current_thread(cpu)?;
     let spawned = command.spawn();
-    sched_setaffinity(None, &previous).map_err(|e| pin_err(e.into()))?;
+    sched_setaffinity(None, &previous).map_err(|e| pin_error(cpu, e))?;
     spawned.map_err(|source| Error::Spawn {
         tool: tool.to_owned(),
         source,
