@@ -144,9 +144,15 @@ impl ResponseReader {
 /// `None` while the head is incomplete; else the status, how the body is framed, whether the
 /// server closes after it, and the head's length.
 fn parse_head(buf: &[u8], head_request: bool) -> io::Result<Option<(u16, State, bool, usize)>> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut response = httparse::Response::new(&mut headers);
-    let head_len = match response.parse(buf) {
+    // Left uninitialised: httparse writes the headers it finds, and initialising room for 64
+    // would write 2 KiB per response on the generator's hot path.
+    let mut headers = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    let head_len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        buf,
+        &mut headers,
+    ) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(invalid(format!("malformed response head: {e}"))),
