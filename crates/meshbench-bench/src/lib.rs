@@ -3,8 +3,8 @@
 //! Performance is measured here, never asserted in a unit test.
 
 mod dataplane;
+mod floor;
 mod loadgen;
-mod paced_floor;
 mod pacing;
 mod process;
 mod table;

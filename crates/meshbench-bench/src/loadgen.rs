@@ -19,7 +19,9 @@ use std::time::Duration;
 use meshbench_lab::BuildInfo;
 use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
 
-use crate::paced_floor::paced_floor;
+use crate::floor::closed::closed_floor;
+use crate::floor::paced::paced_floor;
+use crate::floor::{FloorRun, CLOSED_FLOOR, PACED_FLOOR};
 use crate::process::{run_measured, start_echo, version_of};
 use crate::Error;
 
@@ -27,8 +29,6 @@ const FORTIO_INSTALL: &str =
     "install it with `GOBIN=/usr/local/bin go install fortio.org/fortio@v1.68.2` (newer versions do not install)";
 const WRK_INSTALL: &str = "install it with `apt-get install wrk`";
 const OHA_INSTALL: &str = "install it with `cargo install --locked oha@1.16.0`";
-/// The row of the least CPU an evenly paced sender can spend here ([`crate::paced_floor`]).
-const PACED_FLOOR: &str = "paced-floor";
 
 #[derive(Debug, Clone)]
 pub struct LoadgenBenchOptions {
@@ -132,7 +132,7 @@ fn run_meshbench(
     ))
 }
 
-/// The evenly paced floor ([`crate::paced_floor`]) as a measurement row.
+/// The evenly paced floor ([`crate::floor::paced`]) as a measurement row.
 fn run_paced_floor(
     opts: &LoadgenBenchOptions,
     case: &str,
@@ -150,15 +150,35 @@ fn run_paced_floor(
             ),
         });
     }
-    Ok(measurement(
+    Ok(floor_row(opts, case, PACED_FLOOR, run))
+}
+
+/// The closed-loop floor ([`crate::floor::closed`]) as a measurement row.
+fn run_closed_floor(
+    opts: &LoadgenBenchOptions,
+    case: &str,
+    target: std::net::SocketAddr,
+) -> Result<BenchMeasurement, Error> {
+    let run = closed_floor(target, 16, opts.duration, opts.generator_cpu)?;
+    Ok(floor_row(opts, case, CLOSED_FLOOR, run))
+}
+
+/// A floor times no request, so its row has no latency.
+fn floor_row(
+    opts: &LoadgenBenchOptions,
+    case: &str,
+    tool: &str,
+    run: FloorRun,
+) -> BenchMeasurement {
+    measurement(
         case,
-        PACED_FLOOR,
+        tool,
         &opts.build.version,
         run.requests,
         run.seconds,
         run.cpu_seconds,
         None,
-    ))
+    )
 }
 
 fn run_wrk(
@@ -390,6 +410,7 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         m.push(run_wrk(opts, &peers, closed, &url)?);
         m.push(run_fortio(opts, &peers, closed, &url, 0)?);
         m.push(run_oha(opts, &peers, closed, &url, 0)?);
+        m.push(run_closed_floor(opts, closed, target_addr)?);
 
         m.push(run_meshbench(opts, fixed, &url, &["--rps", "5000"])?);
         m.push(run_fortio(opts, &peers, fixed, &url, 5000)?);
@@ -429,6 +450,14 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         ratio(&m, closed, "client CPU us per request", "oha", cpu, None),
         ratio(
             &m,
+            closed,
+            "client CPU us per request",
+            CLOSED_FLOOR,
+            cpu,
+            None,
+        ),
+        ratio(
+            &m,
             fixed,
             "client CPU s per 100k requests",
             "fortio",
@@ -466,6 +495,7 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
     .flatten()
     .collect();
 
+    notes.extend(closed_floor_note(&m, closed));
     notes.extend(paced_floor_note(&m, fixed));
 
     Ok(BenchReport {
@@ -490,6 +520,7 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
             "wrk: -t1 -c16 --latency; fortio: -c 16 -r 0.000001 (1 us resolution), -uniform at a fixed rate; oha: -c 16, -q at a fixed rate (its default multi-threaded runtime, all threads on the generator CPU); meshbench: one thread".to_owned(),
             "p50: meshbench's from each request's intended send time (coordinated-omission corrected) to the kernel's arrival time of the answer (SO_TIMESTAMPNS); Fortio's and oha's from the actual send to their read of the answer".to_owned(),
             format!("{PACED_FLOOR}: a thread of the bench on the generator CPU sends GET / to the target at a fixed rate over 16 connections, sleeping to each slot (clock_nanosleep) and reading any waiting answer without blocking; no clock per request, no histogram, no parsing; CPU is the thread's (CLOCK_THREAD_CPUTIME_ID)"),
+            format!("{CLOSED_FLOOR}: a thread of the bench on the generator CPU keeps one GET / outstanding on each of 16 connections (epoll, edge-triggered), and knows an answer is complete by counting its bytes (all answers have the length of the first); one clock read per wake-up, no clock per request, no parsing, no histogram; CPU is the thread's"),
             format!("{PACING_CASE}: each fixed-rate tool once more at {PACING_RPS} rps with tcpdump on lo; the gaps between requests are from the capture's timestamps, and the CPU of these runs (the capture adds to it) is not compared"),
         ],
         measurements: m,
@@ -498,18 +529,34 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
     })
 }
 
+/// The median client CPU per request of `tool` in `case`.
+fn median_cpu(m: &[BenchMeasurement], case: &str, tool: &str) -> Option<f64> {
+    median(
+        m.iter()
+            .filter(|x| x.case == case && x.tool == tool)
+            .map(|x| x.cpu_us_per_request)
+            .collect(),
+    )
+}
+
+/// Says what the closed-loop floor leaves of the target against wrk.
+fn closed_floor_note(m: &[BenchMeasurement], case: &str) -> Option<String> {
+    let floor = median_cpu(m, case, CLOSED_FLOOR)?;
+    let wrk = median_cpu(m, case, "wrk")?;
+    let ours = median_cpu(m, case, "meshbench")?;
+    Some(format!(
+        "{case}: a client that only sends and counts answer bytes costs {floor:.2} us of CPU per request here, {:.2}x wrk's {wrk:.2} us; \
+         everything a generator adds to it (timing, framing and recording each request) costs meshbench {:.2} us a request ({:.0}% over the floor)",
+        floor / wrk,
+        ours - floor,
+        (ours / floor - 1.0) * 100.0,
+    ))
+}
+
 /// Says what the evenly paced floor means for the fixed-rate target against oha.
 fn paced_floor_note(m: &[BenchMeasurement], case: &str) -> Option<String> {
-    let median_cpu = |tool: &str| {
-        median(
-            m.iter()
-                .filter(|x| x.case == case && x.tool == tool)
-                .map(|x| x.cpu_us_per_request)
-                .collect(),
-        )
-    };
-    let floor = median_cpu(PACED_FLOOR)?;
-    let oha = median_cpu("oha")?;
+    let floor = median_cpu(m, case, PACED_FLOOR)?;
+    let oha = median_cpu(m, case, "oha")?;
     Some(format!(
         "{case}: an evenly paced sender that only sleeps to each slot, reads and sends costs {floor:.1} us of CPU per request here, {:.2}x oha's {oha:.1} us: \
          a generator that spaces its requests evenly cannot go below that, so a target under {:.2}x oha can only be met by sending in bursts (see {PACING_CASE})",

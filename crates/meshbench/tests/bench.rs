@@ -62,6 +62,7 @@ fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
             (r, "closed-loop-16", "wrk"),
             (r, "closed-loop-16", "fortio"),
             (r, "closed-loop-16", "oha"),
+            (r, "closed-loop-16", "closed-floor"),
             (r, "fixed-5k", "meshbench"),
             (r, "fixed-5k", "fortio"),
             (r, "fixed-5k", "oha"),
@@ -83,25 +84,35 @@ fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
             "CPU of {} was not accounted: {m:?}",
             m.tool
         );
-        // The paced floor only sends and reads: it times nothing.
-        if m.tool != "paced-floor" {
+        // The floors only send and read: they time nothing.
+        if !m.tool.ends_with("-floor") {
             assert!(m.p50_us.is_some_and(|p| p > 0.0), "{m:?}");
         }
     }
-    // Ours is set against the floor of evenly paced sending, and the report says what that
-    // floor means for the target over oha.
-    assert!(report
-        .ratios
-        .iter()
-        .any(|r| r.case == "fixed-5k" && r.peer == "paced-floor" && r.ratio > 0.0));
-    assert!(
-        report
-            .notes
+    // Ours is set against each floor, and the report says what the floor means for the
+    // target over the peer.
+    for (case, floor, note) in [
+        (
+            "fixed-5k",
+            "paced-floor",
+            "fixed-5k: an evenly paced sender",
+        ),
+        (
+            "closed-loop-16",
+            "closed-floor",
+            "closed-loop-16: a client that only sends",
+        ),
+    ] {
+        assert!(report
+            .ratios
             .iter()
-            .any(|n| n.starts_with("fixed-5k: an evenly paced sender")),
-        "{:?}",
-        report.notes
-    );
+            .any(|r| r.case == case && r.peer == floor && r.ratio > 0.0));
+        assert!(
+            report.notes.iter().any(|n| n.starts_with(note)),
+            "{:?}",
+            report.notes
+        );
+    }
     let targets: Vec<&str> = report
         .ratios
         .iter()

@@ -10,30 +10,16 @@
 //! request; this row tells which of the two a ratio at a fixed rate is measuring.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use meshbench_time::now_ns;
 use rustix::thread::clock_nanosleep_absolute;
-use rustix::time::{clock_gettime, ClockId, Timespec};
+use rustix::time::{ClockId, Timespec};
 
+use super::{connect, get_request, io_error, thread_cpu_ns, FloorRun};
 use crate::process::pin_current_thread;
 use crate::Error;
-
-/// One paced run: what was sent and answered, and the sending thread's CPU time.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PacedRun {
-    pub requests: u64,
-    pub seconds: f64,
-    pub cpu_seconds: f64,
-    /// Bytes of answers read: a check that the target answered, not a measurement.
-    pub answer_bytes: u64,
-}
-
-fn thread_cpu_ns() -> u64 {
-    let ts = clock_gettime(ClockId::ThreadCPUTime);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 fn timespec(ns: u64) -> Timespec {
     Timespec {
@@ -50,22 +36,11 @@ pub(crate) fn paced_floor(
     connections: usize,
     duration: Duration,
     cpu: usize,
-) -> Result<PacedRun, Error> {
-    let io_err = move |source| Error::Io {
-        path: target.to_string().into(),
-        source,
-    };
-    let request = format!("GET / HTTP/1.1\r\nHost: {target}\r\n\r\n").into_bytes();
-    let mut streams = (0..connections.max(1))
-        .map(|_| {
-            let s = TcpStream::connect(target)?;
-            s.set_nodelay(true)?;
-            s.set_nonblocking(true)?;
-            Ok(s)
-        })
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(io_err)?;
-    let worker = std::thread::spawn(move || -> Result<PacedRun, Error> {
+) -> Result<FloorRun, Error> {
+    let io_err = move |source| io_error(target, source);
+    let request = get_request(target);
+    let mut streams = connect(target, connections)?;
+    let worker = std::thread::spawn(move || -> Result<FloorRun, Error> {
         pin_current_thread(cpu)?;
         meshbench_time::tighten_timer_slack();
         let interval_ns = 1_000_000_000 / u64::from(rps.max(1));
@@ -90,7 +65,7 @@ pub(crate) fn paced_floor(
         }
         let seconds = (now_ns() - start) as f64 / 1e9;
         let cpu_seconds = (thread_cpu_ns() - cpu_before) as f64 / 1e9;
-        Ok(PacedRun {
+        Ok(FloorRun {
             requests: count,
             seconds,
             cpu_seconds,
@@ -105,45 +80,12 @@ pub(crate) fn paced_floor(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
-
-    /// A target that answers each request line block with a fixed response, for the test.
-    fn answering_target() -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { return };
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 4096];
-                    let mut pending = Vec::new();
-                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                    while let Ok(n) = conn.read(&mut buf) {
-                        if n == 0 {
-                            return;
-                        }
-                        pending.extend_from_slice(&buf[..n]);
-                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-                            pending.drain(..end + 4);
-                            if conn.write_all(answer).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        addr
-    }
+    use crate::floor::test_target::{allowed_cpu, answering_target, ANSWER};
 
     #[test]
     fn the_paced_sender_sends_its_schedule_and_reads_the_answers() {
         let target = answering_target();
-        let allowed = rustix::thread::sched_getaffinity(None).unwrap();
-        let cpu = (0..rustix::thread::CpuSet::MAX_CPU)
-            .find(|&c| allowed.is_set(c))
-            .unwrap();
-        let run = paced_floor(target, 1000, 4, Duration::from_millis(300), cpu).unwrap();
+        let run = paced_floor(target, 1000, 4, Duration::from_millis(300), allowed_cpu()).unwrap();
         assert_eq!(run.requests, 300);
         assert!(
             run.seconds >= 0.3,
@@ -151,10 +93,10 @@ mod tests {
             run.seconds
         );
         // Each read takes what arrived since the connection's previous send, 4 ms ago: at
-        // most the last answer on each connection is never read. 40 bytes an answer; a slow
-        // machine may carry a few answers over to the connection's next turn.
+        // most the last answer on each connection is never read. A slow machine may carry a
+        // few answers over to the connection's next turn.
         assert!(
-            run.answer_bytes >= 250 * 40,
+            run.answer_bytes >= 250 * ANSWER.len() as u64,
             "only {} bytes of answers to 300 requests",
             run.answer_bytes
         );
