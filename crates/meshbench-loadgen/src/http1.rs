@@ -19,7 +19,7 @@ const MAX_HEADERS: usize = 64;
 pub(crate) const READ_CHUNK: usize = 16 * 1024;
 
 /// Where the reader is in one response.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Head,
     /// Body bytes still to discard.
@@ -63,25 +63,28 @@ impl ResponseReader {
 
     /// Consumes the start of `input` that belongs to the response; returns how many bytes
     /// that was (bytes after the response's end are not consumed) and whether it ended.
-    pub(crate) fn advance(&mut self, input: &[u8]) -> io::Result<(usize, Progress)> {
+    /// `memo` knows the last head its caller parsed.
+    pub(crate) fn advance(
+        &mut self,
+        input: &[u8],
+        memo: &mut HeadMemo,
+    ) -> io::Result<(usize, Progress)> {
         let mut at = 0;
         loop {
             let rest = &input[at..];
             match self.state {
                 State::Head => {
-                    let Some((status, framing, close, head_len)) =
-                        parse_head(rest, self.head_request)?
-                    else {
+                    let Some((head, head_len)) = memo.parse(rest, self.head_request)? else {
                         return Ok((at, Progress::NeedMore));
                     };
                     at += head_len;
                     // Interim responses (100 Continue, 103 Early Hints) precede the real one.
-                    if (100..200).contains(&status) && status != 101 {
+                    if (100..200).contains(&head.status) && head.status != 101 {
                         continue;
                     }
-                    self.status = status;
-                    self.close = close;
-                    self.state = framing;
+                    self.status = head.status;
+                    self.close = head.close;
+                    self.state = head.framing;
                 }
                 State::Length(n) => {
                     let take = n.min(rest.len());
@@ -141,9 +144,55 @@ impl ResponseReader {
     }
 }
 
-/// `None` while the head is incomplete; else the status, how the body is framed, whether the
-/// server closes after it, and the head's length.
-fn parse_head(buf: &[u8], head_request: bool) -> io::Result<Option<(u16, State, bool, usize)>> {
+/// What a response head says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Head {
+    status: u16,
+    /// How the body is framed.
+    framing: State,
+    /// The server closes the connection after this response.
+    close: bool,
+}
+
+/// Heads longer than this are not remembered.
+const MEMO_MAX_HEAD: usize = 1024;
+
+/// The last response head parsed and what it said. Under load a server answers with the same
+/// head, byte for byte, until its Date header changes once a second, and parsing the head is
+/// most of the generator's own work per response: a head equal to the last one is known without
+/// parsing it again. Parsing is a function of the head's bytes (and of whether the request was
+/// a HEAD), so the answer is the same either way; any other head is parsed.
+#[derive(Debug, Default)]
+pub(crate) struct HeadMemo {
+    bytes: Vec<u8>,
+    head_request: bool,
+    head: Option<Head>,
+}
+
+impl HeadMemo {
+    /// `None` while the head at the start of `buf` is incomplete; else what it says and its
+    /// length.
+    fn parse(&mut self, buf: &[u8], head_request: bool) -> io::Result<Option<(Head, usize)>> {
+        if let Some(head) = self.head {
+            if self.head_request == head_request && buf.starts_with(&self.bytes) {
+                return Ok(Some((head, self.bytes.len())));
+            }
+        }
+        let Some((head, len)) = parse_head(buf, head_request)? else {
+            return Ok(None);
+        };
+        self.head = (len <= MEMO_MAX_HEAD).then_some(head);
+        self.bytes.clear();
+        if self.head.is_some() {
+            self.bytes.extend_from_slice(&buf[..len]);
+            self.head_request = head_request;
+        }
+        Ok(Some((head, len)))
+    }
+}
+
+/// `None` while the head is incomplete; else what it says and its length.
+fn parse_head(buf: &[u8], head_request: bool) -> io::Result<Option<(Head, usize)>> {
     // Left uninitialised: httparse writes the headers it finds, and initialising room for 64
     // would write 2 KiB per response on the generator's hot path.
     let mut headers = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
@@ -187,7 +236,14 @@ fn parse_head(buf: &[u8], head_request: bool) -> io::Result<Option<(u16, State, 
     } else {
         State::UntilClose
     };
-    Ok(Some((status, framing, close, head_len)))
+    Ok(Some((
+        Head {
+            status,
+            framing,
+            close,
+        },
+        head_len,
+    )))
 }
 
 fn invalid(reason: impl Into<String>) -> io::Error {
@@ -199,6 +255,7 @@ pub(crate) struct Http1Connection {
     io: Box<dyn Io>,
     buf: BytesMut,
     reusable: bool,
+    memo: HeadMemo,
 }
 
 impl Http1Connection {
@@ -207,6 +264,7 @@ impl Http1Connection {
             io,
             buf: BytesMut::with_capacity(READ_CHUNK),
             reusable: true,
+            memo: HeadMemo::default(),
         }
     }
 
@@ -221,7 +279,7 @@ impl Http1Connection {
         self.io.write_all(request).await?;
         let mut reader = ResponseReader::new(head);
         loop {
-            let (consumed, progress) = reader.advance(&self.buf)?;
+            let (consumed, progress) = reader.advance(&self.buf, &mut self.memo)?;
             self.buf.advance(consumed);
             let progress = match progress {
                 Progress::NeedMore => match self.fill().await? {
@@ -316,6 +374,29 @@ mod tests {
         let (s, reusable, _) =
             exchange(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false).await;
         assert_eq!((s.unwrap(), reusable), (200, false));
+    }
+
+    #[test]
+    fn a_remembered_head_reads_as_its_parse_and_any_other_head_is_parsed() {
+        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+        let unavailable = b"HTTP/1.1 503 No\r\nContent-Length: 5\r\n\r\nhello";
+        let fresh = |bytes: &[u8], head: bool| parse_head(bytes, head).unwrap().unwrap();
+        let mut memo = HeadMemo::default();
+        for (bytes, head) in [
+            (&ok[..], false),
+            (&ok[..], false),
+            (&unavailable[..], false),
+            (&ok[..], true),
+            (&ok[..], false),
+        ] {
+            assert_eq!(memo.parse(bytes, head).unwrap(), Some(fresh(bytes, head)));
+        }
+        // A head cut short is incomplete, even when it begins like the remembered one.
+        assert_eq!(memo.parse(&ok[..20], false).unwrap(), None);
+        // Bytes after the head (the body) do not change what the head says.
+        let mut longer = ok.to_vec();
+        longer.extend_from_slice(b"HTTP/1.1 404");
+        assert_eq!(memo.parse(&longer, false).unwrap(), Some(fresh(ok, false)));
     }
 
     #[tokio::test]

@@ -1,5 +1,6 @@
 //! The direct engine: plain-TCP HTTP/1.1 (the instrument's common case) on one epoll loop per
-//! thread, through mio, with no async runtime in between.
+//! thread, with no async runtime in between: mio's sockets (for the non-blocking connect) and
+//! rustix's raw syscalls (epoll, send, recv) with no C library wrapper on the way.
 //!
 //! Why a second engine: on a loopback benchmark 80% of a generator's CPU is the kernel's, and
 //! what is left is the generator's own bookkeeping. The tokio engine pays per request for a
@@ -32,22 +33,24 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
 
 use meshbench_time::{now_ns, observe_wake, realtime_offset_ns, wake_lead_ns, DeadlineTimer};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+
 use mio::net::TcpStream;
-use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use rustix::event::epoll;
 use rustix::event::{PollFd, PollFlags};
 
 use crate::config::{LoadConfig, Protocol};
 use crate::connection::Connector;
 use crate::engine::Plan;
-use crate::http1::{Progress, ResponseReader, READ_CHUNK};
+use crate::http1::{HeadMemo, Progress, ResponseReader, READ_CHUNK};
 use crate::recorder::{Exchange, Recorder};
 use crate::{Error, Outcome};
 
-const TIMER: Token = Token(usize::MAX);
+/// The timer's key in the epoll set; a socket's is its worker's index.
+const TIMER: u64 = u64::MAX;
 
 /// Whether the direct engine can run this configuration.
 pub(crate) fn supports(config: &LoadConfig) -> bool {
@@ -143,7 +146,7 @@ pub(crate) fn run_thread(
 struct DirectEngine<'a> {
     plan: Arc<Plan>,
     connector: &'a Connector,
-    poll: Poll,
+    epoll: OwnedFd,
     timer: DeadlineTimer,
     workers: Vec<Worker>,
     /// Workers waiting for their send time, earliest first.
@@ -156,6 +159,8 @@ struct DirectEngine<'a> {
     /// Open loop: sockets timestamp arrivals and answers may wait for the next send's wake-up.
     lazy: bool,
     control: Vec<u8>,
+    /// The last response head, shared by the thread's connections to the one target.
+    head_memo: HeadMemo,
     /// CLOCK_REALTIME minus CLOCK_MONOTONIC, refreshed at every wake-up.
     realtime_offset_ns: i64,
     recorder: Recorder,
@@ -168,15 +173,10 @@ impl<'a> DirectEngine<'a> {
         plan: Arc<Plan>,
         connector: &'a Connector,
     ) -> Result<Self, Error> {
-        let poll = Poll::new().map_err(Error::Runtime)?;
+        let epoll =
+            epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::Runtime(e.into()))?;
         let timer = DeadlineTimer::new().map_err(Error::Runtime)?;
-        poll.registry()
-            .register(
-                &mut SourceFd(&std::os::fd::AsRawFd::as_raw_fd(&timer)),
-                TIMER,
-                Interest::READABLE,
-            )
-            .map_err(Error::Runtime)?;
+        watch(&epoll, &timer, TIMER, epoll::EventFlags::IN).map_err(Error::Runtime)?;
         let workers: Vec<Worker> = (thread..plan.workers)
             .step_by(threads as usize)
             .map(|idx| Worker {
@@ -198,7 +198,7 @@ impl<'a> DirectEngine<'a> {
             connector,
             recorder: Recorder::new(plan.keep_samples),
             plan,
-            poll,
+            epoll,
             timer,
             unfinished: workers.len(),
             workers,
@@ -207,12 +207,13 @@ impl<'a> DirectEngine<'a> {
             in_flight: 0,
             lazy,
             control: rx::control_buffer(),
+            head_memo: HeadMemo::default(),
             realtime_offset_ns: realtime_offset_ns(),
         })
     }
 
     fn run(&mut self) -> Result<(), Error> {
-        let mut events = Events::with_capacity(256);
+        let mut events = [MaybeUninit::<epoll::Event>::uninit(); 256];
         for w in 0..self.workers.len() {
             self.plan_next(w, self.plan.start_ns);
         }
@@ -222,8 +223,12 @@ impl<'a> DirectEngine<'a> {
             if self.unfinished == 0 {
                 break;
             }
+            const NO_WAIT: rustix::time::Timespec = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
             let timeout = match self.wait_plan(now) {
-                Wait::Spin => Some(Duration::ZERO),
+                Wait::Spin => Some(&NO_WAIT),
                 Wait::Sockets { wake_at } => {
                     match wake_at {
                         Some(Wake::Send(at)) => self.timer.arm_at(at),
@@ -237,26 +242,28 @@ impl<'a> DirectEngine<'a> {
                     self.timer.arm_at(wake_at).map_err(Error::Runtime)?;
                     self.sleep_on_timer()?;
                     // What came in meanwhile, without blocking.
-                    Some(Duration::ZERO)
+                    Some(&NO_WAIT)
                 }
             };
-            match self.poll.poll(&mut events, timeout) {
-                Err(e) if e.kind() != io::ErrorKind::Interrupted => return Err(Error::Runtime(e)),
-                _ => {}
-            }
+            let ready = match epoll::wait(&self.epoll, &mut events, timeout) {
+                Ok((ready, _)) => ready,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(Error::Runtime(e.into())),
+            };
             let batch_ns = now_ns();
             if self.lazy {
                 self.realtime_offset_ns = realtime_offset_ns();
             }
-            for event in events.iter() {
-                if event.token() == TIMER {
+            for event in ready.iter() {
+                let key = event.data.u64();
+                if key == TIMER {
                     if let Some(asked) = self.timer.armed_ns() {
                         observe_wake(asked, batch_ns);
                     }
                     self.timer.fired();
                     continue;
                 }
-                self.on_ready(event.token().0, batch_ns);
+                self.on_ready(key as usize, batch_ns);
                 // A request that became due (the closed loop's next one) goes out now, not
                 // after the rest of the batch: the target gets it before it runs dry and sleeps,
                 // and waking it again would cost this thread an interrupt to its CPU.
@@ -409,15 +416,16 @@ impl<'a> DirectEngine<'a> {
     }
 
     fn connect(&mut self, w: usize) -> io::Result<()> {
-        let mut stream = TcpStream::connect(self.connector.target().addr)?;
+        let stream = TcpStream::connect(self.connector.target().addr)?;
         stream.set_nodelay(true)?;
         if self.lazy {
             rx::enable_timestamps(&stream)?;
         }
-        self.poll.registry().register(
-            &mut stream,
-            Token(w),
-            Interest::READABLE | Interest::WRITABLE,
+        watch(
+            &self.epoll,
+            &stream,
+            w as u64,
+            epoll::EventFlags::IN | epoll::EventFlags::OUT | epoll::EventFlags::RDHUP,
         )?;
         let worker = &mut self.workers[w];
         worker.stream = Some(stream);
@@ -507,6 +515,7 @@ impl<'a> DirectEngine<'a> {
     }
 
     fn read(&mut self, w: usize) -> Step {
+        let memo = &mut self.head_memo;
         let worker = &mut self.workers[w];
         let Phase::Reading { reader, .. } = &mut worker.phase else {
             return Step::Pending;
@@ -516,7 +525,7 @@ impl<'a> DirectEngine<'a> {
         let mut drained = false;
         loop {
             if worker.end > worker.start {
-                match reader.advance(&worker.buf[worker.start..worker.end]) {
+                match reader.advance(&worker.buf[worker.start..worker.end], memo) {
                     Ok((consumed, Progress::Done { status, reusable })) => {
                         worker.start += consumed;
                         return Step::Ended(Outcome::Http(status), reusable);
@@ -620,6 +629,18 @@ impl<'a> DirectEngine<'a> {
             }
         }
     }
+}
+
+/// Adds `fd` to the epoll set, edge-triggered, under `key`. A closed socket leaves the set by
+/// itself.
+fn watch(epoll: &OwnedFd, fd: impl AsFd, key: u64, flags: epoll::EventFlags) -> io::Result<()> {
+    epoll::add(
+        epoll,
+        fd,
+        epoll::EventData::new_u64(key),
+        flags | epoll::EventFlags::ET,
+    )
+    .map_err(io::Error::from)
 }
 
 /// `send(2)` straight to the kernel: the C library's wrapper is a thread-cancellation point
