@@ -32,12 +32,11 @@ mod rx;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use meshbench_time::{now_ns, observe_wake, realtime_offset_ns, wake_lead_ns, DeadlineTimer};
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
-
 use mio::net::TcpStream;
 use rustix::event::epoll;
 use rustix::event::{PollFd, PollFlags};
@@ -51,6 +50,11 @@ use crate::{Error, Outcome};
 
 /// The timer's key in the epoll set; a socket's is its worker's index.
 const TIMER: u64 = u64::MAX;
+/// An epoll timeout that only collects what is ready.
+const NO_WAIT: rustix::time::Timespec = rustix::time::Timespec {
+    tv_sec: 0,
+    tv_nsec: 0,
+};
 
 /// Whether the direct engine can run this configuration.
 pub(crate) fn supports(config: &LoadConfig) -> bool {
@@ -223,10 +227,6 @@ impl<'a> DirectEngine<'a> {
             if self.unfinished == 0 {
                 break;
             }
-            const NO_WAIT: rustix::time::Timespec = rustix::time::Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
             let timeout = match self.wait_plan(now) {
                 Wait::Spin => Some(&NO_WAIT),
                 Wait::Sockets { wake_at } => {
