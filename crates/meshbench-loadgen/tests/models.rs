@@ -353,3 +353,43 @@ fn a_request_times_out_after_its_own_timeout_never_an_earlier_requests() {
         assert!(s.latency_ns < 150_000_000, "{s:?}");
     }
 }
+
+#[test]
+fn a_server_that_ends_its_side_after_an_answer_fails_the_next_request_at_once() {
+    // The server answers one request, then shuts its sending side down and holds the
+    // connection open without reading, as a proxy that refuses a peer may: the next request on
+    // that connection meets the end the server already sent. It is a reset, found when it is
+    // sent, not a timeout: no new readiness will ever announce that end. The answer and the
+    // end travel in one segment (corked), so the generator learns of both in one event.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut head = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            while head.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            rustix::net::sockopt::set_tcp_cork(&conn, true).unwrap();
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            let _ = conn.shutdown(std::net::Shutdown::Write);
+            // Held open (never read, never closed) until the test ends.
+            let _ = held_tx.send(conn);
+        }
+    });
+    let mut config = base(&url, LoadModel::ClosedLoop, Stop::Requests(2));
+    config.connections = 1;
+    config.timeout = Duration::from_secs(5);
+    let started = Instant::now();
+    let result = run_load(config).unwrap();
+    let outcomes: Vec<_> = result.recorder.outcomes.iter().collect();
+    assert_eq!(
+        outcomes,
+        [(&Outcome::Http(200), &1), (&Outcome::ConnectionReset, &1)],
+        "after {:?}",
+        started.elapsed()
+    );
+    drop(held_rx);
+}

@@ -119,6 +119,11 @@ struct Worker {
     generation: u64,
     /// Arrival of the last bytes read (CLOCK_REALTIME ns), when the socket timestamps.
     arrival_realtime_ns: Option<i64>,
+    /// An event came that no read has followed to the socket's end: one while no request was
+    /// reading (a connect completing, a close while idle), or the peer's end arriving with a
+    /// response. What it announced gets no new edge, so the next request reads right after
+    /// it is written instead of waiting for one.
+    unread_readiness: bool,
 }
 
 /// What an event did to a worker.
@@ -195,6 +200,7 @@ impl<'a> DirectEngine<'a> {
                 free_since: plan.start_ns,
                 generation: 0,
                 arrival_realtime_ns: None,
+                unread_readiness: false,
             })
             .collect();
         let lazy = plan.is_open_loop();
@@ -263,7 +269,7 @@ impl<'a> DirectEngine<'a> {
                     self.timer.fired();
                     continue;
                 }
-                self.on_ready(key as usize, batch_ns);
+                self.on_ready(key as usize, event.flags, batch_ns);
                 // A request that became due (the closed loop's next one) goes out now, not
                 // after the rest of the batch: the target gets it before it runs dry and sleeps,
                 // and waking it again would cost this thread an interrupt to its CPU.
@@ -430,13 +436,18 @@ impl<'a> DirectEngine<'a> {
         let worker = &mut self.workers[w];
         worker.stream = Some(stream);
         worker.requests_on_connection = 0;
+        worker.unread_readiness = false;
         worker.start = 0;
         worker.end = 0;
         Ok(())
     }
 
     /// A readiness event for worker `w`'s socket.
-    fn on_ready(&mut self, w: usize, now: u64) {
+    fn on_ready(&mut self, w: usize, flags: epoll::EventFlags, now: u64) {
+        let reading = matches!(self.workers[w].phase, Phase::Reading { .. });
+        if !reading {
+            self.workers[w].unread_readiness = true;
+        }
         let step = match self.workers[w].phase {
             Phase::Connecting(request) => match self.connected(w) {
                 Ok(true) => {
@@ -451,9 +462,14 @@ impl<'a> DirectEngine<'a> {
             },
             Phase::Writing { .. } => self.write(w),
             Phase::Reading { .. } => self.read(w),
-            // A close or a stray readiness while idle: the next request finds out.
+            // A close or a stray readiness while idle: the next request's first read finds out.
             Phase::Due { .. } | Phase::Finished => Step::Pending,
         };
+        // A read stops at a response's end, and the peer's end may be right behind it.
+        let peer_end = epoll::EventFlags::RDHUP | epoll::EventFlags::HUP | epoll::EventFlags::ERR;
+        if reading && flags.intersects(peer_end) {
+            self.workers[w].unread_readiness = true;
+        }
         self.after(w, step, now);
     }
 
@@ -510,13 +526,18 @@ impl<'a> DirectEngine<'a> {
         };
         // No read until the socket says so: the last read left it empty (short or
         // `WouldBlock`), so the answer's arrival is a new edge; reading now would almost always
-        // be a wasted syscall.
+        // be a wasted syscall. Unless an edge came since that no read followed: a new
+        // connection's, or a peer's close while the connection was idle.
+        if worker.unread_readiness {
+            return self.read(w);
+        }
         Step::Pending
     }
 
     fn read(&mut self, w: usize) -> Step {
         let memo = &mut self.head_memo;
         let worker = &mut self.workers[w];
+        worker.unread_readiness = false;
         let Phase::Reading { reader, .. } = &mut worker.phase else {
             return Step::Pending;
         };
