@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use meshbench_identity::spiffe_ids_of;
 use meshbench_policy::{Peer, Policy, Request};
@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use crate::l7::{serve_http, InboundContext, L7Upstream, Recording};
 use crate::metrics::{Direction, ProxyMetrics};
 use crate::upstream::UpstreamConnector;
-use crate::{ProxyMode, SidecarConfig};
+use crate::{Limits, ProxyMode, SidecarConfig};
 
 /// First byte of a TLS handshake record (ClientHello).
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -26,7 +26,7 @@ pub(crate) struct Inbound {
     transparent: bool,
     policy: Arc<Policy>,
     tls: Option<Arc<rustls::ServerConfig>>,
-    detect_timeout: Duration,
+    limits: Limits,
     /// L7 mode: pooled connections to the app.
     app_client: Option<Arc<L7Upstream>>,
     metrics: Option<Arc<ProxyMetrics>>,
@@ -46,9 +46,13 @@ impl Inbound {
             transparent,
             policy: config.policy.clone(),
             tls: tls.map(Arc::new),
-            detect_timeout: config.detect_timeout,
-            app_client: (config.mode == ProxyMode::L7)
-                .then(|| L7Upstream::new(UpstreamConnector::new(app, None, None))),
+            limits: config.limits,
+            app_client: (config.mode == ProxyMode::L7).then(|| {
+                L7Upstream::new(
+                    UpstreamConnector::new(app, None, None, &config.limits),
+                    config.limits,
+                )
+            }),
             metrics: config.metrics.clone(),
         }
     }
@@ -70,11 +74,13 @@ impl Inbound {
             },
             false => self.app,
         };
+        // Detection and the handshake share one deadline from accept: a peer that sends
+        // nothing, or half a ClientHello, is dropped when it passes.
+        let deadline = tokio::time::Instant::now() + self.limits.handshake_timeout;
         let mut first = [0u8; 1];
-        let is_tls = match tokio::time::timeout(self.detect_timeout, stream.peek(&mut first)).await
-        {
+        let is_tls = match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
             Ok(Ok(1)) => first[0] == TLS_HANDSHAKE,
-            // Closed, failed, or silent past the detection timeout.
+            // Closed, failed, or silent past the deadline.
             _ => return,
         };
         match (is_tls, &self.tls) {
@@ -82,11 +88,18 @@ impl Inbound {
                 let started = Instant::now();
                 // Boxed: the handshake's state would otherwise size the connection's task for its
                 // whole life (2.5 KiB, more than everything the task keeps afterwards).
-                let handshake = Box::pin(crate::lean_tls::accept(config.clone(), stream));
+                let handshake = Box::pin(tokio::time::timeout_at(
+                    deadline,
+                    crate::lean_tls::accept(config.clone(), stream),
+                ));
                 let tls = match handshake.await {
-                    Ok(tls) => tls,
-                    Err(e) => {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
                         tracing::debug!(%peer_addr, error = %e, "inbound TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer_addr, "inbound TLS handshake timed out");
                         return;
                     }
                 };
@@ -163,15 +176,23 @@ impl Inbound {
             tracing::info!(?peer, reason = %decision.reason, "inbound connection denied");
             return;
         }
-        let mut app = match TcpStream::connect(app).await {
-            Ok(app) => app,
-            Err(e) => {
+        let connect = tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(app));
+        let mut app = match connect.await {
+            Ok(Ok(app)) => app,
+            Ok(Err(e)) => {
                 tracing::warn!(%app, error = %e, "cannot reach the app");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(%app, "connecting to the app timed out");
                 return;
             }
         };
         let _ = app.set_nodelay(true);
-        if let Ok((forward, backward)) = crate::splice::splice(&mut downstream, &mut app).await {
+        let idle = self.limits.idle_timeout;
+        if let Ok((forward, backward)) =
+            crate::splice::splice(&mut downstream, &mut app, idle).await
+        {
             if let Some(m) = &self.metrics {
                 m.carried(Direction::Inbound, forward, backward);
             }
@@ -201,12 +222,12 @@ mod tests {
             inbound: None,
             outbound: vec![],
             transparent_outbound: None,
-            detect_timeout: Duration::from_secs(1),
+            limits: Limits::default(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let inbound = Inbound::new(&config, addr, false, None);
-        let outbound = Outbound::new(addr, None, ProxyMode::L4, None);
+        let outbound = Outbound::new(addr, None, ProxyMode::L4, None, Limits::default());
         let (first, second) = (TcpStream::connect(addr), TcpStream::connect(addr));
         let (first, second) = tokio::join!(first, second);
         let inbound_task = std::mem::size_of_val(&inbound.handle(first.unwrap(), addr));

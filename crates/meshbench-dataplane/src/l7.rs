@@ -7,8 +7,9 @@
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -18,14 +19,15 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use meshbench_policy::{Peer, Policy, Request as PolicyRequest};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::http1::Http1Pool;
+use crate::http1::{Http1Pool, IDENTITY_HEADERS};
 use crate::metrics::{Direction, ProxyMetrics};
+use crate::serving::Limits;
 use crate::splice::read_appending;
-use crate::upstream::{UpstreamConnector, UpstreamPool};
+use crate::upstream::{is_limit_reached, UpstreamConnector, UpstreamError, UpstreamPool};
 
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
@@ -51,16 +53,21 @@ pub(crate) struct InboundContext {
 pub(crate) struct L7Upstream {
     http1: Http1Pool,
     http2: Arc<UpstreamPool>,
+    limits: Limits,
 }
 
 impl L7Upstream {
-    pub(crate) fn new(connector: UpstreamConnector) -> Arc<Self> {
+    pub(crate) fn new(connector: UpstreamConnector, limits: Limits) -> Arc<Self> {
         Arc::new(L7Upstream {
             http1: Http1Pool::new(connector.clone()),
             http2: UpstreamPool::new(connector),
+            limits,
         })
     }
 }
+
+/// Largest HTTP/2 header list accepted, as the HTTP/1.1 path's largest head.
+const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 
 /// What every HTTP/2 connection starts with (RFC 9113 section 3.4).
 const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -85,14 +92,17 @@ pub(crate) async fn serve_http<S>(
         if compared == HTTP2_PREFACE.len() {
             break true;
         }
-        match read_appending(&mut io, &mut first).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+        // The first request's head must come within the header read timeout.
+        let read = read_appending(&mut io, &mut first);
+        match tokio::time::timeout(upstream.limits.header_read_timeout, read).await {
+            Ok(Ok(1..)) => {}
+            _ => return,
         }
     };
+    let limits = upstream.limits;
     if !is_http2 {
         let (inbound, recording) = (inbound.as_deref(), recording.as_ref());
-        crate::http1::proxy(io, first, inbound, &upstream.http1, recording).await;
+        crate::http1::proxy(io, first, inbound, &upstream.http1, recording, &limits).await;
         return;
     }
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -108,23 +118,66 @@ pub(crate) async fn serve_http<S>(
             Ok::<_, Infallible>(response)
         }
     });
-    let io = TokioIo::new(Rewind::new(first, io));
-    let builder = http2::Builder::new(TokioExecutor::new());
-    if let Err(e) = builder.serve_connection(io, service).await {
+    let moved = Arc::new(AtomicU64::new(0));
+    let io = TokioIo::new(Rewind::new(first, io, moved.clone()));
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    // Each stream takes an upstream connection while it waits for its response: bounding
+    // streams per connection (and upstream connections per destination, in the connector)
+    // is what keeps one client from opening thousands of connections to the app.
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_streams_per_connection)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
+        .keep_alive_interval(Some(limits.idle_timeout))
+        .keep_alive_timeout(limits.handshake_timeout);
+    let serving = builder.serve_connection(io, service);
+    tokio::pin!(serving);
+    let ended = tokio::select! {
+        ended = serving.as_mut() => ended,
+        () = idle(&moved, limits.idle_timeout) => {
+            tracing::debug!("HTTP/2 connection idle: going away");
+            serving.as_mut().graceful_shutdown();
+            tokio::time::timeout(limits.handshake_timeout, serving)
+                .await
+                .unwrap_or(Ok(()))
+        }
+    };
+    if let Err(e) = ended {
         tracing::debug!(error = %e, "HTTP/2 connection ended with an error");
     }
 }
 
-/// A stream whose first bytes, read to tell the protocol, are read once more.
-struct Rewind<S> {
+/// Resolves once `moved` has not changed for `period` (checked once a period, so between one
+/// and two periods after the last byte): one timer per period, nothing per read.
+pub(crate) async fn idle(moved: &AtomicU64, period: std::time::Duration) {
+    let mut last = moved.load(Ordering::Relaxed);
+    loop {
+        tokio::time::sleep(period).await;
+        let now = moved.load(Ordering::Relaxed);
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+/// A stream whose first bytes, read to tell the protocol, are read once more, counting the
+/// bytes that cross it (for the idle timeout).
+pub(crate) struct Rewind<S> {
     prefix: Vec<u8>,
     at: usize,
     io: S,
+    moved: Arc<AtomicU64>,
 }
 
 impl<S> Rewind<S> {
-    fn new(prefix: Vec<u8>, io: S) -> Self {
-        Rewind { prefix, at: 0, io }
+    pub(crate) fn new(prefix: Vec<u8>, io: S, moved: Arc<AtomicU64>) -> Self {
+        Rewind {
+            prefix,
+            at: 0,
+            io,
+            moved,
+        }
     }
 }
 
@@ -145,7 +198,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
             }
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut this.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        this.moved.fetch_add(n as u64, Ordering::Relaxed);
+        read
     }
 }
 
@@ -155,7 +212,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let written = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
+        this.moved.fetch_add(written as u64, Ordering::Relaxed);
+        Poll::Ready(Ok(written))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -168,11 +228,16 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
 }
 
 async fn handle(
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     inbound: Option<&InboundContext>,
     upstream: &Arc<UpstreamPool>,
     recording: Option<&Recording>,
 ) -> Response<ProxyBody> {
+    // A CONNECT stream is a tunnel, not a request an HTTP/1.1 upstream could serve.
+    if req.method() == http::Method::CONNECT {
+        return text(StatusCode::NOT_IMPLEMENTED, "CONNECT is not proxied\n");
+    }
+    sanitize_identity(req.headers_mut(), inbound.map(|ctx| &ctx.peer));
     if let Some(ctx) = inbound {
         let decision = ctx.policy.authorize(&PolicyRequest {
             namespace: &ctx.namespace,
@@ -215,9 +280,32 @@ async fn handle(
             strip_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, body.boxed())
         }
+        Err(UpstreamError::Connect(e)) if is_limit_reached(&e) => {
+            tracing::debug!(error = %e, "upstream connection limit reached");
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "upstream connection limit reached\n",
+            )
+        }
         Err(e) => {
             tracing::debug!(error = %e, "upstream request failed");
             text(StatusCode::BAD_GATEWAY, "upstream connect error\n")
+        }
+    }
+}
+
+/// Drops whatever identity headers the client sent and, inbound from a verified peer, sets
+/// them from its certificate (Envoy's `SANITIZE_SET`).
+fn sanitize_identity(headers: &mut HeaderMap, peer: Option<&Peer>) {
+    for name in IDENTITY_HEADERS {
+        headers.remove(name);
+    }
+    if let Some(Peer::Authenticated { id, .. }) = peer {
+        let id = id.to_string();
+        for (name, value) in IDENTITY_HEADERS.iter().zip([format!("URI={id}"), id]) {
+            if let Ok(value) = http::HeaderValue::try_from(value) {
+                headers.insert(*name, value);
+            }
         }
     }
 }
@@ -246,7 +334,9 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|list| list.split(','))
-        .filter_map(|name| HeaderName::try_from(name.trim()).ok())
+        .filter_map(|name| HeaderName::try_from(name.trim_matches([' ', '\t'])).ok())
+        // Framing and routing are never one hop's: the next hop must see what framed this one.
+        .filter(|name| ![header::CONTENT_LENGTH, header::HOST].contains(name))
         .collect();
     for name in HOP_BY_HOP.iter().chain(&named) {
         headers.remove(name);

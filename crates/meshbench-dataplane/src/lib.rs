@@ -30,6 +30,7 @@ pub use node_agent::{
     NodeAgentFile, OutboundListener, RemoteWorkload, ServiceEndpoint, TransparentListeners,
     DEFAULT_HBONE_PORT,
 };
+pub use serving::Limits;
 pub use sidecar::{
     run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, ProxyMode, Rotation, SidecarConfig,
     SidecarIdentity, TransparentOutbound,

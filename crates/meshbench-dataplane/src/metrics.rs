@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
@@ -307,31 +307,39 @@ pub async fn bind_admin(addr: SocketAddr) -> Result<TcpListener, Error> {
         .map_err(|source| Error::Bind { addr, source })
 }
 
-/// Serves `/metrics` and `/ready` until `shutdown` resolves.
+/// Admin connections served at once: a scraper needs one or two.
+const ADMIN_MAX_CONNECTIONS: usize = 64;
+/// An admin connection's whole life, and its request head's deadline.
+const ADMIN_CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+const ADMIN_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `/metrics` and `/ready` until `shutdown` resolves: at most 64 connections at once,
+/// each for at most 30 s, its request head within 10 s.
 pub async fn serve_admin(
     listener: TcpListener,
     metrics: Arc<ProxyMetrics>,
     shutdown: impl Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => continue,
-            },
-            () = &mut shutdown => return,
-        };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let metrics = metrics.clone();
-                async move { Ok::<_, Infallible>(admin_response(&req, &metrics)) }
-            });
-            let _ = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+    let accepting =
+        crate::serving::accept_loop(listener, ADMIN_MAX_CONNECTIONS, move |stream, _peer| {
+            let metrics = metrics.clone();
+            async move {
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let metrics = metrics.clone();
+                    async move { Ok::<_, Infallible>(admin_response(&req, &metrics)) }
+                });
+                let mut builder = auto::Builder::new(TokioExecutor::new());
+                builder
+                    .http1()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(ADMIN_HEADER_READ_TIMEOUT);
+                let serving = builder.serve_connection(TokioIo::new(stream), service);
+                let _ = tokio::time::timeout(ADMIN_CONNECTION_LIFETIME, serving).await;
+            }
         });
+    tokio::select! {
+        () = accepting => {}
+        () = shutdown => {}
     }
 }
 

@@ -12,10 +12,11 @@ use tokio::net::TcpStream;
 use crate::l7::{serve_http, L7Upstream, Recording};
 use crate::metrics::{Direction, ProxyMetrics};
 use crate::upstream::UpstreamConnector;
-use crate::ProxyMode;
+use crate::{Limits, ProxyMode};
 
 pub(crate) struct Outbound {
     upstream: SocketAddr,
+    limits: Limits,
     tls: Option<Arc<rustls::ClientConfig>>,
     /// L7 mode: pooled (m)TLS connections to the upstream sidecar.
     client: Option<Arc<L7Upstream>>,
@@ -28,17 +29,18 @@ impl Outbound {
         tls: Option<rustls::ClientConfig>,
         mode: ProxyMode,
         metrics: Option<Arc<ProxyMetrics>>,
+        limits: Limits,
     ) -> Self {
         let tls = tls.map(Arc::new);
         let client = (mode == ProxyMode::L7).then(|| {
-            L7Upstream::new(UpstreamConnector::new(
-                upstream,
-                tls.clone(),
-                metrics.clone(),
-            ))
+            L7Upstream::new(
+                UpstreamConnector::new(upstream, tls.clone(), metrics.clone(), &limits),
+                limits,
+            )
         });
         Outbound {
             upstream,
+            limits,
             tls,
             client,
             metrics,
@@ -59,13 +61,19 @@ impl Outbound {
             Box::pin(serve_http(app, None, client.clone(), recording)).await;
             return;
         }
-        let mut upstream = match TcpStream::connect(self.upstream).await {
-            Ok(s) => s,
-            Err(e) => {
+        let connect = TcpStream::connect(self.upstream);
+        let mut upstream = match tokio::time::timeout(self.limits.connect_timeout, connect).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
                 tracing::debug!(upstream = %self.upstream, error = %e, "upstream unreachable");
                 return;
             }
+            Err(_) => {
+                tracing::debug!(upstream = %self.upstream, "upstream connect timed out");
+                return;
+            }
         };
+        let idle = self.limits.idle_timeout;
         let _ = upstream.set_nodelay(true);
         match &self.tls {
             Some(config) => {
@@ -73,13 +81,21 @@ impl Outbound {
                 let name = ServerName::IpAddress(self.upstream.ip().into());
                 let started = Instant::now();
                 // Boxed, as inbound: the handshake's state must not size the task.
-                let handshake = Box::pin(crate::lean_tls::connect(config.clone(), name, upstream));
-                match handshake.await {
+                let handshake = Box::pin(tokio::time::timeout(
+                    self.limits.connect_timeout,
+                    crate::lean_tls::connect(config.clone(), name, upstream),
+                ));
+                match handshake.await.unwrap_or_else(|_| {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "handshake timed out",
+                    ))
+                }) {
                     Ok(mut tls) => {
                         if let Some(m) = &self.metrics {
                             m.tls_handshake(Direction::Outbound, started.elapsed());
                         }
-                        self.record(crate::splice::splice(&mut app, &mut tls).await);
+                        self.record(crate::splice::splice(&mut app, &mut tls, idle).await);
                     }
                     Err(e) => {
                         tracing::info!(upstream = %self.upstream, error = %e, "outbound mTLS refused");
@@ -87,7 +103,7 @@ impl Outbound {
                 }
             }
             None => {
-                self.record(crate::splice::splice(&mut app, &mut upstream).await);
+                self.record(crate::splice::splice(&mut app, &mut upstream, idle).await);
             }
         }
     }
@@ -103,14 +119,20 @@ impl Outbound {
 pub(crate) struct Captured {
     routes: HashMap<SocketAddr, Outbound>,
     metrics: Option<Arc<ProxyMetrics>>,
+    limits: Limits,
 }
 
 impl Captured {
     pub(crate) fn new(
         routes: HashMap<SocketAddr, Outbound>,
         metrics: Option<Arc<ProxyMetrics>>,
+        limits: Limits,
     ) -> Self {
-        Captured { routes, metrics }
+        Captured {
+            routes,
+            metrics,
+            limits,
+        }
     }
 
     pub(crate) async fn handle(&self, app: TcpStream) {
@@ -125,9 +147,14 @@ impl Captured {
             Some(route) => route.handle(app).await,
             // Not a mesh destination: pass it through untouched, plaintext and L4.
             None => {
-                Outbound::new(destination, None, ProxyMode::L4, self.metrics.clone())
-                    .handle(app)
-                    .await
+                let passthrough = Outbound::new(
+                    destination,
+                    None,
+                    ProxyMode::L4,
+                    self.metrics.clone(),
+                    self.limits,
+                );
+                passthrough.handle(app).await
             }
         }
     }

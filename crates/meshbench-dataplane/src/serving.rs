@@ -1,14 +1,16 @@
 //! What every proxy of the data plane does the same way: bind a listener (a port conflict is
-//! an error before anything runs), accept connections onto their own tasks, and keep an SVID
-//! renewed while serving.
+//! an error before anything runs), accept connections onto their own tasks within a
+//! connection limit, back off when the process is out of descriptors, keep an SVID renewed
+//! while serving, and the timeouts and caps every listener applies (`Limits`).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use meshbench_identity::{rotate_forever, CaClient, SvidStore};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::metrics::ProxyMetrics;
@@ -46,21 +48,86 @@ pub(crate) fn spawn_rotation(
     }));
 }
 
-pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, handle: F)
+/// The timeouts and caps of every listener of the data plane, so that a peer that sends
+/// nothing, too little or too much cannot hold the proxy's memory or descriptors. SECURITY.md
+/// lists them with their defaults; `meshbench proxy` takes each as a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// From accept to the first bytes and a finished TLS handshake (HBONE: and the CONNECT
+    /// request). Default 10 s.
+    pub handshake_timeout: Duration,
+    /// From the first byte of an HTTP/1.1 request head to its end. Default 10 s.
+    pub header_read_timeout: Duration,
+    /// How long a connection may move no byte in either direction (between requests, or
+    /// waiting for an answer) before it is closed. Default 300 s.
+    pub idle_timeout: Duration,
+    /// Dialing an upstream: connect and TLS handshake. Default 10 s.
+    pub connect_timeout: Duration,
+    /// Connections served at once per listener; more wait in the kernel's accept queue.
+    /// Default 10000.
+    pub max_connections: usize,
+    /// Connections a proxy opens to one upstream at once (Envoy's circuit breaker
+    /// `max_connections`); a request that finds none free within `connect_timeout` gets a
+    /// 503. Default 1024.
+    pub max_upstream_connections: usize,
+    /// Concurrent HTTP/2 streams per connection: the L7 path's downstream connections and
+    /// HBONE's tunnels per connection. Default 100.
+    pub max_streams_per_connection: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            connect_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
+            max_upstream_connections: 1024,
+            max_streams_per_connection: 100,
+        }
+    }
+}
+
+/// Longest pause after a failed accept (the pause doubles from 10 ms while accepts fail).
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+/// At most one "accept failed" line per this period; the others are counted in it.
+const ACCEPT_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, max_connections: usize, handle: F)
 where
     F: Fn(tokio::net::TcpStream, SocketAddr) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    let slots = Arc::new(Semaphore::new(max_connections.max(1)));
+    let mut backoff = Duration::ZERO;
+    let (mut last_log, mut unlogged) = (None::<Instant>, 0u64);
     loop {
+        // At the limit, stop accepting: new connections wait in the kernel's queue, as with
+        // HAProxy's maxconn, instead of costing a task each.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         match listener.accept().await {
             Ok((stream, peer)) => {
+                backoff = Duration::ZERO;
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(handle(stream, peer));
+                let served = handle(stream, peer);
+                tokio::spawn(async move {
+                    served.await;
+                    drop(slot);
+                });
             }
             Err(e) => {
-                // Out of descriptors or similar: keep serving what is established.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                // Out of descriptors or similar: keep serving what is established, retry
+                // less and less often, and say so at most once a period.
+                unlogged += 1;
+                if last_log.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_PERIOD) {
+                    tracing::warn!(error = %e, failures = unlogged, "accept failed");
+                    (last_log, unlogged) = (Some(Instant::now()), 0);
+                }
+                backoff = (backoff * 2).clamp(Duration::from_millis(10), MAX_ACCEPT_BACKOFF);
+                tokio::time::sleep(backoff).await;
             }
         }
     }

@@ -8,7 +8,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use meshbench_identity::{
     client_config_for, server_config_for, CaClient, SpiffeId, SvidStore, TlsOptions,
@@ -19,7 +18,7 @@ use tokio::net::TcpListener;
 use crate::inbound::Inbound;
 use crate::metrics::ProxyMetrics;
 use crate::outbound::{Captured, Outbound};
-use crate::serving::{accept_loop, listen, spawn_rotation};
+use crate::serving::{accept_loop, listen, spawn_rotation, Limits};
 use crate::Error;
 
 /// The workload's SVID and the trust bundle it verifies peers with.
@@ -96,8 +95,8 @@ pub struct SidecarConfig {
     pub inbound: Option<InboundConfig>,
     pub outbound: Vec<OutboundRoute>,
     pub transparent_outbound: Option<TransparentOutbound>,
-    /// How long inbound waits for a client's first bytes to tell TLS from plaintext.
-    pub detect_timeout: Duration,
+    /// Timeouts and caps of every listener.
+    pub limits: Limits,
 }
 
 pub struct BoundSidecar {
@@ -106,6 +105,7 @@ pub struct BoundSidecar {
     transparent: Option<(TcpListener, Arc<Captured>)>,
     rotation: Option<(Arc<SvidStore>, CaClient, f64)>,
     metrics: Option<Arc<ProxyMetrics>>,
+    max_connections: usize,
 }
 
 /// Loads the identity, builds the TLS configurations and binds every listener.
@@ -150,6 +150,7 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
         transparent: None,
         rotation,
         metrics: config.metrics.clone(),
+        max_connections: config.limits.max_connections,
     };
     if let Some(inbound) = &config.inbound {
         let tls = match (&identity, &store, config.mtls) {
@@ -180,6 +181,7 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
             tls,
             config.mode,
             config.metrics.clone(),
+            config.limits,
         ))
     };
     for route in &config.outbound {
@@ -193,7 +195,7 @@ pub async fn run_sidecar(config: SidecarConfig) -> Result<BoundSidecar, Error> {
         for (destination, id) in &transparent.destinations {
             routes.insert(*destination, outbound_to(*destination, id.clone())?);
         }
-        let captured = Captured::new(routes, config.metrics.clone());
+        let captured = Captured::new(routes, config.metrics.clone(), config.limits);
         bound.transparent = Some((listen(transparent.listen).await?, Arc::new(captured)));
     }
     Ok(bound)
@@ -221,20 +223,21 @@ impl BoundSidecar {
         if let Some((store, client, fraction)) = self.rotation {
             spawn_rotation(&mut tasks, store, client, fraction, self.metrics.clone());
         }
+        let max = self.max_connections;
         if let Some((listener, handler)) = self.inbound {
-            tasks.spawn(accept_loop(listener, move |stream, peer| {
+            tasks.spawn(accept_loop(listener, max, move |stream, peer| {
                 let handler = handler.clone();
                 async move { handler.handle(stream, peer).await }
             }));
         }
         if let Some((listener, handler)) = self.transparent {
-            tasks.spawn(accept_loop(listener, move |stream, _peer| {
+            tasks.spawn(accept_loop(listener, max, move |stream, _peer| {
                 let handler = handler.clone();
                 async move { handler.handle(stream).await }
             }));
         }
         for (listener, handler) in self.outbound {
-            tasks.spawn(accept_loop(listener, move |stream, _peer| {
+            tasks.spawn(accept_loop(listener, max, move |stream, _peer| {
                 let handler = handler.clone();
                 async move { handler.handle(stream).await }
             }));

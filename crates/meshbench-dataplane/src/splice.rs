@@ -7,10 +7,11 @@
 //! until written. Like HAProxy's buffer pool, an idle connection costs no buffer.
 
 use std::cell::RefCell;
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -127,24 +128,41 @@ impl Direction {
 }
 
 /// Copies `a` to `b` and `b` to `a` until both directions reach end of stream (each shut
-/// down on the other side as its reader ends), like `tokio::io::copy_bidirectional`. Returns
-/// the bytes copied from `a` to `b` and from `b` to `a`.
-pub(crate) async fn splice<A, B>(a: &mut A, b: &mut B) -> io::Result<(u64, u64)>
+/// down on the other side as its reader ends), like `tokio::io::copy_bidirectional`, or until
+/// no byte has moved either way for `idle` (then a `TimedOut` error). Returns the bytes
+/// copied from `a` to `b` and from `b` to `a`.
+///
+/// The idle timer is armed once and re-armed only when it fires after bytes moved, never per
+/// read: a busy connection costs one timer per `idle` period, and a silent one is closed
+/// between `idle` and twice `idle` after its last byte.
+pub(crate) async fn splice<A, B>(a: &mut A, b: &mut B, idle: Duration) -> io::Result<(u64, u64)>
 where
     A: AsyncRead + AsyncWrite + Unpin + ?Sized,
     B: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
     let mut a_to_b = Direction::default();
     let mut b_to_a = Direction::default();
+    let watchdog = tokio::time::sleep(idle);
+    tokio::pin!(watchdog);
+    let mut moved_at_last_check = 0;
     poll_fn(|cx| {
         let forward = a_to_b.poll_copy(cx, Pin::new(&mut *a), Pin::new(&mut *b))?;
         let backward = b_to_a.poll_copy(cx, Pin::new(&mut *b), Pin::new(&mut *a))?;
-        match (forward, backward) {
-            (Poll::Ready(()), Poll::Ready(())) => {
-                Poll::Ready(Ok((a_to_b.transferred, b_to_a.transferred)))
-            }
-            _ => Poll::Pending,
+        if let (Poll::Ready(()), Poll::Ready(())) = (forward, backward) {
+            return Poll::Ready(Ok((a_to_b.transferred, b_to_a.transferred)));
         }
+        while watchdog.as_mut().poll(cx).is_ready() {
+            let moved = a_to_b.transferred + b_to_a.transferred;
+            if moved == moved_at_last_check {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection idle",
+                )));
+            }
+            moved_at_last_check = moved;
+            watchdog.as_mut().reset(tokio::time::Instant::now() + idle);
+        }
+        Poll::Pending
     })
     .await
 }
@@ -159,7 +177,9 @@ mod tests {
         // 64-byte pipes force partial writes and the leftover path.
         let (mut client, mut proxy_front) = tokio::io::duplex(64);
         let (mut proxy_back, mut server) = tokio::io::duplex(64);
-        let proxy = tokio::spawn(async move { splice(&mut proxy_front, &mut proxy_back).await });
+        let proxy = tokio::spawn(async move {
+            splice(&mut proxy_front, &mut proxy_back, Duration::from_secs(60)).await
+        });
         let request: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
         let response: Vec<u8> = request.iter().rev().copied().collect();
         let (sent, expected) = (request.clone(), response.clone());
@@ -190,5 +210,26 @@ mod tests {
         assert_eq!(server_task.await.unwrap(), request);
         let (forward, backward) = proxy.await.unwrap().unwrap();
         assert_eq!((forward, backward), (200_000, 200_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_silent_for_the_idle_timeout_is_closed_and_a_busy_one_is_not() {
+        let (mut client, mut proxy_front) = tokio::io::duplex(64);
+        let (mut proxy_back, mut server) = tokio::io::duplex(64);
+        let idle = Duration::from_secs(10);
+        let proxy =
+            tokio::spawn(async move { splice(&mut proxy_front, &mut proxy_back, idle).await });
+        // A byte every 7 s keeps it open well past the idle timeout...
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_secs(7)).await;
+            client.write_all(b"x").await.unwrap();
+            let mut byte = [0u8];
+            server.read_exact(&mut byte).await.unwrap();
+        }
+        assert!(!proxy.is_finished());
+        // ...and silence closes it within twice the timeout.
+        tokio::time::sleep(idle * 2 + Duration::from_millis(1)).await;
+        let error = proxy.await.unwrap().unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
     }
 }

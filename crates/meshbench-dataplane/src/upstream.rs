@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -28,15 +28,32 @@ use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::lean_tls::LeanTlsStream;
 use crate::metrics::{Direction, ProxyMetrics};
 
+/// Dials the upstream within a cap on open connections (Envoy's circuit breaker
+/// `max_connections`) and a deadline for connecting and the TLS handshake. Clones share the
+/// cap, so the HTTP/1.1 and HTTP/2 paths to one destination count together.
 #[derive(Clone)]
 pub(crate) struct UpstreamConnector {
     upstream: SocketAddr,
     tls: Option<Arc<ClientConfig>>,
     metrics: Option<Arc<ProxyMetrics>>,
+    slots: Arc<Semaphore>,
+    connect_timeout: Duration,
+}
+
+/// Every upstream connection allowed is open and none became free in time.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream connection limit reached")]
+pub(crate) struct UpstreamLimitReached;
+
+/// Whether `e` says the upstream connection limit was reached (a 503, not a 502).
+pub(crate) fn is_limit_reached(e: &io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.is::<UpstreamLimitReached>())
 }
 
 impl UpstreamConnector {
@@ -44,15 +61,28 @@ impl UpstreamConnector {
         upstream: SocketAddr,
         tls: Option<Arc<ClientConfig>>,
         metrics: Option<Arc<ProxyMetrics>>,
+        limits: &crate::Limits,
     ) -> Self {
         UpstreamConnector {
             upstream,
             tls,
             metrics,
+            slots: Arc::new(Semaphore::new(limits.max_upstream_connections.max(1))),
+            connect_timeout: limits.connect_timeout,
         }
     }
 
     pub(crate) async fn connect(&self) -> io::Result<UpstreamStream> {
+        let slot = tokio::time::timeout(self.connect_timeout, self.slots.clone().acquire_owned())
+            .await
+            .map_err(|_| io::Error::other(UpstreamLimitReached))?
+            .map_err(io::Error::other)?;
+        tokio::time::timeout(self.connect_timeout, self.dial(slot))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "upstream connect timed out"))?
+    }
+
+    async fn dial(&self, slot: OwnedSemaphorePermit) -> io::Result<UpstreamStream> {
         let tcp = TcpStream::connect(self.upstream).await?;
         tcp.set_nodelay(true)?;
         match &self.tls {
@@ -64,9 +94,15 @@ impl UpstreamConnector {
                 if let Some(m) = &self.metrics {
                     m.tls_handshake(Direction::Outbound, started.elapsed());
                 }
-                Ok(UpstreamStream::Tls(tls))
+                Ok(UpstreamStream {
+                    io: UpstreamIo::Tls(tls),
+                    _slot: slot,
+                })
             }
-            None => Ok(UpstreamStream::Plain(tcp)),
+            None => Ok(UpstreamStream {
+                io: UpstreamIo::Plain(tcp),
+                _slot: slot,
+            }),
         }
     }
 
@@ -83,8 +119,14 @@ impl UpstreamConnector {
     }
 }
 
-/// An upstream connection's byte stream, plaintext or mTLS.
-pub(crate) enum UpstreamStream {
+/// An upstream connection's byte stream, plaintext or mTLS, holding its place under the
+/// connection cap until dropped.
+pub(crate) struct UpstreamStream {
+    io: UpstreamIo,
+    _slot: OwnedSemaphorePermit,
+}
+
+enum UpstreamIo {
     Plain(TcpStream),
     Tls(Box<LeanTlsStream<UnbufferedClientConnection>>),
 }
@@ -233,9 +275,9 @@ impl AsyncRead for UpstreamStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            UpstreamStream::Tls(io) => Pin::new(io).poll_read(cx, buf),
+        match &mut self.get_mut().io {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            UpstreamIo::Tls(io) => Pin::new(io).poll_read(cx, buf),
         }
     }
 }
@@ -246,23 +288,23 @@ impl AsyncWrite for UpstreamStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            UpstreamStream::Tls(io) => Pin::new(io).poll_write(cx, buf),
+        match &mut self.get_mut().io {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            UpstreamIo::Tls(io) => Pin::new(io).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(io) => Pin::new(io).poll_flush(cx),
-            UpstreamStream::Tls(io) => Pin::new(io).poll_flush(cx),
+        match &mut self.get_mut().io {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_flush(cx),
+            UpstreamIo::Tls(io) => Pin::new(io).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            UpstreamStream::Tls(io) => Pin::new(io).poll_shutdown(cx),
+        match &mut self.get_mut().io {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            UpstreamIo::Tls(io) => Pin::new(io).poll_shutdown(cx),
         }
     }
 }

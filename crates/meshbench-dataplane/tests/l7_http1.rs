@@ -278,7 +278,20 @@ fn pipelined_requests_are_answered_in_order_and_hop_by_hop_headers_stop_at_the_p
         }
         let first = pair.seen.recv().await.unwrap();
         let names: Vec<&str> = first.headers.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["host", "x-kept"]);
+        // The identity headers are the server-side proxy's, from the client's certificate.
+        assert_eq!(
+            names,
+            [
+                "host",
+                "x-kept",
+                "x-forwarded-client-cert",
+                "x-meshbench-identity"
+            ]
+        );
+        assert_eq!(
+            first.header("x-meshbench-identity"),
+            Some("spiffe://cluster.local/ns/app/sa/experimenter")
+        );
     });
 }
 

@@ -111,6 +111,7 @@ impl Lab {
                 policy: Arc::new(Policy::from_yaml(POLICY).unwrap()),
                 tls: Default::default(),
                 metrics,
+                limits: Default::default(),
             }))
             .unwrap();
         let addrs = (bound.hbone_addr().unwrap(), bound.outbound_addrs());
@@ -287,6 +288,7 @@ fn a_bad_configuration_names_what_is_wrong() {
             policy: Arc::new(Policy::from_yaml("{}").unwrap()),
             tls: Default::default(),
             metrics: None,
+            limits: Default::default(),
         }))
         .err()
         .unwrap();

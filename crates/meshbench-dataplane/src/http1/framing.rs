@@ -95,35 +95,97 @@ impl BodyScanner {
                     at += 2;
                     self.state = State::ChunkSize;
                 }
-                State::ChunkSize => match httparse::parse_chunk_size(rest) {
-                    Ok(httparse::Status::Complete((used, 0))) => {
-                        at += used;
-                        self.state = State::Trailers;
-                    }
-                    Ok(httparse::Status::Complete((used, size))) => {
-                        at += used;
-                        self.state = State::Data {
-                            left: size,
-                            chunked: true,
+                State::ChunkSize => match line(rest)? {
+                    Some(end) => {
+                        let size = chunk_size(&rest[..end])?;
+                        at += end + 2;
+                        self.state = match size {
+                            0 => State::Trailers,
+                            size => State::Data {
+                                left: size,
+                                chunked: true,
+                            },
                         };
                     }
-                    Ok(httparse::Status::Partial) if rest.len() < MAX_LINE => break,
-                    _ => return Err(FramingError("invalid chunk size line")),
+                    None => break,
                 },
-                State::Trailers => match rest.iter().position(|&b| b == b'\n') {
-                    Some(end) => {
-                        at += end + 1;
-                        // An empty line ends the trailers and the body.
-                        if end == 0 || (end == 1 && rest[0] == b'\r') {
-                            self.state = State::Done;
-                        }
+                State::Trailers => match line(rest)? {
+                    // An empty line ends the trailers and the body.
+                    Some(0) => {
+                        at += 2;
+                        self.state = State::Done;
                     }
-                    None if rest.len() < MAX_LINE => break,
-                    None => return Err(FramingError("trailer line too long")),
+                    Some(end) => {
+                        trailer_line(&rest[..end])?;
+                        at += end + 2;
+                    }
+                    None => break,
                 },
             }
         }
         Ok(at)
+    }
+}
+
+/// The length of the line at the start of `bytes`, without its CRLF; `None` while it is
+/// incomplete. A bare LF or CR, or a line longer than `MAX_LINE`, is an error: lenient line
+/// endings are where two parsers start to disagree about a body's end.
+fn line(bytes: &[u8]) -> Result<Option<usize>, FramingError> {
+    let window = &bytes[..bytes.len().min(MAX_LINE + 2)];
+    match window.iter().position(|&b| b == b'\n' || b == b'\r') {
+        Some(end) if window[end] == b'\n' => Err(FramingError("bare LF in a chunked body")),
+        Some(end) => match bytes.get(end + 1) {
+            Some(b'\n') => Ok(Some(end)),
+            Some(_) => Err(FramingError("bare CR in a chunked body")),
+            None => Ok(None),
+        },
+        None if bytes.len() > MAX_LINE => Err(FramingError("chunk line too long")),
+        None => Ok(None),
+    }
+}
+
+/// A chunk-size line without its CRLF: hex digits, then optional extensions
+/// (RFC 9112 section 7.1.1), whose names and values are passed on, not interpreted.
+fn chunk_size(line: &[u8]) -> Result<u64, FramingError> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err(FramingError("chunk size missing"));
+    }
+    let mut size: u64 = 0;
+    for &digit in &line[..digits] {
+        let value = (digit as char).to_digit(16).unwrap_or_default();
+        size = size
+            .checked_mul(16)
+            .and_then(|s| s.checked_add(u64::from(value)))
+            .ok_or(FramingError("chunk size overflows"))?;
+    }
+    let extensions = &line[digits..];
+    let first = extensions.iter().find(|&&b| b != b' ' && b != b'\t');
+    let visible = extensions
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b));
+    match (first, visible) {
+        (None, true) | (Some(b';'), true) => Ok(size),
+        _ => Err(FramingError("invalid chunk extension")),
+    }
+}
+
+/// A trailer field line without its CRLF: `name: value`, the name a token, no line folding.
+fn trailer_line(line: &[u8]) -> Result<(), FramingError> {
+    let colon = line
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or(FramingError("trailer line without a colon"))?;
+    let name_ok = colon > 0
+        && line[..colon]
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    let value_ok = line[colon + 1..]
+        .iter()
+        .all(|&b| b == b'\t' || b >= b' ' && b != 0x7f);
+    match name_ok && value_ok {
+        true => Ok(()),
+        false => Err(FramingError("invalid trailer line")),
     }
 }
 
@@ -186,5 +248,50 @@ mod tests {
         let mut scanner = BodyScanner::new(Framing::UntilClose);
         assert_eq!(scanner.advance(b"abc").unwrap(), 3);
         assert!(scanner.until_close() && !scanner.is_done());
+    }
+
+    fn refused(bytes: &[u8]) -> bool {
+        BodyScanner::new(Framing::Chunked).advance(bytes).is_err()
+    }
+
+    #[test]
+    fn lenient_chunk_framing_is_refused() {
+        for bad in [
+            &b"5;a=b\nhello\r\n0\r\n\r\n"[..],
+            b"5\nhello",
+            b"\r\nhello",
+            b";ext\r\n",
+            b"5\rhello",
+            b"10000000000000000\r\n",
+            b"5 x\r\n",
+            b"0\r\nx-t: 1\n\r\n",
+            b"0\r\n folded\r\n\r\n",
+            b"0\r\nno colon\r\n\r\n",
+            b"0\r\n\n",
+        ] {
+            assert!(refused(bad), "{:?}", String::from_utf8_lossy(bad));
+        }
+        // The longest size that fits is fine; extensions with whitespace too.
+        let mut scanner = BodyScanner::new(Framing::Chunked);
+        assert_eq!(scanner.advance(b"ffffffffffffffff\r\n").unwrap(), 18);
+        let mut scanner = BodyScanner::new(Framing::Chunked);
+        assert_eq!(
+            scanner.advance(b"1 ; a=\"b c\"\r\nx\r\n0\r\n\r\n").unwrap(),
+            21
+        );
+        assert!(scanner.is_done());
+    }
+
+    #[test]
+    fn an_endless_chunk_line_is_refused_rather_than_buffered() {
+        let mut line = b"1;".to_vec();
+        line.resize(MAX_LINE + 8, b'a');
+        assert!(refused(&line));
+        assert_eq!(
+            BodyScanner::new(Framing::Chunked)
+                .advance(&line[..MAX_LINE])
+                .unwrap(),
+            0
+        );
     }
 }

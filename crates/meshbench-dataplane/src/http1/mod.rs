@@ -9,17 +9,20 @@ mod framing;
 mod head;
 mod pool;
 
+use std::future::Future;
 use std::io;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use meshbench_policy::Request as PolicyRequest;
+use meshbench_policy::{Peer, Request as PolicyRequest};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::l7::{InboundContext, Recording};
+use crate::serving::Limits;
 use crate::splice::read_appending;
-use crate::upstream::UpstreamStream;
-use framing::{BodyScanner, Framing};
+use crate::upstream::{is_limit_reached, UpstreamStream};
+use framing::{BodyScanner, Framing, FramingError};
+pub(crate) use head::IDENTITY_HEADERS;
 use head::{local_response, parse_request, parse_response, HeadError, RequestHead, ResponseHead};
 pub(crate) use pool::Http1Pool;
 
@@ -34,10 +37,14 @@ pub(crate) async fn proxy<S>(
     inbound: Option<&InboundContext>,
     pool: &Http1Pool,
     recording: Option<&Recording>,
+    limits: &Limits,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let idle = limits.idle_timeout;
     loop {
+        // A head's deadline runs from its first byte; before that the connection is idle.
+        let mut head_started = (!pending.is_empty()).then(Instant::now);
         let mut head = loop {
             match parse_request(&pending) {
                 Ok(Some(head)) => break head,
@@ -50,27 +57,49 @@ pub(crate) async fn proxy<S>(
                         _ => (400, "Bad Request"),
                     };
                     let answer = local_response(status, reason, &format!("{e}\n"), true);
-                    if write_message(&mut downstream, &answer).await.is_ok() {
+                    if write_message(&mut downstream, &answer, idle).await.is_ok() {
                         linger(downstream).await;
                     }
                     return;
                 }
             }
-            // End of stream between requests, or in the middle of one: nothing to answer.
-            match read_appending(&mut downstream, &mut pending).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
+            let wait = match head_started {
+                Some(at) => limits.header_read_timeout.saturating_sub(at.elapsed()),
+                None => idle,
+            };
+            match tokio::time::timeout(wait, read_appending(&mut downstream, &mut pending)).await {
+                // End of stream between requests, or in the middle of one: nothing to answer.
+                Ok(Ok(0) | Err(_)) => return,
+                Ok(Ok(_)) => {
+                    head_started.get_or_insert_with(Instant::now);
+                }
+                // Silent between requests: closed without a word, as servers do.
+                Err(_) if head_started.is_none() => return,
+                Err(_) => {
+                    tracing::debug!("request head not complete within the header read timeout");
+                    let answer = local_response(408, "Request Timeout", "request timeout\n", true);
+                    if write_message(&mut downstream, &answer, idle).await.is_ok() {
+                        linger(downstream).await;
+                    }
+                    return;
+                }
             }
         };
         let started = Instant::now();
+        if let Some(Peer::Authenticated { id, .. }) = inbound.map(|ctx| &ctx.peer) {
+            // The client's own identity headers were dropped from the head: these are the
+            // only ones the app sees.
+            head.add_header(IDENTITY_HEADERS[0], &format!("URI={id}"));
+            head.add_header(IDENTITY_HEADERS[1], &id.to_string());
+        }
         let outcome = if authorized(&head, &pending, inbound, recording) {
-            exchange(&mut downstream, &mut pending, &mut head, pool).await
+            exchange(&mut downstream, &mut pending, &mut head, pool, idle).await
         } else {
             // The body is not read: the connection cannot carry another request.
             let close = !head.keep_alive || head.framing != Framing::Empty;
             let answer = local_response(403, "Forbidden", "RBAC: access denied\n", close);
             pending.drain(..head.len);
-            write_message(&mut downstream, &answer)
+            write_message(&mut downstream, &answer, idle)
                 .await
                 .map(|()| Answered {
                     status: 403,
@@ -96,12 +125,38 @@ pub(crate) async fn proxy<S>(
             }
             Err(ExchangeError::BeforeResponse(e)) => {
                 tracing::debug!(error = %e, "upstream request failed");
+                // Envoy's answers: 503 when a circuit breaker is open, 502 otherwise.
+                let (status, answer) = match is_limit_reached(&e) {
+                    true => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        local_response(
+                            503,
+                            "Service Unavailable",
+                            "upstream connection limit reached\n",
+                            true,
+                        ),
+                    ),
+                    false => (
+                        StatusCode::BAD_GATEWAY,
+                        local_response(502, "Bad Gateway", "upstream connect error\n", true),
+                    ),
+                };
+                if let Some(r) = recording {
+                    r.metrics.response(r.direction, status, started);
+                }
+                let _ = write_message(&mut downstream, &answer, idle).await;
+                return;
+            }
+            Err(ExchangeError::BadRequest(e)) => {
+                tracing::debug!(error = %e, "refusing a request with a malformed body");
                 if let Some(r) = recording {
                     r.metrics
-                        .response(r.direction, StatusCode::BAD_GATEWAY, started);
+                        .response(r.direction, StatusCode::BAD_REQUEST, started);
                 }
-                let answer = local_response(502, "Bad Gateway", "upstream connect error\n", true);
-                let _ = write_message(&mut downstream, &answer).await;
+                let answer = local_response(400, "Bad Request", &format!("{e}\n"), true);
+                if write_message(&mut downstream, &answer, idle).await.is_ok() {
+                    linger(downstream).await;
+                }
                 return;
             }
             Err(ExchangeError::Midway(e)) => {
@@ -126,6 +181,10 @@ struct Answered {
 
 #[derive(Debug, thiserror::Error)]
 enum ExchangeError {
+    /// The request's body was not valid chunked framing: the client gets a 400 (the
+    /// upstream connection, which may have seen part of it, is dropped).
+    #[error("{0}")]
+    BadRequest(FramingError),
     /// Nothing was sent downstream yet: the client can be told with a 502.
     #[error("{0}")]
     BeforeResponse(io::Error),
@@ -164,6 +223,7 @@ async fn exchange<S>(
     pending: &mut Vec<u8>,
     head: &mut RequestHead,
     pool: &Http1Pool,
+    idle: Duration,
 ) -> Result<Answered, ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -172,7 +232,7 @@ where
     let mut request_body = BodyScanner::new(head.framing);
     let sent_now = request_body
         .advance(&pending[head.len..])
-        .map_err(|e| before(io::Error::other(e)))?;
+        .map_err(ExchangeError::BadRequest)?;
     let mut first_write = std::mem::take(&mut head.rewritten);
     first_write.extend_from_slice(&pending[head.len..head.len + sent_now]);
     pending.drain(..head.len + sent_now);
@@ -181,37 +241,47 @@ where
     let mut forwarded = first_write.len() as u64;
     let mut lease = pool.checkout().await.map_err(before)?;
     let mut response = Vec::new();
-    let mut attempt = write_message(&mut lease.stream, &first_write).await;
+    let mut attempt = write_message(&mut lease.stream, &first_write, idle).await;
     let mut body_refused = false;
     if whole_request_sent {
         // A request that failed to go out can be sent again; one that went out only if
         // sending it twice does no harm (RFC 9110 section 9.2.2).
         let resendable = attempt.is_err() || head.idempotent;
         if attempt.is_ok() {
-            attempt = read_some(&mut lease.stream, &mut response).await;
+            attempt = read_some(&mut lease.stream, &mut response, idle).await;
         }
         if attempt.is_err() && lease.reused && resendable {
             // The upstream closed the idle connection as the request went out: once more on
             // a new connection.
             lease = pool.open().await.map_err(before)?;
-            write_message(&mut lease.stream, &first_write)
+            write_message(&mut lease.stream, &first_write, idle)
                 .await
                 .map_err(before)?;
             response.clear();
-            attempt = read_some(&mut lease.stream, &mut response).await;
+            attempt = read_some(&mut lease.stream, &mut response, idle).await;
         }
         attempt.map_err(before)?;
     } else {
         attempt.map_err(before)?;
         // A client that expects 100 Continue sends its body only once told to.
         let go_ahead = !head.expects_continue
-            || next_head(&mut lease.stream, &mut response, downstream, head, None)
-                .await?
-                .is_none();
+            || next_head(
+                &mut lease.stream,
+                &mut response,
+                downstream,
+                head,
+                None,
+                idle,
+            )
+            .await?
+            .is_none();
         if go_ahead {
-            let (_, copied) = copy_body(downstream, &mut lease.stream, request_body, pending)
+            let (_, copied) = copy_body(downstream, &mut lease.stream, request_body, pending, idle)
                 .await
-                .map_err(before)?;
+                .map_err(|e| match e {
+                    CopyError::Framing(e) => ExchangeError::BadRequest(e),
+                    CopyError::Io(e) => before(e),
+                })?;
             forwarded += copied;
         } else {
             body_refused = true;
@@ -224,13 +294,14 @@ where
         downstream,
         head,
         Some(keeps_alive),
+        idle,
     )
     .await?
-    .expect("a final response");
+    .ok_or_else(|| before(io::Error::other("no final response")))?;
     let body_start = answer.len;
     let mut response_body = BodyScanner::new(answer.framing);
     let sent_now = response_body
-        .advance(&response[body_start..])
+        .advance(response.get(body_start..).unwrap_or_default())
         .map_err(|e| before(io::Error::other(e)))?;
     // A body refused before it was sent leaves both connections out of step.
     let mut reusable = answer.reusable && !body_refused;
@@ -238,13 +309,20 @@ where
     out.extend_from_slice(&response[body_start..body_start + sent_now]);
     let mut rest = response.split_off(body_start + sent_now);
     let midway = ExchangeError::Midway;
-    write_message(downstream, &out).await.map_err(midway)?;
+    write_message(downstream, &out, idle)
+        .await
+        .map_err(midway)?;
     let mut returned = out.len() as u64;
     if !response_body.is_done() {
-        let (upstream_ended, copied) =
-            copy_body(&mut lease.stream, downstream, response_body, &mut rest)
-                .await
-                .map_err(midway)?;
+        let (upstream_ended, copied) = copy_body(
+            &mut lease.stream,
+            downstream,
+            response_body,
+            &mut rest,
+            idle,
+        )
+        .await
+        .map_err(|e| midway(e.into()))?;
         reusable &= !upstream_ended;
         returned += copied;
     }
@@ -270,6 +348,7 @@ async fn next_head<S>(
     downstream: &mut S,
     head: &RequestHead,
     client_keeps_alive: Option<bool>,
+    idle: Duration,
 ) -> Result<Option<ResponseHead>, ExchangeError>
 where
     S: AsyncWrite + Unpin,
@@ -278,7 +357,7 @@ where
         let keeps_alive = client_keeps_alive.unwrap_or(head.keep_alive);
         match parse_response(response, head.is_head, keeps_alive) {
             Ok(Some(answer)) if (100..200).contains(&answer.status) => {
-                write_message(downstream, &answer.rewritten)
+                write_message(downstream, &answer.rewritten, idle)
                     .await
                     .map_err(ExchangeError::Midway)?;
                 response.drain(..answer.len);
@@ -287,7 +366,7 @@ where
                 }
             }
             Ok(Some(answer)) => return Ok(Some(answer)),
-            Ok(None) => read_some(upstream, response)
+            Ok(None) => read_some(upstream, response, idle)
                 .await
                 .map_err(ExchangeError::BeforeResponse)?,
             Err(e) => return Err(ExchangeError::BeforeResponse(io::Error::other(e))),
@@ -304,8 +383,8 @@ async fn linger<S>(mut downstream: S)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let _ = downstream.shutdown().await;
     let drain = async {
+        let _ = downstream.shutdown().await;
         let mut discarded = Vec::new();
         while let Ok(1..) = read_appending(&mut downstream, &mut discarded).await {
             discarded.clear();
@@ -314,23 +393,53 @@ where
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
-/// Reads more into `buf`; the end of the stream is an error here.
-async fn read_some<R>(reader: &mut R, buf: &mut Vec<u8>) -> io::Result<()>
+/// Reads more into `buf` within `idle`; the end of the stream is an error here.
+async fn read_some<R>(reader: &mut R, buf: &mut Vec<u8>, idle: Duration) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
 {
-    match read_appending(reader, buf).await? {
+    match within(idle, read_appending(reader, buf)).await? {
         0 => Err(io::ErrorKind::UnexpectedEof.into()),
         _ => Ok(()),
     }
 }
 
-async fn write_message<W>(writer: &mut W, bytes: &[u8]) -> io::Result<()>
+/// Writes a whole message within `idle`: a peer that stops reading cannot hold the
+/// connection (and its buffered bytes) forever.
+async fn write_message<W>(writer: &mut W, bytes: &[u8], idle: Duration) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
 {
-    writer.write_all(bytes).await?;
-    writer.flush().await
+    within(idle, async {
+        writer.write_all(bytes).await?;
+        writer.flush().await
+    })
+    .await
+}
+
+/// `io`, or a `TimedOut` error once `limit` has passed. A timer is only registered when
+/// `io` has to wait.
+async fn within<T>(limit: Duration, io: impl Future<Output = io::Result<T>>) -> io::Result<T> {
+    tokio::time::timeout(limit, io)
+        .await
+        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout")))
+}
+
+#[derive(Debug, thiserror::Error)]
+enum CopyError {
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Framing(#[from] FramingError),
+}
+
+impl From<CopyError> for io::Error {
+    fn from(e: CopyError) -> Self {
+        match e {
+            CopyError::Io(e) => e,
+            CopyError::Framing(e) => io::Error::other(e),
+        }
+    }
 }
 
 /// Copies the rest of a body from `from` to `to`, `carry` holding bytes already read (an
@@ -341,7 +450,8 @@ async fn copy_body<R, W>(
     to: &mut W,
     mut scanner: BodyScanner,
     carry: &mut Vec<u8>,
-) -> io::Result<(bool, u64)>
+    idle: Duration,
+) -> Result<(bool, u64), CopyError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -353,9 +463,9 @@ where
         if buf.len() == buf.capacity() {
             buf.reserve(BODY_CHUNK);
         }
-        let ended = from.read_buf(&mut buf).await? == 0;
-        let n = scanner.advance(&buf).map_err(io::Error::other)?;
-        to.write_all(&buf[..n]).await?;
+        let ended = within(idle, from.read_buf(&mut buf)).await? == 0;
+        let n = scanner.advance(&buf)?;
+        within(idle, to.write_all(&buf[..n])).await?;
         copied += n as u64;
         buf.drain(..n);
         if scanner.is_done() {
@@ -367,7 +477,7 @@ where
             to.flush().await?;
             return match scanner.until_close() {
                 true => Ok((true, copied)),
-                false => Err(io::ErrorKind::UnexpectedEof.into()),
+                false => Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
             };
         }
     }

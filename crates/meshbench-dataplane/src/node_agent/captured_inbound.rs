@@ -14,12 +14,13 @@ use tokio::net::TcpStream;
 use super::directory::{Destination, Directory};
 use super::outbound::connect;
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::serving::original_destination;
+use crate::serving::{original_destination, Limits};
 
 pub(crate) struct CapturedInbound {
     directory: Arc<Directory>,
     policy: Arc<Policy>,
     metrics: Option<Arc<ProxyMetrics>>,
+    limits: Limits,
 }
 
 impl CapturedInbound {
@@ -27,11 +28,13 @@ impl CapturedInbound {
         directory: Arc<Directory>,
         policy: Arc<Policy>,
         metrics: Option<Arc<ProxyMetrics>>,
+        limits: Limits,
     ) -> Self {
         CapturedInbound {
             directory,
             policy,
             metrics,
+            limits,
         }
     }
 
@@ -67,10 +70,13 @@ impl CapturedInbound {
             tracing::info!(%peer, %target, reason = %decision.reason, "plaintext connection denied");
             return;
         }
-        let Some(mut app) = connect(target).await else {
+        let Some(mut app) = connect(target, self.limits.connect_timeout).await else {
             return;
         };
-        if let Ok((forward, backward)) = crate::splice::splice(&mut downstream, &mut app).await {
+        let idle = self.limits.idle_timeout;
+        if let Ok((forward, backward)) =
+            crate::splice::splice(&mut downstream, &mut app, idle).await
+        {
             if let Some(m) = &self.metrics {
                 m.carried(Direction::Inbound, forward, backward);
             }

@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +12,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Empty;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use meshbench_identity::{spiffe_ids_of, SpiffeId};
 use meshbench_policy::{Peer, Policy, Request as AuthzRequest};
 use tokio::net::TcpStream;
@@ -19,13 +20,16 @@ use tokio_rustls::TlsAcceptor;
 
 use super::directory::{Directory, LocalEntry};
 use super::pool::{CONNECTION_WINDOW, STREAM_WINDOW};
+use crate::l7::{idle, Rewind};
 use crate::metrics::{Direction, ProxyMetrics};
+use crate::serving::Limits;
 
 pub(crate) struct HboneInbound {
     directory: Arc<Directory>,
     policy: Arc<Policy>,
     acceptor: TlsAcceptor,
     metrics: Option<Arc<ProxyMetrics>>,
+    limits: Limits,
 }
 
 /// What every stream of one HBONE connection shares.
@@ -35,6 +39,7 @@ struct Caller {
     destination: Arc<LocalEntry>,
     policy: Arc<Policy>,
     metrics: Option<Arc<ProxyMetrics>>,
+    limits: Limits,
 }
 
 impl HboneInbound {
@@ -43,21 +48,28 @@ impl HboneInbound {
         policy: Arc<Policy>,
         acceptor: TlsAcceptor,
         metrics: Option<Arc<ProxyMetrics>>,
+        limits: Limits,
     ) -> Self {
         HboneInbound {
             directory,
             policy,
             acceptor,
             metrics,
+            limits,
         }
     }
 
     pub(crate) async fn handle(&self, tcp: TcpStream, peer_addr: SocketAddr) {
         let started = Instant::now();
-        let tls = match self.acceptor.accept(tcp).await {
-            Ok(tls) => tls,
-            Err(e) => {
+        let handshake = self.acceptor.accept(tcp);
+        let tls = match tokio::time::timeout(self.limits.handshake_timeout, handshake).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
                 tracing::debug!(%peer_addr, error = %e, "HBONE handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer_addr, "HBONE handshake timed out");
                 return;
             }
         };
@@ -83,17 +95,38 @@ impl HboneInbound {
             destination,
             policy: self.policy.clone(),
             metrics: self.metrics.clone(),
+            limits: self.limits,
         });
         let service = hyper::service::service_fn(move |request| {
             let caller = caller.clone();
             async move { Ok::<_, Infallible>(tunnel(&caller, request).await) }
         });
-        let served = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        let limits = self.limits;
+        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
-            .max_concurrent_streams(u32::MAX)
-            .serve_connection(TokioIo::new(tls), service)
-            .await;
+            // ztunnel's bound; the sending pool opens another connection past it.
+            .max_concurrent_streams(limits.max_streams_per_connection)
+            .max_header_list_size(16 * 1024)
+            .keep_alive_interval(Some(limits.idle_timeout))
+            .keep_alive_timeout(limits.handshake_timeout);
+        let moved = Arc::new(AtomicU64::new(0));
+        let io = TokioIo::new(Rewind::new(Vec::new(), tls, moved.clone()));
+        let serving = builder.serve_connection(io, service);
+        tokio::pin!(serving);
+        // The connection's own bytes: tunnels run on tasks of their own (with their own idle
+        // timeout), so a connection whose tunnels are all idle goes away too.
+        let served = tokio::select! {
+            served = serving.as_mut() => served,
+            () = idle(&moved, limits.idle_timeout) => {
+                serving.as_mut().graceful_shutdown();
+                tokio::time::timeout(limits.handshake_timeout, serving)
+                    .await
+                    .unwrap_or(Ok(()))
+            }
+        };
         if let Err(e) = served {
             tracing::debug!(%peer_addr, error = %e, "HBONE connection ended");
         }
@@ -140,13 +173,19 @@ async fn tunnel(caller: &Caller, mut request: Request<Incoming>) -> Response<Emp
         tracing::info!(caller = %caller.id, %target, reason = %decision.reason, "tunnel denied");
         return status(StatusCode::FORBIDDEN);
     }
-    let mut app = match TcpStream::connect(target).await {
-        Ok(app) => app,
-        Err(e) => {
-            tracing::warn!(%target, error = %e, "cannot reach the app");
-            return status(StatusCode::SERVICE_UNAVAILABLE);
-        }
-    };
+    let limits = caller.limits;
+    let mut app =
+        match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(target)).await {
+            Ok(Ok(app)) => app,
+            Ok(Err(e)) => {
+                tracing::warn!(%target, error = %e, "cannot reach the app");
+                return status(StatusCode::SERVICE_UNAVAILABLE);
+            }
+            Err(_) => {
+                tracing::warn!(%target, "connecting to the app timed out");
+                return status(StatusCode::SERVICE_UNAVAILABLE);
+            }
+        };
     let _ = app.set_nodelay(true);
     let upgrade = hyper::upgrade::on(&mut request);
     let metrics = caller.metrics.clone();
@@ -156,7 +195,8 @@ async fn tunnel(caller: &Caller, mut request: Request<Incoming>) -> Response<Emp
             return;
         };
         let mut stream = TokioIo::new(upgraded);
-        if let Ok((forward, backward)) = crate::splice::splice(&mut stream, &mut app).await {
+        let idle = limits.idle_timeout;
+        if let Ok((forward, backward)) = crate::splice::splice(&mut stream, &mut app, idle).await {
             if let Some(m) = &metrics {
                 m.carried(Direction::Inbound, forward, backward);
             }

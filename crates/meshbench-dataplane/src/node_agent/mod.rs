@@ -35,7 +35,7 @@ use outbound::{AgentOutbound, FixedPair};
 use pool::HbonePool;
 
 use crate::metrics::ProxyMetrics;
-use crate::serving::{accept_loop, listen, spawn_rotation};
+use crate::serving::{accept_loop, listen, spawn_rotation, Limits};
 use crate::Error;
 
 pub struct NodeAgentConfig {
@@ -43,6 +43,8 @@ pub struct NodeAgentConfig {
     pub policy: Arc<Policy>,
     pub tls: TlsOptions,
     pub metrics: Option<Arc<ProxyMetrics>>,
+    /// Timeouts and caps of every listener.
+    pub limits: Limits,
 }
 
 pub struct BoundNodeAgent {
@@ -54,6 +56,7 @@ pub struct BoundNodeAgent {
     captured: Option<(TcpListener, TcpListener, Arc<CapturedInbound>)>,
     rotations: Vec<(Arc<SvidStore>, CaClient, f64)>,
     metrics: Option<Arc<ProxyMetrics>>,
+    max_connections: usize,
 }
 
 /// Loads every local SVID, builds the directory and binds the HBONE and outbound listeners.
@@ -75,11 +78,13 @@ pub async fn run_node_agent(config: NodeAgentConfig) -> Result<BoundNodeAgent, E
         config.policy.clone(),
         TlsAcceptor::from(Arc::new(server_tls)),
         config.metrics.clone(),
+        config.limits,
     ));
     let pool = Arc::new(HbonePool::new(
         config.file.ca.clone(),
         config.tls.clone(),
         config.metrics.clone(),
+        config.limits,
     ));
     let outbound = Arc::new(AgentOutbound::new(
         directory.clone(),
@@ -88,6 +93,7 @@ pub async fn run_node_agent(config: NodeAgentConfig) -> Result<BoundNodeAgent, E
         pool,
         config.policy.clone(),
         config.metrics.clone(),
+        config.limits,
     ));
     let mut fixed = Vec::new();
     for listener in &config.file.outbound {
@@ -102,6 +108,7 @@ pub async fn run_node_agent(config: NodeAgentConfig) -> Result<BoundNodeAgent, E
                 directory.clone(),
                 config.policy.clone(),
                 config.metrics.clone(),
+                config.limits,
             )),
         )),
         None => None,
@@ -130,6 +137,7 @@ pub async fn run_node_agent(config: NodeAgentConfig) -> Result<BoundNodeAgent, E
         captured,
         rotations,
         metrics: config.metrics,
+        max_connections: config.limits.max_connections,
     })
 }
 
@@ -158,24 +166,25 @@ impl BoundNodeAgent {
             spawn_rotation(&mut tasks, store, client, fraction, self.metrics.clone());
         }
         let inbound = self.inbound;
-        tasks.spawn(accept_loop(self.hbone, move |stream, peer| {
+        let max = self.max_connections;
+        tasks.spawn(accept_loop(self.hbone, max, move |stream, peer| {
             let inbound = inbound.clone();
             async move { inbound.handle(stream, peer).await }
         }));
         for (listener, pair) in self.fixed {
             let outbound = self.outbound.clone();
-            tasks.spawn(accept_loop(listener, move |stream, _peer| {
+            tasks.spawn(accept_loop(listener, max, move |stream, _peer| {
                 let (outbound, pair) = (outbound.clone(), pair.clone());
                 async move { outbound.handle_fixed(stream, &pair).await }
             }));
         }
         if let Some((outbound_listener, inbound_listener, inbound)) = self.captured {
             let outbound = self.outbound.clone();
-            tasks.spawn(accept_loop(outbound_listener, move |stream, peer| {
+            tasks.spawn(accept_loop(outbound_listener, max, move |stream, peer| {
                 let outbound = outbound.clone();
                 async move { outbound.handle_captured(stream, peer).await }
             }));
-            tasks.spawn(accept_loop(inbound_listener, move |stream, peer| {
+            tasks.spawn(accept_loop(inbound_listener, max, move |stream, peer| {
                 let inbound = inbound.clone();
                 async move { inbound.handle(stream, peer).await }
             }));

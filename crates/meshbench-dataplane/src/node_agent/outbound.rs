@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use meshbench_identity::SpiffeId;
@@ -18,7 +19,7 @@ use super::config::OutboundListener;
 use super::directory::{Destination, Directory, LocalEntry};
 use super::pool::HbonePool;
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::serving::original_destination;
+use crate::serving::{original_destination, Limits};
 use crate::Error;
 
 enum Route {
@@ -39,6 +40,7 @@ pub(crate) struct AgentOutbound {
     pool: Arc<HbonePool>,
     policy: Arc<Policy>,
     metrics: Option<Arc<ProxyMetrics>>,
+    limits: Limits,
 }
 
 /// An explicit outbound listener's fixed pair.
@@ -55,6 +57,7 @@ impl AgentOutbound {
         pool: Arc<HbonePool>,
         policy: Arc<Policy>,
         metrics: Option<Arc<ProxyMetrics>>,
+        limits: Limits,
     ) -> Self {
         AgentOutbound {
             directory,
@@ -63,6 +66,7 @@ impl AgentOutbound {
             pool,
             policy,
             metrics,
+            limits,
         }
     }
 
@@ -130,17 +134,19 @@ impl AgentOutbound {
             .metrics
             .as_ref()
             .map(|m| m.connection(Direction::Outbound));
+        let (idle, connect_timeout) = (self.limits.idle_timeout, self.limits.connect_timeout);
         let copied = match self.route(target) {
             Route::Tunnel { destination, agent } => {
-                let upgraded = match self.pool.open(source, &destination, agent, target).await {
-                    Ok(upgraded) => upgraded,
+                let opened = self.pool.open(source, &destination, agent, target).await;
+                let (upgraded, _slot) = match opened {
+                    Ok(opened) => opened,
                     Err(e) => {
                         tracing::info!(source = %source.id, error = %e, "tunnel refused");
                         return;
                     }
                 };
                 let mut tunnel = TokioIo::new(upgraded);
-                crate::splice::splice(&mut app, &mut tunnel).await
+                crate::splice::splice(&mut app, &mut tunnel, idle).await
             }
             Route::Direct { destination } => {
                 let peer = Peer::Authenticated {
@@ -161,16 +167,16 @@ impl AgentOutbound {
                     tracing::info!(source = %source.id, reason = %decision.reason, "denied");
                     return;
                 }
-                let Some(mut upstream) = connect(target).await else {
+                let Some(mut upstream) = connect(target, connect_timeout).await else {
                     return;
                 };
-                crate::splice::splice(&mut app, &mut upstream).await
+                crate::splice::splice(&mut app, &mut upstream, idle).await
             }
             Route::Passthrough => {
-                let Some(mut upstream) = connect(target).await else {
+                let Some(mut upstream) = connect(target, connect_timeout).await else {
                     return;
                 };
-                crate::splice::splice(&mut app, &mut upstream).await
+                crate::splice::splice(&mut app, &mut upstream, idle).await
             }
         };
         if let (Some(m), Ok((forward, backward))) = (&self.metrics, copied) {
@@ -179,14 +185,18 @@ impl AgentOutbound {
     }
 }
 
-pub(crate) async fn connect(target: SocketAddr) -> Option<TcpStream> {
-    match TcpStream::connect(target).await {
-        Ok(stream) => {
+pub(crate) async fn connect(target: SocketAddr, timeout: Duration) -> Option<TcpStream> {
+    match tokio::time::timeout(timeout, TcpStream::connect(target)).await {
+        Ok(Ok(stream)) => {
             let _ = stream.set_nodelay(true);
             Some(stream)
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             tracing::warn!(%target, error = %e, "cannot reach the destination");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(%target, "connecting to the destination timed out");
             None
         }
     }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use meshbench_dataplane::{
-    run_sidecar, InboundConfig, OutboundRoute, ProxyMetrics, ProxyMode, Rotation, SidecarConfig,
-    SidecarIdentity,
+    run_sidecar, InboundConfig, Limits, OutboundRoute, ProxyMetrics, ProxyMode, Rotation,
+    SidecarConfig, SidecarIdentity,
 };
 use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
 use meshbench_policy::Policy;
@@ -113,7 +113,7 @@ impl Lab {
             }),
             outbound: vec![],
             transparent_outbound: None,
-            detect_timeout: Duration::from_secs(1),
+            limits: Limits::default(),
         })
         .0
         .unwrap()
@@ -161,7 +161,7 @@ impl Lab {
                 ),
             }],
             transparent_outbound: None,
-            detect_timeout: Duration::from_secs(1),
+            limits: Limits::default(),
         })
         .1[0]
     }

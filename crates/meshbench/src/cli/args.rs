@@ -8,6 +8,22 @@ pub fn duration(value: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{e} (expected a duration such as 10s, 250ms or 1m)"))
 }
 
+/// A duration above zero, for timeouts (a zero timeout would fail everything at once).
+pub fn positive_duration(value: &str) -> Result<Duration, String> {
+    match duration(value)? {
+        Duration::ZERO => Err("expected a duration above zero".to_owned()),
+        d => Ok(d),
+    }
+}
+
+/// A count of at least one.
+pub fn at_least_one(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{value:?} is not a whole number of at least 1")),
+    }
+}
+
 pub fn positive_rate(value: &str) -> Result<f64, String> {
     match value.parse::<f64>() {
         Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
@@ -50,6 +66,9 @@ mod tests {
         assert!(positive_rate("0").is_err());
         assert!(positive_rate("NaN").is_err());
         assert!(duration("10x").is_err());
+        assert!(positive_duration("0s").is_err());
+        assert_eq!(positive_duration("2s").unwrap(), Duration::from_secs(2));
+        assert!(at_least_one("0").is_err());
         assert_eq!(fraction("0.5").unwrap(), 0.5);
         assert!(fraction("1").is_err());
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use meshbench_dataplane::{
-    bind_admin, run_node_agent, run_sidecar, serve_admin, InboundConfig, NodeAgentConfig,
+    bind_admin, run_node_agent, run_sidecar, serve_admin, InboundConfig, Limits, NodeAgentConfig,
     NodeAgentFile, OutboundRoute, ProxyMetrics, ProxyMode, Rotation, SidecarConfig,
     SidecarIdentity, TransparentOutbound,
 };
@@ -61,6 +61,8 @@ pub struct NodeAgentArgs {
     config: PathBuf,
     #[command(flatten)]
     tls: TlsArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Serve Prometheus metrics on this address (GET /metrics).
     #[arg(long)]
     admin: Option<SocketAddr>,
@@ -74,6 +76,47 @@ pub struct NodeAgentArgs {
     /// Runtime worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+}
+
+/// Every listener's timeouts and caps (SECURITY.md lists them; the defaults are
+/// `meshbench_dataplane::Limits::default()`).
+#[derive(Debug, Args)]
+struct LimitArgs {
+    /// From accept to a finished TLS handshake (and protocol detection).
+    #[arg(long, value_parser = super::args::positive_duration, default_value = "10s")]
+    handshake_timeout: Duration,
+    /// From the first byte of an HTTP/1.1 request head to its end (L7).
+    #[arg(long, value_parser = super::args::positive_duration, default_value = "10s")]
+    header_read_timeout: Duration,
+    /// A connection that moves no byte for this long is closed.
+    #[arg(long, value_parser = super::args::positive_duration, default_value = "300s")]
+    idle_timeout: Duration,
+    /// Connecting to an upstream, TLS handshake included.
+    #[arg(long, value_parser = super::args::positive_duration, default_value = "10s")]
+    connect_timeout: Duration,
+    /// Connections served at once per listener; more wait in the accept queue.
+    #[arg(long, value_parser = super::args::at_least_one, default_value = "10000")]
+    max_connections: usize,
+    /// Connections open at once to one upstream; past it a request gets a 503.
+    #[arg(long, value_parser = super::args::at_least_one, default_value = "1024")]
+    max_upstream_connections: usize,
+    /// Concurrent HTTP/2 streams (L7) or HBONE tunnels per connection.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), default_value = "100")]
+    max_streams_per_connection: u32,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            handshake_timeout: self.handshake_timeout,
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+            connect_timeout: self.connect_timeout,
+            max_connections: self.max_connections,
+            max_upstream_connections: self.max_upstream_connections,
+            max_streams_per_connection: self.max_streams_per_connection,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +169,8 @@ pub struct SidecarArgs {
     no_mtls: bool,
     #[command(flatten)]
     tls: TlsArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// l4: splice bytes, authorize by identity; l7: parse HTTP, authorize every request.
     #[arg(long, value_enum, default_value = "l4")]
     mode: Mode,
@@ -306,7 +351,7 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
                 upstream_id,
             })
             .collect(),
-        detect_timeout: Duration::from_secs(5),
+        limits: a.limits.limits(),
     };
     let admin = a.admin;
     let (metrics_file, kept_metrics) = (a.metrics_file.clone(), metrics.clone());
@@ -337,6 +382,7 @@ fn node_agent(a: NodeAgentArgs) -> anyhow::Result<()> {
         policy: Arc::new(policy),
         tls: a.tls.options(),
         metrics: metrics.clone(),
+        limits: a.limits.limits(),
     };
     let admin = a.admin;
     let (metrics_file, kept_metrics) = (a.metrics_file.clone(), metrics.clone());
