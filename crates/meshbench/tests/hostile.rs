@@ -1,0 +1,510 @@
+//! The reference data plane and the CA as an attacker meets them: the real `meshbench`
+//! processes on loopback, raw bytes on real sockets. Each test is one finding of the
+//! hardening issue (request smuggling, lenient parsing, a panic reachable from the network,
+//! connections held forever, connection caps) and what the proxy must do instead.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use meshbench_testkit::wait_for;
+
+/// A `meshbench` role started as a child process, killed when dropped.
+struct Component {
+    child: Child,
+    /// The address its ready line announced.
+    addr: SocketAddr,
+}
+
+impl Component {
+    fn start(args: &[&str]) -> Component {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = Vec::new();
+            let mut byte = [0u8];
+            while let Ok(1) = stdout.read(&mut byte) {
+                if byte[0] == b'\n' {
+                    let _ = tx.send(String::from_utf8_lossy(&line).into_owned());
+                    line.clear();
+                } else {
+                    line.push(byte[0]);
+                }
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no ready line from meshbench {args:?}"));
+        let ready: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let addr = ready["addr"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no address in {line}"))
+            .parse()
+            .unwrap();
+        Component { child, addr }
+    }
+
+    /// Whether the process is still running (a panic in a task does not end it, but an
+    /// abort would).
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The app behind the proxy: answers every request `200 ok` and records the request heads it
+/// read, so a test can tell what the proxy forwarded.
+struct RecordingApp {
+    addr: SocketAddr,
+    heads: Arc<Mutex<Vec<String>>>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl RecordingApp {
+    fn start() -> RecordingApp {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (seen, count) = (heads.clone(), connections.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                count.fetch_add(1, Ordering::SeqCst);
+                let seen = seen.clone();
+                std::thread::spawn(move || serve_recording(stream, &seen));
+            }
+        });
+        RecordingApp {
+            addr,
+            heads,
+            connections,
+        }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+fn serve_recording(mut stream: TcpStream, seen: &Mutex<Vec<String>>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        while let Some(end) = find(&buf, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() < end + 4 + length {
+                break;
+            }
+            buf.drain(..end + 4 + length);
+            seen.lock().unwrap().push(head);
+            if stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .is_err()
+            {
+                return;
+            }
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Sends `request` and reads until the proxy closes or `deadline` passes; returns what came.
+fn exchange(addr: SocketAddr, request: &[u8], deadline: Duration) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(request).unwrap();
+    read_until_close(&mut stream, deadline)
+}
+
+fn read_until_close(stream: &mut TcpStream, deadline: Duration) -> String {
+    let until = Instant::now() + deadline;
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "the proxy neither answered nor closed within {deadline:?}; got {:?}",
+            String::from_utf8_lossy(&answer)
+        );
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Sends one request on a fresh connection and returns the first response's status line.
+fn status_of(addr: SocketAddr, request: &[u8]) -> String {
+    let answer = exchange(addr, request, Duration::from_secs(20));
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+const POLICY: &str = r#"
+peer_authentication:
+  - { name: permissive, namespace: app, mode: PERMISSIVE }
+authorization:
+  - name: no-admin
+    namespace: app
+    workload: calculator
+    action: DENY
+    rules:
+      - to: { paths: ["/admin", "/admin/*"] }
+"#;
+
+/// An L7 sidecar (plaintext inbound, so raw sockets reach its parser) in front of `app`.
+fn l7_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let inbound = format!("127.0.0.1:0={app}");
+    let mut args = vec![
+        "proxy",
+        "sidecar",
+        "--namespace",
+        "app",
+        "--workload",
+        "calculator",
+        "--mode",
+        "l7",
+        "--no-mtls",
+        "--no-metrics",
+        "--threads",
+        "1",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--inbound",
+        &inbound,
+    ];
+    args.extend_from_slice(extra);
+    Component::start(&args)
+}
+
+#[test]
+fn a_connection_header_naming_the_framing_smuggles_nothing_past_the_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let mut proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    let smuggled = b"GET /admin HTTP/1.1\r\nHost: calc\r\n\r\n";
+    for nominated in ["content-length", "Content-Length, x-y", "host"] {
+        let request = [
+            format!(
+                "POST /public HTTP/1.1\r\nHost: calc\r\nConnection: {nominated}\r\n\
+                 Content-Length: {}\r\n\r\n",
+                smuggled.len()
+            )
+            .as_bytes(),
+            smuggled,
+        ]
+        .concat();
+        assert!(
+            status_of(proxy.addr, &request).starts_with("HTTP/1.1 400"),
+            "{nominated}"
+        );
+    }
+    // A request that does reach the app shows that nothing before it did.
+    let ok = status_of(
+        proxy.addr,
+        b"GET /public HTTP/1.1\r\nHost: calc\r\nConnection: close\r\n\r\n",
+    );
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    let heads = app.heads();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(heads[0].starts_with("GET /public HTTP/1.1"));
+    assert!(proxy.alive());
+}
+
+#[test]
+fn every_forwarded_request_frames_as_the_proxy_framed_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    // Duplicate agreeing lengths, tabs around values: the app gets exactly one length.
+    let answer = exchange(
+        proxy.addr,
+        b"POST /a HTTP/1.1\r\nHost: calc\r\nContent-Length: 3\r\ncontent-length:\t3\t\r\n\
+          Connection: close\r\n\r\nabc",
+        Duration::from_secs(20),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let heads = app.heads();
+    let lengths: Vec<&str> = heads[0]
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("content-length"))
+        .collect();
+    assert_eq!(lengths, ["content-length: 3"], "{heads:?}");
+}
+
+#[test]
+fn lenient_framing_is_refused_with_400() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    let cases: [&[u8]; 7] = [
+        "POST /a HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\u{a0}\r\n\r\n0\r\n\r\n"
+            .as_bytes(),
+        "POST /a HTTP/1.1\r\nHost: c\r\nContent-Length: 3\u{a0}\r\n\r\nabc".as_bytes(),
+        b"POST /a HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n3;x\nabc\r\n0\r\n\r\n",
+        b"POST /a HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n\r\n",
+        b"POST /a HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nx: 1\n\r\n",
+        b"POST /a HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    ];
+    for request in cases {
+        let status = status_of(proxy.addr, request);
+        assert!(
+            status.starts_with("HTTP/1.1 400"),
+            "{:?} got {status:?}",
+            String::from_utf8_lossy(request)
+        );
+    }
+}
+
+#[test]
+fn request_targets_are_not_misread_and_none_panics_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let mut proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    // The absolute form without a path used to panic the connection's task.
+    for _ in 0..50 {
+        let status = status_of(
+            proxy.addr,
+            b"GET http://web HTTP/1.1\r\nConnection: close\r\n\r\n",
+        );
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    }
+    // `://` in the query is not an authority and a path.
+    let status = status_of(
+        proxy.addr,
+        b"GET /public?next=http://evil/admin HTTP/1.1\r\nHost: calc\r\nConnection: close\r\n\r\n",
+    );
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let heads = app.heads();
+    assert!(
+        heads[0].starts_with("GET / HTTP/1.1\r\nhost: web"),
+        "{heads:?}"
+    );
+    assert!(
+        heads
+            .last()
+            .unwrap()
+            .starts_with("GET /public?next=http://evil/admin HTTP/1.1\r\nHost: calc"),
+        "{heads:?}"
+    );
+    assert!(proxy.alive());
+}
+
+#[test]
+fn a_clients_identity_headers_never_reach_the_app() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    let status = status_of(
+        proxy.addr,
+        b"GET /public HTTP/1.1\r\nHost: calc\r\nConnection: close\r\n\
+          X-Forwarded-Client-Cert: By=spiffe://cluster.local/ns/app/sa/calculator;\
+          URI=spiffe://cluster.local/ns/app/sa/experimenter\r\n\
+          x-meshbench-identity: spiffe://cluster.local/ns/app/sa/experimenter\r\n\r\n",
+    );
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let head = app.heads()[0].to_ascii_lowercase();
+    assert!(
+        !head.contains("x-forwarded-client-cert") && !head.contains("x-meshbench-identity"),
+        "{head}"
+    );
+}
+
+#[test]
+fn a_request_head_that_never_ends_is_timed_out_with_408() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let proxy = l7_sidecar(dir.path(), app.addr, &["--header-read-timeout", "1s"]);
+    let started = Instant::now();
+    let answer = exchange(
+        proxy.addr,
+        b"GET /public HTTP/1.1\r\nHost: calc\r\nX-Slow: ",
+        Duration::from_secs(20),
+    );
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+}
+
+#[test]
+fn past_the_connection_limit_a_client_waits_for_a_free_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let proxy = l7_sidecar(dir.path(), app.addr, &["--max-connections", "2"]);
+    let holders: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(proxy.addr).unwrap())
+        .collect();
+    // The two holders are accepted (the kernel queues the third): wait until the proxy has
+    // taken them, shown by a third connection going unanswered while they are open.
+    let mut third = TcpStream::connect(proxy.addr).unwrap();
+    third
+        .write_all(b"GET /public HTTP/1.1\r\nHost: calc\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut byte = [0u8];
+    assert!(
+        matches!(third.read(&mut byte), Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)),
+        "a third connection was served past --max-connections 2"
+    );
+    drop(holders);
+    let answer = read_until_close(&mut third, Duration::from_secs(20));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// A CA, a workload SVID and a sidecar terminating mTLS, for the handshake tests.
+fn mtls_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
+    let ca = dir.join("ca");
+    let ca_str = ca.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let status = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{args:?}");
+    };
+    run(&[
+        "ca",
+        "init",
+        "--dir",
+        ca_str,
+        "--trust-domain",
+        "cluster.local",
+    ]);
+    run(&[
+        "ca",
+        "issue",
+        "--dir",
+        ca_str,
+        "--ns",
+        "app",
+        "--sa",
+        "calculator",
+    ]);
+    let (cert, key, bundle) = (
+        ca.join("app.calculator.pem"),
+        ca.join("app.calculator.key"),
+        ca.join("ca.pem"),
+    );
+    let inbound = format!("127.0.0.1:0={app}");
+    let mut args = vec![
+        "proxy",
+        "sidecar",
+        "--namespace",
+        "app",
+        "--workload",
+        "calculator",
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "--ca",
+        bundle.to_str().unwrap(),
+        "--no-metrics",
+        "--threads",
+        "1",
+        "--inbound",
+        &inbound,
+    ];
+    args.extend_from_slice(extra);
+    Component::start(&args)
+}
+
+#[test]
+fn half_sent_client_hellos_are_dropped_at_the_handshake_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let proxy = mtls_sidecar(dir.path(), app.addr, &["--handshake-timeout", "1s"]);
+    let started = Instant::now();
+    let mut held: Vec<TcpStream> = (0..20)
+        .map(|i| {
+            let mut s = TcpStream::connect(proxy.addr).unwrap();
+            // A lone record type byte, or the start of a ClientHello.
+            let sent: &[u8] = if i % 2 == 0 {
+                &[0x16]
+            } else {
+                &[0x16, 3, 1, 0, 200, 1]
+            };
+            s.write_all(sent).unwrap();
+            s
+        })
+        .collect();
+    for stream in &mut held {
+        read_until_close(stream, Duration::from_secs(20));
+    }
+    assert!(started.elapsed() >= Duration::from_secs(1));
+}
+
+#[test]
+fn the_proxy_survives_a_burst_of_panicky_and_malformed_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let mut proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    let garbage: [&[u8]; 8] = [
+        b"GET http://web HTTP/1.1\r\n\r\n",
+        b"GET http://web?x HTTP/1.1\r\n\r\n",
+        b"GET http:// HTTP/1.1\r\n\r\n",
+        b"GET http://a@b/ HTTP/1.1\r\n\r\n",
+        b"\r\n\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: c\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+    ];
+    for _ in 0..10 {
+        for request in garbage {
+            let mut s = TcpStream::connect(proxy.addr).unwrap();
+            let _ = s.write_all(request);
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            let _ = read_until_close(&mut s, Duration::from_secs(20));
+        }
+    }
+    assert!(proxy.alive());
+    let status = status_of(
+        proxy.addr,
+        b"GET /public HTTP/1.1\r\nHost: calc\r\nConnection: close\r\n\r\n",
+    );
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    wait_for("the app to have answered", Duration::from_secs(5), || {
+        (app.connections.load(Ordering::SeqCst) >= 1).then_some(())
+    });
+}
