@@ -174,6 +174,31 @@ impl CertificateAuthority {
         })
     }
 
+    /// Issues a leaf with exactly these URI SANs, whatever their trust domain or number: a
+    /// certificate this CA never issues to a workload, for the tests and identity checks that
+    /// must present what a compromised or foreign CA would.
+    pub fn issue_with_uris(&self, uris: &[&str]) -> Result<IssuedSvid, Error> {
+        let first = uris.first().ok_or_else(|| Error::InvalidName {
+            field: "URI SANs",
+            value: String::new(),
+            reason: "give at least one".to_owned(),
+        })?;
+        let spiffe_id = SpiffeId::parse(first)?;
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
+        let (mut params, not_after) = self.workload_params(&spiffe_id, &IssueOptions::default())?;
+        params.subject_alt_names = uris
+            .iter()
+            .map(|uri| Ok(SanType::URI(ia5(uri)?)))
+            .collect::<Result<_, Error>>()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(IssuedSvid {
+            spiffe_id,
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            not_after,
+        })
+    }
+
     /// Signs a certificate signing request for `id`, the identity the caller has already
     /// authenticated. Only the request's public key is used (its signature proves possession);
     /// whatever names it asks for are ignored, so a workload cannot widen its identity.

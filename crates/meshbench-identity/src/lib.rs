@@ -29,4 +29,4 @@ pub use tls::{
     client_config, client_config_for, client_config_with, server_config, server_config_for,
     server_config_with, CipherSuite, ClientTlsFiles, KeyExchange, ServerTlsFiles, TlsOptions,
 };
-pub use verifier::SpiffeServerVerifier;
+pub use verifier::{SpiffeClientVerifier, SpiffeServerVerifier, TrustBundle};

@@ -9,7 +9,8 @@ use rustls::client::WantsClientCert;
 use rustls::server::{ResolvesServerCert, WantsServerCert, WebPkiClientVerifier};
 use rustls::{ClientConfig, ConfigBuilder, RootCertStore, ServerConfig};
 
-use crate::spiffe::{spiffe_ids_of, SpiffeId};
+use crate::spiffe::SpiffeId;
+use crate::verifier::{SpiffeClientVerifier, TrustBundle};
 use crate::{load_certs, load_private_key, Error, SpiffeServerVerifier, SvidStore};
 
 #[derive(Debug, Clone)]
@@ -143,21 +144,16 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     provider_with(&TlsOptions::default())
 }
 
-fn root_store(path: &Path) -> Result<(RootCertStore, Option<String>), Error> {
+/// Every root of `path`, for peers verified by their chain alone (an app's own mTLS).
+fn root_store(path: &Path) -> Result<RootCertStore, Error> {
     let mut roots = RootCertStore::empty();
-    let mut trust_domain = None;
     for cert in load_certs(path)? {
-        trust_domain = trust_domain.or_else(|| {
-            spiffe_ids_of(&cert)
-                .first()
-                .map(|id| id.trust_domain().to_owned())
-        });
         roots.add(cert).map_err(|e| Error::MalformedPem {
             path: path.to_path_buf(),
             reason: format!("not a usable CA certificate: {e}"),
         })?;
     }
-    Ok((roots, trust_domain))
+    Ok(roots)
 }
 
 pub fn server_config(files: &ServerTlsFiles, alpn: &[&[u8]]) -> Result<ServerConfig, Error> {
@@ -172,7 +168,7 @@ pub fn server_config_with(
     let certs = load_certs(&files.cert)?;
     let key = load_private_key(&files.key)?;
     let client_roots = match &files.client_ca {
-        Some(ca) => Some(root_store(ca)?.0),
+        Some(ca) => Some(root_store(ca)?),
         None => None,
     };
     let mut config = server_builder(client_roots, options)?.with_single_cert(certs, key)?;
@@ -182,18 +178,24 @@ pub fn server_config_with(
 
 /// A server presenting whatever SVID `resolver` gives at each handshake (an [`SvidStore`], so
 /// rotation takes effect without a restart, or one store per workload chosen by SNI),
-/// requiring client certificates from `client_ca` when given.
+/// requiring, when `client_ca` is given, a client SVID vouched for by a root of its own
+/// trust domain in that bundle ([`SpiffeClientVerifier`]).
 pub fn server_config_for(
     resolver: Arc<dyn ResolvesServerCert>,
     client_ca: Option<&Path>,
     alpn: &[&[u8]],
     options: &TlsOptions,
 ) -> Result<ServerConfig, Error> {
-    let client_roots = match client_ca {
-        Some(ca) => Some(root_store(ca)?.0),
-        None => None,
+    let builder = ServerConfig::builder_with_provider(provider_with(options))
+        .with_protocol_versions(&[&rustls::version::TLS13])?;
+    let builder = match client_ca {
+        Some(ca) => builder.with_client_cert_verifier(Arc::new(SpiffeClientVerifier::new(
+            &TrustBundle::load(ca)?,
+            provider(),
+        )?)),
+        None => builder.with_no_client_auth(),
     };
-    let mut config = server_builder(client_roots, options)?.with_cert_resolver(resolver);
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
 }
@@ -263,8 +265,9 @@ fn client_builder(
     expect_server_id: Option<SpiffeId>,
     options: &TlsOptions,
 ) -> Result<ConfigBuilder<ClientConfig, WantsClientCert>, Error> {
-    let (roots, trust_domain) = root_store(ca)?;
-    let verifier = SpiffeServerVerifier::new(Arc::new(roots), trust_domain, expect_server_id);
+    let bundle = TrustBundle::load(ca)?;
+    let trust_domain = Some(bundle.local_trust_domain().to_owned());
+    let verifier = SpiffeServerVerifier::new(bundle, trust_domain, expect_server_id);
     Ok(ClientConfig::builder_with_provider(provider_with(options))
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .dangerous()

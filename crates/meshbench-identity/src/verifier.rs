@@ -1,21 +1,97 @@
-//! Server certificate verification by SPIFFE ID: the chain must lead to the trust bundle, and
-//! the leaf's URI SAN must be the expected workload identity (or, with no expectation, any
-//! SPIFFE ID of the bundle's trust domain). DNS names are deliberately ignored.
+//! Peer certificate verification by SPIFFE ID, as the SPIFFE X.509-SVID rules have it: a leaf
+//! carries exactly one SPIFFE ID, and its chain must lead to a root *of that ID's trust
+//! domain* (a trust bundle is per trust domain; a root of `evil.example` vouches for no
+//! `cluster.local` identity). Each root names the trust domain it speaks for by its own URI
+//! SAN `spiffe://<trust-domain>`, as the built-in CA's do; a root without one vouches for no
+//! SPIFFE ID. Servers are then checked against the expected workload identity (or, with no
+//! expectation, any ID of the local trust domain); DNS names are deliberately ignored.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::verify_server_cert_signed_by_trust_anchor;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, WebPkiSupportedAlgorithms};
-use rustls::server::ParsedCertificate;
-use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
+use rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme,
+};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
 use crate::spiffe::{spiffe_ids_of, SpiffeId};
+use crate::{load_certs, Error};
+
+/// The roots of each trust domain a bundle file holds, the first one's being the local
+/// trust domain.
+#[derive(Debug, Clone)]
+pub struct TrustBundle {
+    domains: Vec<(String, Arc<RootCertStore>)>,
+}
+
+impl TrustBundle {
+    /// Reads the roots of `path`, each filed under the trust domain its URI SAN names.
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let mut domains: Vec<(String, RootCertStore)> = Vec::new();
+        for cert in load_certs(path)? {
+            let Some(domain) = spiffe_ids_of(&cert)
+                .first()
+                .map(|id| id.trust_domain().to_owned())
+            else {
+                continue;
+            };
+            let at = match domains.iter().position(|(d, _)| *d == domain) {
+                Some(at) => at,
+                None => {
+                    domains.push((domain, RootCertStore::empty()));
+                    domains.len() - 1
+                }
+            };
+            domains[at].1.add(cert).map_err(|e| Error::MalformedPem {
+                path: path.to_path_buf(),
+                reason: format!("not a usable CA certificate: {e}"),
+            })?;
+        }
+        if domains.is_empty() {
+            return Err(Error::MalformedPem {
+                path: path.to_path_buf(),
+                reason: "no CA certificate names its trust domain (a URI SAN spiffe://<domain>)"
+                    .to_owned(),
+            });
+        }
+        Ok(TrustBundle {
+            domains: domains
+                .into_iter()
+                .map(|(d, roots)| (d, Arc::new(roots)))
+                .collect(),
+        })
+    }
+
+    /// The trust domain of the bundle's first root: this workload's own.
+    pub fn local_trust_domain(&self) -> &str {
+        self.domains.first().map_or("", |(d, _)| d)
+    }
+
+    fn roots_for(&self, trust_domain: &str) -> Option<&Arc<RootCertStore>> {
+        self.domains
+            .iter()
+            .find(|(d, _)| d == trust_domain)
+            .map(|(_, roots)| roots)
+    }
+}
+
+/// The one SPIFFE ID of an SVID: none or several is refused (X.509-SVID section 2).
+fn single_spiffe_id(leaf: &CertificateDer<'_>) -> Result<SpiffeId, rustls::Error> {
+    match <[SpiffeId; 1]>::try_from(spiffe_ids_of(leaf)) {
+        Ok([id]) => Ok(id),
+        Err(_) => Err(CertificateError::ApplicationVerificationFailure.into()),
+    }
+}
 
 #[derive(Debug)]
 pub struct SpiffeServerVerifier {
-    roots: Arc<RootCertStore>,
+    bundle: TrustBundle,
+    /// With no expected ID, the server's must be of this trust domain.
     trust_domain: Option<String>,
     expected: Option<SpiffeId>,
     algorithms: WebPkiSupportedAlgorithms,
@@ -25,12 +101,12 @@ impl SpiffeServerVerifier {
     /// `trust_domain`: when `expected` is `None`, the leaf must still carry a SPIFFE ID of
     /// this trust domain (if given).
     pub fn new(
-        roots: Arc<RootCertStore>,
+        bundle: TrustBundle,
         trust_domain: Option<String>,
         expected: Option<SpiffeId>,
     ) -> Self {
         SpiffeServerVerifier {
-            roots,
+            bundle,
             trust_domain,
             expected,
             algorithms: rustls::crypto::aws_lc_rs::default_provider()
@@ -48,21 +124,23 @@ impl ServerCertVerifier for SpiffeServerVerifier {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        let id = single_spiffe_id(end_entity)?;
+        let roots =
+            self.bundle
+                .roots_for(id.trust_domain())
+                .ok_or(rustls::Error::InvalidCertificate(
+                    CertificateError::UnknownIssuer,
+                ))?;
         let parsed = ParsedCertificate::try_from(end_entity)?;
         verify_server_cert_signed_by_trust_anchor(
             &parsed,
-            &self.roots,
+            roots,
             intermediates,
             now,
             self.algorithms.all,
         )?;
-        let ids = spiffe_ids_of(end_entity);
-        let [id] = ids.as_slice() else {
-            // An SVID carries exactly one SPIFFE ID.
-            return Err(CertificateError::NotValidForName.into());
-        };
         let acceptable = match (&self.expected, &self.trust_domain) {
-            (Some(expected), _) => id == expected,
+            (Some(expected), _) => id == *expected,
             (None, Some(td)) => id.trust_domain() == td,
             (None, None) => true,
         };
@@ -93,5 +171,82 @@ impl ServerCertVerifier for SpiffeServerVerifier {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
+    }
+}
+
+/// Client certificate verification for mesh peers: the chain is checked by rustls's WebPKI
+/// verifier built over the roots of the client's own trust domain only, after the leaf's one
+/// SPIFFE ID said which domain that is.
+#[derive(Debug)]
+pub struct SpiffeClientVerifier {
+    domains: Vec<(String, Arc<dyn ClientCertVerifier>)>,
+    /// Any of them: signatures and the CA names to offer do not depend on the domain.
+    first: Arc<dyn ClientCertVerifier>,
+}
+
+impl SpiffeClientVerifier {
+    pub fn new(
+        bundle: &TrustBundle,
+        provider: Arc<rustls::crypto::CryptoProvider>,
+    ) -> Result<Self, Error> {
+        let mut domains = Vec::new();
+        for (domain, roots) in &bundle.domains {
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                    .build()?;
+            domains.push((domain.clone(), verifier));
+        }
+        let first = domains
+            .first()
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| Error::Tls(rustls::Error::General("empty trust bundle".into())))?;
+        Ok(SpiffeClientVerifier { domains, first })
+    }
+}
+
+impl ClientCertVerifier for SpiffeClientVerifier {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        // Offering no names lets a client with any SVID present it; the domain decides.
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let id = single_spiffe_id(end_entity)?;
+        let verifier = self
+            .domains
+            .iter()
+            .find(|(d, _)| d == id.trust_domain())
+            .map(|(_, v)| v)
+            .ok_or(rustls::Error::InvalidCertificate(
+                CertificateError::UnknownIssuer,
+            ))?;
+        verifier.verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.first.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.first.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.first.supported_verify_schemes()
     }
 }

@@ -185,7 +185,7 @@ impl Policy {
                     && p.workload.as_deref().is_none_or(|w| w == req.workload)
             })
             .collect();
-        let facts = PeerFacts::of(req.peer);
+        let facts = PeerFacts::of(req.peer, &self.file.trust_domain);
         for policy in selected.iter().filter(|p| p.action == Action::Deny) {
             if policy
                 .rules
@@ -243,20 +243,24 @@ impl Policy {
 struct PeerFacts {
     /// `<trust-domain>/ns/<ns>/sa/<sa>`, as Istio writes principals.
     principal: Option<String>,
+    /// The namespace of an identity of the policy's own trust domain only: `ns/default` of
+    /// another trust domain is another organisation's `default`.
     namespace: Option<String>,
 }
 
 impl PeerFacts {
-    fn of(peer: &Peer) -> Self {
+    fn of(peer: &Peer, trust_domain: &str) -> Self {
         let identity = peer.identity();
         PeerFacts {
             principal: identity.map(|id| format!("{}{}", id.trust_domain(), id.path())),
-            namespace: identity.and_then(|id| {
-                id.path()
-                    .strip_prefix("/ns/")
-                    .and_then(|rest| rest.split('/').next())
-                    .map(str::to_owned)
-            }),
+            namespace: identity
+                .filter(|id| id.trust_domain() == trust_domain)
+                .and_then(|id| {
+                    id.path()
+                        .strip_prefix("/ns/")
+                        .and_then(|rest| rest.split('/').next())
+                        .map(str::to_owned)
+                }),
         }
     }
 }
@@ -319,6 +323,9 @@ fn deny_rule_matches(rule: &CompiledRule, req: &Request<'_>, facts: &PeerFacts) 
 }
 
 fn validate_scopes(file: &PolicyFile) -> Result<(), Error> {
+    if let Err(e) = meshbench_identity::SpiffeId::for_trust_domain(&file.trust_domain) {
+        return Err(Error::invalid("trust_domain", e.to_string()));
+    }
     for (i, p) in file.peer_authentication.iter().enumerate() {
         let at = format!("peer_authentication[{i}] {:?}", p.name);
         check_scope(&at, &p.name, &p.namespace, &p.workload)?;

@@ -313,3 +313,39 @@ fn bad_policies_are_rejected_with_the_rule_and_field_named() {
     let e = err("default_inbound: allow-everyone\n");
     assert!(e.contains("allow-everyone"), "{e}");
 }
+
+#[test]
+fn a_namespace_belongs_to_the_policys_trust_domain_only() {
+    let policy = Policy::from_yaml(
+        r#"
+trust_domain: cluster.local
+authorization:
+  - name: app-only
+    namespace: app
+    workload: calculator
+    action: ALLOW
+    rules:
+      - from: { namespaces: [app] }
+"#,
+    )
+    .unwrap();
+    let foreign = Peer::Authenticated {
+        id: SpiffeId::for_workload("evil.example", "app", "experimenter").unwrap(),
+        source_ip: None,
+    };
+    assert!(allowed(
+        &policy,
+        "app",
+        "calculator",
+        &svid("app", "experimenter")
+    ));
+    assert!(!allowed(&policy, "app", "calculator", &foreign));
+    // Nor does it escape a DENY of other namespaces by having the right name in another
+    // trust domain.
+    let e3 = Policy::from_yaml(E3_RULES).unwrap();
+    assert!(!allowed(&e3, "app", "checker", &foreign));
+    assert!(allowed(&e3, "app", "checker", &svid("app", "experimenter")));
+    // The trust domain itself must be a valid one.
+    let bad = Policy::from_yaml("trust_domain: Cluster Local").unwrap_err();
+    assert!(bad.to_string().contains("trust_domain"), "{bad}");
+}

@@ -391,19 +391,20 @@ fn past_the_connection_limit_a_client_waits_for_a_free_slot() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
-/// A CA, a workload SVID and a sidecar terminating mTLS, for the handshake tests.
-fn mtls_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
+fn meshbench_ok(args: &[&str]) {
+    let status = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{args:?}");
+}
+
+/// A CA in `dir/ca` with SVIDs for the calculator and the experimenter.
+fn lab_ca(dir: &Path) -> std::path::PathBuf {
     let ca = dir.join("ca");
     let ca_str = ca.to_str().unwrap();
-    let run = |args: &[&str]| {
-        let status = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-            .args(args)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success(), "{args:?}");
-    };
-    run(&[
+    meshbench_ok(&[
         "ca",
         "init",
         "--dir",
@@ -411,21 +412,21 @@ fn mtls_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
         "--trust-domain",
         "cluster.local",
     ]);
-    run(&[
-        "ca",
-        "issue",
-        "--dir",
-        ca_str,
-        "--ns",
-        "app",
-        "--sa",
-        "calculator",
-    ]);
-    let (cert, key, bundle) = (
-        ca.join("app.calculator.pem"),
-        ca.join("app.calculator.key"),
-        ca.join("ca.pem"),
-    );
+    for sa in ["calculator", "experimenter"] {
+        meshbench_ok(&["ca", "issue", "--dir", ca_str, "--ns", "app", "--sa", sa]);
+    }
+    ca
+}
+
+/// The calculator's sidecar terminating mTLS (L4) in front of `app`, trusting `bundle`.
+fn mtls_sidecar(
+    ca: &Path,
+    bundle: &Path,
+    policy: Option<&Path>,
+    app: SocketAddr,
+    extra: &[&str],
+) -> Component {
+    let (cert, key) = (ca.join("app.calculator.pem"), ca.join("app.calculator.key"));
     let inbound = format!("127.0.0.1:0={app}");
     let mut args = vec![
         "proxy",
@@ -446,6 +447,9 @@ fn mtls_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
         "--inbound",
         &inbound,
     ];
+    if let Some(policy) = policy {
+        args.extend(["--policy", policy.to_str().unwrap()]);
+    }
     args.extend_from_slice(extra);
     Component::start(&args)
 }
@@ -454,7 +458,14 @@ fn mtls_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
 fn half_sent_client_hellos_are_dropped_at_the_handshake_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let app = RecordingApp::start();
-    let proxy = mtls_sidecar(dir.path(), app.addr, &["--handshake-timeout", "1s"]);
+    let ca = lab_ca(dir.path());
+    let proxy = mtls_sidecar(
+        &ca,
+        &ca.join("ca.pem"),
+        None,
+        app.addr,
+        &["--handshake-timeout", "1s"],
+    );
     let started = Instant::now();
     let mut held: Vec<TcpStream> = (0..20)
         .map(|i| {
@@ -507,4 +518,132 @@ fn the_proxy_survives_a_burst_of_panicky_and_malformed_requests() {
     wait_for("the app to have answered", Duration::from_secs(5), || {
         (app.connections.load(Ordering::SeqCst) >= 1).then_some(())
     });
+}
+
+/// Requests `url` through the real load generator presenting `cert`, and returns its outcome
+/// counts by class.
+fn outcomes_with(dir: &Path, url: &str, cert: &Path, key: &Path, ca: &Path) -> Vec<String> {
+    let json = dir.join(format!(
+        "{}.json",
+        cert.file_stem().unwrap().to_string_lossy()
+    ));
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args([
+            "load",
+            "--url",
+            url,
+            "--model",
+            "closed",
+            "--connections",
+            "1",
+            "--requests",
+            "3",
+            "--timeout",
+            "5s",
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+            "--cacert",
+            ca.to_str().unwrap(),
+            "--expect-server-id",
+            "spiffe://cluster.local/ns/app/sa/calculator",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        json.exists(),
+        "load wrote no result: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    report["outcomes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_spiffe_id_counts_only_when_a_root_of_its_own_trust_domain_vouches_for_it() {
+    use meshbench_identity::CertificateAuthority;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = lab_ca(d);
+    let evil_dir = d.join("evil");
+    meshbench_ok(&[
+        "ca",
+        "init",
+        "--dir",
+        evil_dir.to_str().unwrap(),
+        "--trust-domain",
+        "evil.example",
+    ]);
+    // Both roots in the sidecar's bundle, as a mesh federated with evil.example would hold.
+    let bundle = d.join("bundle.pem");
+    let roots = [ca.join("ca.pem"), evil_dir.join("ca.pem")]
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect::<String>();
+    std::fs::write(&bundle, roots).unwrap();
+    let evil = CertificateAuthority::load(&evil_dir).unwrap();
+    let ours = CertificateAuthority::load(&ca).unwrap();
+    let experimenter = "spiffe://cluster.local/ns/app/sa/experimenter";
+    let forged = evil.issue_with_uris(&[experimenter]).unwrap();
+    let foreign = evil
+        .issue_with_uris(&["spiffe://evil.example/ns/app/sa/experimenter"])
+        .unwrap();
+    let two = ours
+        .issue_with_uris(&[experimenter, "spiffe://cluster.local/ns/app/sa/calculator"])
+        .unwrap();
+    for (svid, stem) in [
+        (&forged, "forged"),
+        (&foreign, "foreign"),
+        (&two, "two-ids"),
+    ] {
+        svid.write(d, stem).unwrap();
+    }
+    let policy = d.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        r#"
+trust_domain: cluster.local
+peer_authentication:
+  - { name: strict, namespace: app, mode: STRICT }
+authorization:
+  - name: app-namespace-only
+    namespace: app
+    workload: calculator
+    action: ALLOW
+    rules:
+      - from: { namespaces: [app] }
+"#,
+    )
+    .unwrap();
+    let app = RecordingApp::start();
+    let proxy = mtls_sidecar(&ca, &bundle, Some(&policy), app.addr, &[]);
+    let url = format!("https://{}/", proxy.addr);
+    let outcomes = |stem: &str, dir: &Path| {
+        outcomes_with(
+            d,
+            &url,
+            &dir.join(format!("{stem}.pem")),
+            &dir.join(format!("{stem}.key")),
+            &ca.join("ca.pem"),
+        )
+    };
+    assert_eq!(outcomes("app.experimenter", &ca), ["http_200"]);
+    for stem in ["forged", "foreign", "two-ids"] {
+        let got = outcomes(stem, d);
+        assert!(
+            !got.iter().any(|o| o.starts_with("http_")),
+            "{stem}: {got:?}"
+        );
+    }
+    // Only the genuine experimenter's three requests reached the app.
+    assert_eq!(app.heads().len(), 3);
 }
