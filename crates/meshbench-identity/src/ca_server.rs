@@ -8,15 +8,16 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::RootCertStore;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::spiffe::{spiffe_ids_of, SpiffeId};
@@ -30,6 +31,16 @@ pub const CA_SERVICE_NAMESPACE: &str = "meshbench-system";
 pub const CA_SERVICE_ACCOUNT: &str = "ca";
 /// A CSR is a few hundred bytes; anything much larger is not one.
 const MAX_REQUEST_BYTES: usize = 16 * 1024;
+/// From accept to a finished TLS handshake, and from a connection's first byte to its request
+/// head; a renewal's whole connection gets `CONNECTION_LIFETIME`.
+pub const CA_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+/// Renewals served at once; more wait in the accept queue.
+const MAX_CONNECTIONS: usize = 1024;
+/// Longest pause after failed accepts (it doubles from 10 ms), and how often one is logged.
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+const ACCEPT_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// The SPIFFE ID the CA service presents, which renewing workloads require.
 pub fn ca_service_id(trust_domain: &str) -> Result<SpiffeId, Error> {
@@ -41,6 +52,7 @@ pub struct BoundCaServer {
     acceptor: TlsAcceptor,
     ca: Arc<CertificateAuthority>,
     svid_ttl: Duration,
+    handshake_timeout: Duration,
 }
 
 /// Binds the CA service on `listen`. It serves with an SVID of its own (issued for
@@ -76,6 +88,7 @@ pub async fn bind_ca_server(
         acceptor: TlsAcceptor::from(Arc::new(config)),
         ca: Arc::new(ca),
         svid_ttl,
+        handshake_timeout: CA_HANDSHAKE_TIMEOUT,
     })
 }
 
@@ -84,26 +97,55 @@ impl BoundCaServer {
         self.listener.local_addr()
     }
 
-    /// Serves renewals until `shutdown` resolves.
+    /// How long a caller may take from connecting to a finished TLS handshake (default
+    /// [`CA_HANDSHAKE_TIMEOUT`]); the request head's own deadline is as long.
+    pub fn with_handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Serves renewals until `shutdown` resolves: at most `MAX_CONNECTIONS` at once, each
+    /// handshaken within 10 s, its request head within 10 s and done within 30 s.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         let accept = async {
+            let mut backoff = Duration::ZERO;
+            let (mut last_log, mut unlogged) = (None::<Instant>, 0u64);
             loop {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
                 let (tcp, peer) = match self.listener.accept().await {
                     Ok(accepted) => accepted,
                     Err(e) => {
-                        tracing::warn!(error = %e, "CA accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        // Out of descriptors, say: back off, and say so once a period.
+                        unlogged += 1;
+                        if last_log.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_PERIOD) {
+                            tracing::warn!(error = %e, failures = unlogged, "CA accept failed");
+                            (last_log, unlogged) = (Some(Instant::now()), 0);
+                        }
+                        backoff =
+                            (backoff * 2).clamp(Duration::from_millis(10), MAX_ACCEPT_BACKOFF);
+                        tokio::time::sleep(backoff).await;
                         continue;
                     }
                 };
+                backoff = Duration::ZERO;
                 let acceptor = self.acceptor.clone();
                 let ca = self.ca.clone();
                 let ttl = self.svid_ttl;
+                let handshake_timeout = self.handshake_timeout;
                 tokio::spawn(async move {
-                    let tls = match acceptor.accept(tcp).await {
-                        Ok(tls) => tls,
-                        Err(e) => {
+                    let _slot = slot;
+                    let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp));
+                    let tls = match handshake.await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
                             tracing::info!(%peer, error = %e, "CA: TLS handshake refused");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::info!(%peer, "CA: TLS handshake timed out");
                             return;
                         }
                     };
@@ -122,9 +164,11 @@ impl BoundCaServer {
                             )
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
+                    let serving = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(handshake_timeout.min(HEADER_READ_TIMEOUT))
+                        .serve_connection(TokioIo::new(tls), service);
+                    let _ = tokio::time::timeout(CONNECTION_LIFETIME, serving).await;
                 });
             }
         };

@@ -18,11 +18,13 @@ mod tls;
 mod verifier;
 
 pub use ca::{CertificateAuthority, IssueOptions, IssuedSvid, SignedSvid, DEFAULT_SVID_TTL};
-pub use ca_server::{bind_ca_server, ca_service_id, BoundCaServer, RENEW_PATH};
+pub use ca_server::{
+    bind_ca_server, ca_service_id, BoundCaServer, CA_HANDSHAKE_TIMEOUT, RENEW_PATH,
+};
 pub use error::Error;
 pub use pem::{load_certs, load_private_key};
 pub use published::{PublishedSvid, PUBLISHED_CERT, PUBLISHED_KEY};
-pub use rotation::{rotate_forever, CaClient, DEFAULT_ROTATE_FRACTION};
+pub use rotation::{rotate_forever, CaClient, DEFAULT_ROTATE_FRACTION, RENEW_TIMEOUT};
 pub use spiffe::{not_after_unix, spiffe_ids_of, SpiffeId};
 pub use store::{SvidPem, SvidRequest, SvidStore};
 pub use tls::{

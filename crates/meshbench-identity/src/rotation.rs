@@ -23,6 +23,9 @@ pub const DEFAULT_ROTATE_FRACTION: f64 = 0.5;
 /// Retries after a failed renewal start here and double, up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(200);
 const MAX_RETRY: Duration = Duration::from_secs(30);
+/// One renewal, from connect to the signed certificate: a CA that accepts and never answers
+/// must not hold the renewal until the SVID expires.
+pub const RENEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Talks to the CA service on behalf of one workload.
 #[derive(Clone)]
@@ -53,8 +56,20 @@ impl CaClient {
         })
     }
 
-    /// One renewal: a new key, signed by the CA, installed in `store`.
+    /// One renewal: a new key, signed by the CA, installed in `store`, within
+    /// [`RENEW_TIMEOUT`].
     pub async fn renew(&self, store: &SvidStore) -> Result<(), Error> {
+        tokio::time::timeout(RENEW_TIMEOUT, self.renew_once(store))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Renew {
+                    endpoint: self.endpoint,
+                    reason: format!("no answer within {RENEW_TIMEOUT:?}"),
+                })
+            })
+    }
+
+    async fn renew_once(&self, store: &SvidStore) -> Result<(), Error> {
         let fail = |reason: String| Error::Renew {
             endpoint: self.endpoint,
             reason,

@@ -173,3 +173,35 @@ async fn the_ca_service_refuses_callers_from_another_trust_root() {
     );
     assert_eq!(stolen.rotations(), 0);
 }
+
+/// A CA that accepts and then says nothing: the renewal gives up at its timeout (the paused
+/// clock jumps there once everything waits), so the rotation loop retries instead of hanging
+/// until the SVID expires.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_against_a_silent_ca_fails_at_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
+    let (cert, key) = ca
+        .issue("prod", "server", &IssueOptions::default())
+        .unwrap()
+        .write(dir.path(), "server")
+        .unwrap();
+    let store = Arc::new(SvidStore::from_files(&cert, &key).unwrap());
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            open.push(stream);
+        }
+    });
+    let client = CaClient::new(addr, store.clone(), &dir.path().join("ca.pem")).unwrap();
+    let started = tokio::time::Instant::now();
+    let error = client.renew(&store).await.unwrap_err();
+    assert!(error.to_string().contains("no answer within"), "{error}");
+    let waited = started.elapsed();
+    let timeout = meshbench_identity::RENEW_TIMEOUT;
+    assert!(waited >= timeout && waited < timeout * 2, "{waited:?}");
+    assert_eq!(store.rotations(), 0);
+    held.abort();
+}

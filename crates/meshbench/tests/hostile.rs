@@ -647,3 +647,55 @@ authorization:
     // Only the genuine experimenter's three requests reached the app.
     assert_eq!(app.heads().len(), 3);
 }
+
+#[test]
+fn the_ca_and_hbone_ports_drop_connections_that_never_finish_a_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = lab_ca(dir.path());
+    let ca_str = ca.to_str().unwrap();
+    let ca_service = Component::start(&[
+        "ca",
+        "serve",
+        "--dir",
+        ca_str,
+        "--listen",
+        "127.0.0.1:0",
+        "--handshake-timeout",
+        "1s",
+    ]);
+    let agent_config = dir.path().join("agent.yaml");
+    std::fs::write(
+        &agent_config,
+        format!(
+            "node: node-a\nca: {ca_str}/ca.pem\nhbone: 127.0.0.1:0\nworkloads:\n  - \
+             {{ namespace: app, name: calculator, service_account: calculator, \
+             cert: {ca_str}/app.calculator.pem, key: {ca_str}/app.calculator.key, \
+             address: 127.0.0.1:9 }}\n"
+        ),
+    )
+    .unwrap();
+    let agent = Component::start(&[
+        "proxy",
+        "node-agent",
+        "--config",
+        agent_config.to_str().unwrap(),
+        "--no-metrics",
+        "--threads",
+        "1",
+        "--handshake-timeout",
+        "1s",
+    ]);
+    let started = Instant::now();
+    let mut held = Vec::new();
+    for addr in [ca_service.addr, agent.addr] {
+        for sent in [&[][..], &[0x16], &[0x16, 3, 1, 0, 200, 1]] {
+            let mut stream = TcpStream::connect(addr).unwrap();
+            stream.write_all(sent).unwrap();
+            held.push(stream);
+        }
+    }
+    for stream in &mut held {
+        read_until_close(stream, Duration::from_secs(20));
+    }
+    assert!(started.elapsed() >= Duration::from_secs(1));
+}

@@ -32,6 +32,9 @@ pub struct ServeArgs {
     /// Lifetime of the SVIDs it signs.
     #[arg(long, value_parser = args::duration, default_value = "24h")]
     ttl: Duration,
+    /// From connecting to a finished TLS handshake (and to a complete request head).
+    #[arg(long, value_parser = super::args::positive_duration, default_value = "10s")]
+    handshake_timeout: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -108,7 +111,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let ca = CertificateAuthority::load(&a.dir)?;
     let runtime = meshbench_workload::runtime(Some(1))?;
     runtime.block_on(async move {
-        let server = bind_ca_server(ca, a.listen, a.ttl).await?;
+        let server = bind_ca_server(ca, a.listen, a.ttl)
+            .await?
+            .with_handshake_timeout(a.handshake_timeout);
         let ready = ReadyEvent::ready(Some(server.local_addr()?.to_string()));
         println!("{}", serde_json::to_string(&ready)?);
         server.serve(super::workload::shutdown_signal()).await;
