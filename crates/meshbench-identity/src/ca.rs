@@ -295,20 +295,14 @@ fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
         path: path.to_path_buf(),
         source,
     };
+    // The directory a CA's key lives in is private from its creation.
     if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(err)?;
+        crate::files::create_private_dir(dir)?;
     }
     std::fs::write(path, contents).map_err(err)
 }
 
-/// Private keys are written readable by their owner only.
+/// Private keys are readable by their owner only, from their first byte.
 fn write_private_file(path: &Path, contents: &str) -> Result<(), Error> {
-    use std::os::unix::fs::PermissionsExt;
-    write_file(path, contents)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
-        Error::Write {
-            path: path.to_path_buf(),
-            source,
-        }
-    })
+    crate::files::write_secret(path, contents.as_bytes())
 }

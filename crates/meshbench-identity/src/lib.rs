@@ -9,6 +9,7 @@
 mod ca;
 mod ca_server;
 mod error;
+mod files;
 mod pem;
 mod published;
 mod rotation;
@@ -22,6 +23,7 @@ pub use ca_server::{
     bind_ca_server, ca_service_id, BoundCaServer, CA_HANDSHAKE_TIMEOUT, RENEW_PATH,
 };
 pub use error::Error;
+pub use files::{create_private_dir, write_secret};
 pub use pem::{load_certs, load_private_key};
 pub use published::{PublishedSvid, PUBLISHED_CERT, PUBLISHED_KEY};
 pub use rotation::{rotate_forever, CaClient, DEFAULT_ROTATE_FRACTION, RENEW_TIMEOUT};

@@ -43,11 +43,10 @@ impl PublishedSvid {
         };
         let version = format!("..v{}", self.versions.fetch_add(1, Ordering::Relaxed));
         let version_dir = self.dir.join(&version);
-        std::fs::create_dir_all(&version_dir).map_err(io(&version_dir))?;
-        for (name, text) in [(PUBLISHED_CERT, &svid.cert), (PUBLISHED_KEY, &svid.key)] {
-            let path = version_dir.join(name);
-            std::fs::write(&path, text).map_err(io(&path))?;
-        }
+        crate::files::create_private_dir(&version_dir)?;
+        let cert = version_dir.join(PUBLISHED_CERT);
+        std::fs::write(&cert, &svid.cert).map_err(io(&cert))?;
+        crate::files::write_secret(&version_dir.join(PUBLISHED_KEY), svid.key.as_bytes())?;
         let previous = std::fs::read_link(self.dir.join(DATA_LINK)).ok();
         let staged = self.dir.join("..data.tmp");
         let _ = std::fs::remove_file(&staged);

@@ -52,7 +52,8 @@ impl MeshPki {
             let path = path.to_path_buf();
             move |source| Error::Io { path, source }
         };
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // Private (0700), owned below by the proxy user that reads its keys.
+        meshbench_identity::create_private_dir(dir)?;
         let ca = CertificateAuthority::init(dir, TRUST_DOMAIN)?;
         for w in &topology.workloads {
             let dns_name = dns_name(&w.namespace, &w.service_account);
@@ -68,12 +69,15 @@ impl MeshPki {
             let stem = stem(&w.namespace, &w.service_account);
             svid.write(dir, &stem)?;
             let combined = dir.join(format!("{stem}.combined.pem"));
-            std::fs::write(&combined, format!("{}{}", svid.cert_pem, svid.key_pem))
-                .map_err(io(&combined))?;
+            meshbench_identity::write_secret(
+                &combined,
+                format!("{}{}", svid.cert_pem, svid.key_pem).as_bytes(),
+            )?;
         }
         let policy = dir.join("policy.yaml");
         std::fs::write(&policy, policy_yaml).map_err(io(&policy))?;
         // The proxies run as the proxy user and must read their keys.
+        std::os::unix::fs::chown(dir, Some(PROXY_UID), Some(PROXY_UID)).map_err(io(dir))?;
         for entry in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
             let path = entry.path();
             let is_ca_key = path.file_name().is_some_and(|n| n == "ca.key");

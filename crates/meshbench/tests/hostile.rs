@@ -16,7 +16,7 @@ use meshbench_testkit::wait_for;
 /// A `meshbench` role started as a child process, killed when dropped.
 struct Component {
     child: Child,
-    /// The address its ready line announced.
+    /// The address its ready line announced (unspecified when it announced none).
     addr: SocketAddr,
 }
 
@@ -46,11 +46,11 @@ impl Component {
             .recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|_| panic!("no ready line from meshbench {args:?}"));
         let ready: serde_json::Value = serde_json::from_str(&line).unwrap();
+        // A certificate agent announces a path, not an address.
         let addr = ready["addr"]
             .as_str()
-            .unwrap_or_else(|| panic!("no address in {line}"))
-            .parse()
-            .unwrap();
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
         Component { child, addr }
     }
 
@@ -698,4 +698,37 @@ fn the_ca_and_hbone_ports_drop_connections_that_never_finish_a_handshake() {
         read_until_close(stream, Duration::from_secs(20));
     }
     assert!(started.elapsed() >= Duration::from_secs(1));
+}
+
+#[test]
+fn keys_on_disk_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = lab_ca(dir.path());
+    assert_eq!(mode(&ca), 0o700);
+    for key in ["ca.key", "app.calculator.key", "app.experimenter.key"] {
+        assert_eq!(mode(&ca.join(key)), 0o600, "{key}");
+    }
+    // The certificate agent publishes what Envoy reads: the key private too.
+    let ca_str = ca.to_str().unwrap();
+    let ca_service = Component::start(&["ca", "serve", "--dir", ca_str, "--listen", "127.0.0.1:0"]);
+    let published = dir.path().join("published");
+    let endpoint = ca_service.addr.to_string();
+    let _agent = Component::start(&[
+        "proxy",
+        "cert-agent",
+        "--cert",
+        &format!("{ca_str}/app.calculator.pem"),
+        "--key",
+        &format!("{ca_str}/app.calculator.key"),
+        "--ca",
+        &format!("{ca_str}/ca.pem"),
+        "--ca-endpoint",
+        &endpoint,
+        "--dir",
+        published.to_str().unwrap(),
+    ]);
+    assert_eq!(mode(&published.join("key.pem")), 0o600);
+    assert_eq!(mode(&published), 0o700);
 }

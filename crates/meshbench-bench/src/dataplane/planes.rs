@@ -85,11 +85,11 @@ impl Pki {
                 .map_err(identity)?;
             svid.write(dir, sa).map_err(identity)?;
             // HAProxy wants the certificate and its key in one file.
-            std::fs::write(
-                dir.join(format!("{sa}.combined.pem")),
-                format!("{}{}", svid.cert_pem, svid.key_pem),
+            meshbench_identity::write_secret(
+                &dir.join(format!("{sa}.combined.pem")),
+                format!("{}{}", svid.cert_pem, svid.key_pem).as_bytes(),
             )
-            .map_err(io)?;
+            .map_err(identity)?;
         }
         Ok(Pki {
             dir: dir.to_path_buf(),

@@ -282,7 +282,7 @@ fn cert_agent(a: CertAgentArgs) -> anyhow::Result<()> {
         SvidStore::from_files(&a.cert, &a.key).map_err(|e| BadInput(format!("--cert: {e}")))?,
     );
     let published = Arc::new(PublishedSvid::new(&a.dir));
-    std::fs::create_dir_all(&a.dir)?;
+    meshbench_identity::create_private_dir(&a.dir)?;
     published.publish(&store.current_pem())?;
     let runtime = meshbench_workload::runtime(Some(1))?;
     runtime.block_on(async move {
