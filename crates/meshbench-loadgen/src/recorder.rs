@@ -56,6 +56,9 @@ pub struct Recorder {
     pub sent: u64,
     pub late: u64,
     pub late_while_idle: u64,
+    /// Requests whose timestamps were out of order (answered before sent, or sent before
+    /// their intended time): recorded with a fresh clock reading instead, and reported.
+    pub untrusted_timestamps: u64,
     pub outcomes: BTreeMap<Outcome, u64>,
     pub corrected: LatencyRecorder,
     pub uncorrected: LatencyRecorder,
@@ -74,7 +77,19 @@ impl Recorder {
         }
     }
 
-    pub(crate) fn record(&mut self, window_start_ns: u64, x: Exchange, outcome: Outcome) {
+    pub(crate) fn record(&mut self, window_start_ns: u64, mut x: Exchange, outcome: Outcome) {
+        if x.done_ns < x.sent_ns || x.sent_ns < x.intended_ns {
+            // A latency below zero is a clock reading that cannot be trusted (a stale
+            // reading, a kernel timestamp converted across a clock step): never record it
+            // silently. The send time stands (it was read when sending); a send before its
+            // slot had no wait to correct for; the end is read again now, which can only
+            // overstate the latency by the time since the answer came.
+            self.untrusted_timestamps += 1;
+            x.intended_ns = x.intended_ns.min(x.sent_ns);
+            if x.done_ns < x.sent_ns {
+                x.done_ns = meshbench_time::now_ns().max(x.sent_ns);
+            }
+        }
         let corrected_ns = x.done_ns - x.intended_ns;
         self.sent += 1;
         if x.sent_ns - x.intended_ns >= LATE_THRESHOLD_NS {
@@ -119,6 +134,7 @@ impl Recorder {
         self.sent += other.sent;
         self.late += other.late;
         self.late_while_idle += other.late_while_idle;
+        self.untrusted_timestamps += other.untrusted_timestamps;
         for (outcome, n) in other.outcomes {
             *self.outcomes.entry(outcome).or_default() += n;
         }
@@ -196,5 +212,35 @@ mod tests {
         assert_eq!(merged.samples.unwrap().len(), 3_000);
         assert_eq!(merged.first_sent_ns, all.first_sent_ns);
         assert_eq!(merged.last_done_ns, all.last_done_ns);
+    }
+
+    #[test]
+    fn out_of_order_timestamps_are_counted_and_recorded_from_a_fresh_reading() {
+        let mut recorder = Recorder::new(true);
+        let now = meshbench_time::now_ns();
+        // Answered "before" it was sent (a stale clock reading), and sent before its slot.
+        let stale = Exchange {
+            intended_ns: now - 2_000_000,
+            sent_ns: now - 1_000_000,
+            done_ns: now - 3_000_000,
+            worker_was_idle: true,
+        };
+        let early = Exchange {
+            intended_ns: now + 5_000_000,
+            sent_ns: now,
+            done_ns: now + 1_000_000,
+            worker_was_idle: true,
+        };
+        recorder.record(0, stale, Outcome::Http(200));
+        recorder.record(0, early, Outcome::Http(200));
+        recorder.record(0, exchange(1, 2), Outcome::Http(200));
+        assert_eq!(recorder.untrusted_timestamps, 2);
+        assert_eq!(recorder.sent, 3);
+        let samples = recorder.samples.unwrap();
+        // The stale one ends no earlier than a fresh reading: from its slot, over 2 ms.
+        assert!(samples[0].latency_ns >= 2_000_000, "{:?}", samples[0]);
+        // The early one is timed from its send: there was no wait to correct for.
+        assert_eq!(samples[1].latency_ns, 1_000_000);
+        assert_eq!(samples[2].latency_ns, 2_000_000);
     }
 }

@@ -80,6 +80,7 @@ impl LoadResult {
                 cpu_us_per_request: self.cpu_seconds * 1e6 / rec.sent.max(1) as f64,
                 late_while_idle: rec.late_while_idle,
                 limited: self.generator_limited(),
+                untrusted_timestamps: rec.untrusted_timestamps,
             }),
             time_series: rec
                 .seconds

@@ -55,6 +55,13 @@ pub fn load_summary(r: &LoadReport) -> String {
             "generator   {} thread(s), {:.3} s CPU, {:.1} us CPU per request",
             g.threads, g.cpu_seconds, g.cpu_us_per_request
         );
+        if g.untrusted_timestamps > 0 {
+            let _ = writeln!(
+                out,
+                "warning     {} request(s) had out-of-order clock readings; their latency was re-read from the monotonic clock (an upper bound)",
+                g.untrusted_timestamps
+            );
+        }
         if g.limited {
             let _ = writeln!(
                 out,

@@ -779,6 +779,31 @@ pub fn header_lines(result: &RunResult) -> Vec<(String, String)> {
     if let Some(reason) = &result.status_reason {
         lines.insert(1, ("status reason".to_owned(), reason.clone()));
     }
+    let untrusted: Vec<String> = result
+        .cells
+        .iter()
+        .filter_map(|c| {
+            let n = c.load.generator.as_ref()?.untrusted_timestamps;
+            (n > 0).then(|| {
+                format!(
+                    "{} {} rep {}: {n}",
+                    c.scenario,
+                    c.load_point.label(),
+                    c.repetition
+                )
+            })
+        })
+        .collect();
+    if !untrusted.is_empty() {
+        lines.push((
+            "untrusted timestamps".to_owned(),
+            format!(
+                "requests whose clock readings were out of order, their latency re-read from \
+                 the monotonic clock (an upper bound): {}",
+                untrusted.join("; ")
+            ),
+        ));
+    }
     for missing in &cfg.unavailable {
         lines.push((
             format!("unavailable: {}", missing.name),

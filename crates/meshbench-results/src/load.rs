@@ -83,6 +83,15 @@ pub struct GeneratorStats {
     /// True when the generator, not the target, limited the run; its figures then
     /// understate what the target can do.
     pub limited: bool,
+    /// Requests whose clock readings were out of order (an answer before its send, a send
+    /// before its slot): their latency was taken from a fresh CLOCK_MONOTONIC reading
+    /// instead, an upper bound. Absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub untrusted_timestamps: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]

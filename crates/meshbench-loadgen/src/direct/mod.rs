@@ -476,12 +476,16 @@ impl<'a> DirectEngine<'a> {
     /// Ends the request when the step did; `now` is when the loop learnt of it.
     fn after(&mut self, w: usize, step: Step, now: u64) {
         if let Step::Ended(outcome, reusable) = step {
+            let sent_ns = self.workers[w].phase.request().map_or(now, |r| r.sent_ns);
+            // `now` was read when the batch of events began; a request sent within the batch
+            // (closed models send as soon as an answer makes one due) was sent after it, and
+            // ending it at `now` would put its end before its start.
+            let now = if now < sent_ns { now_ns() } else { now };
             let done_ns = match self.workers[w].arrival_realtime_ns.take() {
                 // The kernel's arrival time, never before the send nor after the loop saw it.
                 Some(arrival) => {
-                    let sent_ns = self.workers[w].phase.request().map_or(now, |r| r.sent_ns);
                     let arrival = (arrival - self.realtime_offset_ns).max(0) as u64;
-                    arrival.clamp(sent_ns.min(now), now)
+                    arrival.max(sent_ns).min(now)
                 }
                 None => now,
             };
