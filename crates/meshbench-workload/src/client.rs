@@ -84,7 +84,11 @@ impl Caller {
         let exchange = async {
             let response = self.client.request(request).await?;
             let status = response.status().as_u16();
-            let body = response.into_body().collect().await?.to_bytes();
+            // A peer's answer is read up to the roles' body limit, not without bound.
+            let body = http_body_util::Limited::new(response.into_body(), crate::http::MAX_BODY)
+                .collect()
+                .await?
+                .to_bytes();
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, body))
         };
         let result = tokio::time::timeout(self.timeout, exchange).await;

@@ -5,12 +5,12 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 use hyper::body::{Body, Incoming};
 use hyper::service::Service;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use meshbench_identity::ServerTlsFiles;
@@ -77,21 +77,41 @@ impl BoundServer {
         B::Error: Into<BoxError>,
     {
         let graceful = GracefulShutdown::new();
-        let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // hyper's one HTTP/1.1 timer bounds both a request head and the wait for the next
+        // request on a kept-alive connection, so it is longer than a head needs.
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_STREAMS)
+            .keep_alive_interval(Some(HEADER_READ_TIMEOUT));
+        let builder = Arc::new(builder);
         tokio::pin!(shutdown);
+        let (mut backoff, mut last_log, mut unlogged) = (Duration::ZERO, None::<Instant>, 0u64);
         loop {
             let (stream, peer) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
-                        // Out of file descriptors or similar: keep serving what we have.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        // Out of file descriptors or similar: keep serving what we have,
+                        // retry less and less often, and say so once a period.
+                        unlogged += 1;
+                        if last_log.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_PERIOD) {
+                            tracing::warn!(error = %e, failures = unlogged, "accept failed");
+                            (last_log, unlogged) = (Some(Instant::now()), 0);
+                        }
+                        backoff = (backoff * 2).clamp(Duration::from_millis(10), MAX_ACCEPT_BACKOFF);
+                        tokio::time::sleep(backoff).await;
                         continue;
                     }
                 },
                 () = &mut shutdown => break,
             };
+            backoff = Duration::ZERO;
             let _ = stream.set_nodelay(true);
             let service = service.clone();
             let builder = builder.clone();
@@ -113,6 +133,16 @@ impl BoundServer {
     }
 }
 
+/// A TLS client must finish its handshake within this.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request head must arrive within this, and a kept-alive connection is closed after this
+/// long without one.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// Concurrent HTTP/2 streams per connection.
+const MAX_STREAMS: u32 = 256;
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+const ACCEPT_LOG_PERIOD: Duration = Duration::from_secs(10);
+
 async fn serve_connection<S, B>(
     stream: TcpStream,
     tls: Option<TlsAcceptor>,
@@ -130,7 +160,9 @@ where
 {
     match tls {
         Some(acceptor) => {
-            let stream = acceptor.accept(stream).await?;
+            let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                .await
+                .map_err(|_| "TLS handshake timed out")??;
             let conn = builder.serve_connection(TokioIo::new(stream), service);
             watcher.watch(conn.into_owned()).await
         }
