@@ -28,7 +28,7 @@ use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::lean_tls::LeanTlsStream;
 use crate::metrics::{Direction, ProxyMetrics};
@@ -42,7 +42,17 @@ pub(crate) struct UpstreamConnector {
     tls: Option<Arc<ClientConfig>>,
     metrics: Option<Arc<ProxyMetrics>>,
     slots: Arc<Semaphore>,
+    /// Signalled when a pool takes a connection back, for requests waiting at the cap.
+    returned: Arc<Notify>,
     connect_timeout: Duration,
+}
+
+/// What a request waiting at the connection cap gets first.
+pub(crate) enum Ready<T> {
+    /// An idle connection a pool took back.
+    Idle(T),
+    /// Room to open a new one.
+    Slot(OwnedSemaphorePermit),
 }
 
 /// Every upstream connection allowed is open and none became free in time.
@@ -68,15 +78,63 @@ impl UpstreamConnector {
             tls,
             metrics,
             slots: Arc::new(Semaphore::new(limits.max_upstream_connections.max(1))),
+            returned: Arc::new(Notify::new()),
             connect_timeout: limits.connect_timeout,
         }
     }
 
+    /// An idle connection from `take_idle`, or room for a new one, whichever comes first
+    /// within the connect timeout: at the cap, a request waits for a connection to come back
+    /// to its pool or to close.
+    pub(crate) async fn idle_or_slot<T>(
+        &self,
+        mut take_idle: impl FnMut() -> Option<T>,
+    ) -> io::Result<Ready<T>> {
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        loop {
+            if let Some(idle) = take_idle() {
+                return Ok(Ready::Idle(idle));
+            }
+            let returned = self.returned.notified();
+            tokio::pin!(returned);
+            // Registered before looking again, so a give-back in between is not missed.
+            returned.as_mut().enable();
+            if let Some(idle) = take_idle() {
+                return Ok(Ready::Idle(idle));
+            }
+            tokio::select! {
+                slot = self.slots.clone().acquire_owned() => {
+                    return slot.map(Ready::Slot).map_err(io::Error::other);
+                }
+                () = returned => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(io::Error::other(UpstreamLimitReached));
+                }
+            }
+        }
+    }
+
+    /// Tells a request waiting at the cap that a pool took a connection back.
+    pub(crate) fn returned(&self) {
+        self.returned.notify_one();
+    }
+
+    /// A new connection, waiting for room under the cap if need be.
     pub(crate) async fn connect(&self) -> io::Result<UpstreamStream> {
-        let slot = tokio::time::timeout(self.connect_timeout, self.slots.clone().acquire_owned())
-            .await
-            .map_err(|_| io::Error::other(UpstreamLimitReached))?
-            .map_err(io::Error::other)?;
+        match self
+            .idle_or_slot(|| None::<std::convert::Infallible>)
+            .await?
+        {
+            Ready::Slot(slot) => self.connect_in(slot).await,
+            Ready::Idle(never) => match never {},
+        }
+    }
+
+    /// Dials a new connection in `slot`, within the connect timeout.
+    pub(crate) async fn connect_in(
+        &self,
+        slot: OwnedSemaphorePermit,
+    ) -> io::Result<UpstreamStream> {
         tokio::time::timeout(self.connect_timeout, self.dial(slot))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "upstream connect timed out"))?
@@ -108,7 +166,18 @@ impl UpstreamConnector {
 
     /// A new HTTP/1.1 connection, driven by a task of its own until either side closes it.
     async fn open(&self) -> io::Result<SendRequest<Incoming>> {
-        let io = TokioIo::new(self.connect().await?);
+        self.open_in(None).await
+    }
+
+    async fn open_in(
+        &self,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> io::Result<SendRequest<Incoming>> {
+        let stream = match slot {
+            Some(slot) => self.connect_in(slot).await?,
+            None => self.connect().await?,
+        };
+        let io = TokioIo::new(stream);
         let (sender, connection) = http1::handshake(io).await.map_err(io::Error::other)?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
@@ -163,20 +232,24 @@ impl UpstreamPool {
     }
 
     async fn checkout(&self) -> io::Result<SendRequest<Incoming>> {
-        loop {
-            let candidate = self.idle.lock().expect("pool lock").pop();
-            match candidate {
-                // Closed by the upstream while idle.
-                Some(sender) if sender.is_closed() => continue,
-                Some(sender) => return Ok(sender),
-                None => return self.connector.open().await,
-            }
+        let take_idle = || {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            // Closed by the upstream while idle: dropped on the way.
+            std::iter::from_fn(|| idle.pop()).find(|sender| !sender.is_closed())
+        };
+        match self.connector.idle_or_slot(take_idle).await? {
+            Ready::Idle(sender) => Ok(sender),
+            Ready::Slot(slot) => self.connector.open_in(Some(slot)).await,
         }
     }
 
     fn give_back(&self, sender: SendRequest<Incoming>) {
         if !sender.is_closed() {
-            self.idle.lock().expect("pool lock").push(sender);
+            self.idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(sender);
+            self.connector.returned();
         }
     }
 

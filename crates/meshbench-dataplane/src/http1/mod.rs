@@ -252,7 +252,8 @@ where
         }
         if attempt.is_err() && lease.reused && resendable {
             // The upstream closed the idle connection as the request went out: once more on
-            // a new connection.
+            // a new connection (the dead one's place under the cap given up first).
+            drop(lease);
             lease = pool.open().await.map_err(before)?;
             write_message(&mut lease.stream, &first_write, idle)
                 .await

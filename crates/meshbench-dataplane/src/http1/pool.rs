@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, ReadBuf};
 
-use crate::upstream::{UpstreamConnector, UpstreamStream};
+use crate::upstream::{Ready, UpstreamConnector, UpstreamStream};
 
 pub(crate) struct Http1Pool {
     connector: UpstreamConnector,
@@ -31,21 +31,23 @@ impl Http1Pool {
         }
     }
 
-    /// The warmest idle connection still open, or a new one.
+    /// The warmest idle connection still open, or a new one; at the connection cap, the
+    /// first to come back or room for a new one.
     pub(crate) async fn checkout(&self) -> io::Result<Lease> {
-        loop {
-            let candidate = self.idle.lock().expect("pool lock").pop();
-            match candidate {
-                Some(mut stream) => {
-                    if still_open(&mut stream) {
-                        return Ok(Lease {
-                            stream,
-                            reused: true,
-                        });
-                    }
-                }
-                None => return self.open().await,
-            }
+        let take_idle = || {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            std::iter::from_fn(|| idle.pop())
+                .find_map(|mut stream| still_open(&mut stream).then_some(stream))
+        };
+        match self.connector.idle_or_slot(take_idle).await? {
+            Ready::Idle(stream) => Ok(Lease {
+                stream,
+                reused: true,
+            }),
+            Ready::Slot(slot) => Ok(Lease {
+                stream: self.connector.connect_in(slot).await?,
+                reused: false,
+            }),
         }
     }
 
@@ -58,7 +60,11 @@ impl Http1Pool {
 
     /// Takes back a connection whose last response was read to its end.
     pub(crate) fn give_back(&self, stream: UpstreamStream) {
-        self.idle.lock().expect("pool lock").push(stream);
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(stream);
+        self.connector.returned();
     }
 }
 
