@@ -85,12 +85,8 @@ pub(crate) async fn serve_http<S>(
 {
     let mut first = Vec::new();
     let is_http2 = loop {
-        let compared = first.len().min(HTTP2_PREFACE.len());
-        if first[..compared] != HTTP2_PREFACE[..compared] {
-            break false;
-        }
-        if compared == HTTP2_PREFACE.len() {
-            break true;
+        if let Some(is_http2) = is_http2_preface(&first) {
+            break is_http2;
         }
         // The first request's head must come within the header read timeout.
         let read = read_appending(&mut io, &mut first);
@@ -159,6 +155,16 @@ pub(crate) async fn idle(moved: &AtomicU64, period: std::time::Duration) {
         }
         last = now;
     }
+}
+
+/// Whether a connection whose first bytes are `first` speaks HTTP/2 with prior knowledge
+/// (its preface) or not; `None` while `first` is a proper prefix of the preface.
+fn is_http2_preface(first: &[u8]) -> Option<bool> {
+    let compared = first.len().min(HTTP2_PREFACE.len());
+    if first[..compared] != HTTP2_PREFACE[..compared] {
+        return Some(false);
+    }
+    (compared == HTTP2_PREFACE.len()).then_some(true)
 }
 
 /// A stream whose first bytes, read to tell the protocol, are read once more, counting the
@@ -380,5 +386,38 @@ mod tests {
         let untouched = headers.clone();
         strip_hop_by_hop(&mut headers);
         assert_eq!(headers, untouched);
+    }
+
+    mod properties {
+        use super::super::{is_http2_preface, HTTP2_PREFACE};
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4000))]
+
+            /// Detection waits only while the bytes could still be the preface, and decides
+            /// the same however many bytes came at once.
+            #[test]
+            fn the_protocol_is_told_from_the_first_bytes_alone(
+                bytes in prop::collection::vec(any::<u8>(), 0..40),
+                preface_len in 0..=HTTP2_PREFACE.len(),
+            ) {
+                let mut input = HTTP2_PREFACE[..preface_len].to_vec();
+                input.extend_from_slice(&bytes);
+                let verdict = is_http2_preface(&input);
+                let expected = if input.len() < HTTP2_PREFACE.len() {
+                    (!HTTP2_PREFACE.starts_with(&input)).then_some(false)
+                } else {
+                    Some(input.starts_with(HTTP2_PREFACE))
+                };
+                prop_assert_eq!(verdict, expected);
+                // A decision, once made, holds for every longer input.
+                for cut in 0..input.len() {
+                    if let Some(early) = is_http2_preface(&input[..cut]) {
+                        prop_assert_eq!(Some(early), verdict);
+                    }
+                }
+            }
+        }
     }
 }

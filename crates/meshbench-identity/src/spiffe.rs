@@ -169,4 +169,41 @@ mod tests {
             assert!(SpiffeId::parse(bad).is_err(), "{bad} should be rejected");
         }
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4000))]
+
+            /// Whatever parses prints back as itself: no two spellings of one identity
+            /// (case, dots, slashes) that a policy could tell apart.
+            #[test]
+            fn what_parses_prints_back_as_itself(value in "(spiffe://)?[a-zA-Z0-9._/%:@ -]{0,40}") {
+                if let Ok(id) = SpiffeId::parse(&value) {
+                    prop_assert_eq!(id.to_string(), value.clone());
+                    prop_assert_eq!(SpiffeId::parse(&id.to_string()).unwrap(), id);
+                }
+            }
+
+            #[test]
+            fn no_string_panics_the_parser(value in any::<String>()) {
+                let _ = SpiffeId::parse(&value);
+                let _ = SpiffeId::parse(&format!("spiffe://{value}"));
+            }
+
+            #[test]
+            fn workload_ids_round_trip(
+                td in "[a-z0-9][a-z0-9.-]{0,20}",
+                ns in "[a-zA-Z0-9][a-zA-Z0-9._-]{0,15}",
+                sa in "[a-zA-Z0-9][a-zA-Z0-9._-]{0,15}",
+            ) {
+                prop_assume!(![ns.as_str(), sa.as_str()].iter().any(|s| *s == "." || *s == ".."));
+                let id = SpiffeId::for_workload(&td, &ns, &sa).unwrap();
+                prop_assert_eq!(SpiffeId::parse(&id.to_string()).unwrap(), id.clone());
+                prop_assert_eq!(id.trust_domain(), td.as_str());
+            }
+        }
+    }
 }

@@ -349,3 +349,81 @@ authorization:
     let bad = Policy::from_yaml("trust_domain: Cluster Local").unwrap_err();
     assert!(bad.to_string().contains("trust_domain"), "{bad}");
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    const FIELDS: &[&str] = &[
+        "principals: [cluster.local/ns/app/sa/experimenter]",
+        "principals: [\"*\"]",
+        "principals: [spiffe://cluster.local/ns/*]",
+        "not_principals: [\"cluster.local/ns/app/*\"]",
+        "namespaces: [app]",
+        "not_namespaces: [app]",
+        "namespaces: [\"\"]",
+        "principals: []",
+        "principals: 7",
+        "ports: [8080]",
+        "ports: [-1]",
+        "ports: [99999]",
+        "methods: [GET]",
+        "methods: [get]",
+        "paths: [\"/admin/*\"]",
+        "paths: [\"*\"]",
+        "paths: [\"\"]",
+        "paths: [\"/a*b*c\"]",
+    ];
+
+    prop_compose! {
+        /// A policy file assembled from valid and invalid fragments.
+        fn policy_yaml()(
+            action in prop::sample::select(&["ALLOW", "DENY", "AUDIT", ""][..]),
+            mode in prop::sample::select(&["STRICT", "PERMISSIVE", "DISABLE", "strict"][..]),
+            trust_domain in prop::sample::select(&["cluster.local", "evil.example", "", "A B"][..]),
+            from in prop::collection::vec(prop::sample::select(FIELDS), 0..3),
+            to in prop::collection::vec(prop::sample::select(FIELDS), 0..3),
+        ) -> String {
+            format!(
+                "trust_domain: \"{trust_domain}\"\npeer_authentication:\n  - {{ name: p, namespace: app, mode: {mode} }}\n\
+                 authorization:\n  - name: a\n    namespace: app\n    action: \"{action}\"\n    rules:\n      - from: {{ {} }}\n        to: {{ {} }}\n",
+                from.join(", "),
+                to.join(", "),
+            )
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Any file either loads or is refused with an error naming where; a loaded policy
+        /// decides every request, by identity or without one, without panicking.
+        #[test]
+        fn any_policy_file_loads_or_is_refused_and_then_decides(
+            yaml in policy_yaml(),
+            path in "[ -~]{0,24}",
+            sa in "[a-z]{1,8}",
+        ) {
+            match Policy::from_yaml(&yaml) {
+                Ok(policy) => {
+                    for peer in [svid("app", &sa), plaintext()] {
+                        let _ = policy.authorize(&Request {
+                            namespace: "app",
+                            workload: "calculator",
+                            port: 8080,
+                            peer: &peer,
+                            http: Some(("GET", &path)),
+                        });
+                        let _ = policy.admits_connection("app", "calculator", &peer);
+                    }
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+
+        #[test]
+        fn no_text_panics_the_parser(text in any::<String>()) {
+            let _ = Policy::from_yaml(&text);
+        }
+    }
+}

@@ -8,6 +8,8 @@
 mod framing;
 mod head;
 mod pool;
+#[cfg(test)]
+mod properties;
 
 use std::future::Future;
 use std::io;
