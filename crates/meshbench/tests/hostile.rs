@@ -18,14 +18,20 @@ struct Component {
     child: Child,
     /// The address its ready line announced (unspecified when it announced none).
     addr: SocketAddr,
+    /// The whole ready line.
+    ready: serde_json::Value,
 }
 
 impl Component {
     fn start(args: &[&str]) -> Component {
+        Self::start_with_stderr(args, Stdio::inherit())
+    }
+
+    fn start_with_stderr(args: &[&str], stderr: Stdio) -> Component {
         let mut child = Command::new(env!("CARGO_BIN_EXE_meshbench"))
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut stdout = child.stdout.take().unwrap();
@@ -51,7 +57,7 @@ impl Component {
             .as_str()
             .and_then(|a| a.parse().ok())
             .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-        Component { child, addr }
+        Component { child, addr, ready }
     }
 
     /// Whether the process is still running (a panic in a task does not end it, but an
@@ -765,4 +771,82 @@ fn the_echo_server_streams_a_huge_body_instead_of_buffering_it() {
     // It held 270 MiB for a 256 MiB body when it collected bodies whole.
     let peak = peak_rss_mib(echo.child.id());
     assert!(peak < 64, "peak RSS {peak} MiB for a 256 MiB body");
+}
+
+/// User and system CPU the process has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn out_of_descriptors_the_proxy_backs_off_and_says_so_once() {
+    use rustix::process::{prlimit, Pid, Resource, Rlimit};
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let log = dir.path().join("stderr.log");
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let inbound = format!("127.0.0.1:0={}", app.addr);
+    let proxy = Component::start_with_stderr(
+        &[
+            "proxy",
+            "sidecar",
+            "--namespace",
+            "app",
+            "--workload",
+            "calculator",
+            "--mode",
+            "l7",
+            "--no-mtls",
+            "--threads",
+            "1",
+            "--admin",
+            "127.0.0.1:0",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--inbound",
+            &inbound,
+        ],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    let pid = proxy.child.id();
+    let open_now = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64;
+    let limit = Rlimit {
+        current: Some(open_now + 3),
+        maximum: Some(open_now + 3),
+    };
+    prlimit(Pid::from_raw(pid as i32), Resource::Nofile, limit).unwrap();
+    // Past the limit, every further connection waits in the accept queue and each accept
+    // fails with EMFILE.
+    let admin: SocketAddr = proxy.ready["admin"].as_str().unwrap().parse().unwrap();
+    let held: Vec<TcpStream> = (0..40)
+        .map(|i| TcpStream::connect(if i % 2 == 0 { proxy.addr } else { admin }).unwrap())
+        .collect();
+    wait_for(
+        "the proxy to run out of descriptors",
+        Duration::from_secs(10),
+        || {
+            let open = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
+            (open >= open_now + 3).then_some(())
+        },
+    );
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_ticks(pid) - before;
+    // The admin endpoint spun at 2.9 s of CPU in 3 s; backing off costs next to nothing.
+    assert!(
+        spent < 50,
+        "{spent} ticks of CPU in 2 s while out of descriptors"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines = text.matches("accept failed").count();
+    // One line per listener at most (the first failure), not one per retry.
+    assert!(lines <= 2, "{lines} accept warnings in 2 s:\n{text}");
+    drop(held);
 }
