@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -89,6 +90,40 @@ impl Default for Limits {
     }
 }
 
+/// Connections that ended, process-wide: the memory trimmer's cue.
+static CONNECTIONS_CLOSED: AtomicU64 = AtomicU64::new(0);
+/// How often the trimmer looks whether connections ended since its last trim.
+const TRIM_PERIOD: Duration = Duration::from_secs(5);
+
+/// Gives memory that closed connections freed back to the system, for the proxy's life.
+/// glibc's allocator keeps freed heap pages (1000 unfinished 60 KB request heads left 70 MB
+/// behind after they closed); `malloc_trim` returns them. It walks the heap, so it runs at
+/// most once a period, and only after connections ended.
+pub(crate) async fn return_freed_memory() {
+    let mut trimmed_at = CONNECTIONS_CLOSED.load(Ordering::Relaxed);
+    loop {
+        tokio::time::sleep(TRIM_PERIOD).await;
+        let closed = CONNECTIONS_CLOSED.load(Ordering::Relaxed);
+        if closed != trimmed_at {
+            trimmed_at = closed;
+            trim_heap();
+        }
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim_heap() {
+    // SAFETY: malloc_trim takes a padding size and touches only the allocator's own state,
+    // under the allocator's own locks; it has no precondition on the caller.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim_heap() {}
+
 /// Longest pause after a failed accept (the pause doubles from 10 ms while accepts fail).
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 /// At most one "accept failed" line per this period; the others are counted in it.
@@ -116,6 +151,7 @@ where
                 tokio::spawn(async move {
                     served.await;
                     drop(slot);
+                    CONNECTIONS_CLOSED.fetch_add(1, Ordering::Relaxed);
                 });
             }
             Err(e) => {

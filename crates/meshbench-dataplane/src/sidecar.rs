@@ -220,6 +220,7 @@ impl BoundSidecar {
     /// finish on their own tasks.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(crate::serving::return_freed_memory());
         if let Some((store, client, fraction)) = self.rotation {
             spawn_rotation(&mut tasks, store, client, fraction, self.metrics.clone());
         }

@@ -162,6 +162,7 @@ impl BoundNodeAgent {
     /// Serves until `shutdown` resolves; established tunnels finish on their own tasks.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(crate::serving::return_freed_memory());
         for (store, client, fraction) in self.rotations {
             spawn_rotation(&mut tasks, store, client, fraction, self.metrics.clone());
         }
