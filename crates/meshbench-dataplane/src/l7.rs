@@ -24,6 +24,7 @@ use meshbench_policy::{Peer, Policy, Request as PolicyRequest};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::http1::{Http1Pool, IDENTITY_HEADERS};
+use crate::idle::IdleWatch;
 use crate::metrics::{Direction, ProxyMetrics};
 use crate::serving::Limits;
 use crate::splice::read_appending;
@@ -143,18 +144,11 @@ pub(crate) async fn serve_http<S>(
     }
 }
 
-/// Resolves once `moved` has not changed for `period` (checked once a period, so between one
-/// and two periods after the last byte): one timer per period, nothing per read.
+/// Resolves once `moved` has not changed for a whole `period` of the idle clock (between one
+/// and two periods after the last byte), with no timer of its own.
 pub(crate) async fn idle(moved: &AtomicU64, period: std::time::Duration) {
-    let mut last = moved.load(Ordering::Relaxed);
-    loop {
-        tokio::time::sleep(period).await;
-        let now = moved.load(Ordering::Relaxed);
-        if now == last {
-            return;
-        }
-        last = now;
-    }
+    let mut watch = IdleWatch::new(period);
+    std::future::poll_fn(|cx| watch.poll_idle(cx, moved.load(Ordering::Relaxed))).await
 }
 
 /// Whether a connection whose first bytes are `first` speaks HTTP/2 with prior knowledge

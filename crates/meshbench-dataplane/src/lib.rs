@@ -12,6 +12,7 @@
 
 mod error;
 mod http1;
+mod idle;
 mod inbound;
 mod l7;
 mod lean_tls;

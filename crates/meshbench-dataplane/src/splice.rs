@@ -7,13 +7,15 @@
 //! until written. Like HAProxy's buffer pool, an idle connection costs no buffer.
 
 use std::cell::RefCell;
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::idle::IdleWatch;
 
 /// Matches the largest TLS record's plaintext, so one read can take a whole record.
 const SCRATCH_BYTES: usize = 16 * 1024;
@@ -132,9 +134,9 @@ impl Direction {
 /// no byte has moved either way for `idle` (then a `TimedOut` error). Returns the bytes
 /// copied from `a` to `b` and from `b` to `a`.
 ///
-/// The idle timer is armed once and re-armed only when it fires after bytes moved, never per
-/// read: a busy connection costs one timer per `idle` period, and a silent one is closed
-/// between `idle` and twice `idle` after its last byte.
+/// Idleness is judged at the ticks of the process's idle clock (`IdleWatch`), not by a timer
+/// per connection: a silent connection is closed between `idle` and twice `idle` after its
+/// last byte.
 pub(crate) async fn splice<A, B>(a: &mut A, b: &mut B, idle: Duration) -> io::Result<(u64, u64)>
 where
     A: AsyncRead + AsyncWrite + Unpin + ?Sized,
@@ -142,27 +144,21 @@ where
 {
     let mut a_to_b = Direction::default();
     let mut b_to_a = Direction::default();
-    let watchdog = tokio::time::sleep(idle);
-    tokio::pin!(watchdog);
-    let mut moved_at_last_check = 0;
+    let mut watch = IdleWatch::new(idle);
     poll_fn(|cx| {
         let forward = a_to_b.poll_copy(cx, Pin::new(&mut *a), Pin::new(&mut *b))?;
         let backward = b_to_a.poll_copy(cx, Pin::new(&mut *b), Pin::new(&mut *a))?;
         if let (Poll::Ready(()), Poll::Ready(())) = (forward, backward) {
             return Poll::Ready(Ok((a_to_b.transferred, b_to_a.transferred)));
         }
-        while watchdog.as_mut().poll(cx).is_ready() {
-            let moved = a_to_b.transferred + b_to_a.transferred;
-            if moved == moved_at_last_check {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "connection idle",
-                )));
-            }
-            moved_at_last_check = moved;
-            watchdog.as_mut().reset(tokio::time::Instant::now() + idle);
+        let moved = a_to_b.transferred + b_to_a.transferred;
+        match watch.poll_idle(cx, moved) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection idle",
+            ))),
+            Poll::Pending => Poll::Pending,
         }
-        Poll::Pending
     })
     .await
 }
@@ -212,24 +208,29 @@ mod tests {
         assert_eq!((forward, backward), (200_000, 200_000));
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_connection_silent_for_the_idle_timeout_is_closed_and_a_busy_one_is_not() {
         let (mut client, mut proxy_front) = tokio::io::duplex(64);
         let (mut proxy_back, mut server) = tokio::io::duplex(64);
-        let idle = Duration::from_secs(10);
+        let idle = Duration::from_millis(500);
         let proxy =
             tokio::spawn(async move { splice(&mut proxy_front, &mut proxy_back, idle).await });
-        // A byte every 7 s keeps it open well past the idle timeout...
-        for _ in 0..5 {
-            tokio::time::sleep(Duration::from_secs(7)).await;
+        // A byte every 150 ms keeps it open across several idle periods...
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
             client.write_all(b"x").await.unwrap();
             let mut byte = [0u8];
             server.read_exact(&mut byte).await.unwrap();
         }
         assert!(!proxy.is_finished());
-        // ...and silence closes it within twice the timeout.
-        tokio::time::sleep(idle * 2 + Duration::from_millis(1)).await;
-        let error = proxy.await.unwrap().unwrap_err();
+        // ...and silence closes it: between one and two periods later, three if a tick races.
+        let silent_since = std::time::Instant::now();
+        let error = tokio::time::timeout(idle * 10, proxy)
+            .await
+            .expect("closed while idle")
+            .unwrap()
+            .unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert!(silent_since.elapsed() >= idle / 2);
     }
 }

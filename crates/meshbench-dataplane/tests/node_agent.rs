@@ -295,3 +295,72 @@ fn a_bad_configuration_names_what_is_wrong() {
     assert!(err.to_string().contains("app/nobody"), "{err}");
     assert!(err.is_bad_input());
 }
+
+/// A peer agent that accepts connections and never answers (a black hole): tunnels to it wait
+/// for their connect timeout, and tunnels to every other peer go on meanwhile. The pool held
+/// one lock across every dial, so one such peer stalled every tunnel from the node.
+#[test]
+fn a_black_holed_peer_agent_stalls_only_its_own_tunnels() {
+    use std::io::{ErrorKind, Read, Write};
+    let lab = Lab::new();
+    let app = lab.echo_app();
+    let (node_b, _) = lab.agent(
+        lab.file("node-b", vec![lab.workload("calculator", app)]),
+        None,
+    );
+    let black_hole = std::net::TcpListener::bind(ANY).unwrap();
+    let held = std::thread::spawn({
+        let black_hole = black_hole.try_clone().unwrap();
+        move || {
+            // Accepted and kept, never read from nor written to.
+            let mut kept = Vec::new();
+            for stream in black_hole.incoming().take(4) {
+                kept.push(stream);
+            }
+            kept
+        }
+    });
+    let unreachable_app: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut node_a = lab.file(
+        "node-a",
+        vec![lab.workload("experimenter", "127.0.0.1:1".parse().unwrap())],
+    );
+    node_a.destinations = vec![
+        RemoteWorkload {
+            namespace: "app".into(),
+            name: "calculator".into(),
+            service_account: "calculator".into(),
+            address: app,
+            node_agent: node_b,
+        },
+        RemoteWorkload {
+            namespace: "app".into(),
+            name: "security-checker".into(),
+            service_account: "security-checker".into(),
+            address: unreachable_app,
+            node_agent: black_hole.local_addr().unwrap(),
+        },
+    ];
+    node_a.outbound = vec![
+        outbound("experimenter", app),
+        outbound("experimenter", unreachable_app),
+    ];
+    let (_, listeners) = lab.agent(node_a, None);
+    // A tunnel into the black hole, dialling (for up to the 10 s connect timeout)...
+    let mut stuck = std::net::TcpStream::connect(listeners[1]).unwrap();
+    stuck
+        .write_all(b"GET / HTTP/1.1\r\nhost: checker\r\n\r\n")
+        .unwrap();
+    // ...while tunnels to the healthy peer are answered, each within its 2 s timeout.
+    let healthy = load(listeners[0], 20, Some(5));
+    assert_eq!(outcomes(&healthy), vec![Outcome::Http(200)]);
+    stuck.set_nonblocking(true).unwrap();
+    let mut byte = [0u8];
+    assert!(
+        matches!(stuck.read(&mut byte), Err(e) if e.kind() == ErrorKind::WouldBlock),
+        "the black-holed tunnel was still dialling while the others were served"
+    );
+    drop(stuck);
+    drop(black_hole);
+    drop(held);
+}

@@ -19,6 +19,7 @@ use http::StatusCode;
 use meshbench_policy::{Peer, Request as PolicyRequest};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::idle::IdleWatch;
 use crate::l7::{InboundContext, Recording};
 use crate::serving::Limits;
 use crate::splice::read_appending;
@@ -65,11 +66,21 @@ pub(crate) async fn proxy<S>(
                     return;
                 }
             }
-            let wait = match head_started {
-                Some(at) => limits.header_read_timeout.saturating_sub(at.elapsed()),
-                None => idle,
+            // Between requests the idle clock watches (no timer per idle connection); once a
+            // head has begun, its own deadline does.
+            let read = read_appending(&mut downstream, &mut pending);
+            let waited = match head_started {
+                Some(at) => {
+                    let left = limits.header_read_timeout.saturating_sub(at.elapsed());
+                    tokio::time::timeout(left, read).await.map_err(|_| ())
+                }
+                None => tokio::select! {
+                    biased;
+                    read = read => Ok(read),
+                    () = IdleWatch::new(idle).silent() => Err(()),
+                },
             };
-            match tokio::time::timeout(wait, read_appending(&mut downstream, &mut pending)).await {
+            match waited {
                 // End of stream between requests, or in the middle of one: nothing to answer.
                 Ok(Ok(0) | Err(_)) => return,
                 Ok(Ok(_)) => {
@@ -95,7 +106,16 @@ pub(crate) async fn proxy<S>(
             head.add_header(IDENTITY_HEADERS[1], &id.to_string());
         }
         let outcome = if authorized(&head, &pending, inbound, recording) {
-            exchange(&mut downstream, &mut pending, &mut head, pool, idle).await
+            // Boxed: an exchange's state (its reads and writes, each with a deadline) would
+            // otherwise size the connection's task while it idles between requests.
+            Box::pin(exchange(
+                &mut downstream,
+                &mut pending,
+                &mut head,
+                pool,
+                idle,
+            ))
+            .await
         } else {
             // The body is not read: the connection cannot carry another request.
             let close = !head.keep_alive || head.framing != Framing::Empty;

@@ -107,8 +107,8 @@ impl HboneInbound {
             .timer(TokioTimer::new())
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
-            // ztunnel's bound; the sending pool opens another connection past it.
-            .max_concurrent_streams(limits.max_streams_per_connection)
+            // The sending pool opens another connection past it, as ztunnel's does.
+            .max_concurrent_streams(limits.max_tunnels_per_connection)
             .max_header_list_size(16 * 1024)
             .keep_alive_interval(Some(limits.idle_timeout))
             .keep_alive_timeout(limits.handshake_timeout);

@@ -137,7 +137,9 @@ impl AgentOutbound {
         let (idle, connect_timeout) = (self.limits.idle_timeout, self.limits.connect_timeout);
         let copied = match self.route(target) {
             Route::Tunnel { destination, agent } => {
-                let opened = self.pool.open(source, &destination, agent, target).await;
+                // Boxed: dialling a peer agent (TLS, HTTP/2, their deadlines) takes far more
+                // state than splicing, and would size the tunnel's task for its whole life.
+                let opened = Box::pin(self.pool.open(source, &destination, agent, target)).await;
                 let (upgraded, _slot) = match opened {
                     Ok(opened) => opened,
                     Err(e) => {

@@ -113,7 +113,7 @@ impl HbonePool {
     }
 
     /// A connection with room for one more tunnel (ztunnel's pool works so too: at most
-    /// `max_streams_per_connection` streams each, a new connection when all are full).
+    /// `max_tunnels_per_connection` streams each, a new connection when all are full).
     async fn sender(
         &self,
         source: &LocalEntry,
@@ -134,7 +134,7 @@ impl HbonePool {
             .clone();
         let mut pooled = entry.lock().await;
         pooled.retain(|p| !p.sender.is_closed());
-        let max = self.limits.max_streams_per_connection.max(1);
+        let max = self.limits.max_tunnels_per_connection.max(1);
         if let Some(p) = pooled
             .iter()
             .find(|p| p.streams.load(Ordering::Relaxed) < max)

@@ -100,9 +100,12 @@ struct LimitArgs {
     /// Connections open at once to one upstream; past it a request gets a 503.
     #[arg(long, value_parser = super::args::at_least_one, default_value = "1024")]
     max_upstream_connections: usize,
-    /// Concurrent HTTP/2 streams (L7) or HBONE tunnels per connection.
+    /// Concurrent HTTP/2 streams per L7 downstream connection.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..), default_value = "100")]
     max_streams_per_connection: u32,
+    /// Concurrent HBONE tunnels per connection between node agents.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), default_value = "1000")]
+    max_tunnels_per_connection: u32,
 }
 
 impl LimitArgs {
@@ -115,6 +118,7 @@ impl LimitArgs {
             max_connections: self.max_connections,
             max_upstream_connections: self.max_upstream_connections,
             max_streams_per_connection: self.max_streams_per_connection,
+            max_tunnels_per_connection: self.max_tunnels_per_connection,
         }
     }
 }
