@@ -103,10 +103,4 @@ impl IdleWatch {
         }
         Poll::Pending
     }
-
-    /// Resolves when nothing (`moved` staying 0) happened for a whole period: an idle wait
-    /// for the next request.
-    pub(crate) async fn silent(mut self) {
-        std::future::poll_fn(|cx| self.poll_idle(cx, 0)).await
-    }
 }

@@ -163,8 +163,18 @@ impl CertificateAuthority {
     /// workload certificates are.
     pub fn issue(&self, ns: &str, sa: &str, opts: &IssueOptions) -> Result<IssuedSvid, Error> {
         let spiffe_id = SpiffeId::for_workload(&self.trust_domain, ns, sa)?;
-        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
         let (params, not_after) = self.workload_params(&spiffe_id, opts)?;
+        self.sign_with_new_key(spiffe_id, params, not_after)
+    }
+
+    /// A fresh key pair, and `params` signed for it.
+    fn sign_with_new_key(
+        &self,
+        spiffe_id: SpiffeId,
+        params: CertificateParams,
+        not_after: OffsetDateTime,
+    ) -> Result<IssuedSvid, Error> {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(IssuedSvid {
             spiffe_id,
@@ -184,19 +194,12 @@ impl CertificateAuthority {
             reason: "give at least one".to_owned(),
         })?;
         let spiffe_id = SpiffeId::parse(first)?;
-        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
         let (mut params, not_after) = self.workload_params(&spiffe_id, &IssueOptions::default())?;
         params.subject_alt_names = uris
             .iter()
             .map(|uri| Ok(SanType::URI(ia5(uri)?)))
             .collect::<Result<_, Error>>()?;
-        let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(IssuedSvid {
-            spiffe_id,
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            not_after,
-        })
+        self.sign_with_new_key(spiffe_id, params, not_after)
     }
 
     /// Signs a certificate signing request for `id`, the identity the caller has already

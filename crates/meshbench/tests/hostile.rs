@@ -899,3 +899,30 @@ fn unfinished_heads_are_timed_out_and_their_memory_given_back() {
         || (rss_mib(pid) < start + (grown - start) / 4).then_some(()),
     );
 }
+
+#[test]
+fn a_kept_alive_connection_that_sends_nothing_more_is_closed_at_the_idle_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let proxy = l7_sidecar(dir.path(), app.addr, &["--idle-timeout", "1s"]);
+    let mut stream = TcpStream::connect(proxy.addr).unwrap();
+    let started = Instant::now();
+    // Two requests keep it busy; then silence, between requests, is idleness.
+    for _ in 0..2 {
+        stream
+            .write_all(b"GET /public HTTP/1.1\r\nHost: calc\r\n\r\n")
+            .unwrap();
+        // The app's answer: a head, then a two-byte body.
+        let mut answer = Vec::new();
+        let mut chunk = [0u8; 256];
+        while !answer.ends_with(b"\r\n\r\nok") {
+            let n = stream.read(&mut chunk).unwrap();
+            assert!(n > 0, "closed mid-answer");
+            answer.extend_from_slice(&chunk[..n]);
+        }
+        assert!(answer.starts_with(b"HTTP/1.1 200"));
+    }
+    let rest = read_until_close(&mut stream, Duration::from_secs(20));
+    assert!(rest.is_empty(), "{rest}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+}

@@ -45,12 +45,18 @@ pub(crate) async fn proxy<S>(
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let idle = limits.idle_timeout;
+    // One watch for the connection's life, its count the requests read: waiting for the next
+    // one costs no allocation and no registration per request.
+    let (mut idle_watch, mut requests) = (IdleWatch::new(idle), 0u64);
     loop {
         // A head's deadline runs from its first byte; before that the connection is idle.
         let mut head_started = (!pending.is_empty()).then(Instant::now);
         let mut head = loop {
             match parse_request(&pending) {
-                Ok(Some(head)) => break head,
+                Ok(Some(head)) => {
+                    requests += 1;
+                    break head;
+                }
                 Ok(None) => {}
                 Err(e) => {
                     tracing::debug!(error = %e, "refusing a malformed request");
@@ -77,7 +83,7 @@ pub(crate) async fn proxy<S>(
                 None => tokio::select! {
                     biased;
                     read = read => Ok(read),
-                    () = IdleWatch::new(idle).silent() => Err(()),
+                    () = std::future::poll_fn(|cx| idle_watch.poll_idle(cx, requests)) => Err(()),
                 },
             };
             match waited {
