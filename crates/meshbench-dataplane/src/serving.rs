@@ -69,7 +69,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// Connections a proxy opens to one upstream at once (Envoy's circuit breaker
     /// `max_connections`); a request that finds none free within `connect_timeout` gets a
-    /// 503. Default 1024.
+    /// 503. For the node agent: tunnels its HBONE port carries to one local app at once,
+    /// over every peer and connection; one past it is answered 503 at once. Default 1024.
     pub max_upstream_connections: usize,
     /// Concurrent HTTP/2 streams per L7 downstream connection. Default 100.
     pub max_streams_per_connection: u32,

@@ -926,3 +926,121 @@ fn a_kept_alive_connection_that_sends_nothing_more_is_closed_at_the_idle_timeout
     assert!(rest.is_empty(), "{rest}");
     assert!(started.elapsed() >= Duration::from_secs(1));
 }
+
+/// HBONE connections the agent listening on `port` holds open (its side of each).
+fn established_to_port(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields[1].rsplit(':').next().unwrap();
+            u16::from_str_radix(local_port, 16).unwrap() == port && fields[3] == "01"
+        })
+        .count()
+}
+
+/// One request on `stream`, kept open; the status line, or "" when the agent closed it.
+fn request_kept_open(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: calculator\r\n\r\n")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 256];
+    while !answer.ends_with(b"ok") {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("no answer and no close: {e}"),
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn hbone_tunnels_are_capped_per_connection_and_per_app() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = lab_ca(dir.path());
+    let ca_str = ca.to_str().unwrap();
+    let app = RecordingApp::start();
+    let agent = |name: &str, body: String, extra: &[&str]| {
+        let config = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &config,
+            format!("node: {name}\nca: {ca_str}/ca.pem\nhbone: 127.0.0.1:0\n{body}"),
+        )
+        .unwrap();
+        let mut args = vec!["proxy", "node-agent", "--config", config.to_str().unwrap()];
+        args.extend([
+            "--no-metrics",
+            "--threads",
+            "1",
+            "--max-tunnels-per-connection",
+            "2",
+        ]);
+        args.extend_from_slice(extra);
+        Component::start(&args)
+    };
+    let server = agent(
+        "node-b",
+        format!(
+            "workloads:\n  - {{ namespace: app, name: calculator, service_account: calculator, \
+             cert: {ca_str}/app.calculator.pem, key: {ca_str}/app.calculator.key, \
+             address: {} }}\n",
+            app.addr
+        ),
+        &["--max-upstream-connections", "4"],
+    );
+    let client = agent(
+        "node-a",
+        format!(
+            "workloads:\n  - {{ namespace: app, name: experimenter, service_account: experimenter, \
+             cert: {ca_str}/app.experimenter.pem, key: {ca_str}/app.experimenter.key, \
+             address: 127.0.0.1:1 }}\n\
+             destinations:\n  - {{ namespace: app, name: calculator, service_account: calculator, \
+             address: {app}, node_agent: {hbone} }}\n\
+             outbound:\n  - {{ listen: 127.0.0.1:0, source: app/experimenter, destination: {app} }}\n",
+            app = app.addr,
+            hbone = server.addr
+        ),
+        &[],
+    );
+    let entry: SocketAddr = client.ready["outbound"][0]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    let mut open: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(entry).unwrap()).collect();
+    for stream in &mut open {
+        assert_eq!(request_kept_open(stream), "HTTP/1.1 200 OK");
+    }
+    // Two tunnels per connection: the sending agent opened a second HBONE connection.
+    assert!(
+        established_to_port(server.addr.port()) >= 2,
+        "4 tunnels at 2 per connection over {} HBONE connection(s)",
+        established_to_port(server.addr.port())
+    );
+    // The app's cap holds across those connections: the fifth tunnel is refused and the
+    // app never sees it.
+    let mut fifth = TcpStream::connect(entry).unwrap();
+    assert_eq!(request_kept_open(&mut fifth), "");
+    assert_eq!(app.connections.load(Ordering::SeqCst), 4);
+
+    // A tunnel that ends gives its place back.
+    drop(open.pop());
+    wait_for(
+        "a tunnel once one of the four ended",
+        Duration::from_secs(20),
+        || {
+            let mut next = TcpStream::connect(entry).unwrap();
+            (request_kept_open(&mut next) == "HTTP/1.1 200 OK").then_some(())
+        },
+    );
+}

@@ -21,6 +21,9 @@ pub(crate) struct LocalEntry {
     pub id: SpiffeId,
     pub address: SocketAddr,
     pub store: Arc<SvidStore>,
+    /// Connections the agent's HBONE port holds open to this app at once: every tunnel is
+    /// one, whichever peer and connection it came over (Envoy's per-cluster circuit breaker).
+    pub app_slots: Arc<tokio::sync::Semaphore>,
 }
 
 #[derive(Debug, Clone)]
@@ -51,7 +54,8 @@ pub fn sni_of(id: &SpiffeId) -> Result<ServerName<'static>, Error> {
 }
 
 impl Directory {
-    pub(crate) fn new(file: &NodeAgentFile) -> Result<Self, Error> {
+    /// `max_app_connections`: the tunnels each local app may carry at once.
+    pub(crate) fn new(file: &NodeAgentFile, max_app_connections: usize) -> Result<Self, Error> {
         let mut directory = Directory {
             by_address: HashMap::new(),
             by_name: HashMap::new(),
@@ -85,6 +89,7 @@ impl Directory {
                 id: expected,
                 address: w.address,
                 store,
+                app_slots: Arc::new(tokio::sync::Semaphore::new(max_app_connections.max(1))),
             });
             let sni = sni_of(&entry.id)?.to_str().into_owned();
             directory.by_sni.insert(sni, entry.clone());

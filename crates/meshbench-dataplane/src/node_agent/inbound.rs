@@ -173,6 +173,12 @@ async fn tunnel(caller: &Caller, mut request: Request<Incoming>) -> Response<Emp
         tracing::info!(caller = %caller.id, %target, reason = %decision.reason, "tunnel denied");
         return status(StatusCode::FORBIDDEN);
     }
+    // Refused at once rather than queued: the caller's pool sees the 503 and the app is
+    // not handed more connections than its cap, however many peers and connections ask.
+    let Ok(app_slot) = destination.app_slots.clone().try_acquire_owned() else {
+        tracing::debug!(%target, "tunnel refused: the app's connection cap is reached");
+        return status(StatusCode::SERVICE_UNAVAILABLE);
+    };
     let limits = caller.limits;
     let mut app =
         match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(target)).await {
@@ -190,6 +196,7 @@ async fn tunnel(caller: &Caller, mut request: Request<Incoming>) -> Response<Emp
     let upgrade = hyper::upgrade::on(&mut request);
     let metrics = caller.metrics.clone();
     tokio::spawn(async move {
+        let _app_slot = app_slot;
         let _open = metrics.as_ref().map(|m| m.connection(Direction::Inbound));
         let Ok(upgraded) = upgrade.await else {
             return;

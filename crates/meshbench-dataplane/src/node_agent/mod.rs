@@ -61,7 +61,10 @@ pub struct BoundNodeAgent {
 
 /// Loads every local SVID, builds the directory and binds the HBONE and outbound listeners.
 pub async fn run_node_agent(config: NodeAgentConfig) -> Result<BoundNodeAgent, Error> {
-    let directory = Arc::new(Directory::new(&config.file)?);
+    let directory = Arc::new(Directory::new(
+        &config.file,
+        config.limits.max_upstream_connections,
+    )?);
     let server_tls = server_config_for(
         directory.clone(),
         Some(&config.file.ca),

@@ -97,7 +97,8 @@ struct LimitArgs {
     /// Connections served at once per listener; more wait in the accept queue.
     #[arg(long, value_parser = super::args::at_least_one, default_value = "10000")]
     max_connections: usize,
-    /// Connections open at once to one upstream; past it a request gets a 503.
+    /// Connections open at once to one upstream (node agent: tunnels into one local app, over
+    /// all peers); past it a request or tunnel gets a 503.
     #[arg(long, value_parser = super::args::at_least_one, default_value = "1024")]
     max_upstream_connections: usize,
     /// Concurrent HTTP/2 streams per L7 downstream connection.
