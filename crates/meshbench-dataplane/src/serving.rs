@@ -7,7 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use meshbench_identity::{rotate_forever, CaClient, SvidStore};
 use tokio::net::TcpListener;
@@ -154,45 +154,23 @@ fn trim_heap() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn trim_heap() {}
 
-/// Longest pause after a failed accept (the pause doubles from 10 ms while accepts fail).
-const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
-/// At most one "accept failed" line per this period; the others are counted in it.
-const ACCEPT_LOG_PERIOD: Duration = Duration::from_secs(10);
-
 pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, max_connections: usize, handle: F)
 where
     F: Fn(tokio::net::TcpStream, SocketAddr) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
-    let mut backoff = Duration::ZERO;
-    let (mut last_log, mut unlogged) = (None::<Instant>, 0u64);
+    let mut listener = meshbench_net::PatientListener::new(listener, "data plane");
     loop {
         // At the limit, stop accepting: new connections wait in the kernel's queue, as with
         // HAProxy's maxconn, instead of costing a task each.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                backoff = Duration::ZERO;
-                let _ = stream.set_nodelay(true);
-                tokio::spawn(Slotted {
-                    served: handle(stream, peer),
-                    _slot: slot,
-                });
-            }
-            Err(e) => {
-                // Out of descriptors or similar: keep serving what is established, retry
-                // less and less often, and say so at most once a period.
-                unlogged += 1;
-                if last_log.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_PERIOD) {
-                    tracing::warn!(error = %e, failures = unlogged, "accept failed");
-                    (last_log, unlogged) = (Some(Instant::now()), 0);
-                }
-                backoff = (backoff * 2).clamp(Duration::from_millis(10), MAX_ACCEPT_BACKOFF);
-                tokio::time::sleep(backoff).await;
-            }
-        }
+        let (stream, peer) = listener.accept().await;
+        tokio::spawn(Slotted {
+            served: handle(stream, peer),
+            _slot: slot,
+        });
     }
 }

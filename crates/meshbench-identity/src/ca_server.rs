@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -38,9 +38,6 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 /// Renewals served at once; more wait in the accept queue.
 const MAX_CONNECTIONS: usize = 1024;
-/// Longest pause after failed accepts (it doubles from 10 ms), and how often one is logged.
-const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
-const ACCEPT_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// The SPIFFE ID the CA service presents, which renewing workloads require.
 pub fn ca_service_id(trust_domain: &str) -> Result<SpiffeId, Error> {
@@ -108,29 +105,13 @@ impl BoundCaServer {
     /// handshaken within 10 s, its request head within 10 s and done within 30 s.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let mut listener = meshbench_net::PatientListener::new(self.listener, "CA");
         let accept = async {
-            let mut backoff = Duration::ZERO;
-            let (mut last_log, mut unlogged) = (None::<Instant>, 0u64);
             loop {
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
-                let (tcp, peer) = match self.listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        // Out of descriptors, say: back off, and say so once a period.
-                        unlogged += 1;
-                        if last_log.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_PERIOD) {
-                            tracing::warn!(error = %e, failures = unlogged, "CA accept failed");
-                            (last_log, unlogged) = (Some(Instant::now()), 0);
-                        }
-                        backoff =
-                            (backoff * 2).clamp(Duration::from_millis(10), MAX_ACCEPT_BACKOFF);
-                        tokio::time::sleep(backoff).await;
-                        continue;
-                    }
-                };
-                backoff = Duration::ZERO;
+                let (tcp, peer) = listener.accept().await;
                 let acceptor = self.acceptor.clone();
                 let ca = self.ca.clone();
                 let ttl = self.svid_ttl;

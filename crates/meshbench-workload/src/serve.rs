@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::{Body, Incoming};
@@ -91,28 +91,12 @@ impl BoundServer {
             .keep_alive_interval(Some(HEADER_READ_TIMEOUT));
         let builder = Arc::new(builder);
         tokio::pin!(shutdown);
-        let (mut backoff, mut last_log, mut unlogged) = (Duration::ZERO, None::<Instant>, 0u64);
+        let mut listener = meshbench_net::PatientListener::new(self.listener, "workload");
         loop {
             let (stream, peer) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        // Out of file descriptors or similar: keep serving what we have,
-                        // retry less and less often, and say so once a period.
-                        unlogged += 1;
-                        if last_log.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_PERIOD) {
-                            tracing::warn!(error = %e, failures = unlogged, "accept failed");
-                            (last_log, unlogged) = (Some(Instant::now()), 0);
-                        }
-                        backoff = (backoff * 2).clamp(Duration::from_millis(10), MAX_ACCEPT_BACKOFF);
-                        tokio::time::sleep(backoff).await;
-                        continue;
-                    }
-                },
+                accepted = listener.accept() => accepted,
                 () = &mut shutdown => break,
             };
-            backoff = Duration::ZERO;
-            let _ = stream.set_nodelay(true);
             let service = service.clone();
             let builder = builder.clone();
             let tls = self.tls.clone();
@@ -123,7 +107,7 @@ impl BoundServer {
                 }
             });
         }
-        drop(self.listener);
+        drop(listener);
         tokio::select! {
             () = graceful.shutdown() => {}
             () = tokio::time::sleep(self.drain_timeout) => {
@@ -140,8 +124,6 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// Concurrent HTTP/2 streams per connection.
 const MAX_STREAMS: u32 = 256;
-const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
-const ACCEPT_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 async fn serve_connection<S, B>(
     stream: TcpStream,
