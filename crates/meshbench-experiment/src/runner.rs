@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use meshbench_lab::{
     describe_environment, BuildInfo, CgroupFs, LabComponent, Readiness, ResourceSampler,
 };
-use meshbench_meshes::{deploy, enroll, LabContext, Mesh, MeshContext, MeshPki, Ports};
+use meshbench_meshes::{deploy, enroll, LabContext, Mesh, MeshContext, MeshPki, Ports, ProxyArea};
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireTap};
 use meshbench_results::{
     read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus,
@@ -232,8 +232,11 @@ impl Runner {
         }
         write_json_atomic(&self.results_path, &self.result)?;
         let application = profile.application;
+        // What the proxies read and write, where the proxy user can reach it whatever the
+        // results directory's permissions; removed when the run ends.
+        let area = ProxyArea::create(&self.options.out_dir).map_err(Error::Mesh)?;
         let pki = MeshPki::create(
-            &self.options.out_dir.join("pki"),
+            &area,
             &application.topology(Placement::InterNode),
             &application.policy_yaml(),
         )
@@ -270,7 +273,7 @@ impl Runner {
                             repetition,
                         };
                         progress.cell_started(&id);
-                        let cell = self.run_cell(&id, &pki).await?;
+                        let cell = self.run_cell(&id, &area, &pki).await?;
                         progress.cell_finished(&id, &cell);
                         self.result.cells.push(cell);
                         write_json_atomic(&self.results_path, &self.result)?;
@@ -284,7 +287,7 @@ impl Runner {
         Ok(())
     }
 
-    async fn run_cell(&self, id: &CellId, pki: &MeshPki) -> Result<Cell, Error> {
+    async fn run_cell(&self, id: &CellId, area: &ProxyArea, pki: &MeshPki) -> Result<Cell, Error> {
         let label = id.label();
         let cell_err = |error: meshbench_meshes::Error| Error::Cell {
             cell: label.clone(),
@@ -304,6 +307,12 @@ impl Runner {
             path: cell_dir.clone(),
             source,
         })?;
+        let cell_area = area
+            .private_dir(format!(
+                "cells/{}",
+                cell_dir.file_name().unwrap_or_default().to_string_lossy()
+            ))
+            .map_err(cell_err)?;
         let application = self.profile.application;
         let topology = application.topology(id.placement);
         let lab_id = new_lab_id();
@@ -330,6 +339,8 @@ impl Runner {
                 pki,
                 exe: &self.options.exe,
                 work_dir: &cell_dir,
+                area,
+                cell_area: &cell_area,
                 cgroups: self.cgroups.as_ref(),
                 sut_cpus,
                 wire: wire_tap.as_ref(),
@@ -346,6 +357,11 @@ impl Runner {
         if let Err(e) = net.teardown() {
             tracing::warn!(error = %e, "lab teardown incomplete; run `meshbench lab clean`");
         }
+        // The proxies have stopped and written their final metrics.
+        if let Err(e) = meshbench_meshes::collect_outputs(&cell_area, &cell_dir) {
+            tracing::warn!(error = %e, "the proxies' outputs were not all copied into the results");
+        }
+        let _ = std::fs::remove_dir_all(&cell_area);
         let (load, resources, wire) = outcome?;
         let handshakes = crate::handshakes::read_handshakes(&cell_dir);
         Ok(Cell {

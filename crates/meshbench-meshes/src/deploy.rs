@@ -10,7 +10,7 @@ use meshbench_lab::{CgroupFs, LabComponent, Launch, Pod, Readiness};
 use meshbench_netlab::{LabNetwork, NodeRedirect, SidecarCapture, WireTap, PROXY_UID};
 
 use crate::configs;
-use crate::{Error, Mesh, MeshPki, SidecarTuning};
+use crate::{Error, Mesh, MeshPki, ProxyArea, SidecarTuning};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -49,8 +49,11 @@ pub struct LabContext<'a> {
     pub pki: &'a MeshPki,
     /// The meshbench binary (sidecars, agents and the CA are roles of it).
     pub exe: &'a Path,
-    /// Where configs and logs of this cell go.
+    /// The cell's directory in the results: logs, and a copy of every config for the record.
     pub work_dir: &'a Path,
+    /// The run's proxy area, and this cell's directory in it: what proxies read and write.
+    pub area: &'a ProxyArea,
+    pub cell_area: &'a Path,
     pub cgroups: Option<&'a CgroupFs>,
     /// CPUs for the system under test (apps, proxies), as a taskset list.
     pub sut_cpus: Option<String>,
@@ -220,33 +223,29 @@ impl LabContext<'_> {
         .await?)
     }
 
+    /// Writes a component's config where the proxy user can read it, and a copy into the
+    /// results; returns the path the component is given.
     pub(crate) fn write(&self, name: &str, contents: &str) -> Result<PathBuf, Error> {
-        let path = self.work_dir.join(name);
-        std::fs::write(&path, contents).map_err(|source| Error::Io {
-            path: path.clone(),
+        let record = self.work_dir.join(name);
+        std::fs::write(&record, contents).map_err(|source| Error::Io {
+            path: record.clone(),
             source,
         })?;
-        Ok(path)
+        self.area.write(self.cell_area, name, contents.as_bytes())
     }
 
     /// Where our proxy `component` writes its final metrics when it stops
-    /// (`<work dir>/<component>.metrics/metrics.prom`, writable by the proxy user).
+    /// (`<component>.metrics/metrics.prom` in the cell's area, collected into the results).
     pub(crate) fn metrics_file(&self, component: &str) -> Result<PathBuf, Error> {
         Ok(self
             .proxy_dir(&format!("{component}{PROXY_METRICS_DIR_SUFFIX}"))?
             .join(PROXY_METRICS_FILE))
     }
 
-    /// A directory the proxy user may write to.
+    /// A directory of the cell's area the proxy user may write to; copied into the results
+    /// when the cell ends unless `name` ends with [`crate::PRIVATE_SUFFIX`].
     pub(crate) fn proxy_dir(&self, name: &str) -> Result<PathBuf, Error> {
-        let dir = self.work_dir.join(name);
-        let io = |source| Error::Io {
-            path: dir.clone(),
-            source,
-        };
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        std::os::unix::fs::chown(&dir, Some(PROXY_UID), Some(PROXY_UID)).map_err(io)?;
-        Ok(dir)
+        self.area.private_dir(self.cell_area.join(name))
     }
 
     pub(crate) fn pod_ip(&self, pod: &Pod) -> Result<IpAddr, Error> {

@@ -233,7 +233,9 @@ async fn enroll_envoys(lab: &LabContext<'_>, envoy: &Path) -> Result<Vec<LabComp
     for pod in topology.pods().iter().filter(|p| p.workload.meshed) {
         let w = &pod.workload;
         let svid = lab.pki.svid(&w.namespace, &w.service_account);
-        let svid_dir = lab.proxy_dir(&format!("{}-envoy-svid", pod.name))?;
+        // The published SVID includes the key: never copied into the results.
+        let svid_dir =
+            lab.proxy_dir(&format!("{}-envoy-svid{}", pod.name, crate::PRIVATE_SUFFIX))?;
         let agent_args = vec![
             "proxy".into(),
             "cert-agent".into(),

@@ -5,6 +5,7 @@
 //! loopback), and which URL and arguments the client uses. A mesh whose binary is missing is
 //! reported unavailable with the command that installs it.
 
+mod area;
 pub mod configs;
 mod deploy;
 mod enroll;
@@ -12,6 +13,7 @@ mod gateway;
 mod mesh;
 mod pki;
 
+pub use area::{clean_stale_areas, collect_outputs, ProxyArea, AREAS_ROOT, PRIVATE_SUFFIX};
 pub use deploy::{
     deploy, Deployment, LabContext, MeshContext, Ports, PROXY_METRICS_DIR_SUFFIX,
     PROXY_METRICS_FILE,

@@ -1,16 +1,16 @@
 //! The lab's identities: a CA, one SVID per workload of the topology (SPIFFE ID, plus the DNS
 //! name `<sa>.<ns>.svc` for proxies that can only match DNS SANs, plus a combined PEM for
-//! HAProxy), and the zero-trust policy of the experiment. Files are readable by the proxy
-//! user, which every sidecar and agent runs as.
+//! HAProxy), and the zero-trust policy of the experiment. They live in the run's proxy area,
+//! readable by the proxy user, which every sidecar and agent runs as; the CA's key stays
+//! root's.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
 use meshbench_lab::Topology;
-use meshbench_netlab::PROXY_UID;
 
-use crate::Error;
+use crate::{Error, ProxyArea};
 
 pub const TRUST_DOMAIN: &str = "cluster.local";
 
@@ -36,14 +36,15 @@ pub struct WorkloadSvid {
 }
 
 impl MeshPki {
-    /// Creates the CA and SVIDs in `dir`. `policy_yaml` is written as `policy.yaml`.
-    pub fn create(dir: &Path, topology: &Topology, policy_yaml: &str) -> Result<Self, Error> {
-        Self::create_with_ttl(dir, topology, policy_yaml, None)
+    /// Creates the CA and SVIDs in `area`'s `pki` directory. `policy_yaml` is written as
+    /// `policy.yaml`.
+    pub fn create(area: &ProxyArea, topology: &Topology, policy_yaml: &str) -> Result<Self, Error> {
+        Self::create_with_ttl(area, topology, policy_yaml, None)
     }
 
     /// As [`MeshPki::create`], with SVIDs that live `svid_ttl`.
     pub fn create_with_ttl(
-        dir: &Path,
+        area: &ProxyArea,
         topology: &Topology,
         policy_yaml: &str,
         svid_ttl: Option<Duration>,
@@ -52,8 +53,7 @@ impl MeshPki {
             let path = path.to_path_buf();
             move |source| Error::Io { path, source }
         };
-        // Private (0700), owned below by the proxy user that reads its keys.
-        meshbench_identity::create_private_dir(dir)?;
+        let dir = &area.private_dir("pki")?;
         let ca = CertificateAuthority::init(dir, TRUST_DOMAIN)?;
         for w in &topology.workloads {
             let dns_name = dns_name(&w.namespace, &w.service_account);
@@ -77,13 +77,11 @@ impl MeshPki {
         let policy = dir.join("policy.yaml");
         std::fs::write(&policy, policy_yaml).map_err(io(&policy))?;
         // The proxies run as the proxy user and must read their keys.
-        std::os::unix::fs::chown(dir, Some(PROXY_UID), Some(PROXY_UID)).map_err(io(dir))?;
         for entry in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
             let path = entry.path();
             let is_ca_key = path.file_name().is_some_and(|n| n == "ca.key");
             if !is_ca_key {
-                std::os::unix::fs::chown(&path, Some(PROXY_UID), Some(PROXY_UID))
-                    .map_err(io(&path))?;
+                area.give(&path)?;
             }
         }
         Ok(MeshPki {

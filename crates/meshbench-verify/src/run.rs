@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use meshbench_lab::{BuildInfo, LabComponent, Pod, Readiness};
-use meshbench_meshes::{enroll, LabContext, Mesh, MeshPki, Ports};
+use meshbench_meshes::{enroll, LabContext, Mesh, MeshPki, Ports, ProxyArea};
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireCapture};
 use meshbench_policy::Policy;
 use meshbench_results::{
@@ -140,12 +140,17 @@ async fn verify_case(
     let identity_checked = mesh.mtls() && everything_enrolled;
     // Where identities are checked, SVIDs live seconds, so they rotate during the case.
     let svid_ttl = identity_checked.then_some(ROTATION_TTL);
-    let pki = MeshPki::create_with_ttl(&dir.join("pki"), &topology, policy_yaml, svid_ttl)?;
+    // The case's proxy files, where the proxy user can reach them (removed with it).
+    let area = ProxyArea::create(dir)?;
+    let cell_area = area.private_dir("case")?;
+    let pki = MeshPki::create_with_ttl(&area, &topology, policy_yaml, svid_ttl)?;
     let lab = LabContext {
         net: &net,
         pki: &pki,
         exe: &options.exe,
         work_dir: dir,
+        area: &area,
+        cell_area: &cell_area,
         cgroups: None,
         sut_cpus: None,
         wire: None,
@@ -203,6 +208,9 @@ async fn verify_case(
     }
     for component in components {
         component.stop(Duration::from_secs(2)).await;
+    }
+    if let Err(e) = meshbench_meshes::collect_outputs(&cell_area, dir) {
+        tracing::warn!(error = %e, "the proxies' outputs were not all copied into the results");
     }
     drop(net);
     Ok((

@@ -128,3 +128,59 @@ fn meshes_profile_runs_every_mesh_on_both_placements_and_proves_encryption_on_th
     let listing = String::from_utf8_lossy(&netns.stdout);
     assert!(!listing.contains("mb-"), "{listing}");
 }
+
+#[test]
+fn results_can_go_where_the_proxy_user_cannot_reach() {
+    if !required_tools_present() {
+        return;
+    }
+    // A private directory, as `mktemp -d` or a home directory makes: the proxies run as the
+    // proxy user, who cannot enter it, and must still get their keys, configs and policy.
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = dir.path().join("run");
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["run", "--profile", "smoke", "--backend", "netns"])
+        .args(["--scenarios", "baseline,meshbench-sidecar"])
+        .args(["--duration", "1s", "--warmup", "300ms", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: RunResult = read_json(&out.join("results.json")).unwrap();
+    assert_eq!(result.status, RunStatus::Complete);
+    let sidecar_cells: Vec<_> = result
+        .cells
+        .iter()
+        .filter(|c| c.scenario == "meshbench-sidecar")
+        .collect();
+    assert!(!sidecar_cells.is_empty());
+    for cell in sidecar_cells {
+        assert_eq!(cell.load.outcomes.get("http_200"), Some(&cell.load.sent));
+    }
+    // The proxies' final metrics came back into the results; their keys did not.
+    let cells: Vec<_> = std::fs::read_dir(out.join("cells"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains("meshbench-sidecar"))
+        .collect();
+    assert!(cells.iter().all(|c| c
+        .join("echo-server-1-sidecar.metrics/metrics.prom")
+        .exists()));
+    let keys = Command::new("find")
+        .arg(&out)
+        .args(["-name", "*.key"])
+        .output()
+        .unwrap();
+    assert!(
+        keys.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&keys.stdout)
+    );
+}

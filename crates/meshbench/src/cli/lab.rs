@@ -5,7 +5,8 @@ use clap::Subcommand;
 #[derive(Debug, Subcommand)]
 pub enum LabCommand {
     /// Remove what crashed runs left behind: processes in lab namespaces or cgroups, the
-    /// namespaces (`mb-*`), their /etc/netns files and the cgroups (`meshbench/*`).
+    /// namespaces (`mb-*`), their /etc/netns files, the cgroups (`meshbench/*`) and the
+    /// proxy areas of runs no longer running (`/run/meshbench/run-*`).
     Clean {
         /// Only this lab (the id in its namespace names, `mb-<id>-...`).
         #[arg(long)]
@@ -17,7 +18,14 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
     match command {
         LabCommand::Clean { lab } => {
             let report = meshbench_netlab::clean_all(lab.as_deref())?;
-            if report.is_empty() {
+            let areas = match lab {
+                None => meshbench_meshes::clean_stale_areas(),
+                Some(_) => vec![],
+            };
+            for area in &areas {
+                println!("  proxy area {}", area.display());
+            }
+            if report.is_empty() && areas.is_empty() {
                 println!("nothing to clean");
             } else {
                 println!(
