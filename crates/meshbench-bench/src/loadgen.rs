@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use meshbench_lab::BuildInfo;
+use meshbench_netlab::which;
 use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
 
 use crate::floor::closed::closed_floor;
@@ -62,12 +63,6 @@ fn find_peers() -> Result<Peers, Error> {
         fortio: find("fortio", FORTIO_INSTALL)?,
         oha: find("oha", OHA_INSTALL)?,
     })
-}
-
-pub(crate) fn which(tool: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(tool))
-        .find(|p| p.is_file())
 }
 
 pub(crate) fn secs(d: Duration) -> String {

