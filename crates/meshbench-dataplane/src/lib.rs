@@ -21,6 +21,7 @@ mod node_agent;
 mod outbound;
 mod serving;
 mod sidecar;
+mod sidecar_file;
 mod splice;
 mod upstream;
 
@@ -35,4 +36,8 @@ pub use serving::Limits;
 pub use sidecar::{
     run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, ProxyMode, Rotation, SidecarConfig,
     SidecarIdentity, TransparentOutbound,
+};
+pub use sidecar_file::{
+    IdentityFiles, InboundListener, MeshedDestination, Mode, OutboundListener as SidecarOutbound,
+    SidecarFile, TlsChoice, TransparentListener,
 };

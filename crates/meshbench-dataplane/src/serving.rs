@@ -52,17 +52,24 @@ pub(crate) fn spawn_rotation(
 /// The timeouts and caps of every listener of the data plane, so that a peer that sends
 /// nothing, too little or too much cannot hold the proxy's memory or descriptors. SECURITY.md
 /// lists them with their defaults; `meshbench proxy` takes each as a flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// In a config file, durations are written as `10s`, `300ms`, `5m`; a field left out keeps
+/// its default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// From accept to the first bytes and a finished TLS handshake (HBONE: and the CONNECT
     /// request). Default 10 s.
+    #[serde(with = "humantime_serde")]
     pub handshake_timeout: Duration,
     /// From the first byte of an HTTP/1.1 request head to its end. Default 10 s.
+    #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
     /// How long a connection may move no byte in either direction (between requests, or
     /// waiting for an answer) before it is closed. Default 300 s.
+    #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
     /// Dialing an upstream: connect and TLS handshake. Default 10 s.
+    #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// Connections served at once per listener; more wait in the kernel's accept queue.
     /// Default 10000.
@@ -79,6 +86,40 @@ pub struct Limits {
     /// connection costs about 0.4 MiB per agent here, so 1000 tunnels over ten connections
     /// cost a node-agent pair 8 MiB more than over one).
     pub max_tunnels_per_connection: u32,
+}
+
+impl Limits {
+    /// Refuses limits no listener can work with, naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let durations = [
+            ("handshake_timeout", self.handshake_timeout),
+            ("header_read_timeout", self.header_read_timeout),
+            ("idle_timeout", self.idle_timeout),
+            ("connect_timeout", self.connect_timeout),
+        ];
+        if let Some((field, _)) = durations.iter().find(|(_, d)| d.is_zero()) {
+            return Err(format!("limits.{field}: must be longer than 0"));
+        }
+        let counts = [
+            ("max_connections", self.max_connections as u64),
+            (
+                "max_upstream_connections",
+                self.max_upstream_connections as u64,
+            ),
+            (
+                "max_streams_per_connection",
+                u64::from(self.max_streams_per_connection),
+            ),
+            (
+                "max_tunnels_per_connection",
+                u64::from(self.max_tunnels_per_connection),
+            ),
+        ];
+        if let Some((field, _)) = counts.iter().find(|(_, n)| *n == 0) {
+            return Err(format!("limits.{field}: must be at least 1"));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Limits {

@@ -48,6 +48,27 @@ pub enum KeyExchange {
     X25519Mlkem768,
 }
 
+impl CipherSuite {
+    /// The name `FromStr` reads back.
+    pub fn name(self) -> &'static str {
+        match self {
+            CipherSuite::Aes128Gcm => "aes128gcm",
+            CipherSuite::Aes256Gcm => "aes256gcm",
+            CipherSuite::Chacha20Poly1305 => "chacha20poly1305",
+        }
+    }
+}
+
+impl KeyExchange {
+    /// The name `FromStr` reads back.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyExchange::X25519 => "x25519",
+            KeyExchange::X25519Mlkem768 => "x25519mlkem768",
+        }
+    }
+}
+
 impl std::str::FromStr for CipherSuite {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self, Error> {

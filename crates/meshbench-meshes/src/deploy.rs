@@ -5,7 +5,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use meshbench_dataplane::{LocalWorkload, NodeAgentFile, OutboundListener, RemoteWorkload};
+use meshbench_dataplane::{
+    IdentityFiles, InboundListener, LocalWorkload, MeshedDestination, Mode, NodeAgentFile,
+    OutboundListener, RemoteWorkload, SidecarFile, SidecarOutbound, TransparentListener,
+};
 use meshbench_lab::{CgroupFs, LabComponent, Launch, Pod, Readiness};
 use meshbench_netlab::{LabNetwork, NodeRedirect, SidecarCapture, WireTap, PROXY_UID};
 
@@ -281,29 +284,21 @@ impl LabContext<'_> {
         Ok((ca, SocketAddr::new(self.net.node_ip(&node)?, Ports::CA)))
     }
 
-    pub(crate) fn sidecar_args(&self, pod: &Pod, ca_endpoint: SocketAddr) -> Vec<String> {
+    /// Our sidecar for `pod`: its SVID, renewed through `ca_endpoint`, and the lab's policy.
+    pub(crate) fn sidecar_file(&self, pod: &Pod, ca_endpoint: SocketAddr) -> SidecarFile {
         let w = &pod.workload;
         let svid = self.pki.svid(&w.namespace, &w.service_account);
-        vec![
-            "proxy".into(),
-            "sidecar".into(),
-            "--threads".into(),
-            "1".into(),
-            "--namespace".into(),
-            w.namespace.clone(),
-            "--workload".into(),
-            w.name.clone(),
-            "--cert".into(),
-            arg(&svid.cert),
-            "--key".into(),
-            arg(&svid.key),
-            "--ca".into(),
-            arg(&self.pki.ca),
-            "--policy".into(),
-            arg(&self.pki.policy),
-            "--ca-endpoint".into(),
-            ca_endpoint.to_string(),
-        ]
+        let mut file = SidecarFile::new(&w.namespace, &w.name);
+        file.threads = Some(1);
+        file.identity = Some(IdentityFiles {
+            cert: svid.cert,
+            key: svid.key,
+            ca: self.pki.ca.clone(),
+            ca_endpoint: Some(ca_endpoint),
+            rotate_at: meshbench_identity::DEFAULT_ROTATE_FRACTION,
+        });
+        file.policy = Some(self.pki.policy.clone());
+        file
     }
 
     /// Starts meshbench's sidecar (`args` from [`LabContext::sidecar_args`] and more) in
@@ -311,12 +306,18 @@ impl LabContext<'_> {
     pub(crate) async fn start_our_sidecar(
         &self,
         pod: &Pod,
-        args: Vec<String>,
+        mut file: SidecarFile,
         capture: &SidecarCapture,
     ) -> Result<LabComponent, Error> {
         let name = format!("{}-sidecar", pod.name);
-        let mut args = args;
-        args.extend(["--metrics-file".into(), arg(&self.metrics_file(&name)?)]);
+        file.metrics_file = file.metrics.then(|| self.metrics_file(&name)).transpose()?;
+        let config = self.write(&format!("{name}.yaml"), &file.to_yaml())?;
+        let args = vec![
+            "proxy".into(),
+            "sidecar".into(),
+            "--config".into(),
+            arg(&config),
+        ];
         let sidecar = self
             .start(
                 &name,
@@ -423,48 +424,43 @@ async fn sidecars(ctx: &MeshContext<'_>, tuning: SidecarTuning) -> Result<Deploy
     let client_ip = ctx.pod_ip(client)?;
     let capture = Ports::sidecar_capture();
 
-    let mut args = tuned_sidecar_args(ctx.sidecar_args(server, ca_endpoint), tuning);
-    if ctx.net.captures() {
-        args.extend([
-            "--inbound".into(),
-            format!("0.0.0.0:{}=127.0.0.1:{}", Ports::INBOUND, Ports::APP),
-            "--inbound-transparent".into(),
-        ]);
+    let mut file = tuned(ctx.sidecar_file(server, ca_endpoint), tuning);
+    file.inbound = Some(if ctx.net.captures() {
+        InboundListener {
+            listen: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
+            app: SocketAddr::from(([127, 0, 0, 1], Ports::APP)),
+            transparent: true,
+        }
     } else {
-        args.extend([
-            "--inbound".into(),
-            format!(
-                "{}={}",
-                SocketAddr::new(server_ip, Ports::INBOUND),
-                SocketAddr::new(server_ip, Ports::APP)
-            ),
-        ]);
-    }
-    components.push(ctx.start_our_sidecar(server, args, &capture).await?);
+        InboundListener {
+            listen: SocketAddr::new(server_ip, Ports::INBOUND),
+            app: SocketAddr::new(server_ip, Ports::APP),
+            transparent: false,
+        }
+    });
+    components.push(ctx.start_our_sidecar(server, file, &capture).await?);
 
     let server_id = ctx.server_svid().id;
-    let mut args = tuned_sidecar_args(ctx.sidecar_args(client, ca_endpoint), tuning);
+    let mut file = tuned(ctx.sidecar_file(client, ca_endpoint), tuning);
     let url = if ctx.net.captures() {
-        let service = ctx.net.service_addr(ctx.service)?;
-        args.extend([
-            "--transparent-outbound".into(),
-            format!("127.0.0.1:{}", Ports::OUTBOUND),
-            "--destination".into(),
-            format!("{service}#{server_id}"),
-        ]);
+        file.transparent_outbound = Some(TransparentListener {
+            listen: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
+            destinations: vec![MeshedDestination {
+                address: ctx.net.service_addr(ctx.service)?,
+                id: Some(server_id),
+            }],
+        });
         ctx.service_url("http")?
     } else {
         let listen = SocketAddr::new(client_ip, Ports::OUTBOUND);
-        args.extend([
-            "--outbound".into(),
-            format!(
-                "{listen}={}#{server_id}",
-                ctx.across_link(SocketAddr::new(server_ip, Ports::INBOUND))?
-            ),
-        ]);
+        file.outbound.push(SidecarOutbound {
+            listen,
+            upstream: ctx.across_link(SocketAddr::new(server_ip, Ports::INBOUND))?,
+            upstream_id: Some(server_id),
+        });
         format!("http://{listen}/")
     };
-    components.push(ctx.start_our_sidecar(client, args, &capture).await?);
+    components.push(ctx.start_our_sidecar(client, file, &capture).await?);
     Ok(Deployment {
         components,
         url,
@@ -472,20 +468,16 @@ async fn sidecars(ctx: &MeshContext<'_>, tuning: SidecarTuning) -> Result<Deploy
     })
 }
 
-/// Applies a tuning to our sidecar's arguments. Without mTLS there is no identity to authorize,
-/// so the policy goes too (a STRICT policy would refuse every plaintext peer).
-fn tuned_sidecar_args(mut args: Vec<String>, tuning: SidecarTuning) -> Vec<String> {
+/// Applies a tuning to our sidecar. Without mTLS there is no identity to authorize, so the
+/// policy goes too (a STRICT policy would refuse every plaintext peer).
+fn tuned(mut file: SidecarFile, tuning: SidecarTuning) -> SidecarFile {
     if !tuning.mtls {
-        if let Some(at) = args.iter().position(|a| a == "--policy") {
-            args.drain(at..at + 2);
-        }
-        args.push("--no-mtls".into());
+        file.policy = None;
+        file.mtls = false;
     }
-    if !tuning.metrics {
-        args.push("--no-metrics".into());
-    }
-    args.extend(["--mode".into(), if tuning.l7 { "l7" } else { "l4" }.into()]);
-    args
+    file.metrics = tuning.metrics;
+    file.mode = if tuning.l7 { Mode::L7 } else { Mode::L4 };
+    file
 }
 
 async fn node_agents(

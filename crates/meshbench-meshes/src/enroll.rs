@@ -9,7 +9,10 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use meshbench_dataplane::{NodeAgentFile, RemoteWorkload, ServiceEndpoint, TransparentListeners};
+use meshbench_dataplane::{
+    InboundListener, MeshedDestination, Mode, NodeAgentFile, RemoteWorkload, ServiceEndpoint,
+    TransparentListener, TransparentListeners,
+};
 use meshbench_lab::{LabComponent, Pod, Readiness};
 use meshbench_netlab::NodeCapture;
 use meshbench_policy::Policy;
@@ -84,7 +87,10 @@ async fn enroll_sidecars(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Erro
         if workload.meshed {
             let addr = lab.net.service_addr(&service.name)?;
             let id = spiffe_id(&workload.namespace, &workload.service_account);
-            destinations.push(format!("{addr}#{id}"));
+            destinations.push(MeshedDestination {
+                address: addr,
+                id: Some(id),
+            });
         }
     }
     let capture = Ports::sidecar_capture();
@@ -92,22 +98,20 @@ async fn enroll_sidecars(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Erro
     let mut components = vec![ca];
     for pod in topology.pods().iter().filter(|p| p.workload.meshed) {
         let app_port = app_port(lab, pod);
-        let mut args = lab.sidecar_args(pod, ca_endpoint);
+        let mut file = lab.sidecar_file(pod, ca_endpoint);
         // E3's meshes (Istio, Linkerd) authorize each HTTP request in the sidecar and answer
         // a denial with 403; so does an enrolled workload here.
-        args.extend([
-            "--mode".into(),
-            "l7".into(),
-            "--inbound".into(),
-            format!("0.0.0.0:{}=127.0.0.1:{app_port}", Ports::INBOUND),
-            "--inbound-transparent".into(),
-            "--transparent-outbound".into(),
-            format!("127.0.0.1:{}", Ports::OUTBOUND),
-        ]);
-        for destination in &destinations {
-            args.extend(["--destination".into(), destination.clone()]);
-        }
-        components.push(lab.start_our_sidecar(pod, args, &capture).await?);
+        file.mode = Mode::L7;
+        file.inbound = Some(InboundListener {
+            listen: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
+            app: SocketAddr::from(([127, 0, 0, 1], app_port)),
+            transparent: true,
+        });
+        file.transparent_outbound = Some(TransparentListener {
+            listen: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
+            destinations: destinations.clone(),
+        });
+        components.push(lab.start_our_sidecar(pod, file, &capture).await?);
     }
     Ok(components)
 }

@@ -439,3 +439,45 @@ fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
         .unwrap();
     assert_bad_input(&again, "the run is complete");
 }
+
+#[test]
+fn a_sidecar_config_file_is_checked_field_by_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sidecar.yaml");
+    let write = |yaml: &str| std::fs::write(&config, yaml).unwrap();
+    let path = config.to_str().unwrap();
+    write("namespace: app\nworkload: w\nlimits: { idle_timeout: 0s }\n");
+    assert_bad_input(
+        &run(&["proxy", "sidecar", "--config", path]),
+        "limits.idle_timeout: must be longer than 0",
+    );
+    write("namespace: app\nworkload: w\ninbound: { listen: 127.0.0.1:0, app: 127.0.0.1:9, colour: red }\n");
+    assert_bad_input(&run(&["proxy", "sidecar", "--config", path]), "colour");
+    write("namespace: app\nworkload: w\npolicy: missing.yaml\ninbound: { listen: 127.0.0.1:0, app: 127.0.0.1:9 }\n");
+    assert_bad_input(
+        &run(&["proxy", "sidecar", "--config", path]),
+        "policy: cannot read policy",
+    );
+    // The same check through the flags names the flag.
+    assert_bad_input(
+        &run(&[
+            "proxy",
+            "sidecar",
+            "--namespace",
+            "app",
+            "--workload",
+            "w",
+            "--policy",
+            dir.path().join("missing.yaml").to_str().unwrap(),
+            "--inbound",
+            "127.0.0.1:0=127.0.0.1:9",
+            "--no-mtls",
+        ]),
+        "--policy: cannot read policy",
+    );
+    // A file is the whole configuration.
+    assert_bad_input(
+        &run(&["proxy", "sidecar", "--config", path, "--mode", "l7"]),
+        "cannot be used with",
+    );
+}

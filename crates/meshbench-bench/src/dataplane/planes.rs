@@ -7,7 +7,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use meshbench_dataplane::{LocalWorkload, NodeAgentFile, OutboundListener, RemoteWorkload};
+use meshbench_dataplane::{
+    IdentityFiles, InboundListener, LocalWorkload, Mode, NodeAgentFile, OutboundListener,
+    RemoteWorkload, SidecarFile, SidecarOutbound,
+};
 use meshbench_identity::{CertificateAuthority, IssueOptions};
 
 use crate::process::{free_port, Daemon};
@@ -171,52 +174,65 @@ pub(crate) fn start(plane: Plane, ctx: &PairContext<'_>) -> Result<Pair, Error> 
             entry: ctx.app,
             proxies: vec![],
         }),
-        Plane::SidecarL4 => sidecar_pair(ctx, "l4"),
-        Plane::SidecarL7 => sidecar_pair(ctx, "l7"),
+        Plane::SidecarL4 => sidecar_pair(ctx, Mode::L4),
+        Plane::SidecarL7 => sidecar_pair(ctx, Mode::L7),
         Plane::NodeAgent => node_agent_pair(ctx),
         Plane::Haproxy => haproxy_pair(ctx),
         Plane::Envoy => envoy_pair(ctx),
     }
 }
 
-fn sidecar_args(ctx: &PairContext<'_>, sa: &str, mode: &str) -> Vec<String> {
+/// One of the pair's sidecars, single-threaded, with its workload's SVID.
+fn sidecar_file(ctx: &PairContext<'_>, sa: &str, mode: Mode) -> SidecarFile {
     let pki = ctx.pki;
-    [
-        "proxy",
-        "sidecar",
-        "--threads",
-        "1",
-        "--mode",
-        mode,
-        "--namespace",
-        NAMESPACE,
-        "--workload",
-        sa,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([
-        "--cert".into(),
-        pki.file(&format!("{sa}.pem")).display().to_string(),
-        "--key".into(),
-        pki.file(&format!("{sa}.key")).display().to_string(),
-        "--ca".into(),
-        pki.file("ca.pem").display().to_string(),
-    ])
-    .collect()
+    let mut file = SidecarFile::new(NAMESPACE, sa);
+    file.threads = Some(1);
+    file.mode = mode;
+    file.identity = Some(IdentityFiles {
+        cert: pki.file(&format!("{sa}.pem")),
+        key: pki.file(&format!("{sa}.key")),
+        ca: pki.file("ca.pem"),
+        ca_endpoint: None,
+        rotate_at: meshbench_identity::DEFAULT_ROTATE_FRACTION,
+    });
+    file
 }
 
-fn sidecar_pair(ctx: &PairContext<'_>, mode: &str) -> Result<Pair, Error> {
-    let mut server_args = sidecar_args(ctx, "server", mode);
-    server_args.extend(["--inbound".into(), format!("127.0.0.1:0={}", ctx.app)]);
-    let (server, ready) = ctx.meshbench(&format!("sidecar-{mode}-server"), &server_args)?;
+/// Writes `file` and starts the sidecar it describes.
+fn start_sidecar(
+    ctx: &PairContext<'_>,
+    name: &str,
+    file: &SidecarFile,
+) -> Result<(Daemon, serde_json::Value), Error> {
+    let config = ctx.write(&format!("{name}.yaml"), &file.to_yaml())?;
+    let args = ["proxy", "sidecar", "--config"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([config.display().to_string()])
+        .collect::<Vec<_>>();
+    ctx.meshbench(name, &args)
+}
+
+fn sidecar_pair(ctx: &PairContext<'_>, mode: Mode) -> Result<Pair, Error> {
+    let label = match mode {
+        Mode::L4 => "l4",
+        Mode::L7 => "l7",
+    };
+    let mut server = sidecar_file(ctx, "server", mode);
+    server.inbound = Some(InboundListener {
+        listen: local(0),
+        app: ctx.app,
+        transparent: false,
+    });
+    let (server, ready) = start_sidecar(ctx, &format!("sidecar-{label}-server"), &server)?;
     let inbound = addr_field(&ready, "/addr", "server sidecar")?;
-    let mut client_args = sidecar_args(ctx, "client", mode);
-    client_args.extend([
-        "--outbound".into(),
-        format!("127.0.0.1:0={inbound}#{}", Pki::id("server")),
-    ]);
-    let (client, ready) = ctx.meshbench(&format!("sidecar-{mode}-client"), &client_args)?;
+    let mut client = sidecar_file(ctx, "client", mode);
+    client.outbound.push(SidecarOutbound {
+        listen: local(0),
+        upstream: inbound,
+        upstream_id: Some(Pki::id("server")),
+    });
+    let (client, ready) = start_sidecar(ctx, &format!("sidecar-{label}-client"), &client)?;
     Ok(Pair {
         entry: addr_field(&ready, "/outbound/0", "client sidecar")?,
         proxies: vec![client, server],

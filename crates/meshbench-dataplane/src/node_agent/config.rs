@@ -128,10 +128,7 @@ pub struct OutboundListener {
 
 impl NodeAgentFile {
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
-        let mut file: NodeAgentFile = serde_yaml_ng::from_str(&text)
-            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let mut file: NodeAgentFile = crate::sidecar_file::read_yaml(path)?;
         if let Some(base) = path.parent() {
             file.resolve_paths(base);
         }

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use meshbench_dataplane::{
-    bind_admin, run_node_agent, run_sidecar, serve_admin, InboundConfig, Limits, NodeAgentConfig,
-    NodeAgentFile, OutboundRoute, ProxyMetrics, ProxyMode, Rotation, SidecarConfig,
-    SidecarIdentity, TransparentOutbound,
+    bind_admin, run_node_agent, run_sidecar, serve_admin, IdentityFiles, InboundListener, Limits,
+    MeshedDestination, Mode as SidecarMode, NodeAgentConfig, NodeAgentFile, ProxyMetrics,
+    SidecarFile, SidecarOutbound, TlsChoice, TransparentListener,
 };
 use meshbench_identity::{
     rotate_forever, CaClient, CipherSuite, KeyExchange, PublishedSvid, SpiffeId, SvidStore,
@@ -139,6 +139,21 @@ struct TlsArgs {
 }
 
 impl TlsArgs {
+    fn choice(&self) -> TlsChoice {
+        TlsChoice {
+            cipher_suites: self
+                .cipher_suites
+                .iter()
+                .map(|c| c.name().to_owned())
+                .collect(),
+            key_exchange: self
+                .key_exchange
+                .iter()
+                .map(|k| k.name().to_owned())
+                .collect(),
+        }
+    }
+
     fn options(self) -> TlsOptions {
         TlsOptions {
             cipher_suites: self.cipher_suites,
@@ -147,14 +162,24 @@ impl TlsArgs {
     }
 }
 
+/// The sidecar's flags, for people; the lab and the bench write the same settings as a
+/// file (`--config`, `meshbench_dataplane::SidecarFile`), and these flags are turned into
+/// that file's struct before anything starts.
 #[derive(Debug, Args)]
 pub struct SidecarArgs {
+    /// The whole configuration as a file (YAML, `SidecarFile`); no other flag then.
+    #[arg(long, conflicts_with_all = [
+        "namespace", "workload", "cert", "key", "ca", "ca_endpoint", "no_mtls", "mode",
+        "policy", "inbound", "inbound_transparent", "outbound", "transparent_outbound",
+        "destination", "admin", "no_metrics", "metrics_file", "threads",
+    ])]
+    config: Option<PathBuf>,
     /// Namespace of the workload the sidecar belongs to.
-    #[arg(long)]
-    namespace: String,
+    #[arg(long, required_unless_present = "config")]
+    namespace: Option<String>,
     /// The workload the sidecar belongs to (policy selectors use it).
-    #[arg(long)]
-    workload: String,
+    #[arg(long, required_unless_present = "config")]
+    workload: Option<String>,
     /// The workload's SVID (PEM).
     #[arg(long, requires_all = ["key", "ca"])]
     cert: Option<PathBuf>,
@@ -177,8 +202,8 @@ pub struct SidecarArgs {
     #[command(flatten)]
     limits: LimitArgs,
     /// l4: splice bytes, authorize by identity; l7: parse HTTP, authorize every request.
-    #[arg(long, value_enum, default_value = "l4")]
-    mode: Mode,
+    #[arg(long, value_enum)]
+    mode: Option<Mode>,
     /// Policy file (YAML); without one, PERMISSIVE and allow-all.
     #[arg(long)]
     policy: Option<PathBuf>,
@@ -212,6 +237,77 @@ pub struct SidecarArgs {
     /// Runtime worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+}
+
+impl SidecarArgs {
+    /// The flags as the file they stand for.
+    fn into_file(self) -> SidecarFile {
+        let mut file = SidecarFile::new(
+            &self.namespace.unwrap_or_default(),
+            &self.workload.unwrap_or_default(),
+        );
+        let rotate_at = self.rotate_at;
+        let ca_endpoint = self.ca_endpoint;
+        file.identity = match (self.cert, self.key, self.ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(IdentityFiles {
+                cert,
+                key,
+                ca,
+                ca_endpoint,
+                rotate_at,
+            }),
+            _ => None,
+        };
+        file.mtls = !self.no_mtls;
+        file.tls = self.tls.choice();
+        file.limits = self.limits.limits();
+        file.mode = match self.mode.unwrap_or(Mode::L4) {
+            Mode::L4 => SidecarMode::L4,
+            Mode::L7 => SidecarMode::L7,
+        };
+        file.policy = self.policy;
+        file.inbound = self.inbound.map(|(listen, app)| InboundListener {
+            listen,
+            app,
+            transparent: self.inbound_transparent,
+        });
+        file.outbound = self
+            .outbound
+            .into_iter()
+            .map(|(listen, upstream, id)| SidecarOutbound {
+                listen,
+                upstream,
+                upstream_id: id.map(|id| id.to_string()),
+            })
+            .collect();
+        file.transparent_outbound = self.transparent_outbound.map(|listen| TransparentListener {
+            listen,
+            destinations: self
+                .destination
+                .into_iter()
+                .map(|(address, id)| MeshedDestination {
+                    address,
+                    id: id.map(|id| id.to_string()),
+                })
+                .collect(),
+        });
+        file.metrics = !self.no_metrics;
+        file.admin = self.admin;
+        file.metrics_file = self.metrics_file;
+        file.threads = self.threads;
+        file
+    }
+}
+
+/// A file's field named as the flag that sets it (`limits.idle_timeout` -> `--idle-timeout`).
+fn as_flag(message: &str) -> String {
+    match message.split_once(": ") {
+        Some((field, problem)) => {
+            let last = field.rsplit('.').next().unwrap_or(field);
+            format!("--{}: {problem}", last.replace('_', "-"))
+        }
+        None => message.to_owned(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -309,58 +405,22 @@ fn cert_agent(a: CertAgentArgs) -> anyhow::Result<()> {
 }
 
 fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
-    let policy = match &a.policy {
-        Some(path) => Policy::load(path).map_err(|e| BadInput(format!("--policy: {e}")))?,
-        None => Policy::from_yaml("{}").expect("the empty policy is valid"),
+    let (file, bad_input): (SidecarFile, Box<dyn Fn(String) -> BadInput>) = match &a.config {
+        Some(path) => {
+            let file = SidecarFile::load(path).map_err(|e| BadInput(format!("--config: {e}")))?;
+            let shown = path.display().to_string();
+            (
+                file,
+                Box::new(move |e| BadInput(format!("--config {shown}: {e}"))),
+            )
+        }
+        None => (a.into_file(), Box::new(|e| BadInput(as_flag(&e)))),
     };
-    let identity = match (a.cert, a.key, a.ca) {
-        (Some(cert), Some(key), Some(ca)) => Some(SidecarIdentity {
-            cert,
-            key,
-            ca,
-            rotation: a.ca_endpoint.map(|ca_endpoint| Rotation {
-                ca_endpoint,
-                fraction: a.rotate_at,
-            }),
-        }),
-        _ => None,
-    };
-    let metrics = (!a.no_metrics).then(|| Arc::new(ProxyMetrics::new()));
-    let config = SidecarConfig {
-        namespace: a.namespace,
-        workload: a.workload,
-        identity,
-        mtls: !a.no_mtls,
-        tls: a.tls.options(),
-        metrics: metrics.clone(),
-        mode: match a.mode {
-            Mode::L4 => ProxyMode::L4,
-            Mode::L7 => ProxyMode::L7,
-        },
-        policy: Arc::new(policy),
-        inbound: a.inbound.map(|(listen, app)| InboundConfig {
-            listen,
-            app,
-            transparent: a.inbound_transparent,
-        }),
-        transparent_outbound: a.transparent_outbound.map(|listen| TransparentOutbound {
-            listen,
-            destinations: a.destination,
-        }),
-        outbound: a
-            .outbound
-            .into_iter()
-            .map(|(listen, upstream, upstream_id)| OutboundRoute {
-                listen,
-                upstream,
-                upstream_id,
-            })
-            .collect(),
-        limits: a.limits.limits(),
-    };
-    let admin = a.admin;
-    let (metrics_file, kept_metrics) = (a.metrics_file.clone(), metrics.clone());
-    let runtime = meshbench_workload::runtime(a.threads)?;
+    let config = file.to_config().map_err(|e| bad_input(e.to_string()))?;
+    let metrics = config.metrics.clone();
+    let admin = file.admin;
+    let (metrics_file, kept_metrics) = (file.metrics_file.clone(), metrics.clone());
+    let runtime = meshbench_workload::runtime(file.threads)?;
     runtime.block_on(async move {
         let bound = run_sidecar(config).await?;
         announce(
