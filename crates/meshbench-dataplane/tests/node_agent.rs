@@ -82,20 +82,9 @@ impl Lab {
     }
 
     fn file(&self, node: &str, workloads: Vec<LocalWorkload>) -> NodeAgentFile {
-        NodeAgentFile {
-            node: node.into(),
-            ca: self.path("ca.pem"),
-            hbone: ANY.parse().unwrap(),
-            same_node_encryption: true,
-            policy: None,
-            ca_endpoint: None,
-            rotate_at: None,
-            workloads,
-            destinations: vec![],
-            outbound: vec![],
-            services: vec![],
-            transparent: None,
-        }
+        let mut file = NodeAgentFile::new(node, self.path("ca.pem"), ANY.parse().unwrap());
+        file.workloads = workloads;
+        file
     }
 
     /// Starts an agent; returns its HBONE address and outbound listeners.

@@ -533,20 +533,17 @@ async fn node_agents(
                 format!("http://{listen}/")
             };
         }
-        let file = NodeAgentFile {
-            node: node.to_owned(),
-            ca: ctx.pki.ca.clone(),
-            hbone: SocketAddr::new(bind, Ports::HBONE),
-            same_node_encryption,
-            policy: Some(ctx.pki.policy.clone()),
-            ca_endpoint: Some(ca_endpoint),
-            rotate_at: None,
-            workloads,
-            destinations,
-            outbound,
-            services: vec![],
-            transparent: None,
-        };
+        let mut file = NodeAgentFile::new(
+            node,
+            ctx.pki.ca.clone(),
+            SocketAddr::new(bind, Ports::HBONE),
+        );
+        file.same_node_encryption = same_node_encryption;
+        file.policy = Some(ctx.pki.policy.clone());
+        file.ca_endpoint = Some(ca_endpoint);
+        file.workloads = workloads;
+        file.destinations = destinations;
+        file.outbound = outbound;
         components.push(ctx.start_node_agent(&file).await?);
         if local(client) && net.captures() {
             net.redirect_on_node(

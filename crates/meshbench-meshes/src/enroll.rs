@@ -174,25 +174,23 @@ async fn enroll_node_agents(
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let any = |port| SocketAddr::from(([0, 0, 0, 0], port));
-        let file = NodeAgentFile {
-            node: node.clone(),
-            ca: lab.pki.ca.clone(),
-            hbone: SocketAddr::new(net.node_bind_ip(node)?, Ports::HBONE),
-            same_node_encryption,
-            policy: Some(lab.pki.policy.clone()),
-            ca_endpoint: Some(ca_endpoint),
-            rotate_at: None,
-            workloads,
-            destinations,
-            outbound: vec![],
-            services: services.clone(),
-            // Bound to every address: a connection REDIRECTed from the uplink arrives at the
-            // uplink's address, one from a pod at the bridge's.
-            transparent: Some(TransparentListeners {
-                outbound: any(Ports::OUTBOUND),
-                inbound: any(Ports::INBOUND),
-            }),
-        };
+        let mut file = NodeAgentFile::new(
+            node,
+            lab.pki.ca.clone(),
+            SocketAddr::new(net.node_bind_ip(node)?, Ports::HBONE),
+        );
+        file.same_node_encryption = same_node_encryption;
+        file.policy = Some(lab.pki.policy.clone());
+        file.ca_endpoint = Some(ca_endpoint);
+        file.workloads = workloads;
+        file.destinations = destinations;
+        file.services = services.clone();
+        // Bound to every address: a connection REDIRECTed from the uplink arrives at the
+        // uplink's address, one from a pod at the bridge's.
+        file.transparent = Some(TransparentListeners {
+            outbound: any(Ports::OUTBOUND),
+            inbound: any(Ports::INBOUND),
+        });
         components.push(lab.start_node_agent(&file).await?);
         let mut capture = NodeCapture {
             sources: vec![],

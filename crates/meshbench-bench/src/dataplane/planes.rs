@@ -249,19 +249,10 @@ fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         key: pki.file(&format!("{sa}.key")),
         address,
     };
-    let file = |node: &str, workloads| NodeAgentFile {
-        node: node.into(),
-        ca: pki.file("ca.pem"),
-        hbone: SocketAddr::from(([127, 0, 0, 1], 0)),
-        same_node_encryption: true,
-        policy: None,
-        ca_endpoint: None,
-        rotate_at: None,
-        workloads,
-        destinations: vec![],
-        outbound: vec![],
-        services: vec![],
-        transparent: None,
+    let file = |node: &str, workloads| {
+        let mut file = NodeAgentFile::new(node, pki.file("ca.pem"), local(0));
+        file.workloads = workloads;
+        file
     };
     let server_file = file("node-b", vec![workload("server", ctx.app)]);
     let server_config = ctx.write("node-agent-server.yaml", &server_file.to_yaml())?;

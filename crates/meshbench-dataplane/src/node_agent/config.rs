@@ -127,6 +127,25 @@ pub struct OutboundListener {
 }
 
 impl NodeAgentFile {
+    /// An agent of `node` trusting `ca`, taking HBONE at `hbone`, with no workload yet and
+    /// every other field at its default (same-node encryption on, no policy, no renewal).
+    pub fn new(node: &str, ca: PathBuf, hbone: SocketAddr) -> Self {
+        NodeAgentFile {
+            node: node.to_owned(),
+            ca,
+            hbone,
+            same_node_encryption: true,
+            policy: None,
+            ca_endpoint: None,
+            rotate_at: None,
+            workloads: vec![],
+            destinations: vec![],
+            outbound: vec![],
+            services: vec![],
+            transparent: None,
+        }
+    }
+
     pub fn load(path: &Path) -> Result<Self, Error> {
         let mut file: NodeAgentFile = crate::sidecar_file::read_yaml(path)?;
         if let Some(base) = path.parent() {
