@@ -8,6 +8,7 @@
 
 mod ca;
 mod ca_server;
+mod ca_server_file;
 mod error;
 mod files;
 mod pem;
@@ -22,6 +23,7 @@ pub use ca::{CertificateAuthority, IssueOptions, IssuedSvid, SignedSvid, DEFAULT
 pub use ca_server::{
     bind_ca_server, ca_service_id, BoundCaServer, CA_HANDSHAKE_TIMEOUT, RENEW_PATH,
 };
+pub use ca_server_file::CaServerFile;
 pub use error::Error;
 pub use files::{create_private_dir, write_secret};
 pub use pem::{load_certs, load_private_key};

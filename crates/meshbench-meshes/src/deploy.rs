@@ -9,6 +9,7 @@ use meshbench_dataplane::{
     IdentityFiles, InboundListener, LocalWorkload, MeshedDestination, Mode, NodeAgentFile,
     OutboundListener, RemoteWorkload, SidecarFile, SidecarOutbound, TransparentListener,
 };
+use meshbench_identity::CaServerFile;
 use meshbench_lab::{CgroupFs, LabComponent, Launch, Pod, Readiness};
 use meshbench_netlab::{LabNetwork, NodeRedirect, SidecarCapture, WireTap, PROXY_UID};
 
@@ -259,17 +260,12 @@ impl LabContext<'_> {
     pub(crate) async fn control_plane(&self) -> Result<(LabComponent, SocketAddr), Error> {
         let node = self.net.topology().nodes[0].clone();
         let listen = SocketAddr::new(self.net.node_bind_ip(&node)?, Ports::CA);
-        let mut args = vec![
-            "ca".into(),
-            "serve".into(),
-            "--dir".into(),
-            arg(&self.pki.dir),
-            "--listen".into(),
-            listen.to_string(),
-        ];
+        let mut file = CaServerFile::new(self.pki.dir.clone(), listen);
         if let Some(ttl) = self.pki.svid_ttl {
-            args.extend(["--ttl".into(), format!("{}ms", ttl.as_millis())]);
+            file.ttl = ttl;
         }
+        let config = self.write("ca.yaml", &file.to_yaml())?;
+        let args = vec!["ca".into(), "serve".into(), "--config".into(), arg(&config)];
         let ca = self
             .start(
                 "ca",

@@ -441,7 +441,7 @@ fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
 }
 
 #[test]
-fn a_sidecar_config_file_is_checked_field_by_field() {
+fn role_config_files_are_checked_field_by_field() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("sidecar.yaml");
     let write = |yaml: &str| std::fs::write(&config, yaml).unwrap();
@@ -480,4 +480,9 @@ fn a_sidecar_config_file_is_checked_field_by_field() {
         &run(&["proxy", "sidecar", "--config", path, "--mode", "l7"]),
         "cannot be used with",
     );
+    // The CA service reads one the same way.
+    write("dir: ca\nlisten: 127.0.0.1:0\nhandshake_timeout: 0s\n");
+    assert_bad_input(&run(&["ca", "serve", "--config", path]), "handshake_timeout");
+    write("dir: ca\nlisten: 127.0.0.1:0\n");
+    assert_bad_input(&run(&["ca", "serve", "--config", path]), "holds no CA");
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use meshbench_identity::{bind_ca_server, CertificateAuthority, IssueOptions};
+use meshbench_identity::{bind_ca_server, CaServerFile, CertificateAuthority, IssueOptions};
 use meshbench_lab::ReadyEvent;
 
 use super::args;
@@ -24,6 +24,9 @@ pub enum CaCommand {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// The whole configuration as a file (YAML, `CaServerFile`); no other flag then.
+    #[arg(long, conflicts_with_all = ["dir", "listen", "ttl", "handshake_timeout"])]
+    config: Option<PathBuf>,
     /// Directory of the CA.
     #[arg(long, default_value = "meshbench-ca")]
     dir: PathBuf,
@@ -108,12 +111,21 @@ pub fn run(command: CaCommand) -> anyhow::Result<()> {
 }
 
 fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let ca = CertificateAuthority::load(&a.dir)?;
+    let file = match &a.config {
+        Some(path) => CaServerFile::load(path)?,
+        None => CaServerFile {
+            dir: a.dir,
+            listen: a.listen,
+            ttl: a.ttl,
+            handshake_timeout: a.handshake_timeout,
+        },
+    };
+    let ca = CertificateAuthority::load(&file.dir)?;
     let runtime = meshbench_workload::runtime(Some(1))?;
     runtime.block_on(async move {
-        let server = bind_ca_server(ca, a.listen, a.ttl)
+        let server = bind_ca_server(ca, file.listen, file.ttl)
             .await?
-            .with_handshake_timeout(a.handshake_timeout);
+            .with_handshake_timeout(file.handshake_timeout);
         let ready = ReadyEvent::ready(Some(server.local_addr()?.to_string()));
         println!("{}", serde_json::to_string(&ready)?);
         server.serve(super::workload::shutdown_signal()).await;
