@@ -9,6 +9,7 @@
 mod ca;
 mod ca_server;
 mod ca_server_file;
+mod cert_agent_file;
 mod error;
 mod files;
 mod pem;
@@ -24,6 +25,7 @@ pub use ca_server::{
     bind_ca_server, ca_service_id, BoundCaServer, CA_HANDSHAKE_TIMEOUT, RENEW_PATH,
 };
 pub use ca_server_file::CaServerFile;
+pub use cert_agent_file::CertAgentFile;
 pub use error::Error;
 pub use files::{create_private_dir, write_secret};
 pub use pem::{load_certs, load_private_key};

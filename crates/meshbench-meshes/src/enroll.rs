@@ -13,6 +13,7 @@ use meshbench_dataplane::{
     InboundListener, MeshedDestination, Mode, NodeAgentFile, RemoteWorkload, ServiceEndpoint,
     TransparentListener, TransparentListeners,
 };
+use meshbench_identity::CertAgentFile;
 use meshbench_lab::{LabComponent, Pod, Readiness};
 use meshbench_netlab::NodeCapture;
 use meshbench_policy::Policy;
@@ -238,19 +239,23 @@ async fn enroll_envoys(lab: &LabContext<'_>, envoy: &Path) -> Result<Vec<LabComp
         // The published SVID includes the key: never copied into the results.
         let svid_dir =
             lab.proxy_dir(&format!("{}-envoy-svid{}", pod.name, crate::PRIVATE_SUFFIX))?;
+        let agent_file = CertAgentFile {
+            cert: svid.cert.clone(),
+            key: svid.key.clone(),
+            ca: lab.pki.ca.clone(),
+            ca_endpoint,
+            rotate_at: meshbench_identity::DEFAULT_ROTATE_FRACTION,
+            dir: svid_dir.clone(),
+        };
+        let agent_config = lab.write(
+            &format!("{}-cert-agent.yaml", pod.name),
+            &agent_file.to_yaml(),
+        )?;
         let agent_args = vec![
             "proxy".into(),
             "cert-agent".into(),
-            "--cert".into(),
-            svid.cert.display().to_string(),
-            "--key".into(),
-            svid.key.display().to_string(),
-            "--ca".into(),
-            lab.pki.ca.display().to_string(),
-            "--ca-endpoint".into(),
-            ca_endpoint.to_string(),
-            "--dir".into(),
-            svid_dir.display().to_string(),
+            "--config".into(),
+            agent_config.display().to_string(),
         ];
         components.push(
             lab.start(

@@ -482,7 +482,10 @@ fn role_config_files_are_checked_field_by_field() {
     );
     // The CA service reads one the same way.
     write("dir: ca\nlisten: 127.0.0.1:0\nhandshake_timeout: 0s\n");
-    assert_bad_input(&run(&["ca", "serve", "--config", path]), "handshake_timeout");
+    assert_bad_input(
+        &run(&["ca", "serve", "--config", path]),
+        "handshake_timeout",
+    );
     write("dir: ca\nlisten: 127.0.0.1:0\n");
     assert_bad_input(&run(&["ca", "serve", "--config", path]), "holds no CA");
 }

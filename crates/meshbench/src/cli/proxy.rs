@@ -12,8 +12,8 @@ use meshbench_dataplane::{
     SidecarFile, SidecarOutbound, TlsChoice, TransparentListener,
 };
 use meshbench_identity::{
-    rotate_forever, CaClient, CipherSuite, KeyExchange, PublishedSvid, SpiffeId, SvidStore,
-    TlsOptions, DEFAULT_ROTATE_FRACTION,
+    rotate_forever, CaClient, CertAgentFile, CipherSuite, KeyExchange, PublishedSvid, SpiffeId,
+    SvidStore, TlsOptions, DEFAULT_ROTATE_FRACTION,
 };
 use meshbench_lab::ReadyEvent;
 use meshbench_policy::Policy;
@@ -35,23 +35,52 @@ pub enum ProxyCommand {
 
 #[derive(Debug, Args)]
 pub struct CertAgentArgs {
+    /// The whole configuration as a file (YAML, `CertAgentFile`); no other flag then.
+    #[arg(long, conflicts_with_all = ["cert", "key", "ca", "ca_endpoint", "rotate_at", "dir"])]
+    config: Option<PathBuf>,
     /// The workload's current SVID (leaf first).
-    #[arg(long)]
-    cert: PathBuf,
-    #[arg(long)]
-    key: PathBuf,
+    #[arg(long, required_unless_present = "config")]
+    cert: Option<PathBuf>,
+    #[arg(long, required_unless_present = "config")]
+    key: Option<PathBuf>,
     /// Trust bundle of the CA service.
-    #[arg(long)]
-    ca: PathBuf,
+    #[arg(long, required_unless_present = "config")]
+    ca: Option<PathBuf>,
     /// The CA service that renews the SVID.
-    #[arg(long)]
-    ca_endpoint: SocketAddr,
+    #[arg(long, required_unless_present = "config")]
+    ca_endpoint: Option<SocketAddr>,
     /// Renew when this fraction of the SVID's remaining lifetime has passed.
     #[arg(long, default_value_t = DEFAULT_ROTATE_FRACTION)]
     rotate_at: f64,
     /// Where to publish `cert.pem` and `key.pem` (links through `..data`).
-    #[arg(long)]
-    dir: PathBuf,
+    #[arg(long, required_unless_present = "config")]
+    dir: Option<PathBuf>,
+}
+
+impl CertAgentArgs {
+    /// The configuration, from the file or from the flags (clap requires every flag the
+    /// file would have set).
+    fn into_file(self) -> anyhow::Result<CertAgentFile> {
+        if let Some(path) = &self.config {
+            return Ok(CertAgentFile::load(path)?);
+        }
+        let missing = || BadInput("--cert, --key, --ca, --ca-endpoint and --dir".into());
+        let file = CertAgentFile {
+            cert: self.cert.ok_or_else(missing)?,
+            key: self.key.ok_or_else(missing)?,
+            ca: self.ca.ok_or_else(missing)?,
+            ca_endpoint: self.ca_endpoint.ok_or_else(missing)?,
+            rotate_at: self.rotate_at,
+            dir: self.dir.ok_or_else(missing)?,
+        };
+        file.validate().map_err(|_| {
+            BadInput(format!(
+                "--rotate-at: {} is not a fraction between 0 and 1",
+                self.rotate_at
+            ))
+        })?;
+        Ok(file)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -372,13 +401,7 @@ pub fn run(command: ProxyCommand) -> anyhow::Result<()> {
 }
 
 fn cert_agent(a: CertAgentArgs) -> anyhow::Result<()> {
-    if !(a.rotate_at > 0.0 && a.rotate_at < 1.0) {
-        return Err(BadInput(format!(
-            "--rotate-at: {} is not a fraction between 0 and 1",
-            a.rotate_at
-        ))
-        .into());
-    }
+    let a = a.into_file()?;
     let store = Arc::new(
         SvidStore::from_files(&a.cert, &a.key).map_err(|e| BadInput(format!("--cert: {e}")))?,
     );
