@@ -92,10 +92,17 @@ pub struct NodeAgentArgs {
     tls: TlsArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    process: ProcessArgs,
+}
+
+/// What both proxies' processes take besides their data plane: metrics and threads.
+#[derive(Debug, Args)]
+struct ProcessArgs {
     /// Serve Prometheus metrics on this address (GET /metrics).
     #[arg(long)]
     admin: Option<SocketAddr>,
-    /// Record no metrics at all.
+    /// Record no metrics at all (part of E1's throughput decomposition).
     #[arg(long, conflicts_with = "admin")]
     no_metrics: bool,
     /// Write the metrics (Prometheus text) to this file when stopping: how the lab's runner
@@ -254,18 +261,8 @@ pub struct SidecarArgs {
     /// (repeatable); other destinations pass through in plaintext.
     #[arg(long, value_parser = parse_destination, requires = "transparent_outbound")]
     destination: Vec<(SocketAddr, Option<SpiffeId>)>,
-    /// Serve Prometheus metrics on this address (GET /metrics).
-    #[arg(long)]
-    admin: Option<SocketAddr>,
-    /// Record no metrics at all (part of E1's throughput decomposition).
-    #[arg(long, conflicts_with = "admin")]
-    no_metrics: bool,
-    /// Write the metrics (Prometheus text) to this file when stopping.
-    #[arg(long)]
-    metrics_file: Option<PathBuf>,
-    /// Runtime worker threads (default: one per core).
-    #[arg(long)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    process: ProcessArgs,
 }
 
 impl SidecarArgs {
@@ -320,10 +317,10 @@ impl SidecarArgs {
                 })
                 .collect(),
         });
-        file.metrics = !self.no_metrics;
-        file.admin = self.admin;
-        file.metrics_file = self.metrics_file;
-        file.threads = self.threads;
+        file.metrics = !self.process.no_metrics;
+        file.admin = self.process.admin;
+        file.metrics_file = self.process.metrics_file;
+        file.threads = self.process.threads;
         file
     }
 }
@@ -464,7 +461,7 @@ fn node_agent(a: NodeAgentArgs) -> anyhow::Result<()> {
         Some(path) => Policy::load(path).map_err(|e| BadInput(format!("policy: {e}")))?,
         None => Policy::from_yaml("{}").expect("the empty policy is valid"),
     };
-    let metrics = (!a.no_metrics).then(|| Arc::new(ProxyMetrics::new()));
+    let metrics = (!a.process.no_metrics).then(|| Arc::new(ProxyMetrics::new()));
     let config = NodeAgentConfig {
         file,
         policy: Arc::new(policy),
@@ -472,9 +469,9 @@ fn node_agent(a: NodeAgentArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         limits: a.limits.limits(),
     };
-    let admin = a.admin;
-    let (metrics_file, kept_metrics) = (a.metrics_file.clone(), metrics.clone());
-    let runtime = meshbench_workload::runtime(a.threads)?;
+    let admin = a.process.admin;
+    let (metrics_file, kept_metrics) = (a.process.metrics_file.clone(), metrics.clone());
+    let runtime = meshbench_workload::runtime(a.process.threads)?;
     runtime.block_on(async move {
         let bound = run_node_agent(config).await?;
         announce(bound.hbone_addr(), &bound.outbound_addrs(), admin, metrics).await?;
