@@ -155,13 +155,6 @@ impl Default for TlsChoice {
     }
 }
 
-/// A role's config file, parsed; an error names the file (and serde's the field).
-pub(crate) fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
-    serde_yaml_ng::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
-}
-
 fn yes() -> bool {
     true
 }
@@ -201,7 +194,7 @@ impl SidecarFile {
     }
 
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let mut file: SidecarFile = read_yaml(path)?;
+        let mut file: SidecarFile = meshbench_identity::read_yaml(path)?;
         if let Some(base) = path.parent() {
             file.resolve_paths(base);
         }

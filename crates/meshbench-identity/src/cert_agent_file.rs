@@ -40,16 +40,7 @@ fn default_rotate_at() -> f64 {
 
 impl CertAgentFile {
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut file: CertAgentFile =
-            serde_yaml_ng::from_str(&text).map_err(|e| Error::InvalidName {
-                field: "certificate agent config",
-                value: path.display().to_string(),
-                reason: e.to_string(),
-            })?;
+        let mut file: CertAgentFile = crate::read_yaml(path)?;
         if let Some(base) = path.parent() {
             for p in [&mut file.cert, &mut file.key, &mut file.ca, &mut file.dir] {
                 if p.is_relative() {

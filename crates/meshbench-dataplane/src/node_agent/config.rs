@@ -147,7 +147,7 @@ impl NodeAgentFile {
     }
 
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let mut file: NodeAgentFile = crate::sidecar_file::read_yaml(path)?;
+        let mut file: NodeAgentFile = meshbench_identity::read_yaml(path)?;
         if let Some(base) = path.parent() {
             file.resolve_paths(base);
         }

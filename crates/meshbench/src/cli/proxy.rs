@@ -425,18 +425,16 @@ fn cert_agent(a: CertAgentArgs) -> anyhow::Result<()> {
 }
 
 fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
-    let (file, bad_input): (SidecarFile, Box<dyn Fn(String) -> BadInput>) = match &a.config {
-        Some(path) => {
-            let file = SidecarFile::load(path).map_err(|e| BadInput(format!("--config: {e}")))?;
-            let shown = path.display().to_string();
-            (
-                file,
-                Box::new(move |e| BadInput(format!("--config {shown}: {e}"))),
-            )
-        }
-        None => (a.into_file(), Box::new(|e| BadInput(as_flag(&e)))),
+    let from_file = a.config.clone();
+    let file = match &from_file {
+        Some(path) => SidecarFile::load(path).map_err(|e| BadInput(format!("--config: {e}")))?,
+        None => a.into_file(),
     };
-    let config = file.to_config().map_err(|e| bad_input(e.to_string()))?;
+    // A field at fault is named as the file spells it, or as the flag that set it.
+    let config = file.to_config().map_err(|e| match &from_file {
+        Some(path) => BadInput(format!("--config {}: {e}", path.display())),
+        None => BadInput(as_flag(&e.to_string())),
+    })?;
     let metrics = config.metrics.clone();
     let admin = file.admin;
     let (metrics_file, kept_metrics) = (file.metrics_file.clone(), metrics.clone());
