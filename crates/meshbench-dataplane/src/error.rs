@@ -12,6 +12,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Identity(#[from] meshbench_identity::Error),
+    #[error(transparent)]
+    ConfigFile(#[from] meshbench_role::Error),
     #[error("the sidecar has neither an inbound nor an outbound listener")]
     NothingToDo,
     #[error("{0}")]

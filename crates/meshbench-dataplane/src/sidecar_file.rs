@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use meshbench_identity::{CipherSuite, KeyExchange, SpiffeId, TlsOptions, DEFAULT_ROTATE_FRACTION};
 use meshbench_policy::Policy;
+use meshbench_role::RoleConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -193,37 +194,6 @@ impl SidecarFile {
         }
     }
 
-    pub fn load(path: &Path) -> Result<Self, Error> {
-        let mut file: SidecarFile = meshbench_identity::read_yaml(path)?;
-        if let Some(base) = path.parent() {
-            file.resolve_paths(base);
-        }
-        Ok(file)
-    }
-
-    fn resolve_paths(&mut self, base: &Path) {
-        let resolve = |p: &mut PathBuf| {
-            if p.is_relative() {
-                *p = base.join(&*p);
-            }
-        };
-        if let Some(id) = &mut self.identity {
-            resolve(&mut id.cert);
-            resolve(&mut id.key);
-            resolve(&mut id.ca);
-        }
-        if let Some(policy) = &mut self.policy {
-            resolve(policy);
-        }
-        if let Some(file) = &mut self.metrics_file {
-            resolve(file);
-        }
-    }
-
-    pub fn to_yaml(&self) -> String {
-        serde_yaml_ng::to_string(self).expect("the sidecar file serializes")
-    }
-
     /// The running sidecar's configuration: every field checked (an error names it), the
     /// policy loaded, and the metrics registry when metrics are on.
     pub fn to_config(&self) -> Result<SidecarConfig, Error> {
@@ -343,6 +313,25 @@ impl TlsChoice {
             cipher_suites,
             key_exchange,
         })
+    }
+}
+
+impl RoleConfig for SidecarFile {
+    const COMMAND: &'static [&'static str] = &["proxy", "sidecar"];
+
+    fn resolve_paths(&mut self, base: &Path) {
+        let resolve = |p: &mut PathBuf| meshbench_role::resolve(p, base);
+        if let Some(id) = &mut self.identity {
+            resolve(&mut id.cert);
+            resolve(&mut id.key);
+            resolve(&mut id.ca);
+        }
+        if let Some(policy) = &mut self.policy {
+            resolve(policy);
+        }
+        if let Some(file) = &mut self.metrics_file {
+            resolve(file);
+        }
     }
 }
 

@@ -83,6 +83,25 @@ impl LoadKind {
     pub fn time_bound(self) -> bool {
         matches!(self, LoadKind::ConstantRate | LoadKind::ClosedLoop)
     }
+
+    /// The load generator's model for `point`.
+    pub fn load_model(self, point: &LoadPoint) -> meshbench_loadgen::LoadModel {
+        use meshbench_loadgen::LoadModel as M;
+        match self {
+            LoadKind::ConstantRate => M::OpenLoop { rps: point.rps },
+            LoadKind::ClosedLoop => M::ClosedLoop,
+            LoadKind::Sequential => M::Sequential {
+                group_size: point.group_size.unwrap_or(1),
+                group_interval: Duration::from_micros(
+                    (point.group_interval_ms.unwrap_or(0.0).max(0.0) * 1e3).round() as u64,
+                ),
+            },
+            LoadKind::Users => M::Users {
+                users: point.connections,
+                requests_per_user: point.requests.unwrap_or(1),
+            },
+        }
+    }
 }
 
 /// A load point and how many times it runs.

@@ -14,15 +14,18 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use meshbench_identity::ClientTlsFiles;
 use meshbench_lab::{
     describe_environment, BuildInfo, CgroupFs, LabComponent, Readiness, ResourceSampler,
 };
+use meshbench_loadgen::{Body, ClientTlsSpec, LoadSpec, RequestFile};
 use meshbench_meshes::{deploy, enroll, LabContext, Mesh, MeshContext, MeshPki, Ports, ProxyArea};
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireTap};
 use meshbench_results::{
     read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus,
     UnavailableScenario, WireObservation, SCHEMA_VERSION,
 };
+use meshbench_role::RoleConfig;
 
 use crate::application::{Application, COUNTER_A, COUNTER_B};
 use crate::placement::Placement;
@@ -403,35 +406,37 @@ impl Runner {
         let profile = &self.profile;
         let application = profile.application;
         let mut components = self.start_apps(id, ctx).await?;
-        let (url, mesh_args) = match application {
+        let (url, client_tls) = match application {
             Application::Echo | Application::ZeroTrustApp => {
                 let deployment = deploy(id.scenario, ctx).await?;
                 components.extend(deployment.components);
-                (deployment.url, deployment.client_args)
+                (deployment.url, deployment.client_tls)
             }
             Application::CounterChain => {
                 components.extend(enroll(id.scenario, &ctx.lab).await?);
                 let host = ctx.net.service_host(COUNTER_A)?;
-                (format!("http://{host}/count"), vec![])
+                (format!("http://{host}/count"), None)
             }
         };
         let capturing = self.captures_wire(id);
         let marker = format!("meshbench-marker-{}", ctx.net.id());
         let marker_if_captured = capturing.then_some(marker.as_str());
         let load_json = cell_dir.join("load.json");
-        let mut client_args = match application {
+        let client_args = match application {
             Application::ZeroTrustApp => {
-                self.experimenter_args(id, &url, marker_if_captured, cell_dir)
+                let mut args = self.experimenter_args(id, &url, marker_if_captured, cell_dir);
+                args.extend([
+                    "--json".to_owned(),
+                    load_json.to_string_lossy().into_owned(),
+                ]);
+                args
             }
             Application::Echo | Application::CounterChain => {
-                self.load_generator_args(id, url, marker_if_captured)
+                let spec =
+                    self.load_spec(id, url, marker_if_captured, client_tls, load_json.clone());
+                LoadSpec::command_line(&ctx.write("load.yaml", &spec.to_yaml())?)
             }
         };
-        client_args.extend([
-            "--json".to_owned(),
-            load_json.to_string_lossy().into_owned(),
-        ]);
-        client_args.extend(mesh_args);
         let capture = if capturing && ctx.net.captures() {
             let node = &ctx.client_pod.workload.node;
             let (netns, interface) = ctx.net.uplink_of(node)?;
@@ -572,84 +577,52 @@ impl Runner {
     }
 
     /// `meshbench load` for the cell's model and point.
-    fn load_generator_args(&self, id: &CellId, url: String, marker: Option<&str>) -> Vec<String> {
+    fn load_spec(
+        &self,
+        id: &CellId,
+        url: String,
+        marker: Option<&str>,
+        tls: Option<ClientTlsFiles>,
+        json: PathBuf,
+    ) -> LoadSpec {
         let profile = &self.profile;
         let point = id.load_point;
-        let mut args = vec!["load".to_owned(), "--url".to_owned(), url];
-        let model = match profile.model {
-            LoadKind::ConstantRate => {
-                args.extend(["--rps".to_owned(), point.rps.to_string()]);
-                "open"
-            }
-            LoadKind::ClosedLoop => "closed",
-            LoadKind::Sequential => {
-                args.extend([
-                    "--requests".to_owned(),
-                    point.requests.unwrap_or(1).to_string(),
-                    "--group-size".to_owned(),
-                    point.group_size.unwrap_or(1).to_string(),
-                    "--group-interval".to_owned(),
-                    format!(
-                        "{}us",
-                        (point.group_interval_ms.unwrap_or(0.0) * 1e3).round()
-                    ),
-                ]);
-                "sequential"
-            }
-            LoadKind::Users => {
-                args.extend([
-                    "--users".to_owned(),
-                    point.connections.to_string(),
-                    "--requests-per-user".to_owned(),
-                    point.requests.unwrap_or(1).to_string(),
-                ]);
-                "users"
-            }
-        };
-        args.extend(["--model".to_owned(), model.to_owned()]);
+        let mut spec = LoadSpec::new(url, profile.model.load_model(&point));
+        if profile.model == LoadKind::Sequential {
+            spec.requests = Some(point.requests.unwrap_or(1));
+        }
         if profile.model.time_bound() {
-            args.extend([
-                "--connections".to_owned(),
-                point.connections.to_string(),
-                "--duration".to_owned(),
-                humantime::format_duration(profile.duration).to_string(),
-            ]);
+            spec.connections = point.connections;
+            spec.duration = Some(profile.duration);
         }
         if let Some(services) = point.services {
-            args.extend([
-                "--method".to_owned(),
-                "POST".to_owned(),
-                "--header".to_owned(),
-                "content-type: application/json".to_owned(),
-                "--body".to_owned(),
-                format!(r#"{{"count": 0, "max_count": {services}}}"#),
-            ]);
+            spec.request = RequestFile {
+                method: "POST".into(),
+                headers: vec!["content-type: application/json".into()],
+                body: Body::Text(format!(r#"{{"count": 0, "max_count": {services}}}"#)),
+            };
         } else if profile.request_bytes > 0 {
-            args.extend([
-                "--method".to_owned(),
-                "POST".to_owned(),
-                "--payload-size".to_owned(),
-                profile.request_bytes.to_string(),
-            ]);
+            spec.request.method = "POST".into();
+            spec.request.body = Body::PayloadSize(profile.request_bytes);
         }
         if !profile.warmup.is_zero() {
-            args.extend([
-                "--warmup".to_owned(),
-                humantime::format_duration(profile.warmup).to_string(),
-            ]);
+            spec.warmup = Some(profile.warmup);
         }
         if let Some(marker) = marker {
-            args.extend([
-                "--header".to_owned(),
-                format!("x-meshbench-marker: {marker}"),
-            ]);
+            spec.request
+                .headers
+                .push(format!("x-meshbench-marker: {marker}"));
         }
-        args.extend([
-            "--timeout".to_owned(),
-            humantime::format_duration(profile.request_timeout).to_string(),
-            "--quiet".to_owned(),
-        ]);
-        args
+        spec.timeout = profile.request_timeout;
+        spec.tls = tls.map(|files| ClientTlsSpec {
+            cert: files.cert,
+            key: files.key,
+            ca: files.ca,
+            expect_server_id: files.expect_server_id.map(|id| id.to_string()),
+        });
+        spec.output.json = Some(json);
+        spec.output.quiet = true;
+        spec
     }
 
     /// E3's experimenter running one experiment against the calculator at `url`: the

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use meshbench_role::RoleConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, CA_HANDSHAKE_TIMEOUT, DEFAULT_SVID_TTL};
@@ -58,23 +59,9 @@ impl CaServerFile {
         }
     }
 
+    /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut file: CaServerFile = serde_yaml_ng::from_str(&text).map_err(|e| {
-            bad(
-                "CA service config",
-                path.display().to_string(),
-                &e.to_string(),
-            )
-        })?;
-        if file.dir.is_relative() {
-            if let Some(base) = path.parent() {
-                file.dir = base.join(&file.dir);
-            }
-        }
+        let file = <Self as RoleConfig>::load(path)?;
         file.validate()?;
         Ok(file)
     }
@@ -91,9 +78,13 @@ impl CaServerFile {
         }
         Ok(())
     }
+}
 
-    pub fn to_yaml(&self) -> String {
-        serde_yaml_ng::to_string(self).expect("the CA service file serializes")
+impl RoleConfig for CaServerFile {
+    const COMMAND: &'static [&'static str] = &["ca", "serve"];
+
+    fn resolve_paths(&mut self, base: &Path) {
+        meshbench_role::resolve(&mut self.dir, base);
     }
 }
 

@@ -13,6 +13,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use meshbench_role::RoleConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, DEFAULT_ROTATE_FRACTION};
@@ -39,15 +40,9 @@ fn default_rotate_at() -> f64 {
 }
 
 impl CertAgentFile {
+    /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let mut file: CertAgentFile = crate::read_yaml(path)?;
-        if let Some(base) = path.parent() {
-            for p in [&mut file.cert, &mut file.key, &mut file.ca, &mut file.dir] {
-                if p.is_relative() {
-                    *p = base.join(&*p);
-                }
-            }
-        }
+        let file = <Self as RoleConfig>::load(path)?;
         file.validate()?;
         Ok(file)
     }
@@ -63,9 +58,15 @@ impl CertAgentFile {
         }
         Ok(())
     }
+}
 
-    pub fn to_yaml(&self) -> String {
-        serde_yaml_ng::to_string(self).expect("the certificate agent file serializes")
+impl RoleConfig for CertAgentFile {
+    const COMMAND: &'static [&'static str] = &["proxy", "cert-agent"];
+
+    fn resolve_paths(&mut self, base: &Path) {
+        for p in [&mut self.cert, &mut self.key, &mut self.ca, &mut self.dir] {
+            meshbench_role::resolve(p, base);
+        }
     }
 }
 

@@ -44,6 +44,8 @@ pub enum Error {
         endpoint: std::net::SocketAddr,
         reason: String,
     },
+    #[error(transparent)]
+    Config(#[from] meshbench_role::Error),
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
     #[error("TLS configuration rejected: {0}")]

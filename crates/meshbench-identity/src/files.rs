@@ -1,7 +1,6 @@
 //! Writing secrets to disk so that no other user can read them at any moment: a key file is
 //! created with mode 0600 before its first byte is written (a temporary file, renamed into
-//! place, so a reader never sees half a key either), in directories created 0700. Also the
-//! one reader of roles' YAML config files.
+//! place, so a reader never sees half a key either), in directories created 0700.
 
 use std::fs::{DirBuilder, OpenOptions};
 use std::io::Write;
@@ -60,19 +59,6 @@ pub fn write_secret(path: &Path, contents: &[u8]) -> Result<(), Error> {
         let _ = std::fs::remove_file(&staged);
     }
     written.map_err(err)
-}
-
-/// A role's YAML config file, parsed; an error names the file, and serde's names the field.
-pub fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_yaml_ng::from_str(&text).map_err(|e| Error::InvalidName {
-        field: "config file",
-        value: path.display().to_string(),
-        reason: e.to_string(),
-    })
 }
 
 #[cfg(test)]

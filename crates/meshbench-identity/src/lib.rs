@@ -27,7 +27,7 @@ pub use ca_server::{
 pub use ca_server_file::CaServerFile;
 pub use cert_agent_file::CertAgentFile;
 pub use error::Error;
-pub use files::{create_private_dir, read_yaml, write_secret};
+pub use files::{create_private_dir, write_secret};
 pub use pem::{load_certs, load_private_key};
 pub use published::{PublishedSvid, PUBLISHED_CERT, PUBLISHED_KEY};
 pub use rotation::{rotate_forever, CaClient, DEFAULT_ROTATE_FRACTION, RENEW_TIMEOUT};

@@ -6,11 +6,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method};
+use serde::{Deserialize, Serialize};
 
 use crate::{Error, Target};
 
-/// How requests are paced.
-#[derive(Debug, Clone, PartialEq)]
+/// How requests are paced. In a spec: `{kind: open-loop, rps: 400}`, `{kind: closed-loop}`,
+/// `{kind: sequential, group_size: 10, group_interval: 100ms}`,
+/// `{kind: users, users: 8, requests_per_user: 5}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum LoadModel {
     /// Constant rate spread evenly over the connections, latency from the intended send time
     /// (wrk2, Fortio `-uniform`).
@@ -22,6 +26,7 @@ pub enum LoadModel {
     /// groups (E3's experimenter). The total need not be a multiple of the group size.
     Sequential {
         group_size: u64,
+        #[serde(default, with = "humantime_serde")]
         group_interval: Duration,
     },
     /// `users` concurrent users, each sending `requests_per_user` requests back to back on its
@@ -57,8 +62,10 @@ pub enum Warmup {
     Requests(u64),
 }
 
-/// The HTTP protocol spoken to the target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The HTTP protocol spoken to the target; in a spec `http1` (the default),
+/// `http1-no-keepalive`, `http2` or `grpc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum Protocol {
     /// HTTP/1.1; without keep-alive every request opens a new connection.
     Http1 { keep_alive: bool },
@@ -68,6 +75,47 @@ pub enum Protocol {
     /// ([`crate::DEFAULT_GRPC_METHOD`] when it has none), the request body the serialized
     /// message.
     Grpc,
+}
+
+impl Default for Protocol {
+    fn default() -> Self {
+        Protocol::Http1 { keep_alive: true }
+    }
+}
+
+impl Protocol {
+    const NAMES: [(&'static str, Protocol); 4] = [
+        ("http1", Protocol::Http1 { keep_alive: true }),
+        ("http1-no-keepalive", Protocol::Http1 { keep_alive: false }),
+        ("http2", Protocol::Http2),
+        ("grpc", Protocol::Grpc),
+    ];
+}
+
+impl TryFrom<String> for Protocol {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        Protocol::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, p)| *p)
+            .ok_or_else(|| {
+                format!(
+                    "unknown protocol {name:?} (expected http1, http1-no-keepalive, http2 or grpc)"
+                )
+            })
+    }
+}
+
+impl From<Protocol> for String {
+    fn from(protocol: Protocol) -> String {
+        Protocol::NAMES
+            .iter()
+            .find(|(_, p)| *p == protocol)
+            .map_or("http1", |(n, _)| n)
+            .to_owned()
+    }
 }
 
 impl Protocol {

@@ -22,6 +22,7 @@ mod http1;
 mod outcome;
 mod recorder;
 mod report;
+mod spec;
 mod target;
 
 pub use config::{LoadConfig, LoadModel, Protocol, RequestSpec, Stop, Warmup};
@@ -31,4 +32,8 @@ pub use grpc::DEFAULT_GRPC_METHOD;
 pub use histogram::LatencyRecorder;
 pub use outcome::Outcome;
 pub use recorder::{Recorder, RequestSample, SecondBucket};
+pub use spec::{
+    Body, ClientTlsSpec, LoadOutput, LoadSpec, RequestFile, DEFAULT_CONNECTIONS, DEFAULT_DURATION,
+    DEFAULT_TIMEOUT,
+};
 pub use target::Target;

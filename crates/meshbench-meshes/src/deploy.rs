@@ -9,9 +9,10 @@ use meshbench_dataplane::{
     IdentityFiles, InboundListener, LocalWorkload, MeshedDestination, Mode, NodeAgentFile,
     OutboundListener, RemoteWorkload, SidecarFile, SidecarOutbound, TransparentListener,
 };
-use meshbench_identity::CaServerFile;
+use meshbench_identity::{CaServerFile, ClientTlsFiles, SpiffeId};
 use meshbench_lab::{CgroupFs, LabComponent, Launch, Pod, Readiness};
 use meshbench_netlab::{LabNetwork, NodeRedirect, SidecarCapture, WireTap, PROXY_UID};
+use meshbench_role::RoleConfig;
 
 use crate::configs;
 use crate::{Error, Mesh, MeshPki, ProxyArea, SidecarTuning};
@@ -138,8 +139,8 @@ impl MeshContext<'_> {
 pub struct Deployment {
     pub components: Vec<LabComponent>,
     pub url: String,
-    /// Extra `meshbench load` arguments (app-level mTLS credentials).
-    pub client_args: Vec<String>,
+    /// The client's own TLS, when the app does mTLS itself.
+    pub client_tls: Option<ClientTlsFiles>,
 }
 
 /// Where a component runs.
@@ -227,9 +228,32 @@ impl LabContext<'_> {
         .await?)
     }
 
+    /// Writes `config` (as `<name>.yaml`) and starts meshbench's role `name` from it.
+    pub(crate) async fn start_role<C: RoleConfig>(
+        &self,
+        name: &str,
+        role: &str,
+        place: Place<'_>,
+        as_proxy: bool,
+        config: &C,
+    ) -> Result<LabComponent, Error> {
+        let path = self.write(&format!("{name}.yaml"), &config.to_yaml())?;
+        let args = C::command_line(&path);
+        self.start(
+            name,
+            role,
+            place,
+            as_proxy,
+            self.exe,
+            args,
+            Readiness::ReadyLine,
+        )
+        .await
+    }
+
     /// Writes a component's config where the proxy user can read it, and a copy into the
     /// results; returns the path the component is given.
-    pub(crate) fn write(&self, name: &str, contents: &str) -> Result<PathBuf, Error> {
+    pub fn write(&self, name: &str, contents: &str) -> Result<PathBuf, Error> {
         let record = self.work_dir.join(name);
         std::fs::write(&record, contents).map_err(|source| Error::Io {
             path: record.clone(),
@@ -264,18 +288,8 @@ impl LabContext<'_> {
         if let Some(ttl) = self.pki.svid_ttl {
             file.ttl = ttl;
         }
-        let config = self.write("ca.yaml", &file.to_yaml())?;
-        let args = vec!["ca".into(), "serve".into(), "--config".into(), arg(&config)];
         let ca = self
-            .start(
-                "ca",
-                "control-plane",
-                Place::Node(&node),
-                false,
-                self.exe,
-                args,
-                Readiness::ReadyLine,
-            )
+            .start_role("ca", "control-plane", Place::Node(&node), false, &file)
             .await?;
         Ok((ca, SocketAddr::new(self.net.node_ip(&node)?, Ports::CA)))
     }
@@ -307,56 +321,25 @@ impl LabContext<'_> {
     ) -> Result<LabComponent, Error> {
         let name = format!("{}-sidecar", pod.name);
         file.metrics_file = file.metrics.then(|| self.metrics_file(&name)).transpose()?;
-        let config = self.write(&format!("{name}.yaml"), &file.to_yaml())?;
-        let args = vec![
-            "proxy".into(),
-            "sidecar".into(),
-            "--config".into(),
-            arg(&config),
-        ];
         let sidecar = self
-            .start(
-                &name,
-                "sidecar",
-                Place::Pod(&pod.name),
-                true,
-                self.exe,
-                args,
-                Readiness::ReadyLine,
-            )
+            .start_role(&name, "sidecar", Place::Pod(&pod.name), true, &file)
             .await?;
         self.pod_capture(pod, capture)?;
         Ok(sidecar)
     }
 
-    /// Writes `file` and starts meshbench's node agent with it on its node.
+    /// Starts meshbench's node agent from `file` on its node, on one thread, keeping its
+    /// final metrics.
     pub(crate) async fn start_node_agent(
         &self,
-        file: &NodeAgentFile,
+        mut file: NodeAgentFile,
     ) -> Result<LabComponent, Error> {
-        let node = &file.node;
-        let config = self.write(&format!("node-agent-{node}.yaml"), &file.to_yaml())?;
-        let name = format!("{node}-agent");
-        let args = vec![
-            "proxy".into(),
-            "node-agent".into(),
-            "--threads".into(),
-            "1".into(),
-            "--config".into(),
-            arg(&config),
-            "--metrics-file".into(),
-            arg(&self.metrics_file(&name)?),
-        ];
-        self.start(
-            &name,
-            "node-agent",
-            Place::Node(node),
-            false,
-            self.exe,
-            args,
-            Readiness::ReadyLine,
-        )
-        .await
+        let name = format!("{}-agent", file.node);
+        file.threads = Some(1);
+        file.metrics_file = Some(self.metrics_file(&name)?);
+        let node = file.node.clone();
+        self.start_role(&name, "node-agent", Place::Node(&node), false, &file)
+            .await
     }
 
     pub(crate) fn pod_capture(&self, pod: &Pod, capture: &SidecarCapture) -> Result<(), Error> {
@@ -378,23 +361,19 @@ pub async fn deploy(mesh: Mesh, ctx: &MeshContext<'_>) -> Result<Deployment, Err
         Mesh::None => Ok(Deployment {
             components: vec![],
             url: ctx.service_url("http")?,
-            client_args: vec![],
+            client_tls: None,
         }),
         Mesh::AppMtls => {
             let client = ctx.client_svid();
             Ok(Deployment {
                 components: vec![],
                 url: ctx.service_url("https")?,
-                client_args: vec![
-                    "--cert".into(),
-                    arg(&client.cert),
-                    "--key".into(),
-                    arg(&client.key),
-                    "--cacert".into(),
-                    arg(&ctx.pki.ca),
-                    "--expect-server-id".into(),
-                    ctx.server_svid().id,
-                ],
+                client_tls: Some(ClientTlsFiles {
+                    cert: Some(client.cert),
+                    key: Some(client.key),
+                    ca: ctx.pki.ca.clone(),
+                    expect_server_id: Some(SpiffeId::parse(&ctx.server_svid().id)?),
+                }),
             })
         }
         Mesh::Sidecar(tuning) => sidecars(ctx, tuning).await,
@@ -460,7 +439,7 @@ async fn sidecars(ctx: &MeshContext<'_>, tuning: SidecarTuning) -> Result<Deploy
     Ok(Deployment {
         components,
         url,
-        client_args: vec![],
+        client_tls: None,
     })
 }
 
@@ -540,7 +519,7 @@ async fn node_agents(
         file.workloads = workloads;
         file.destinations = destinations;
         file.outbound = outbound;
-        components.push(ctx.start_node_agent(&file).await?);
+        components.push(ctx.start_node_agent(file).await?);
         if local(client) && net.captures() {
             net.redirect_on_node(
                 node,
@@ -555,7 +534,7 @@ async fn node_agents(
     Ok(Deployment {
         components,
         url,
-        client_args: vec![],
+        client_tls: None,
     })
 }
 
@@ -725,6 +704,6 @@ async fn third_party(
     Ok(Deployment {
         components,
         url,
-        client_args: vec![],
+        client_tls: None,
     })
 }

@@ -192,7 +192,7 @@ async fn enroll_node_agents(
             outbound: any(Ports::OUTBOUND),
             inbound: any(Ports::INBOUND),
         });
-        components.push(lab.start_node_agent(&file).await?);
+        components.push(lab.start_node_agent(file).await?);
         let mut capture = NodeCapture {
             sources: vec![],
             destinations: vec![],
@@ -247,25 +247,13 @@ async fn enroll_envoys(lab: &LabContext<'_>, envoy: &Path) -> Result<Vec<LabComp
             rotate_at: meshbench_identity::DEFAULT_ROTATE_FRACTION,
             dir: svid_dir.clone(),
         };
-        let agent_config = lab.write(
-            &format!("{}-cert-agent.yaml", pod.name),
-            &agent_file.to_yaml(),
-        )?;
-        let agent_args = vec![
-            "proxy".into(),
-            "cert-agent".into(),
-            "--config".into(),
-            agent_config.display().to_string(),
-        ];
         components.push(
-            lab.start(
+            lab.start_role(
                 &format!("{}-cert-agent", pod.name),
                 "sidecar",
                 Place::Pod(&pod.name),
                 true,
-                lab.exe,
-                agent_args,
-                Readiness::ReadyLine,
+                &agent_file,
             )
             .await?,
         );

@@ -488,4 +488,18 @@ fn role_config_files_are_checked_field_by_field() {
     );
     write("dir: ca\nlisten: 127.0.0.1:0\n");
     assert_bad_input(&run(&["ca", "serve", "--config", path]), "holds no CA");
+    // So does the load generator, whose spec the lab writes for every cell.
+    write("url: http://127.0.0.1:9/\nmodel: {kind: open-loop, rps: 10}\nrate: 3\n");
+    assert_bad_input(&run(&["load", "--config", path]), "rate");
+    write("url: http://127.0.0.1:9/\nmodel: {kind: bursty}\n");
+    assert_bad_input(&run(&["load", "--config", path]), "bursty");
+    write("url: http://127.0.0.1:9/\nmodel: {kind: open-loop, rps: 10}\nprotocol: http3\n");
+    assert_bad_input(
+        &run(&["load", "--config", path]),
+        "unknown protocol \"http3\"",
+    );
+    assert_bad_input(
+        &run(&["load", "--config", path, "--rps", "5"]),
+        "cannot be used with",
+    );
 }

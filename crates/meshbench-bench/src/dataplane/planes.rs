@@ -12,6 +12,7 @@ use meshbench_dataplane::{
     RemoteWorkload, SidecarFile, SidecarOutbound,
 };
 use meshbench_identity::{CertificateAuthority, IssueOptions};
+use meshbench_role::RoleConfig;
 
 use crate::process::{free_port, Daemon};
 use crate::Error;
@@ -146,10 +147,15 @@ impl PairContext<'_> {
         self.work_dir.join(format!("{name}.log"))
     }
 
-    /// Starts a meshbench component and reads its ready line.
-    fn meshbench(&self, name: &str, args: &[String]) -> Result<(Daemon, serde_json::Value), Error> {
+    /// Writes `config` and starts the meshbench role it configures; reads its ready line.
+    fn meshbench<C: RoleConfig>(
+        &self,
+        name: &str,
+        config: &C,
+    ) -> Result<(Daemon, serde_json::Value), Error> {
+        let path = self.write(&format!("{name}.yaml"), &config.to_yaml())?;
         let mut command = Command::new(&self.tools.meshbench);
-        command.args(args).stdout(Stdio::piped());
+        command.args(C::command_line(&path)).stdout(Stdio::piped());
         let mut daemon = Daemon::spawn(&mut command, self.cpu, name, &self.log(name))?;
         let ready = daemon.ready_line()?;
         Ok((daemon, ready))
@@ -198,21 +204,6 @@ fn sidecar_file(ctx: &PairContext<'_>, sa: &str, mode: Mode) -> SidecarFile {
     file
 }
 
-/// Writes `file` and starts the sidecar it describes.
-fn start_sidecar(
-    ctx: &PairContext<'_>,
-    name: &str,
-    file: &SidecarFile,
-) -> Result<(Daemon, serde_json::Value), Error> {
-    let config = ctx.write(&format!("{name}.yaml"), &file.to_yaml())?;
-    let args = ["proxy", "sidecar", "--config"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([config.display().to_string()])
-        .collect::<Vec<_>>();
-    ctx.meshbench(name, &args)
-}
-
 fn sidecar_pair(ctx: &PairContext<'_>, mode: Mode) -> Result<Pair, Error> {
     let label = match mode {
         Mode::L4 => "l4",
@@ -224,7 +215,7 @@ fn sidecar_pair(ctx: &PairContext<'_>, mode: Mode) -> Result<Pair, Error> {
         app: ctx.app,
         transparent: false,
     });
-    let (server, ready) = start_sidecar(ctx, &format!("sidecar-{label}-server"), &server)?;
+    let (server, ready) = ctx.meshbench(&format!("sidecar-{label}-server"), &server)?;
     let inbound = addr_field(&ready, "/addr", "server sidecar")?;
     let mut client = sidecar_file(ctx, "client", mode);
     client.outbound.push(SidecarOutbound {
@@ -232,7 +223,7 @@ fn sidecar_pair(ctx: &PairContext<'_>, mode: Mode) -> Result<Pair, Error> {
         upstream: inbound,
         upstream_id: Some(Pki::id("server")),
     });
-    let (client, ready) = start_sidecar(ctx, &format!("sidecar-{label}-client"), &client)?;
+    let (client, ready) = ctx.meshbench(&format!("sidecar-{label}-client"), &client)?;
     Ok(Pair {
         entry: addr_field(&ready, "/outbound/0", "client sidecar")?,
         proxies: vec![client, server],
@@ -252,18 +243,11 @@ fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
     let file = |node: &str, workloads| {
         let mut file = NodeAgentFile::new(node, pki.file("ca.pem"), local(0));
         file.workloads = workloads;
+        file.threads = Some(1);
         file
     };
     let server_file = file("node-b", vec![workload("server", ctx.app)]);
-    let server_config = ctx.write("node-agent-server.yaml", &server_file.to_yaml())?;
-    let args = |config: &Path| -> Vec<String> {
-        ["proxy", "node-agent", "--threads", "1", "--config"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([config.display().to_string()])
-            .collect()
-    };
-    let (server, ready) = ctx.meshbench("node-agent-server", &args(&server_config))?;
+    let (server, ready) = ctx.meshbench("node-agent-server", &server_file)?;
     let hbone = addr_field(&ready, "/addr", "server node agent")?;
     // The client app has no listener of its own; its address only names it in the directory.
     let mut client_file = file(
@@ -282,8 +266,7 @@ fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         source: format!("{NAMESPACE}/client"),
         destination: ctx.app,
     }];
-    let client_config = ctx.write("node-agent-client.yaml", &client_file.to_yaml())?;
-    let (client, ready) = ctx.meshbench("node-agent-client", &args(&client_config))?;
+    let (client, ready) = ctx.meshbench("node-agent-client", &client_file)?;
     Ok(Pair {
         entry: addr_field(&ready, "/outbound/0", "client node agent")?,
         proxies: vec![client, server],

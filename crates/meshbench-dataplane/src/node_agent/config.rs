@@ -22,9 +22,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use meshbench_role::RoleConfig;
 use serde::{Deserialize, Serialize};
-
-use crate::Error;
 
 /// Istio ambient's HBONE port.
 pub const DEFAULT_HBONE_PORT: u16 = 15008;
@@ -64,6 +63,13 @@ pub struct NodeAgentFile {
     /// Listeners for connections the node captures (ztunnel's 15001 and 15006).
     #[serde(default)]
     pub transparent: Option<TransparentListeners>,
+    /// Runtime worker threads (default: one per core; `--threads` overrides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+    /// Write the final metrics here (Prometheus text) on shutdown (`--metrics-file`
+    /// overrides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,23 +149,17 @@ impl NodeAgentFile {
             outbound: vec![],
             services: vec![],
             transparent: None,
+            threads: None,
+            metrics_file: None,
         }
     }
+}
 
-    pub fn load(path: &Path) -> Result<Self, Error> {
-        let mut file: NodeAgentFile = meshbench_identity::read_yaml(path)?;
-        if let Some(base) = path.parent() {
-            file.resolve_paths(base);
-        }
-        Ok(file)
-    }
+impl RoleConfig for NodeAgentFile {
+    const COMMAND: &'static [&'static str] = &["proxy", "node-agent"];
 
     fn resolve_paths(&mut self, base: &Path) {
-        let resolve = |p: &mut PathBuf| {
-            if p.is_relative() {
-                *p = base.join(&*p);
-            }
-        };
+        let resolve = |p: &mut PathBuf| meshbench_role::resolve(p, base);
         resolve(&mut self.ca);
         if let Some(policy) = &mut self.policy {
             resolve(policy);
@@ -168,10 +168,8 @@ impl NodeAgentFile {
             resolve(&mut w.cert);
             resolve(&mut w.key);
         }
-    }
-
-    /// Writes the file as YAML, for the lab that generates it.
-    pub fn to_yaml(&self) -> String {
-        serde_yaml_ng::to_string(self).expect("the node agent file serializes")
+        if let Some(file) = &mut self.metrics_file {
+            resolve(file);
+        }
     }
 }

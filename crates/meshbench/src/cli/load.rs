@@ -9,8 +9,10 @@ use clap::{Args, ValueEnum};
 use http::{HeaderName, HeaderValue, Method};
 use meshbench_identity::{ClientTlsFiles, SpiffeId};
 use meshbench_loadgen::{
-    run_load, LoadConfig, LoadModel, Protocol, RequestSpec, Stop, Target, Warmup,
+    run_load, Body, ClientTlsSpec, LoadConfig, LoadModel, LoadOutput, LoadSpec, Protocol,
+    RequestFile, RequestSpec, Target,
 };
+use meshbench_role::RoleConfig;
 
 use super::{args, BadInput};
 
@@ -28,9 +30,12 @@ enum Model {
 
 #[derive(Debug, Args)]
 pub struct LoadArgs {
+    /// Run the load spec in this YAML file (what the lab writes); no other flag may be given.
+    #[arg(long, exclusive = true)]
+    config: Option<PathBuf>,
     /// Target URL (http:// or https://).
-    #[arg(long)]
-    url: String,
+    #[arg(long, required_unless_present = "config")]
+    url: Option<String>,
     #[arg(long, value_enum, default_value = "open")]
     model: Model,
     /// Requests per second for the open model, spread evenly over the connections.
@@ -129,95 +134,135 @@ pub struct LoadArgs {
 }
 
 pub fn run(a: LoadArgs) -> anyhow::Result<()> {
-    let config = load_config(&a)?;
+    let spec = match &a.config {
+        Some(path) => LoadSpec::load(path)?,
+        None => a.into_spec()?,
+    };
+    let config = load_config(&spec)?;
+    let out = &spec.output;
     let started = SystemTime::now();
     let result = run_load(config)?;
     let report = result.to_report();
-    if let Some(path) = &a.json {
+    if let Some(path) = &out.json {
         meshbench_results::write_json_atomic(path, &report)?;
     }
-    if let Some(path) = &a.fortio_json {
+    if let Some(path) = &out.fortio_json {
         let fortio = meshbench_loadgen::export::fortio_json(&result, started);
         meshbench_results::write_json_atomic(path, &fortio)?;
     }
-    if let Some(path) = &a.hlog {
+    if let Some(path) = &out.hlog {
         let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
         meshbench_loadgen::export::write_hlog(&result, started, &mut file)?;
         std::io::Write::flush(&mut file)?;
     }
-    if !a.quiet {
+    if !out.quiet {
         print!("{}", meshbench_report::load_summary(&report));
     }
     Ok(())
 }
 
-fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
-    let target = Target::parse(&a.url)?;
-    let model = match a.model {
-        // clap's `required_if_eq` does not fire when `--model` is left at its default.
-        Model::Open => LoadModel::OpenLoop {
-            rps: a.rps.ok_or_else(|| {
-                BadInput("--rps is required by --model open (the default); --model closed sends as fast as it can".into())
-            })?,
-        },
-        Model::Closed => LoadModel::ClosedLoop,
-        Model::Sequential => LoadModel::Sequential {
-            group_size: a.group_size,
-            group_interval: a.group_interval,
-        },
-        Model::Users => LoadModel::Users {
-            users: a.users,
-            requests_per_user: a.requests_per_user,
-        },
-    };
-    let stop = match (a.duration, a.requests, &model) {
-        (Some(d), _, _) => Stop::After(d),
-        (None, Some(n), _) => Stop::Requests(n),
-        (
-            None,
-            None,
-            LoadModel::Users {
-                users,
-                requests_per_user,
+impl LoadArgs {
+    /// The flags as the spec the lab would have written.
+    fn into_spec(self) -> anyhow::Result<LoadSpec> {
+        let model = match self.model {
+            // clap's `required_if_eq` does not fire when `--model` is left at its default.
+            Model::Open => LoadModel::OpenLoop {
+                rps: self.rps.ok_or_else(|| {
+                    BadInput("--rps is required by --model open (the default); --model closed sends as fast as it can".into())
+                })?,
             },
-        ) => Stop::Requests(u64::from(*users) * requests_per_user),
-        (None, None, _) => Stop::After(Duration::from_secs(10)),
-    };
-    let warmup = match (a.warmup, a.warmup_requests) {
-        (Some(d), _) => Warmup::Time(d),
-        (None, Some(n)) => Warmup::Requests(n),
-        (None, None) => Warmup::None,
-    };
-    let protocol = if a.grpc {
-        Protocol::Grpc
-    } else if a.http2 {
-        Protocol::Http2
-    } else {
-        Protocol::Http1 {
-            keep_alive: !a.no_keepalive,
-        }
-    };
-    let request = request_spec(a, &target)?;
+            Model::Closed => LoadModel::ClosedLoop,
+            Model::Sequential => LoadModel::Sequential {
+                group_size: self.group_size,
+                group_interval: self.group_interval,
+            },
+            Model::Users => LoadModel::Users {
+                users: self.users,
+                requests_per_user: self.requests_per_user,
+            },
+        };
+        let protocol = if self.grpc {
+            Protocol::Grpc
+        } else if self.http2 {
+            Protocol::Http2
+        } else {
+            Protocol::Http1 {
+                keep_alive: !self.no_keepalive,
+            }
+        };
+        let body = match (self.body, self.body_file, self.payload_size) {
+            (Some(text), _, _) => Body::Text(text),
+            (_, Some(path), _) => Body::File(path),
+            (_, _, Some(size)) => Body::PayloadSize(size),
+            _ => Body::Empty,
+        };
+        let tls = match self.cacert {
+            Some(ca) => Some(ClientTlsSpec {
+                cert: self.cert,
+                key: self.key,
+                ca,
+                expect_server_id: self.expect_server_id,
+            }),
+            None if self.cert.is_some() => {
+                return Err(BadInput("--cert needs --cacert to verify the server".into()).into())
+            }
+            None => None,
+        };
+        Ok(LoadSpec {
+            url: self.url.expect("clap requires --url without --config"),
+            model,
+            connections: self.connections,
+            duration: self.duration,
+            requests: self.requests,
+            warmup: self.warmup,
+            warmup_requests: self.warmup_requests,
+            timeout: self.timeout,
+            threads: self.threads,
+            protocol,
+            request: RequestFile {
+                method: self.method,
+                headers: self.headers,
+                body,
+            },
+            max_requests_per_connection: self.max_requests_per_connection,
+            tls,
+            output: LoadOutput {
+                json: self.json,
+                samples: self.samples,
+                fortio_json: self.fortio_json,
+                hlog: self.hlog,
+                quiet: self.quiet,
+            },
+        })
+    }
+}
+
+/// A spec resolved into what the engine runs: the URL parsed, files read, TLS built. Fields
+/// at fault are named by their flags (the spec's fields have the same names).
+fn load_config(spec: &LoadSpec) -> anyhow::Result<LoadConfig> {
+    let target = Target::parse(&spec.url)?;
+    let request = request_spec(spec, &target)?;
     Ok(LoadConfig {
-        tls: client_tls(a, &target)?,
+        tls: client_tls(spec.tls.as_ref(), &spec.url, &target)?,
         target,
-        model,
-        connections: a.connections,
-        stop,
-        warmup,
-        timeout: a.timeout,
-        protocol,
+        model: spec.model.clone(),
+        connections: spec.connections,
+        stop: spec.stop(),
+        warmup: spec.warmup(),
+        timeout: spec.timeout,
+        protocol: spec.protocol,
         request,
-        max_requests_per_connection: a.max_requests_per_connection,
-        threads: a.threads,
-        keep_samples: a.samples,
+        max_requests_per_connection: spec.max_requests_per_connection,
+        threads: spec.threads,
+        keep_samples: spec.output.samples,
     })
 }
 
-fn request_spec(a: &LoadArgs, target: &Target) -> anyhow::Result<RequestSpec> {
-    let method = Method::from_bytes(a.method.as_bytes())
-        .map_err(|_| BadInput(format!("--method {:?} is not an HTTP method", a.method)))?;
-    let headers = a
+fn request_spec(spec: &LoadSpec, target: &Target) -> anyhow::Result<RequestSpec> {
+    let r = &spec.request;
+    let method = Method::from_bytes(r.method.as_bytes())
+        .map_err(|_| BadInput(format!("--method {:?} is not an HTTP method", r.method)))?;
+    let headers = r
         .headers
         .iter()
         .map(|h| {
@@ -228,24 +273,26 @@ fn request_spec(a: &LoadArgs, target: &Target) -> anyhow::Result<RequestSpec> {
             Ok((name, value))
         })
         .collect::<Result<Vec<_>, BadInput>>()?;
-    let pings = a.grpc && target.path_and_query.as_str() == "/";
-    let body = match (&a.body, &a.body_file, a.payload_size) {
-        (Some(text), _, _) => text.clone().into_bytes().into(),
-        (_, Some(path), _) => std::fs::read(path)
+    let grpc = spec.protocol == Protocol::Grpc;
+    let pings = grpc && target.path_and_query.as_str() == "/";
+    let body = match &r.body {
+        Body::Text(text) => text.clone().into_bytes().into(),
+        Body::File(path) => std::fs::read(path)
             .map_err(|e| BadInput(format!("--body-file {}: {e}", path.display())))?
             .into(),
-        (_, _, size) if pings => {
-            meshbench_workload::ping_request(usize::try_from(size.unwrap_or(0))?).into()
+        Body::PayloadSize(size) if pings => {
+            meshbench_workload::ping_request(usize::try_from(*size)?).into()
         }
-        (_, _, Some(_)) if a.grpc => {
+        Body::Empty if pings => meshbench_workload::ping_request(0).into(),
+        Body::PayloadSize(_) if grpc => {
             return Err(BadInput(format!(
                 "--payload-size builds Fortio's ping message, but --url {} names another method: give its serialized message with --body-file",
-                a.url
+                spec.url
             ))
             .into())
         }
-        (_, _, Some(size)) => vec![b'x'; usize::try_from(size)?].into(),
-        _ => bytes::Bytes::new(),
+        Body::PayloadSize(size) => vec![b'x'; usize::try_from(*size)?].into(),
+        Body::Empty => bytes::Bytes::new(),
     };
     Ok(RequestSpec {
         method,
@@ -254,25 +301,29 @@ fn request_spec(a: &LoadArgs, target: &Target) -> anyhow::Result<RequestSpec> {
     })
 }
 
-fn client_tls(a: &LoadArgs, target: &Target) -> anyhow::Result<Option<Arc<rustls::ClientConfig>>> {
-    let Some(ca) = &a.cacert else {
-        if a.cert.is_some() {
-            return Err(BadInput("--cert needs --cacert to verify the server".into()).into());
-        }
+fn client_tls(
+    tls: Option<&ClientTlsSpec>,
+    url: &str,
+    target: &Target,
+) -> anyhow::Result<Option<Arc<rustls::ClientConfig>>> {
+    let Some(tls) = tls else {
         return Ok(None);
     };
     if !target.tls {
-        return Err(BadInput(format!("--cacert given but --url {} is not https", a.url)).into());
+        return Err(BadInput(format!("--cacert given but --url {url} is not https")).into());
     }
-    let expect_server_id = a
+    if tls.cert.is_some() != tls.key.is_some() {
+        return Err(BadInput("--cert and --key go together".into()).into());
+    }
+    let expect_server_id = tls
         .expect_server_id
         .as_deref()
         .map(SpiffeId::parse)
         .transpose()?;
     let files = ClientTlsFiles {
-        cert: a.cert.clone(),
-        key: a.key.clone(),
-        ca: ca.clone(),
+        cert: tls.cert.clone(),
+        key: tls.key.clone(),
+        ca: tls.ca.clone(),
         expect_server_id,
     };
     // ALPN is chosen by the load generator for the protocol it speaks.

@@ -125,6 +125,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     }
     let bad_input = err.chain().any(|cause| {
         cause.is::<BadInput>()
+            || cause.is::<meshbench_role::Error>()
             || cause
                 .downcast_ref::<meshbench_identity::Error>()
                 .is_some_and(|e| e.is_bad_input())

@@ -17,6 +17,7 @@ use meshbench_identity::{
 };
 use meshbench_lab::ReadyEvent;
 use meshbench_policy::Policy;
+use meshbench_role::RoleConfig;
 
 use super::BadInput;
 
@@ -454,7 +455,10 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
 }
 
 fn node_agent(a: NodeAgentArgs) -> anyhow::Result<()> {
-    let file = NodeAgentFile::load(&a.config).map_err(|e| BadInput(format!("--config: {e}")))?;
+    let mut file =
+        NodeAgentFile::load(&a.config).map_err(|e| BadInput(format!("--config: {e}")))?;
+    file.threads = a.process.threads.or(file.threads);
+    file.metrics_file = a.process.metrics_file.or(file.metrics_file.take());
     let policy = match &file.policy {
         Some(path) => Policy::load(path).map_err(|e| BadInput(format!("policy: {e}")))?,
         None => Policy::from_yaml("{}").expect("the empty policy is valid"),
@@ -468,8 +472,8 @@ fn node_agent(a: NodeAgentArgs) -> anyhow::Result<()> {
         limits: a.limits.limits(),
     };
     let admin = a.process.admin;
-    let (metrics_file, kept_metrics) = (a.process.metrics_file.clone(), metrics.clone());
-    let runtime = meshbench_workload::runtime(a.process.threads)?;
+    let (metrics_file, kept_metrics) = (config.file.metrics_file.clone(), metrics.clone());
+    let runtime = meshbench_workload::runtime(config.file.threads)?;
     runtime.block_on(async move {
         let bound = run_node_agent(config).await?;
         announce(bound.hbone_addr(), &bound.outbound_addrs(), admin, metrics).await?;
