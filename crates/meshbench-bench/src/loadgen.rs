@@ -17,13 +17,14 @@ use std::process::Command;
 use std::time::Duration;
 
 use meshbench_lab::BuildInfo;
+use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_netlab::which;
-use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
+use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, SCHEMA_VERSION};
 
 use crate::floor::closed::closed_floor;
 use crate::floor::paced::paced_floor;
 use crate::floor::{FloorRun, CLOSED_FLOOR, PACED_FLOOR};
-use crate::process::{run_measured, start_echo, version_of};
+use crate::process::{run_measured, run_meshbench_load, start_echo, version_of};
 use crate::Error;
 
 const FORTIO_INSTALL: &str =
@@ -100,29 +101,25 @@ fn run_meshbench(
     opts: &LoadgenBenchOptions,
     case: &str,
     url: &str,
-    model_args: &[&str],
+    model: LoadModel,
 ) -> Result<BenchMeasurement, Error> {
-    let json = opts.work_dir.join(format!("{case}.meshbench.json"));
-    let mut command = Command::new(&opts.meshbench);
-    command
-        .args(["load", "--url", url, "--connections", "16", "--quiet"])
-        .args(model_args)
-        .arg("--duration")
-        .arg(secs(opts.duration))
-        .arg("--json")
-        .arg(&json);
-    let run = run_measured(&mut command, opts.generator_cpu, "meshbench load")?;
-    let report: LoadReport = meshbench_results::read_json(&json).map_err(|e| Error::Output {
-        tool: "meshbench".into(),
-        reason: e.to_string(),
-    })?;
+    let mut spec = LoadSpec::new(url, model);
+    spec.connections = 16;
+    spec.duration = Some(opts.duration);
+    let (report, cpu_seconds) = run_meshbench_load(
+        &opts.meshbench,
+        spec,
+        &opts.work_dir,
+        &format!("{case}.meshbench"),
+        opts.generator_cpu,
+    )?;
     Ok(measurement(
         case,
         "meshbench",
         &opts.build.version,
         report.sent,
         report.window.seconds,
-        run.cpu_seconds,
+        cpu_seconds,
         Some(report.latency.p50_us as f64),
     ))
 }
@@ -401,18 +398,28 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
     let floor = "floor-1k";
     for repetition in 1..=opts.repetitions.max(1) {
         let start = m.len();
-        m.push(run_meshbench(opts, closed, &url, &["--model", "closed"])?);
+        m.push(run_meshbench(opts, closed, &url, LoadModel::ClosedLoop)?);
         m.push(run_wrk(opts, &peers, closed, &url)?);
         m.push(run_fortio(opts, &peers, closed, &url, 0)?);
         m.push(run_oha(opts, &peers, closed, &url, 0)?);
         m.push(run_closed_floor(opts, closed, target_addr)?);
 
-        m.push(run_meshbench(opts, fixed, &url, &["--rps", "5000"])?);
+        m.push(run_meshbench(
+            opts,
+            fixed,
+            &url,
+            LoadModel::OpenLoop { rps: 5000.0 },
+        )?);
         m.push(run_fortio(opts, &peers, fixed, &url, 5000)?);
         m.push(run_oha(opts, &peers, fixed, &url, 5000)?);
         m.push(run_paced_floor(opts, fixed, target_addr, 5000)?);
 
-        m.push(run_meshbench(opts, floor, &url, &["--rps", "1000"])?);
+        m.push(run_meshbench(
+            opts,
+            floor,
+            &url,
+            LoadModel::OpenLoop { rps: 1000.0 },
+        )?);
         m.push(run_fortio(opts, &peers, floor, &url, 1000)?);
         m.push(run_oha(opts, &peers, floor, &url, 1000)?);
         for x in &mut m[start..] {
@@ -570,13 +577,19 @@ fn measure_pacing(
     url: &str,
     target_port: u16,
 ) -> Result<Vec<BenchMeasurement>, Error> {
-    let rate = PACING_RPS.to_string();
     let mut rows = Vec::new();
     for tool in ["meshbench", "fortio", "oha"] {
         let pcap = opts.work_dir.join(format!("{PACING_CASE}.{tool}.pcap"));
         let capture = meshbench_netlab::WireCapture::start_host("lo", &pcap)?;
         let measured = match tool {
-            "meshbench" => run_meshbench(opts, PACING_CASE, url, &["--rps", &rate]),
+            "meshbench" => run_meshbench(
+                opts,
+                PACING_CASE,
+                url,
+                LoadModel::OpenLoop {
+                    rps: f64::from(PACING_RPS),
+                },
+            ),
             "fortio" => run_fortio(opts, peers, PACING_CASE, url, PACING_RPS),
             _ => run_oha(opts, peers, PACING_CASE, url, PACING_RPS),
         };

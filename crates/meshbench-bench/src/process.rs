@@ -7,6 +7,11 @@ use std::process::{Child, Command, Output, Stdio};
 use nix::sys::resource::{getrusage, UsageWho};
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
+use meshbench_loadgen::LoadSpec;
+use meshbench_results::LoadReport;
+use meshbench_role::RoleConfig;
+use meshbench_workload::{WorkloadApp, WorkloadFile};
+
 use crate::Error;
 
 fn pin_error(cpu: usize, source: rustix::io::Errno) -> Error {
@@ -79,6 +84,33 @@ pub(crate) fn run_measured(
         output,
         cpu_seconds,
     })
+}
+
+/// Runs `meshbench load` on `cpu` from `spec` (written beside its JSON result as
+/// `<name>.load.yaml`) and reads its report; the CPU time is the generator's own.
+pub(crate) fn run_meshbench_load(
+    meshbench: &std::path::Path,
+    mut spec: LoadSpec,
+    dir: &std::path::Path,
+    name: &str,
+    cpu: usize,
+) -> Result<(LoadReport, f64), Error> {
+    let json = dir.join(format!("{name}.json"));
+    let config = dir.join(format!("{name}.load.yaml"));
+    spec.output.json = Some(json.clone());
+    spec.output.quiet = true;
+    std::fs::write(&config, spec.to_yaml()).map_err(|source| Error::Io {
+        path: config.clone(),
+        source,
+    })?;
+    let mut command = Command::new(meshbench);
+    command.args(LoadSpec::command_line(&config));
+    let run = run_measured(&mut command, cpu, "meshbench load")?;
+    let report = meshbench_results::read_json(&json).map_err(|e| Error::Output {
+        tool: "meshbench load".into(),
+        reason: e.to_string(),
+    })?;
+    Ok((report, run.cpu_seconds))
 }
 
 /// A tool's version line, for the record.
@@ -198,18 +230,19 @@ pub(crate) fn start_echo(
     response_bytes: u64,
     log: &std::path::Path,
 ) -> Result<(Daemon, std::net::SocketAddr), Error> {
+    let mut file = WorkloadFile::new(
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        WorkloadApp::fixed_echo(std::time::Duration::ZERO, response_bytes),
+    );
+    file.threads = Some(1);
+    let config = log.with_extension("yaml");
+    std::fs::write(&config, file.to_yaml()).map_err(|source| Error::Io {
+        path: config.clone(),
+        source,
+    })?;
     let mut command = Command::new(meshbench);
     command
-        .args([
-            "workload",
-            "echo",
-            "--listen",
-            "127.0.0.1:0",
-            "--threads",
-            "1",
-        ])
-        .arg("--response-size")
-        .arg(response_bytes.to_string())
+        .args(WorkloadFile::command_line(&config))
         .stdout(Stdio::piped());
     let mut app = Daemon::spawn(&mut command, cpu, "echo app", log)?;
     let ready = app.ready_line()?;

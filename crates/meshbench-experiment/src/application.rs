@@ -8,7 +8,7 @@
 //!   services; every counter is enrolled in the mesh, so every hop goes through it.
 
 use meshbench_lab::{Service, Topology, Workload};
-use meshbench_meshes::{spiffe_id, Mesh, Ports, ENROLLABLE};
+use meshbench_meshes::{enrollable, spiffe_id, Enrollment, Mesh, Ports};
 use meshbench_results::ScenarioConfig;
 
 use crate::placement::Placement;
@@ -82,7 +82,9 @@ impl Application {
     pub fn unsupported(self, mesh: Mesh) -> Option<String> {
         match self {
             Application::Echo => None,
-            Application::ZeroTrustApp | Application::CounterChain if mesh == Mesh::AppMtls => {
+            Application::ZeroTrustApp | Application::CounterChain
+                if mesh.enrollment() == Enrollment::InApp =>
+            {
                 Some(format!(
                     "{} is app-level TLS, and the {} application's services call each other in plaintext",
                     mesh.name(),
@@ -90,14 +92,13 @@ impl Application {
                 ))
             }
             Application::ZeroTrustApp => None,
-            Application::CounterChain => (mesh != Mesh::None && !ENROLLABLE.contains(&mesh))
-                .then(|| {
-                    format!(
-                        "the counter chain needs every counter enrolled in the mesh, and {} cannot enroll a multi-workload topology yet (enrollable: {})",
-                        mesh.name(),
-                        ENROLLABLE.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
-                    )
-                }),
+            Application::CounterChain => (!mesh.is_baseline() && !mesh.can_enroll()).then(|| {
+                format!(
+                    "the counter chain needs every counter enrolled in the mesh, and {} cannot enroll a multi-workload topology yet (enrollable: {})",
+                    mesh.name(),
+                    enrollable().iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+                )
+            }),
         }
     }
 

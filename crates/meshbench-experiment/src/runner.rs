@@ -11,6 +11,7 @@
 //! (processes, namespaces, cgroups) is removed when it ends, however it ends.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -26,6 +27,7 @@ use meshbench_results::{
     UnavailableScenario, WireObservation, SCHEMA_VERSION,
 };
 use meshbench_role::RoleConfig;
+use meshbench_workload::{ExperimentOnce, WorkloadApp, WorkloadFile};
 
 use crate::application::{Application, COUNTER_A, COUNTER_B};
 use crate::placement::Placement;
@@ -424,12 +426,14 @@ impl Runner {
         let load_json = cell_dir.join("load.json");
         let client_args = match application {
             Application::ZeroTrustApp => {
-                let mut args = self.experimenter_args(id, &url, marker_if_captured, cell_dir);
-                args.extend([
-                    "--json".to_owned(),
-                    load_json.to_string_lossy().into_owned(),
-                ]);
-                args
+                let file = self.experimenter_file(
+                    id,
+                    &url,
+                    marker_if_captured,
+                    cell_dir,
+                    load_json.clone(),
+                );
+                WorkloadFile::command_line(&ctx.write("experimenter.yaml", &file.to_yaml())?)
             }
             Application::Echo | Application::CounterChain => {
                 let spec =
@@ -519,46 +523,41 @@ impl Runner {
         ctx: &MeshContext<'_>,
     ) -> Result<Vec<LabComponent>, meshbench_meshes::Error> {
         let profile = &self.profile;
-        let listen = |pod: &meshbench_lab::Pod| -> Result<String, meshbench_meshes::Error> {
-            Ok(std::net::SocketAddr::new(ctx.net.pod_bind_ip(&pod.name)?, Ports::APP).to_string())
+        let listen = |pod: &meshbench_lab::Pod| -> Result<SocketAddr, meshbench_meshes::Error> {
+            Ok(SocketAddr::new(ctx.net.pod_bind_ip(&pod.name)?, Ports::APP))
         };
         let mut apps = vec![];
         match profile.application {
             Application::Echo => {
-                let mut args = strings(&["workload", "echo", "--listen"]);
-                args.extend([
-                    ctx.server_app_listen()?.to_string(),
-                    "--delay".to_owned(),
-                    format!("{}us", profile.server_delay.as_micros()),
-                    "--response-size".to_owned(),
-                    profile.response_bytes.to_string(),
-                ]);
-                args.extend(ctx.server_app_args(id.scenario));
-                apps.push((ctx.server_pod.clone(), args));
+                let mut file = WorkloadFile::new(
+                    ctx.server_app_listen()?,
+                    WorkloadApp::fixed_echo(profile.server_delay, profile.response_bytes),
+                );
+                file.tls = ctx.server_app_tls(id.scenario);
+                apps.push((ctx.server_pod.clone(), file));
             }
             Application::ZeroTrustApp => {
-                let mut args = strings(&["workload", "calculator", "--listen"]);
-                args.push(ctx.server_app_listen()?.to_string());
-                apps.push((ctx.server_pod.clone(), args));
+                let file = WorkloadFile::new(ctx.server_app_listen()?, WorkloadApp::Calculator);
+                apps.push((ctx.server_pod.clone(), file));
             }
             Application::CounterChain => {
                 let topology = ctx.net.topology();
                 for (this, next) in [(COUNTER_A, COUNTER_B), (COUNTER_B, COUNTER_A)] {
                     let pod = topology.first_pod(this).expect("static topology");
-                    let mut args = strings(&["workload", "counter", "--name", this, "--listen"]);
-                    args.extend([
-                        listen(&pod)?,
-                        "--next".to_owned(),
-                        format!("http://{}", ctx.net.service_host(next)?),
-                        "--timeout".to_owned(),
-                        humantime::format_duration(profile.request_timeout).to_string(),
-                    ]);
-                    apps.push((pod, args));
+                    let app = WorkloadApp::Counter {
+                        name: this.to_owned(),
+                        next: Some(format!("http://{}", ctx.net.service_host(next)?)),
+                        timeout: profile.request_timeout,
+                    };
+                    apps.push((pod.clone(), WorkloadFile::new(listen(&pod)?, app)));
                 }
             }
         }
         let mut components = vec![];
-        for (pod, args) in apps {
+        for (pod, file) in apps {
+            let args = WorkloadFile::command_line(
+                &ctx.write(&format!("{}-app.yaml", pod.name), &file.to_yaml())?,
+            );
             let launch = ctx.app_launch(&pod, ctx.sut_cpus.clone())?;
             components.push(
                 LabComponent::start(
@@ -628,13 +627,14 @@ impl Runner {
     /// E3's experimenter running one experiment against the calculator at `url`: the
     /// point's requests in its groups, all four operations, the point's operands, and the
     /// first request discarded as E3 did.
-    fn experimenter_args(
+    fn experimenter_file(
         &self,
         id: &CellId,
         url: &str,
         marker: Option<&str>,
         cell_dir: &Path,
-    ) -> Vec<String> {
+        json: PathBuf,
+    ) -> WorkloadFile {
         let point = id.load_point;
         let mut experiment = serde_json::json!({
             "interactions": point.requests.unwrap_or(1),
@@ -648,24 +648,22 @@ impl Runner {
         if let Some(marker) = marker {
             experiment["marker"] = serde_json::Value::String(marker.to_owned());
         }
-        let mut args = strings(&["workload", "experimenter", "--calculator", url]);
-        args.extend([
-            "--timeout".to_owned(),
-            humantime::format_duration(self.profile.request_timeout).to_string(),
-            "--once".to_owned(),
-            experiment.to_string(),
-            "--result".to_owned(),
-            cell_dir
-                .join("experiment.json")
-                .to_string_lossy()
-                .into_owned(),
-        ]);
-        args
+        let experiment = experiment.as_object().cloned().unwrap_or_default();
+        // The experimenter serves nothing when it runs once; its address is not used.
+        let unused = SocketAddr::from(([127, 0, 0, 1], 0));
+        WorkloadFile::new(
+            unused,
+            WorkloadApp::Experimenter {
+                calculator: url.to_owned(),
+                timeout: self.profile.request_timeout,
+                once: Some(ExperimentOnce {
+                    experiment,
+                    json,
+                    result: Some(cell_dir.join("experiment.json")),
+                }),
+            },
+        )
     }
-}
-
-fn strings(items: &[&str]) -> Vec<String> {
-    items.iter().map(|s| (*s).to_owned()).collect()
 }
 
 /// Refuses a backend the profile's application cannot run on, before anything is written.

@@ -272,7 +272,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
                 &format!("scenarios[{i}]"),
                 format!(
                     "unknown scenario {name:?}; known: {}",
-                    Mesh::NAMES.join(", ")
+                    Mesh::names().join(", ")
                 ),
             )
         })?;
@@ -449,7 +449,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
     }
     let drop = spec.outliers.drop_highest_baseline_max;
     if drop > 0 {
-        if !scenarios.contains(&Mesh::None) {
+        if !scenarios.iter().any(|m| m.is_baseline()) {
             return Err(invalid(
                 "outliers.drop_highest_baseline_max",
                 "needs the baseline scenario, whose maximum latency picks the runs to drop".into(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use meshbench_lab::{LabComponent, Launch, Readiness};
 
 use crate::configs::{nginx_gateway, GatewayRoute};
-use crate::{Error, Mesh};
+use crate::Error;
 
 impl GatewayRoute {
     /// Parses `PREFIX=http://HOST:PORT[/PATH]`.
@@ -58,9 +58,7 @@ pub async fn start_gateway(
     routes: &[GatewayRoute],
     launch: &Launch,
 ) -> Result<LabComponent, Error> {
-    let nginx = Mesh::Nginx
-        .binary()?
-        .expect("the nginx mesh names its binary");
+    let nginx = crate::nginx::binary()?;
     let io = |source| Error::Io {
         path: dir.to_owned(),
         source,

@@ -1,27 +1,43 @@
-//! Mesh adapters for the local lab. Each adapter knows what its mesh needs in a topology of a
-//! client pod, a server pod and a service in front of it: which components to start where
-//! (sidecars in the pods, agents on the nodes, a control plane), how they are configured,
-//! how traffic reaches them (iptables capture on the netns backend, explicit proxy ports on
-//! loopback), and which URL and arguments the client uses. A mesh whose binary is missing is
-//! reported unavailable with the command that installs it.
+//! Mesh adapters for the local lab, one module per mesh behind [`MeshAdapter`] (see
+//! `adapter` for the seam and its invariants, `registry` for the list). Each adapter knows
+//! what its mesh needs: which components to start where (sidecars in the pods, agents on the
+//! nodes, a control plane), how they are configured, how traffic reaches them (iptables
+//! capture on the netns backend, explicit proxy ports on loopback), what the client needs to
+//! reach the server, and what its security amounts to (mTLS, identity checks, policy). A mesh
+//! whose binary is missing is reported unavailable with the command that installs it.
 
+mod adapter;
 mod area;
 pub mod configs;
-mod deploy;
 mod enroll;
 mod gateway;
-mod mesh;
+mod lab;
 mod pki;
+mod registry;
+mod third_party;
 
+// One module per mesh, each registered in `registry`.
+mod app_mtls;
+mod baseline;
+mod envoy;
+mod haproxy;
+mod nginx;
+mod node_agent;
+mod sidecar;
+
+pub use adapter::{
+    enrollable, unenforceable, BoxFuture, Enrollment, Mesh, MeshAdapter, PolicySupport, Tool,
+    Unavailable,
+};
 pub use area::{clean_stale_areas, collect_outputs, ProxyArea, AREAS_ROOT, PRIVATE_SUFFIX};
-pub use deploy::{
+pub use enroll::enroll;
+pub use gateway::start_gateway;
+pub use lab::{
     deploy, Deployment, LabContext, MeshContext, Ports, PROXY_METRICS_DIR_SUFFIX,
     PROXY_METRICS_FILE,
 };
-pub use enroll::{check_enrollable, enroll, ENROLLABLE, UNENFORCEABLE};
-pub use gateway::start_gateway;
-pub use mesh::{Mesh, SidecarTuning, Unavailable};
 pub use pki::{spiffe_id, MeshPki, WorkloadSvid, TRUST_DOMAIN};
+pub use sidecar::SidecarTuning;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

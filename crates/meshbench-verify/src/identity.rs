@@ -17,7 +17,7 @@ use meshbench_identity::{
     client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, SpiffeId,
 };
 use meshbench_loadgen::Outcome;
-use meshbench_meshes::{spiffe_id, Mesh, MeshPki, Ports};
+use meshbench_meshes::{spiffe_id, Enrollment, Mesh, MeshPki, Ports};
 use meshbench_netlab::{run_in_netns, LabNetwork, NetPlace};
 use meshbench_results::{IdentityCheck, Verdict};
 use rustls_pki_types::ServerName;
@@ -244,8 +244,8 @@ impl Guard {
             .first_pod(CALCULATOR)
             .ok_or_else(|| Error::Probe("no calculator pod".into()))?;
         let app = SocketAddr::new(net.pod_ip(&calculator_pod.name)?, Ports::APP);
-        Ok(match mesh {
-            Mesh::NodeAgent { .. } => Guard::NodeAgent {
+        Ok(match mesh.enrollment() {
+            Enrollment::AgentPerNode => Guard::NodeAgent {
                 agent: SocketAddr::new(net.node_ip(&calculator_pod.workload.node)?, Ports::HBONE),
                 app,
             },

@@ -3,6 +3,7 @@
 //! observation and wire evidence, and (where everything is enrolled) the identity checks.
 //! Every case's lab is torn down before the next starts.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
@@ -13,6 +14,8 @@ use meshbench_policy::Policy;
 use meshbench_results::{
     CaseVerification, MeshVerification, ProbeVerification, Verdict, VerifyReport, SCHEMA_VERSION,
 };
+use meshbench_role::RoleConfig;
+use meshbench_workload::{WorkloadApp, WorkloadFile};
 
 use crate::e3::{self, member, App, SecurityCase, CASES, PROBES};
 use crate::expect::expect;
@@ -88,7 +91,7 @@ async fn verify_mesh(
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<MeshVerification, Error> {
     mesh.binary().map_err(meshbench_meshes::Error::from)?;
-    meshbench_meshes::check_enrollable(mesh)?;
+    mesh.check_enrollable()?;
     let mut cases = vec![];
     let mut identity = vec![];
     for case in &CASES {
@@ -240,42 +243,36 @@ fn denial_note(expected_allowed: bool, observed_allowed: bool, outcome: &str) ->
     }
 }
 
+/// Bound on each call an E3 app makes to another.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
 async fn start_app(
     lab: &LabContext<'_>,
     pod: &Pod,
     options: &VerifyOptions,
 ) -> Result<LabComponent, Error> {
     let m = member(&pod.workload.name);
-    let listen = format!("0.0.0.0:{}", Ports::APP);
-    let mut args: Vec<String> = vec!["workload".into()];
-    match m.app {
-        App::Calculator => args.extend(["calculator".into(), "--listen".into(), listen]),
-        App::Experimenter => args.extend([
-            "experimenter".into(),
-            "--listen".into(),
-            listen,
-            "--calculator".into(),
-            format!(
+    let app = match m.app {
+        App::Calculator => WorkloadApp::Calculator,
+        App::Experimenter => WorkloadApp::Experimenter {
+            calculator: format!(
                 "http://{}.{}.svc:{}",
                 e3::CALCULATOR,
                 e3::APP,
                 e3::SERVICE_PORT
             ),
-            "--timeout".into(),
-            "3s".into(),
-        ]),
-        App::Checker => args.extend([
-            "security-checker".into(),
-            "--listen".into(),
-            listen,
-            "--name".into(),
-            m.workload.into(),
-            "--namespace".into(),
-            m.namespace.into(),
-            "--timeout".into(),
-            "3s".into(),
-        ]),
-    }
+            timeout: CALL_TIMEOUT,
+            once: None,
+        },
+        App::Checker => WorkloadApp::SecurityChecker {
+            name: m.workload.into(),
+            namespace: m.namespace.into(),
+            timeout: CALL_TIMEOUT,
+        },
+    };
+    let file = WorkloadFile::new(SocketAddr::from(([0, 0, 0, 0], Ports::APP)), app);
+    let args =
+        WorkloadFile::command_line(&lab.write(&format!("{}-app.yaml", pod.name), &file.to_yaml())?);
     let launch = lab.app_launch(pod, None)?;
     Ok(LabComponent::start(
         &pod.name,

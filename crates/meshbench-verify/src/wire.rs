@@ -26,12 +26,7 @@ pub fn capture_point(
             .ok_or_else(|| Error::Probe(format!("no pod for {workload}")))
     };
     let (from, to) = (pod(probe.from)?, pod(probe.to)?);
-    let agent_tunnels_to_itself = matches!(
-        mesh,
-        Mesh::NodeAgent {
-            same_node_encryption: true
-        }
-    ) && both_enrolled;
+    let agent_tunnels_to_itself = mesh.tunnels_within_node() && both_enrolled;
     if from.workload.node == to.workload.node && agent_tunnels_to_itself {
         let node = &to.workload.node;
         let netns = net.netns_of(NetPlace::Node(node))?;

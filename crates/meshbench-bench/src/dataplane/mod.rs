@@ -14,17 +14,17 @@ mod planes;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use meshbench_lab::BuildInfo;
+use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
 
 pub use planes::Plane;
 use planes::{PairContext, Pki, Tools};
 
 use crate::loadgen::{measurement, median, secs};
-use crate::process::{run_measured, start_echo, version_of, Daemon};
+use crate::process::{run_meshbench_load, start_echo, version_of, Daemon};
 use crate::Error;
 use meshbench_netlab::which;
 
@@ -84,25 +84,21 @@ fn load(
     opts: &DataplaneBenchOptions,
     label: &str,
     entry: SocketAddr,
-    model_args: &[String],
+    model: LoadModel,
 ) -> Result<LoadReport, Error> {
-    let json = opts.work_dir.join(format!("{label}.load.json"));
-    let mut command = Command::new(&opts.meshbench);
-    command
-        .args(["load", "--quiet", "--warmup", "1s", "--url"])
-        .arg(format!("http://{entry}/"))
-        .arg("--connections")
-        .arg(opts.connections.to_string())
-        .args(model_args)
-        .arg("--duration")
-        .arg(secs(opts.duration))
-        .arg("--json")
-        .arg(&json);
-    run_measured(&mut command, opts.generator_cpu, "meshbench load")?;
-    meshbench_results::read_json(&json).map_err(|e| Error::Output {
-        tool: "meshbench load".into(),
-        reason: e.to_string(),
-    })
+    let mut spec = LoadSpec::new(format!("http://{entry}/"), model);
+    spec.connections = opts.connections;
+    spec.duration = Some(opts.duration);
+    spec.warmup = Some(Duration::from_secs(1));
+    let name = format!("{label}.load");
+    run_meshbench_load(
+        &opts.meshbench,
+        spec,
+        &opts.work_dir,
+        &name,
+        opts.generator_cpu,
+    )
+    .map(|(report, _)| report)
 }
 
 fn errors(report: &LoadReport) -> u64 {
@@ -179,7 +175,9 @@ fn plane_measurements(
         opts,
         &format!("{name}-{LATENCY_CASE}"),
         pair.entry,
-        &["--rps".into(), opts.rps.to_string()],
+        LoadModel::OpenLoop {
+            rps: f64::from(opts.rps),
+        },
     )?;
     let mut latency = measurement(
         LATENCY_CASE,
@@ -198,7 +196,7 @@ fn plane_measurements(
         opts,
         &format!("{name}-{THROUGHPUT_CASE}"),
         pair.entry,
-        &["--model".into(), "closed".into()],
+        LoadModel::ClosedLoop,
     )?;
     let cpu = proxies_cpu(&pair) - cpu_before;
     let mut throughput = measurement(

@@ -1,22 +1,20 @@
-//! Configuration files for third-party sidecars, generated from the lab's PKI: TLS 1.3 only,
+//! What the third-party sidecars' configurations share, and those configurations re-exported
+//! for the bench (each lives in its mesh's module). Generated from the lab's PKI: TLS 1.3 only,
 //! client certificates required, HTTP proxying with pooled upstream connections. How much of
 //! the peer's identity each proxy can check differs, and [`IdentityCheck`] says it:
 //! Envoy matches the SPIFFE ID (URI SAN) both ways; HAProxy 2.6 and nginx match only DNS
 //! names, so the lab's SVIDs carry `<sa>.<ns>.svc` as well and the outbound side checks that,
 //! while their inbound side verifies the client's chain only.
 
-mod envoy;
-mod envoy_rbac;
-mod haproxy;
-mod nginx;
-
-pub use envoy::{
+pub use crate::envoy::config::{
     envoy_enrolled, envoy_inbound, envoy_outbound, envoy_svid_secret, EnvoyEnrollment, EnvoyTls,
     MeshDestination,
 };
-pub use envoy_rbac::rbac_filters;
-pub use haproxy::{haproxy_inbound, haproxy_outbound};
-pub use nginx::{nginx_gateway, nginx_inbound, nginx_outbound, GatewayRoute, NginxTls};
+pub use crate::envoy::rbac::rbac_filters;
+pub use crate::haproxy::config::{haproxy_inbound, haproxy_outbound};
+pub use crate::nginx::config::{
+    nginx_gateway, nginx_inbound, nginx_outbound, GatewayRoute, NginxTls,
+};
 
 use std::path::Path;
 
@@ -38,6 +36,6 @@ impl IdentityCheck {
     }
 }
 
-fn p(path: &Path) -> String {
+pub(crate) fn p(path: &Path) -> String {
     path.display().to_string()
 }

@@ -59,8 +59,7 @@ enum Command {
     #[command(subcommand)]
     Proxy(proxy::ProxyCommand),
     /// Act as a workload server.
-    #[command(subcommand)]
-    Workload(workload::WorkloadCommand),
+    Workload(workload::WorkloadArgs),
     /// The built-in certificate authority (SPIFFE X.509 SVIDs).
     #[command(subcommand)]
     Ca(ca::CaCommand),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use clap::Args;
-use meshbench_meshes::{Mesh, ENROLLABLE, UNENFORCEABLE};
+use meshbench_meshes::{enrollable, unenforceable, Mesh};
 use meshbench_results::VerifyReport;
 use meshbench_verify::{verify, VerifyOptions};
 
@@ -33,7 +33,7 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
     // `baseline` enrolls nothing: the negative control, where every rule that needs a mesh
     // must fail.
     let mut verifiable = data_planes();
-    verifiable.push(Mesh::None);
+    verifiable.push(Mesh::baseline());
     let supported: Vec<&str> = verifiable.iter().map(|m| m.name()).collect();
     let meshes = if a.mesh.is_empty() {
         data_planes()
@@ -69,7 +69,7 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
 
 /// Every data plane of the local lab, in the order verify reports them.
 pub(super) fn data_planes() -> Vec<Mesh> {
-    ENROLLABLE.iter().chain(UNENFORCEABLE).copied().collect()
+    enrollable().into_iter().chain(unenforceable()).collect()
 }
 
 /// Verifies `meshes` into `out_dir` (`verify.json`, `verify.md`, `verify.html`), printing a

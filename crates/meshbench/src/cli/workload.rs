@@ -6,16 +6,29 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use http::{StatusCode, Uri};
+use http::Uri;
 use meshbench_identity::ServerTlsFiles;
 use meshbench_lab::{Launch, ReadyEvent};
 use meshbench_meshes::configs::GatewayRoute;
+use meshbench_role::RoleConfig;
 use meshbench_workload::{
-    grpc_echo_service, Analyzer, BoundServer, Calculator, Counter, Echo, EchoConfig, Experimenter,
-    GrpcEchoConfig, Mix, Role, RoleService, SecurityChecker, ServeOptions,
+    echo_config, grpc_echo_config, grpc_echo_service, Analyzer, BoundServer, Calculator, Counter,
+    Echo, ExperimentOnce, Experimenter, GrpcEchoConfig, Role, RoleService, SecurityChecker,
+    ServeOptions, WorkloadApp, WorkloadFile,
 };
 
 use super::{args, BadInput};
+
+/// `meshbench workload --config FILE` (what the lab writes), or an app and its flags.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct WorkloadArgs {
+    /// Start the app described by this YAML file (a `WorkloadFile`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<WorkloadCommand>,
+}
 
 #[derive(Debug, Subcommand)]
 pub enum WorkloadCommand {
@@ -56,14 +69,14 @@ pub struct EchoArgs {
     server: ServerArgs,
     /// Time to wait before answering, or a mix such as `1ms:90,50ms:10` (E1's server
     /// sleeps 200ms).
-    #[arg(long, value_parser = delay_mix, default_value = "0s")]
-    delay: Mix<Duration>,
+    #[arg(long, default_value = "0s")]
+    delay: String,
     /// Response body size, or a mix such as `1KiB:50,16KiB:50`.
-    #[arg(long, value_parser = size_mix, default_value = "1KiB")]
-    response_size: Mix<usize>,
+    #[arg(long, default_value = "1KiB")]
+    response_size: String,
     /// Response status, or a mix such as `503:10` (the rest get 200).
-    #[arg(long, value_parser = status_mix, default_value = "200")]
-    status: Mix<StatusCode>,
+    #[arg(long, default_value = "200")]
+    status: String,
 }
 
 #[derive(Debug, Args)]
@@ -71,11 +84,11 @@ pub struct GrpcEchoArgs {
     #[command(flatten)]
     server: ServerArgs,
     /// Time to wait before answering when the request sets no delayNanos; may be a mix.
-    #[arg(long, value_parser = delay_mix, default_value = "0s")]
-    delay: Mix<Duration>,
+    #[arg(long, default_value = "0s")]
+    delay: String,
     /// Reply payload size (default: echo the request's payload); may be a mix.
-    #[arg(long, value_parser = size_mix)]
-    response_size: Option<Mix<usize>>,
+    #[arg(long)]
+    response_size: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -166,18 +179,6 @@ impl ServerTlsArgs {
     }
 }
 
-fn delay_mix(value: &str) -> Result<Mix<Duration>, String> {
-    Mix::parse("delay", value, meshbench_workload::parse_delay).map_err(|e| e.to_string())
-}
-
-fn size_mix(value: &str) -> Result<Mix<usize>, String> {
-    Mix::parse("size", value, meshbench_workload::parse_size).map_err(|e| e.to_string())
-}
-
-fn status_mix(value: &str) -> Result<Mix<StatusCode>, String> {
-    Mix::parse("status", value, meshbench_workload::parse_status).map_err(|e| e.to_string())
-}
-
 fn base_uri(value: &str) -> Result<Uri, String> {
     let uri: Uri = value
         .parse()
@@ -188,67 +189,153 @@ fn base_uri(value: &str) -> Result<Uri, String> {
     Ok(uri)
 }
 
-pub fn run(command: WorkloadCommand) -> anyhow::Result<()> {
-    match command {
-        WorkloadCommand::Echo(a) => {
-            let config = EchoConfig {
+pub fn run(args: WorkloadArgs) -> anyhow::Result<()> {
+    let file = match (args.config, args.command) {
+        (Some(path), _) => WorkloadFile::load(&path)?,
+        (None, Some(WorkloadCommand::Gateway(a))) => return gateway(a),
+        (None, Some(command)) => command.into_file()?,
+        (None, None) => {
+            return Err(
+                BadInput("give --config FILE or an app (meshbench workload --help)".into()).into(),
+            )
+        }
+    };
+    run_file(file)
+}
+
+impl ServerArgs {
+    fn into_file(self, app: WorkloadApp) -> WorkloadFile {
+        let mut file = WorkloadFile::new(self.listen, app);
+        file.tls = self.tls.files();
+        file.threads = self.threads;
+        file
+    }
+}
+
+impl WorkloadCommand {
+    /// The flags as the file the lab would have written.
+    fn into_file(self) -> anyhow::Result<WorkloadFile> {
+        Ok(match self {
+            WorkloadCommand::Echo(a) => a.server.into_file(WorkloadApp::Echo {
                 delay: a.delay,
                 response_size: a.response_size,
                 status: a.status,
-            };
-            serve(&a.server, Echo::new(&config))
-        }
-        WorkloadCommand::GrpcEcho(a) => {
-            let config = GrpcEchoConfig {
+            }),
+            WorkloadCommand::GrpcEcho(a) => a.server.into_file(WorkloadApp::GrpcEcho {
                 delay: a.delay,
                 response_size: a.response_size,
-            };
-            serve_grpc_echo(&a.server, &config)
+            }),
+            WorkloadCommand::Calculator(a) => a.into_file(WorkloadApp::Calculator),
+            WorkloadCommand::Analyzer(a) => a.into_file(WorkloadApp::Analyzer),
+            WorkloadCommand::Experimenter(a) => {
+                let once = match a.once {
+                    Some(body) => Some(ExperimentOnce {
+                        experiment: serde_json::from_str(&body)
+                            .map_err(|e| BadInput(format!("--once: not a JSON object: {e}")))?,
+                        json: a.json.expect("clap requires --json with --once"),
+                        result: a.result,
+                    }),
+                    None => None,
+                };
+                a.server.into_file(WorkloadApp::Experimenter {
+                    calculator: a.calculator.to_string(),
+                    timeout: a.timeout,
+                    once,
+                })
+            }
+            WorkloadCommand::SecurityChecker(a) => {
+                a.server.into_file(WorkloadApp::SecurityChecker {
+                    name: a.name,
+                    namespace: a.namespace,
+                    timeout: a.timeout,
+                })
+            }
+            WorkloadCommand::Counter(a) => a.server.into_file(WorkloadApp::Counter {
+                name: a.name,
+                next: a.next.map(|uri| uri.to_string()),
+                timeout: a.timeout,
+            }),
+            WorkloadCommand::Gateway(_) => {
+                unreachable!("the gateway runs nginx, not a workload file")
+            }
+        })
+    }
+}
+
+fn run_file(file: WorkloadFile) -> anyhow::Result<()> {
+    let uri = |field: &str, value: &str| {
+        base_uri(value).map_err(|e| BadInput(format!("{field} {value:?}: {e}")))
+    };
+    match &file.app {
+        WorkloadApp::Echo {
+            delay,
+            response_size,
+            status,
+        } => {
+            let config = echo_config(delay, response_size, status).map_err(BadInput)?;
+            serve(&file, Echo::new(&config))
         }
-        WorkloadCommand::Calculator(a) => serve(&a, Calculator),
-        WorkloadCommand::Analyzer(a) => serve(&a, Analyzer),
-        WorkloadCommand::Experimenter(a) => {
-            let role = Experimenter::new(&a.calculator, a.timeout)?;
-            match &a.once {
-                Some(body) => experiment_once(&a, &role, body),
-                None => serve(&a.server, role),
+        WorkloadApp::GrpcEcho {
+            delay,
+            response_size,
+        } => {
+            let config = grpc_echo_config(delay, response_size.as_deref()).map_err(BadInput)?;
+            serve_grpc_echo(&file, &config)
+        }
+        WorkloadApp::Calculator => serve(&file, Calculator),
+        WorkloadApp::Analyzer => serve(&file, Analyzer),
+        WorkloadApp::Experimenter {
+            calculator,
+            timeout,
+            once,
+        } => {
+            let calculator = uri("calculator", calculator)?;
+            let role = Experimenter::new(&calculator, *timeout)?;
+            match once {
+                Some(once) => experiment_once(once, &calculator, &role),
+                None => serve(&file, role),
             }
         }
-        WorkloadCommand::SecurityChecker(a) => serve(
-            &a.server,
-            SecurityChecker::new(&a.name, &a.namespace, a.timeout),
-        ),
-        WorkloadCommand::Counter(a) => {
-            let role = Counter::new(&a.name, a.next.as_ref(), a.timeout)?;
-            serve(&a.server, role)
+        WorkloadApp::SecurityChecker {
+            name,
+            namespace,
+            timeout,
+        } => serve(&file, SecurityChecker::new(name, namespace, *timeout)),
+        WorkloadApp::Counter {
+            name,
+            next,
+            timeout,
+        } => {
+            let next = next.as_deref().map(|n| uri("next", n)).transpose()?;
+            serve(&file, Counter::new(name, next.as_ref(), *timeout)?)
         }
-        WorkloadCommand::Gateway(a) => gateway(a),
     }
 }
 
 /// Runs one experiment from this process and writes its results.
-fn experiment_once(a: &ExperimenterArgs, role: &Experimenter, body: &str) -> anyhow::Result<()> {
-    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(body)
-        .map_err(|e| BadInput(format!("--once: not a JSON object: {e}")))?;
-    let workload = meshbench_workload::Workload::parse(&object)
+fn experiment_once(
+    once: &ExperimentOnce,
+    calculator: &Uri,
+    role: &Experimenter,
+) -> anyhow::Result<()> {
+    let workload = meshbench_workload::Workload::parse(&once.experiment)
         .map_err(|problem| BadInput(format!("--once: {problem}")))?;
     let runtime = meshbench_workload::runtime(Some(1))?;
     let result = runtime.block_on(role.run(&workload));
-    let json = a.json.as_ref().expect("clap requires --json with --once");
-    meshbench_results::write_json_atomic(json, &result.load_report(&a.calculator.to_string()))?;
-    if let Some(path) = &a.result {
+    meshbench_results::write_json_atomic(&once.json, &result.load_report(&calculator.to_string()))?;
+    if let Some(path) = &once.result {
         meshbench_results::write_json_atomic(path, &result)?;
     }
     Ok(())
 }
 
-fn serve<R: Role>(server: &ServerArgs, role: R) -> anyhow::Result<()> {
+fn serve<R: Role>(server: &WorkloadFile, role: R) -> anyhow::Result<()> {
     serve_with(server, R::NAME, move |bound| async move {
         bound.serve(RoleService::new(role), shutdown_signal()).await;
     })
 }
 
-fn serve_grpc_echo(server: &ServerArgs, config: &GrpcEchoConfig) -> anyhow::Result<()> {
+fn serve_grpc_echo(server: &WorkloadFile, config: &GrpcEchoConfig) -> anyhow::Result<()> {
     serve_with(server, "grpc-echo", |bound| async move {
         bound
             .serve(grpc_echo_service(config).await, shutdown_signal())
@@ -259,7 +346,7 @@ fn serve_grpc_echo(server: &ServerArgs, config: &GrpcEchoConfig) -> anyhow::Resu
 /// Binds, prints the ready line, then runs `serve` (which serves until SIGTERM or Ctrl-C
 /// and drains).
 fn serve_with<F: std::future::Future<Output = ()>>(
-    server: &ServerArgs,
+    server: &WorkloadFile,
     role: &'static str,
     serve: impl FnOnce(BoundServer) -> F,
 ) -> anyhow::Result<()> {
@@ -268,7 +355,7 @@ fn serve_with<F: std::future::Future<Output = ()>>(
     }
     let options = ServeOptions {
         listen: server.listen,
-        tls: server.tls.files(),
+        tls: server.tls.clone(),
         drain_timeout: Duration::from_secs(5),
     };
     let runtime = meshbench_workload::runtime(server.threads)?;

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use super::p;
+use crate::configs::p;
 
 /// Plaintext HTTP in on `listen`, mTLS to `upstream`, which must present `upstream_dns`.
 pub fn haproxy_outbound(

@@ -9,7 +9,7 @@ use meshbench_identity::{PUBLISHED_CERT, PUBLISHED_KEY};
 use meshbench_policy::PeerAuthenticationMode;
 use serde_json::{json, Value};
 
-use super::p;
+use crate::configs::p;
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
@@ -129,7 +129,7 @@ pub struct EnvoyEnrollment<'a> {
     pub inbound: SocketAddr,
     pub outbound: SocketAddr,
     pub mode: PeerAuthenticationMode,
-    /// RBAC HTTP filters for the workload ([`super::rbac_filters`]).
+    /// RBAC HTTP filters for the workload ([`super::rbac::rbac_filters`]).
     pub rbac: Vec<Value>,
     pub destinations: Vec<MeshDestination>,
 }

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use super::p;
+use crate::configs::p;
 
 pub struct NginxTls<'a> {
     pub cert: &'a Path,

@@ -1,0 +1,281 @@
+//! The mesh seam: what every mesh the lab can run answers, behind one trait, and the handle
+//! ([`Mesh`]) the runner, the verifier and the specs pass around. A mesh is one module
+//! (`src/<mesh>/`) implementing [`MeshAdapter`] for each scenario it offers, plus one line in
+//! [`crate::registry`]; nothing outside its module matches on which mesh it is.
+//!
+//! Invariants every adapter keeps:
+//! - `deploy` and `enroll` start only what the mesh needs (its proxies, agents, control
+//!   plane) around apps that already run, and return every component they started, so the
+//!   caller's teardown stops them however the cell ends;
+//! - what a proxy reads (configs, keys) goes through [`crate::LabContext::write`] and the run's
+//!   proxy area, never into the results directory the proxy user may not reach;
+//! - the answers about security (`mtls`, `encrypts_same_node`, `identity`, `policy`) are what
+//!   the verifier checks on the wire and in the reachability matrix, so they must be true of
+//!   the deployed configuration, not of the product in general.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+
+use meshbench_identity::ServerTlsFiles;
+use meshbench_lab::LabComponent;
+
+use crate::configs::IdentityCheck;
+use crate::{Deployment, Error, LabContext, MeshContext};
+
+/// A future an adapter returns (the trait is used as `dyn`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// What a mesh puts beside a workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enrollment {
+    /// Nothing: the apps talk directly.
+    Nothing,
+    /// No proxy; the apps do TLS themselves.
+    InApp,
+    /// A proxy in every meshed pod, capturing its traffic both ways.
+    SidecarPerPod,
+    /// An agent on every node holding its pods' identities (ztunnel's shape).
+    AgentPerNode,
+}
+
+/// How the lab's policy (Istio-style PeerAuthentication and AuthorizationPolicy) reaches the
+/// mesh's data plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicySupport {
+    /// No mesh, no policy: the negative control.
+    None,
+    /// The data plane reads our policy file as it is.
+    Native,
+    /// Translated into the data plane's own configuration (named).
+    Translated(&'static str),
+    /// The data plane cannot express it; the reason.
+    Unenforceable(&'static str),
+}
+
+/// A third-party binary a mesh runs, and how to install it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tool {
+    pub binary: &'static str,
+    pub install: &'static str,
+    /// The arguments that print its version.
+    pub version_args: &'static [&'static str],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("mesh {mesh} is unavailable: `{tool}` is not installed; install it with: {install}")]
+pub struct Unavailable {
+    pub mesh: String,
+    pub tool: String,
+    pub install: String,
+}
+
+/// One scenario of a mesh. See the module's invariants.
+pub trait MeshAdapter: Sync {
+    /// The name specs, `--scenarios` and results use.
+    fn name(&self) -> &'static str;
+
+    /// Other names a spec may use.
+    fn aliases(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// One line for the results: what runs, with which TLS and identity checks.
+    fn description(&self) -> String;
+
+    /// The binary it needs beyond meshbench's own, if any.
+    fn tool(&self) -> Option<Tool> {
+        None
+    }
+
+    fn enrollment(&self) -> Enrollment;
+
+    /// Whether client and server talk mutually authenticated TLS.
+    fn mtls(&self) -> bool;
+
+    /// Whether traffic between two workloads on one node is encrypted (Cilium's choice is not
+    /// to).
+    fn encrypts_same_node(&self) -> bool {
+        self.mtls()
+    }
+
+    /// Whether a node's agent tunnels same-node traffic to itself, so that the encrypted leg
+    /// is on the node's loopback rather than on a pod's interface.
+    fn tunnels_within_node(&self) -> bool {
+        false
+    }
+
+    /// What each side verifies about its peer beyond the chain (client of server, server of
+    /// client); `None` without mTLS. What the verifier can prove is bounded by it.
+    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
+        None
+    }
+
+    fn policy(&self) -> PolicySupport;
+
+    /// The TLS the server app serves itself under this mesh (only when the app does mTLS).
+    fn app_tls(&self, _ctx: &MeshContext<'_>) -> Option<ServerTlsFiles> {
+        None
+    }
+
+    /// Starts the mesh around a client/server cell whose server app already runs, and says
+    /// how the client reaches the server.
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> BoxFuture<'a, Result<Deployment, Error>>;
+
+    /// Whether [`MeshAdapter::enroll`] can enroll an arbitrary topology.
+    fn can_enroll(&self) -> bool {
+        false
+    }
+
+    /// Starts the mesh for every meshed workload of the lab's topology (its apps already run).
+    fn enroll<'a>(
+        &'a self,
+        _lab: &'a LabContext<'a>,
+    ) -> BoxFuture<'a, Result<Vec<LabComponent>, Error>> {
+        let name = self.name();
+        Box::pin(async move {
+            Err(Error::Unsupported {
+                mesh: name.into(),
+                what: "enrolling a multi-workload topology",
+            })
+        })
+    }
+}
+
+/// A mesh scenario: a handle to its registered adapter.
+#[derive(Clone, Copy)]
+pub struct Mesh(&'static dyn MeshAdapter);
+
+impl Mesh {
+    /// The scenario of `name` (or an alias), if one is registered.
+    pub fn parse(name: &str) -> Option<Mesh> {
+        Mesh::all().find(|m| m.name() == name || m.aliases().contains(&name))
+    }
+
+    /// Every registered scenario, in the registry's order.
+    pub fn all() -> impl Iterator<Item = Mesh> {
+        crate::registry::MODULES
+            .iter()
+            .flat_map(|scenarios| scenarios.iter())
+            .map(|adapter| Mesh(*adapter))
+    }
+
+    /// No mesh: the reference every overhead is measured against.
+    pub fn baseline() -> Mesh {
+        Mesh(&crate::baseline::Baseline)
+    }
+
+    pub fn is_baseline(self) -> bool {
+        self.enrollment() == Enrollment::Nothing
+    }
+
+    pub fn names() -> Vec<&'static str> {
+        Mesh::all().map(|m| m.name()).collect()
+    }
+
+    /// The binary to run, or why the mesh cannot run here.
+    pub fn binary(self) -> Result<Option<PathBuf>, Unavailable> {
+        let Some(tool) = self.tool() else {
+            return Ok(None);
+        };
+        meshbench_netlab::which(tool.binary)
+            .map(Some)
+            .ok_or_else(|| Unavailable {
+                mesh: self.name().into(),
+                tool: tool.binary.into(),
+                install: tool.install.into(),
+            })
+    }
+
+    /// Whether `self` can enroll a topology, and if not, why.
+    pub fn check_enrollable(self) -> Result<(), Error> {
+        if self.enrollment() == Enrollment::Nothing || self.can_enroll() {
+            return Ok(());
+        }
+        Err(Error::Unsupported {
+            mesh: self.name().into(),
+            what: match self.policy() {
+                PolicySupport::Unenforceable(why) => why,
+                _ => {
+                    "enrolling a multi-workload topology (meshbench-sidecar, envoy-sidecar and \
+                     the node agents can)"
+                }
+            },
+        })
+    }
+}
+
+impl std::ops::Deref for Mesh {
+    type Target = dyn MeshAdapter;
+
+    fn deref(&self) -> &Self::Target {
+        self.0
+    }
+}
+
+impl PartialEq for Mesh {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Mesh {}
+
+impl std::fmt::Debug for Mesh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mesh({})", self.name())
+    }
+}
+
+/// Meshes that can enroll an arbitrary topology.
+pub fn enrollable() -> Vec<Mesh> {
+    Mesh::all().filter(|m| m.can_enroll()).collect()
+}
+
+/// Data planes that cannot enforce identity rules: a verification reports them as not
+/// verified, which fails it, with the reason.
+pub fn unenforceable() -> Vec<Mesh> {
+    Mesh::all()
+        .filter(|m| matches!(m.policy(), PolicySupport::Unenforceable(_)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_and_alias_parses_back_and_names_are_unique() {
+        let names = Mesh::names();
+        for name in &names {
+            assert_eq!(Mesh::parse(name).unwrap().name(), *name);
+        }
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "duplicate scenario names");
+        for mesh in Mesh::all() {
+            for alias in mesh.aliases() {
+                assert_eq!(Mesh::parse(alias), Some(mesh));
+                assert!(!names.contains(alias), "{alias} is also a name");
+            }
+        }
+    }
+
+    #[test]
+    fn security_answers_agree_with_each_other() {
+        for mesh in Mesh::all() {
+            assert_eq!(mesh.identity().is_some(), mesh.mtls(), "{}", mesh.name());
+            if !mesh.mtls() {
+                assert!(!mesh.encrypts_same_node(), "{}", mesh.name());
+            }
+            if mesh.can_enroll() {
+                assert!(
+                    !matches!(mesh.policy(), PolicySupport::Unenforceable(_)),
+                    "{}",
+                    mesh.name()
+                );
+            }
+        }
+    }
+}

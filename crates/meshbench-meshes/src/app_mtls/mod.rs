@@ -1,0 +1,68 @@
+//! No mesh, the apps do TLS 1.3 mTLS themselves (E1's `baseline-mtls`): the client checks the
+//! server's SPIFFE ID, the server requires a certificate from the lab's CA.
+
+use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId};
+
+use crate::adapter::{BoxFuture, Enrollment, MeshAdapter, PolicySupport};
+use crate::configs::IdentityCheck;
+use crate::{Deployment, Error, MeshContext};
+
+pub(crate) struct AppMtls;
+
+pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&AppMtls];
+
+impl MeshAdapter for AppMtls {
+    fn name(&self) -> &'static str {
+        "baseline-mtls"
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        &["app-mtls"]
+    }
+
+    fn description(&self) -> String {
+        "client and server do TLS 1.3 mTLS themselves (rustls, ECDSA P-256 SVIDs, SPIFFE IDs checked)".into()
+    }
+
+    fn enrollment(&self) -> Enrollment {
+        Enrollment::InApp
+    }
+
+    fn mtls(&self) -> bool {
+        true
+    }
+
+    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
+        Some((IdentityCheck::SpiffeId, IdentityCheck::ChainOnly))
+    }
+
+    fn policy(&self) -> PolicySupport {
+        PolicySupport::None
+    }
+
+    /// Its SVID, and client certificates required from the lab's CA.
+    fn app_tls(&self, ctx: &MeshContext<'_>) -> Option<ServerTlsFiles> {
+        let svid = ctx.server_svid();
+        Some(ServerTlsFiles {
+            cert: svid.cert,
+            key: svid.key,
+            client_ca: Some(ctx.pki.ca.clone()),
+        })
+    }
+
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> BoxFuture<'a, Result<Deployment, Error>> {
+        Box::pin(async move {
+            let client = ctx.client_svid();
+            Ok(Deployment {
+                components: vec![],
+                url: ctx.service_url("https")?,
+                client_tls: Some(ClientTlsFiles {
+                    cert: Some(client.cert),
+                    key: Some(client.key),
+                    ca: ctx.pki.ca.clone(),
+                    expect_server_id: Some(SpiffeId::parse(&ctx.server_svid().id)?),
+                }),
+            })
+        })
+    }
+}

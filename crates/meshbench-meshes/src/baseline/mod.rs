@@ -1,0 +1,54 @@
+//! No mesh: plain HTTP between client and server (E1's `baseline`), and the negative control
+//! of a verification, where every rule that needs a mesh must fail.
+
+use meshbench_lab::LabComponent;
+
+use crate::adapter::{BoxFuture, Enrollment, MeshAdapter, PolicySupport};
+use crate::{Deployment, Error, LabContext, MeshContext};
+
+pub(crate) struct Baseline;
+
+pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&Baseline];
+
+impl MeshAdapter for Baseline {
+    fn name(&self) -> &'static str {
+        "baseline"
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        &["none"]
+    }
+
+    fn description(&self) -> String {
+        "plain HTTP/1.1 between client and server".into()
+    }
+
+    fn enrollment(&self) -> Enrollment {
+        Enrollment::Nothing
+    }
+
+    fn mtls(&self) -> bool {
+        false
+    }
+
+    fn policy(&self) -> PolicySupport {
+        PolicySupport::None
+    }
+
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> BoxFuture<'a, Result<Deployment, Error>> {
+        Box::pin(async move {
+            Ok(Deployment {
+                components: vec![],
+                url: ctx.service_url("http")?,
+                client_tls: None,
+            })
+        })
+    }
+
+    fn enroll<'a>(
+        &'a self,
+        _lab: &'a LabContext<'a>,
+    ) -> BoxFuture<'a, Result<Vec<LabComponent>, Error>> {
+        Box::pin(async { Ok(vec![]) })
+    }
+}

@@ -1,0 +1,266 @@
+//! meshbench's own sidecar (`proxy sidecar`) in each pod, capture by iptables, a CA service
+//! renewing SVIDs. Its tuning selects E1's throughput-decomposition configurations; the
+//! default (L4, mTLS, metrics) is the one that enrolls whole topologies, in L7 so that
+//! denials are answered with 403 as Istio's and Linkerd's sidecars do.
+
+use std::net::SocketAddr;
+
+use meshbench_dataplane::{
+    InboundListener, MeshedDestination, Mode, SidecarFile, SidecarOutbound, TransparentListener,
+};
+use meshbench_lab::LabComponent;
+
+use crate::adapter::{BoxFuture, Enrollment, MeshAdapter, PolicySupport};
+use crate::configs::IdentityCheck;
+use crate::enroll::app_port;
+use crate::{spiffe_id, Deployment, Error, LabContext, MeshContext, Ports};
+
+/// What our sidecar does beyond moving bytes: E1 switched these off one by one to find where a
+/// sidecar's cost comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SidecarTuning {
+    /// Parse HTTP and authorize per request (L7), or splice bytes (L4).
+    pub l7: bool,
+    pub mtls: bool,
+    pub metrics: bool,
+}
+
+impl SidecarTuning {
+    /// What `meshbench-sidecar` means: L4, mTLS, metrics (as ztunnel or Linkerd's TCP proxy).
+    pub const DEFAULT: SidecarTuning = SidecarTuning::new(false, true, true);
+
+    const fn new(l7: bool, mtls: bool, metrics: bool) -> Self {
+        SidecarTuning { l7, mtls, metrics }
+    }
+
+    fn describe(self) -> String {
+        format!(
+            "{}, {}, {}",
+            if self.l7 {
+                "L7 (HTTP parsed, per-request authorization, pooled upstreams)"
+            } else {
+                "L4 (bytes spliced, identity-only authorization)"
+            },
+            if self.mtls {
+                "TLS 1.3 mTLS STRICT, identity-based ALLOW"
+            } else {
+                "plaintext between sidecars, no policy"
+            },
+            if self.metrics {
+                "metrics on"
+            } else {
+                "no metrics"
+            }
+        )
+    }
+}
+
+/// One tuning of our sidecar as a scenario.
+pub(crate) struct OurSidecar {
+    name: &'static str,
+    tuning: SidecarTuning,
+}
+
+/// E1's five configurations are `-l7` (mTLS), `-l7-plaintext`, `-l7-plaintext-no-metrics`,
+/// `-l4-plaintext` (TCP) and `-l4-plaintext-no-metrics` (TCP, no metrics).
+pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[
+    &OurSidecar::tuned("meshbench-sidecar", SidecarTuning::DEFAULT),
+    &OurSidecar::tuned(
+        "meshbench-sidecar-no-metrics",
+        SidecarTuning::new(false, true, false),
+    ),
+    &OurSidecar::tuned(
+        "meshbench-sidecar-l4-plaintext",
+        SidecarTuning::new(false, false, true),
+    ),
+    &OurSidecar::tuned(
+        "meshbench-sidecar-l4-plaintext-no-metrics",
+        SidecarTuning::new(false, false, false),
+    ),
+    &OurSidecar::tuned("meshbench-sidecar-l7", SidecarTuning::new(true, true, true)),
+    &OurSidecar::tuned(
+        "meshbench-sidecar-l7-no-metrics",
+        SidecarTuning::new(true, true, false),
+    ),
+    &OurSidecar::tuned(
+        "meshbench-sidecar-l7-plaintext",
+        SidecarTuning::new(true, false, true),
+    ),
+    &OurSidecar::tuned(
+        "meshbench-sidecar-l7-plaintext-no-metrics",
+        SidecarTuning::new(true, false, false),
+    ),
+];
+
+impl OurSidecar {
+    const fn tuned(name: &'static str, tuning: SidecarTuning) -> Self {
+        OurSidecar { name, tuning }
+    }
+
+    fn is_default(&self) -> bool {
+        self.tuning == SidecarTuning::DEFAULT
+    }
+}
+
+impl MeshAdapter for OurSidecar {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        if self.is_default() {
+            &["sidecar"]
+        } else {
+            &[]
+        }
+    }
+
+    fn description(&self) -> String {
+        format!(
+            "meshbench sidecar in each pod, iptables capture, {}, CA service",
+            self.tuning.describe()
+        )
+    }
+
+    fn enrollment(&self) -> Enrollment {
+        Enrollment::SidecarPerPod
+    }
+
+    fn mtls(&self) -> bool {
+        self.tuning.mtls
+    }
+
+    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
+        self.tuning
+            .mtls
+            .then_some((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
+    }
+
+    fn policy(&self) -> PolicySupport {
+        if self.tuning.mtls {
+            PolicySupport::Native
+        } else {
+            PolicySupport::None
+        }
+    }
+
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> BoxFuture<'a, Result<Deployment, Error>> {
+        Box::pin(deploy(ctx, self.tuning))
+    }
+
+    fn can_enroll(&self) -> bool {
+        self.is_default()
+    }
+
+    fn enroll<'a>(
+        &'a self,
+        lab: &'a LabContext<'a>,
+    ) -> BoxFuture<'a, Result<Vec<LabComponent>, Error>> {
+        Box::pin(enroll(lab))
+    }
+}
+
+async fn deploy(ctx: &MeshContext<'_>, tuning: SidecarTuning) -> Result<Deployment, Error> {
+    let (ca, ca_endpoint) = ctx.control_plane().await?;
+    let mut components = vec![ca];
+    let (client, server) = (ctx.client_pod, ctx.server_pod);
+    let server_ip = ctx.pod_ip(server)?;
+    let client_ip = ctx.pod_ip(client)?;
+    let capture = Ports::sidecar_capture();
+
+    let mut file = tuned(ctx.sidecar_file(server, ca_endpoint), tuning);
+    file.inbound = Some(if ctx.net.captures() {
+        InboundListener {
+            listen: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
+            app: SocketAddr::from(([127, 0, 0, 1], Ports::APP)),
+            transparent: true,
+        }
+    } else {
+        InboundListener {
+            listen: SocketAddr::new(server_ip, Ports::INBOUND),
+            app: SocketAddr::new(server_ip, Ports::APP),
+            transparent: false,
+        }
+    });
+    components.push(ctx.start_our_sidecar(server, file, &capture).await?);
+
+    let server_id = ctx.server_svid().id;
+    let mut file = tuned(ctx.sidecar_file(client, ca_endpoint), tuning);
+    let url = if ctx.net.captures() {
+        file.transparent_outbound = Some(TransparentListener {
+            listen: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
+            destinations: vec![MeshedDestination {
+                address: ctx.net.service_addr(ctx.service)?,
+                id: Some(server_id),
+            }],
+        });
+        ctx.service_url("http")?
+    } else {
+        let listen = SocketAddr::new(client_ip, Ports::OUTBOUND);
+        file.outbound.push(SidecarOutbound {
+            listen,
+            upstream: ctx.across_link(SocketAddr::new(server_ip, Ports::INBOUND))?,
+            upstream_id: Some(server_id),
+        });
+        format!("http://{listen}/")
+    };
+    components.push(ctx.start_our_sidecar(client, file, &capture).await?);
+    Ok(Deployment {
+        components,
+        url,
+        client_tls: None,
+    })
+}
+
+/// Applies a tuning to our sidecar. Without mTLS there is no identity to authorize, so the
+/// policy goes too (a STRICT policy would refuse every plaintext peer).
+fn tuned(mut file: SidecarFile, tuning: SidecarTuning) -> SidecarFile {
+    if !tuning.mtls {
+        file.policy = None;
+        file.mtls = false;
+    }
+    file.metrics = tuning.metrics;
+    file.mode = if tuning.l7 { Mode::L7 } else { Mode::L4 };
+    file
+}
+
+/// Every meshed pod gets our sidecar capturing both ways; calls to meshed services go out
+/// over mTLS to their SPIFFE IDs, the rest pass through in plaintext (Istio's ALLOW_ANY).
+async fn enroll(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Error> {
+    let topology = lab.net.topology();
+    let mut destinations = vec![];
+    for service in &topology.services {
+        let Some(workload) = topology.workload(&service.workload) else {
+            continue;
+        };
+        if workload.meshed {
+            let addr = lab.net.service_addr(&service.name)?;
+            let id = spiffe_id(&workload.namespace, &workload.service_account);
+            destinations.push(MeshedDestination {
+                address: addr,
+                id: Some(id),
+            });
+        }
+    }
+    let capture = Ports::sidecar_capture();
+    let (ca, ca_endpoint) = lab.control_plane().await?;
+    let mut components = vec![ca];
+    for pod in topology.pods().iter().filter(|p| p.workload.meshed) {
+        let app_port = app_port(lab, pod);
+        let mut file = lab.sidecar_file(pod, ca_endpoint);
+        // E3's meshes (Istio, Linkerd) authorize each HTTP request in the sidecar and answer
+        // a denial with 403; so does an enrolled workload here.
+        file.mode = Mode::L7;
+        file.inbound = Some(InboundListener {
+            listen: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
+            app: SocketAddr::from(([127, 0, 0, 1], app_port)),
+            transparent: true,
+        });
+        file.transparent_outbound = Some(TransparentListener {
+            listen: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
+            destinations: destinations.clone(),
+        });
+        components.push(lab.start_our_sidecar(pod, file, &capture).await?);
+    }
+    Ok(components)
+}
