@@ -7,9 +7,9 @@
 //!   request bounces between counters A and B until it has crossed the requested number of
 //!   services; every counter is enrolled in the mesh, so every hop goes through it.
 
-use meshbench_lab::{Service, Topology, Workload};
 use meshbench_meshes::{enrollable, spiffe_id, Enrollment, Mesh, Ports};
 use meshbench_results::ScenarioConfig;
+use meshbench_topology::{e3, Service, Topology, Workload};
 
 use crate::placement::Placement;
 
@@ -48,14 +48,22 @@ impl Application {
     pub fn client(self) -> &'static str {
         match self {
             Application::Echo | Application::CounterChain => "load-generator",
-            Application::ZeroTrustApp => "experimenter",
+            Application::ZeroTrustApp => e3::EXPERIMENTER,
+        }
+    }
+
+    /// The namespace of the application's workloads (E3's own for its application).
+    pub fn namespace(self) -> &'static str {
+        match self {
+            Application::ZeroTrustApp => e3::APP,
+            Application::Echo | Application::CounterChain => NAMESPACE,
         }
     }
 
     pub fn server(self) -> &'static str {
         match self {
             Application::Echo => "echo-server",
-            Application::ZeroTrustApp => "calculator",
+            Application::ZeroTrustApp => e3::CALCULATOR,
             Application::CounterChain => COUNTER_A,
         }
     }
@@ -64,7 +72,7 @@ impl Application {
     pub fn service(self) -> &'static str {
         match self {
             Application::Echo => "echo",
-            Application::ZeroTrustApp => "calculator",
+            Application::ZeroTrustApp => e3::CALCULATOR,
             Application::CounterChain => COUNTER_A,
         }
     }
@@ -111,7 +119,7 @@ impl Application {
         };
         match self {
             Application::Echo | Application::ZeroTrustApp => Topology::client_server(
-                NAMESPACE,
+                self.namespace(),
                 (self.client(), self.server()),
                 far,
                 self.service(),
@@ -146,10 +154,13 @@ impl Application {
         }
     }
 
-    /// The experiment's zero-trust policy: STRICT mTLS in the namespace, and each called
-    /// workload accepts only the identities that call it in this application.
+    /// The experiment's zero-trust policy: E3's own for its application; otherwise STRICT mTLS
+    /// in the namespace, and each called workload accepts only the identities that call it.
     pub fn policy_yaml(self) -> String {
         let td = meshbench_meshes::TRUST_DOMAIN;
+        if self == Application::ZeroTrustApp {
+            return e3::zero_trust_policy(td);
+        }
         let mut rules = vec![(self.server(), vec![self.client()])];
         if self == Application::CounterChain {
             rules = vec![
@@ -178,8 +189,12 @@ impl Application {
             name: mesh.name().to_owned(),
             description: mesh.description(),
             mtls: mesh.mtls(),
-            client_identity: mesh.mtls().then(|| spiffe_id(NAMESPACE, self.client())),
-            server_identity: mesh.mtls().then(|| spiffe_id(NAMESPACE, self.server())),
+            client_identity: mesh
+                .mtls()
+                .then(|| spiffe_id(self.namespace(), self.client())),
+            server_identity: mesh
+                .mtls()
+                .then(|| spiffe_id(self.namespace(), self.server())),
         }
     }
 }

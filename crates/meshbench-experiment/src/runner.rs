@@ -523,9 +523,10 @@ impl Runner {
         ctx: &MeshContext<'_>,
     ) -> Result<Vec<LabComponent>, meshbench_meshes::Error> {
         let profile = &self.profile;
-        let listen = |pod: &meshbench_lab::Pod| -> Result<SocketAddr, meshbench_meshes::Error> {
-            Ok(SocketAddr::new(ctx.net.pod_bind_ip(&pod.name)?, Ports::APP))
-        };
+        let listen =
+            |pod: &meshbench_topology::Pod| -> Result<SocketAddr, meshbench_meshes::Error> {
+                Ok(SocketAddr::new(ctx.net.pod_bind_ip(&pod.name)?, Ports::APP))
+            };
         let mut apps = vec![];
         match profile.application {
             Application::Echo => {

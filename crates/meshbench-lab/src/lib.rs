@@ -11,7 +11,6 @@ mod environment;
 mod launch;
 mod process;
 mod sampler;
-mod topology;
 
 pub use cgroup::{destroy_lab_dir, Cgroup, CgroupFs, CgroupReading};
 pub use component::{LabComponent, Readiness};
@@ -19,7 +18,6 @@ pub use environment::{describe_environment, BuildInfo};
 pub use launch::Launch;
 pub use process::{ComponentProcess, ReadyEvent};
 pub use sampler::{sample_process, ResourceSampler, Sample, SampleSeries, SampleTarget};
-pub use topology::{Pod, Service, Topology, Workload};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -38,8 +36,8 @@ pub enum Error {
     NotReady { component: String, seconds: u64 },
     #[error("{component} wrote an unreadable ready line {line:?}")]
     BadReadyLine { component: String, line: String },
-    #[error("topology: {field}: {message}")]
-    Topology { field: String, message: String },
+    #[error(transparent)]
+    Topology(#[from] meshbench_topology::Error),
     #[error("cgroup {path}")]
     Cgroup {
         path: std::path::PathBuf,
@@ -56,6 +54,6 @@ pub enum Error {
 impl Error {
     /// Whether the error is the user's input (exit code 2) rather than a failure.
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, Error::Topology { .. })
+        matches!(self, Error::Topology(_))
     }
 }

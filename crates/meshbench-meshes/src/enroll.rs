@@ -5,7 +5,8 @@
 //! its traffic, as ztunnel does); either way every meshed service's identity is known, and
 //! calls to unmeshed services pass through in plaintext, as Istio's ALLOW_ANY does.
 
-use meshbench_lab::{LabComponent, Pod};
+use meshbench_lab::LabComponent;
+use meshbench_topology::Pod;
 
 use crate::{Error, LabContext, Mesh, Ports};
 

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use meshbench_dataplane::{IdentityFiles, LocalWorkload, NodeAgentFile, SidecarFile};
 use meshbench_identity::{CaServerFile, ClientTlsFiles, ServerTlsFiles};
-use meshbench_lab::{CgroupFs, LabComponent, Launch, Pod, Readiness};
+use meshbench_lab::{CgroupFs, LabComponent, Launch, Readiness};
 use meshbench_netlab::{LabNetwork, SidecarCapture, WireTap, PROXY_UID};
 use meshbench_role::RoleConfig;
+use meshbench_topology::Pod;
 
 use crate::{Error, Mesh, MeshPki, ProxyArea};
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
-use meshbench_lab::Topology;
+use meshbench_topology::Topology;
 
 use crate::{Error, ProxyArea};
 

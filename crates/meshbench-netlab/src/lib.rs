@@ -1,4 +1,4 @@
-//! The local lab's network. A [`Topology`](meshbench_lab::Topology) becomes either
+//! The local lab's network. A [`Topology`](meshbench_topology::Topology) becomes either
 //!
 //! - `netns` (root): every node a network namespace with a bridge, every pod a namespace
 //!   attached to its node's bridge by a veth pair, nodes joined through a fabric bridge so
@@ -55,7 +55,9 @@ pub enum Error {
     )]
     MissingTool { tool: String, install: String },
     #[error(transparent)]
-    Topology(#[from] meshbench_lab::Error),
+    Topology(#[from] meshbench_topology::Error),
+    #[error(transparent)]
+    Lab(#[from] meshbench_lab::Error),
     #[error("{path}: {source}")]
     Io {
         path: std::path::PathBuf,
@@ -78,7 +80,8 @@ pub enum Error {
 impl Error {
     pub fn is_bad_input(&self) -> bool {
         match self {
-            Error::Topology(e) => e.is_bad_input(),
+            Error::Topology(_) => true,
+            Error::Lab(e) => e.is_bad_input(),
             Error::NotPermitted | Error::MissingTool { .. } => true,
             _ => false,
         }

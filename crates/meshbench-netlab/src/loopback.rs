@@ -3,7 +3,8 @@
 //! same ports, as in a cluster; there is no capture, so clients dial proxies' ports
 //! explicitly, and nothing crosses a real link.
 
-use meshbench_lab::{Launch, Topology};
+use meshbench_lab::Launch;
+use meshbench_topology::Topology;
 
 use crate::plan::AddressPlan;
 use crate::Error;

@@ -6,7 +6,8 @@
 
 use std::path::PathBuf;
 
-use meshbench_lab::{Launch, Topology};
+use meshbench_lab::Launch;
+use meshbench_topology::Topology;
 
 use crate::command::{has_tool, run, run_in};
 use crate::plan::AddressPlan;

@@ -4,7 +4,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use meshbench_lab::{Launch, Topology};
+use meshbench_lab::Launch;
+use meshbench_topology::Topology;
 
 use crate::capture::{NodeCapture, NodeRedirect, SidecarCapture};
 use crate::loopback::LoopbackLab;

@@ -5,7 +5,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use meshbench_lab::Topology;
+use meshbench_topology::Topology;
 
 use crate::Error;
 
@@ -77,7 +77,7 @@ impl AddressPlan {
     ) -> Result<Self, Error> {
         topology.validate()?;
         let too_big = |message: String| {
-            Error::Topology(meshbench_lab::Error::Topology {
+            Error::Topology(meshbench_topology::Error {
                 field: "nodes".into(),
                 message,
             })

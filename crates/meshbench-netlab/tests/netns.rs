@@ -7,8 +7,8 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use meshbench_lab::Topology;
 use meshbench_netlab::{clean_all, new_lab_id, Backend, LabNetwork, SidecarCapture, WireCapture};
+use meshbench_topology::Topology;
 
 fn topology() -> Topology {
     Topology::client_server("default", ("client", "server"), "node-2", "echo", 8080)

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use meshbench_lab::{BuildInfo, LabComponent, Pod, Readiness};
+use meshbench_lab::{BuildInfo, LabComponent, Readiness};
 use meshbench_meshes::{enroll, LabContext, Mesh, MeshPki, Ports, ProxyArea};
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireCapture};
 use meshbench_policy::Policy;
@@ -15,6 +15,7 @@ use meshbench_results::{
     CaseVerification, MeshVerification, ProbeVerification, Verdict, VerifyReport, SCHEMA_VERSION,
 };
 use meshbench_role::RoleConfig;
+use meshbench_topology::Pod;
 use meshbench_workload::{WorkloadApp, WorkloadFile};
 
 use crate::e3::{self, member, App, SecurityCase, CASES, PROBES};

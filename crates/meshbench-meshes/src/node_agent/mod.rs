@@ -8,8 +8,9 @@ use std::net::SocketAddr;
 use meshbench_dataplane::{
     NodeAgentFile, OutboundListener, RemoteWorkload, ServiceEndpoint, TransparentListeners,
 };
-use meshbench_lab::{LabComponent, Pod};
+use meshbench_lab::LabComponent;
 use meshbench_netlab::{NodeCapture, NodeRedirect};
+use meshbench_topology::Pod;
 
 use crate::adapter::{BoxFuture, Enrollment, MeshAdapter, PolicySupport};
 use crate::configs::IdentityCheck;

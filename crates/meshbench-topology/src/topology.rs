@@ -1,11 +1,17 @@
 //! The topology of an experiment, independent of the platform that realizes it: nodes,
 //! namespaces, service accounts, workloads (with replicas, placement and whether they are
 //! meshed) and services. The local lab's backends and (later) the Kubernetes engine turn the
-//! same model into processes or manifests.
+//! same model into processes or manifests; nothing here knows about either.
 
 use std::collections::BTreeSet;
 
-use crate::Error;
+/// A topology that names something wrong; `field` says where (`workloads.server.node`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("topology: {field}: {message}")]
+pub struct Error {
+    pub field: String,
+    pub message: String,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topology {
@@ -80,7 +86,7 @@ impl Topology {
 
     /// Checks names and references; every error names the offending entry.
     pub fn validate(&self) -> Result<(), Error> {
-        let bad = |field: &str, message: String| Error::Topology {
+        let bad = |field: &str, message: String| Error {
             field: field.to_owned(),
             message,
         };
@@ -200,7 +206,7 @@ fn check_name(field: &str, name: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(Error::Topology {
+        Err(Error {
             field: field.to_owned(),
             message: format!(
                 "{name:?} is not a valid name (lowercase letters, digits and '-', at most 40)"
