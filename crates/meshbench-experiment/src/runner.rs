@@ -327,7 +327,8 @@ impl Runner {
             fs: self.cgroups.clone(),
             lab: lab_id.clone(),
         };
-        let mut net = LabNetwork::create(self.options.backend, &lab_id, &topology)
+        let net = LabNetwork::create_off_runtime(self.options.backend, &lab_id, &topology)
+            .await
             .map_err(|e| cell_err(e.into()))?;
         let client_pod = topology
             .first_pod(application.client())
@@ -359,7 +360,7 @@ impl Runner {
             .await
             .map_err(cell_err);
         drop(ctx);
-        if let Err(e) = net.teardown() {
+        if let Err(e) = net.teardown_off_runtime().await {
             tracing::warn!(error = %e, "lab teardown incomplete; run `meshbench lab clean`");
         }
         // The proxies have stopped and written their final metrics.

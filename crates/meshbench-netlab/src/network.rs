@@ -72,6 +72,33 @@ impl LabNetwork {
         })
     }
 
+    /// [`LabNetwork::create`] on a blocking thread: building a netns lab runs `ip` and
+    /// `iptables` for seconds, and the caller's runtime must keep polling meanwhile (a Ctrl-C
+    /// is seen during set-up; an abandoned lab is torn down when dropped).
+    pub async fn create_off_runtime(
+        backend: Backend,
+        id: &str,
+        topology: &Topology,
+    ) -> Result<Self, Error> {
+        let (id, topology) = (id.to_owned(), topology.clone());
+        tokio::task::spawn_blocking(move || LabNetwork::create(backend, &id, &topology))
+            .await
+            .map_err(|e| Error::Io {
+                path: "lab set-up".into(),
+                source: std::io::Error::other(e),
+            })?
+    }
+
+    /// [`LabNetwork::teardown`] on a blocking thread, for the same reason.
+    pub async fn teardown_off_runtime(mut self) -> Result<(), Error> {
+        tokio::task::spawn_blocking(move || self.teardown())
+            .await
+            .map_err(|e| Error::Io {
+                path: "lab teardown".into(),
+                source: std::io::Error::other(e),
+            })?
+    }
+
     pub fn backend(&self) -> Backend {
         match self {
             LabNetwork::Netns(_) => Backend::Netns,

@@ -139,7 +139,7 @@ async fn verify_case(
         source,
     })?;
     let topology = e3::topology(case);
-    let net = LabNetwork::create(Backend::Netns, &new_lab_id(), &topology)?;
+    let net = LabNetwork::create_off_runtime(Backend::Netns, &new_lab_id(), &topology).await?;
     let everything_enrolled = member_names().all(|w| w == e3::IMPOSTOR || case.meshed.contains(&w));
     let identity_checked = mesh.mtls() && everything_enrolled;
     // Where identities are checked, SVIDs live seconds, so they rotate during the case.
