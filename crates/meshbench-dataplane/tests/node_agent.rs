@@ -2,92 +2,44 @@
 //! mTLS) -> agent (node b) -> app, with each workload's own SVID and the shared policy engine.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use meshbench_dataplane::{
     run_node_agent, LocalWorkload, NodeAgentConfig, NodeAgentFile, OutboundListener, ProxyMetrics,
     RemoteWorkload,
 };
-use meshbench_identity::{CertificateAuthority, IssueOptions};
-use meshbench_loadgen::{run_load, LoadConfig, LoadModel, LoadResult, Outcome, Stop, Target};
+use meshbench_fixtures::{closed_loop, e3_policy, local_workload, node_agent_file, TestPki};
+use meshbench_loadgen::{run_load, LoadResult, Outcome};
 use meshbench_policy::Policy;
-use meshbench_workload::{bind, Echo, EchoConfig, RoleService, ServeOptions};
 
-const POLICY: &str = r#"
-peer_authentication:
-  - { name: strict-app, namespace: app, mode: STRICT }
-authorization:
-  - name: calculator-only-from-experimenter
-    namespace: app
-    workload: calculator
-    action: ALLOW
-    rules:
-      - from: { principals: [cluster.local/ns/app/sa/experimenter] }
-"#;
-
-const ANY: &str = "127.0.0.1:0";
+const ANY: &str = meshbench_fixtures::ANY;
 
 struct Lab {
-    dir: tempfile::TempDir,
+    pki: TestPki,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Lab {
     fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
-        for sa in ["calculator", "experimenter", "security-checker"] {
-            ca.issue("app", sa, &IssueOptions::default())
-                .unwrap()
-                .write(dir.path(), sa)
-                .unwrap();
-        }
         Lab {
-            dir,
+            pki: TestPki::e3(),
             runtime: meshbench_workload::runtime(Some(1)).unwrap(),
         }
     }
 
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.path().join(file)
-    }
-
     fn echo_app(&self) -> SocketAddr {
-        let server = self
-            .runtime
-            .block_on(bind(&ServeOptions {
-                listen: ANY.parse().unwrap(),
-                tls: None,
-                drain_timeout: Duration::from_millis(100),
-            }))
-            .unwrap();
-        let addr = server.local_addr();
-        let service = RoleService::new(Echo::new(&EchoConfig::fixed(Duration::ZERO, 512)));
-        self.runtime
-            .spawn(server.serve(service, std::future::pending()));
-        addr
+        meshbench_fixtures::echo_app(&self.runtime)
     }
 
     fn workload(&self, sa: &str, address: SocketAddr) -> LocalWorkload {
-        LocalWorkload {
-            namespace: "app".into(),
-            name: sa.into(),
-            service_account: sa.into(),
-            cert: self.path(&format!("{sa}.pem")),
-            key: self.path(&format!("{sa}.key")),
-            address,
-        }
+        local_workload(&self.pki, sa, address)
     }
 
     fn file(&self, node: &str, workloads: Vec<LocalWorkload>) -> NodeAgentFile {
-        let mut file = NodeAgentFile::new(node, self.path("ca.pem"), ANY.parse().unwrap());
-        file.workloads = workloads;
-        file
+        node_agent_file(&self.pki, node, workloads)
     }
 
-    /// Starts an agent; returns its HBONE address and outbound listeners.
+    /// Starts an agent under E3's policy; returns its HBONE address and outbound listeners.
     fn agent(
         &self,
         file: NodeAgentFile,
@@ -97,7 +49,7 @@ impl Lab {
             .runtime
             .block_on(run_node_agent(NodeAgentConfig {
                 file,
-                policy: Arc::new(Policy::from_yaml(POLICY).unwrap()),
+                policy: Arc::new(Policy::from_yaml(&e3_policy()).unwrap()),
                 tls: Default::default(),
                 metrics,
                 limits: Default::default(),
@@ -118,15 +70,7 @@ fn outbound(source: &str, destination: SocketAddr) -> OutboundListener {
 }
 
 fn load(addr: SocketAddr, n: u64, per_connection: Option<u64>) -> LoadResult {
-    let mut config = LoadConfig::open_loop(
-        Target::parse(&format!("http://{addr}/")).unwrap(),
-        1.0,
-        4,
-        Duration::from_secs(1),
-    );
-    config.model = LoadModel::ClosedLoop;
-    config.stop = Stop::Requests(n);
-    config.timeout = Duration::from_secs(2);
+    let mut config = closed_loop(addr, n, 4);
     config.max_requests_per_connection = per_connection;
     run_load(config).unwrap()
 }

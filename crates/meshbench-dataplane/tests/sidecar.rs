@@ -9,34 +9,19 @@ use std::time::Duration;
 
 use common::Lab;
 use meshbench_dataplane::{bind_admin, serve_admin, ProxyMetrics, ProxyMode, Rotation};
+use meshbench_fixtures::{closed_loop, e3_policy};
 use meshbench_identity::{bind_ca_server, CertificateAuthority, IssueOptions};
 use meshbench_loadgen::{
     run_load, LoadConfig, LoadModel, LoadResult, Outcome, Protocol, Stop, Target,
 };
 
-const POLICY: &str = r#"
-peer_authentication:
-  - { name: strict-app, namespace: app, mode: STRICT }
-authorization:
-  - name: calculator-only-from-experimenter
-    namespace: app
-    workload: calculator
-    action: ALLOW
-    rules:
-      - from: { principals: [cluster.local/ns/app/sa/experimenter] }
-"#;
+/// E3's zero-trust policy: only the experimenter may call the calculator.
+fn policy() -> String {
+    e3_policy()
+}
 
 fn requests(addr: SocketAddr, n: u64) -> LoadResult {
-    let mut config = LoadConfig::open_loop(
-        Target::parse(&format!("http://{addr}/")).unwrap(),
-        1.0,
-        2,
-        Duration::from_secs(1),
-    );
-    config.model = LoadModel::ClosedLoop;
-    config.stop = Stop::Requests(n);
-    config.timeout = Duration::from_secs(2);
-    run_load(config).unwrap()
+    run_load(closed_loop(addr, n, 2)).unwrap()
 }
 
 fn only_outcome(result: &LoadResult) -> Outcome {
@@ -48,7 +33,7 @@ fn only_outcome(result: &LoadResult) -> Outcome {
 #[test]
 fn the_allowed_identity_gets_through_the_sidecar_pair() {
     let lab = Lab::new();
-    let calculator = lab.calculator(POLICY, true);
+    let calculator = lab.calculator(&policy(), true);
     let experimenter = lab.client("experimenter", calculator, "calculator", true);
     let result = requests(experimenter, 200);
     assert_eq!(only_outcome(&result), Outcome::Http(200));
@@ -58,7 +43,7 @@ fn the_allowed_identity_gets_through_the_sidecar_pair() {
 #[test]
 fn another_identity_is_denied_by_closing_the_connection() {
     let lab = Lab::new();
-    let calculator = lab.calculator(POLICY, true);
+    let calculator = lab.calculator(&policy(), true);
     let checker = lab.client("security-checker", calculator, "calculator", true);
     let result = requests(checker, 5);
     assert_eq!(only_outcome(&result), Outcome::ConnectionReset);
@@ -67,7 +52,7 @@ fn another_identity_is_denied_by_closing_the_connection() {
 #[test]
 fn strict_refuses_plaintext_and_permissive_admits_it() {
     let lab = Lab::new();
-    let strict = lab.calculator(POLICY, true);
+    let strict = lab.calculator(&policy(), true);
     assert_eq!(only_outcome(&requests(strict, 5)), Outcome::ConnectionReset);
 
     let permissive = lab.calculator("{}", true);
@@ -345,7 +330,7 @@ fn svids_rotate_under_load_without_failing_a_request() {
     lab.runtime.spawn(ca_service.serve(std::future::pending()));
     let metrics = Arc::new(ProxyMetrics::new());
     lab.metrics = Some(metrics.clone());
-    let calculator = lab.calculator(POLICY, true);
+    let calculator = lab.calculator(&policy(), true);
     let experimenter = lab.client("experimenter", calculator, "calculator", true);
 
     let mut config = LoadConfig::open_loop(

@@ -6,25 +6,9 @@ use meshbench_policy::{Peer, PeerAuthenticationMode, Policy, Request};
 
 /// E3's zero-trust rules: STRICT mTLS in the application namespace, deny other namespaces,
 /// only the experimenter's service account may call the calculator.
-const E3_RULES: &str = r#"
-trust_domain: cluster.local
-peer_authentication:
-  - name: strict-app
-    namespace: app
-    mode: STRICT
-authorization:
-  - name: deny-other-namespaces
-    namespace: app
-    action: DENY
-    rules:
-      - from: { not_namespaces: [app] }
-  - name: calculator-only-from-experimenter
-    namespace: app
-    workload: calculator
-    action: ALLOW
-    rules:
-      - from: { principals: [cluster.local/ns/app/sa/experimenter] }
-"#;
+fn e3_rules() -> String {
+    meshbench_topology::e3::zero_trust_policy("cluster.local")
+}
 
 fn svid(ns: &str, sa: &str) -> Peer {
     Peer::Authenticated {
@@ -51,7 +35,7 @@ fn allowed(policy: &Policy, ns: &str, workload: &str, peer: &Peer) -> bool {
 
 #[test]
 fn e3_zero_trust_rules_admit_only_the_experimenter_to_the_calculator() {
-    let policy = Policy::from_yaml(E3_RULES).unwrap();
+    let policy = Policy::from_yaml(&e3_rules()).unwrap();
     assert!(allowed(
         &policy,
         "app",
@@ -97,7 +81,7 @@ fn e3_zero_trust_rules_admit_only_the_experimenter_to_the_calculator() {
 #[test]
 fn an_unmeshed_workload_under_the_experimenters_account_does_not_reach_the_calculator() {
     // E3 observed this bypass: the service account name is not an identity without mTLS.
-    let strict = Policy::from_yaml(E3_RULES).unwrap();
+    let strict = Policy::from_yaml(&e3_rules()).unwrap();
     let d = strict.authorize(&Request {
         namespace: "app",
         workload: "calculator",
@@ -110,7 +94,7 @@ fn an_unmeshed_workload_under_the_experimenters_account_does_not_reach_the_calcu
 
     // Even where mTLS is only PERMISSIVE, a principal-based ALLOW cannot match a plaintext peer.
     let permissive =
-        Policy::from_yaml(&E3_RULES.replace("mode: STRICT", "mode: PERMISSIVE")).unwrap();
+        Policy::from_yaml(&e3_rules().replace("mode: STRICT", "mode: PERMISSIVE")).unwrap();
     assert!(!allowed(&permissive, "app", "calculator", &plaintext()));
 }
 
@@ -342,7 +326,7 @@ authorization:
     assert!(!allowed(&policy, "app", "calculator", &foreign));
     // Nor does it escape a DENY of other namespaces by having the right name in another
     // trust domain.
-    let e3 = Policy::from_yaml(E3_RULES).unwrap();
+    let e3 = Policy::from_yaml(&e3_rules()).unwrap();
     assert!(!allowed(&e3, "app", "checker", &foreign));
     assert!(allowed(&e3, "app", "checker", &svid("app", "experimenter")));
     // The trust domain itself must be a valid one.

@@ -5,6 +5,16 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// Asserts that a finished command succeeded, showing its exit code and stderr when not.
+pub fn assert_success(output: &std::process::Output) {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Locates `tool` on PATH. Under CI (`CI` set) a missing tool fails the test, because CI's
 /// set-up installs everything; elsewhere the test is skipped with a message saying why.
 /// Returns `None` when the caller should return early.

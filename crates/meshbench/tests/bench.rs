@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
 use meshbench_results::{read_json, BenchReport};
-use meshbench_testkit::require_tool;
+use meshbench_testkit::{assert_success, require_tool};
 
 /// Each benchmark pins its tools to the machine's CPUs and loads them: two at once would
 /// measure each other (and overflow the pacing pass's capture), so they take turns.
@@ -42,11 +42,7 @@ fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
         .args(["--target-cpu", &(cores - 1).min(1).to_string()])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let report: BenchReport = read_json(&dir.path().join("bench.json")).unwrap();
     let (rounds, pacing): (Vec<_>, Vec<_>) = report
         .measurements
@@ -203,11 +199,7 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
         .args(["--proxy-cpu", &(cores - 1).min(1).to_string()])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let report: BenchReport = read_json(&dir.path().join("bench.json")).unwrap();
     let planes = [
         "direct",

@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use meshbench_results::{read_json, RunResult, RunStatus};
-use meshbench_testkit::wait_for;
+use meshbench_testkit::{assert_success, wait_for};
 
 fn meshbench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_meshbench"))
@@ -144,17 +144,9 @@ fn ca_commands_issue_usable_svids() {
     let ca_dir = dir.path().join("ca");
     let ca = ca_dir.to_str().unwrap();
     let out = run(&["ca", "init", "--dir", ca, "--trust-domain", "lab.test"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let out = run(&["ca", "issue", "--dir", ca, "--ns", "shop", "--sa", "cart"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("spiffe://lab.test/ns/shop/sa/cart"));
     assert!(ca_dir.join("shop.cart.pem").exists() && ca_dir.join("shop.cart.key").exists());
     // A second init must not clobber the CA.
@@ -259,11 +251,7 @@ fn without_namespaces_recording_relays_stand_for_the_link() {
         .arg(&out_dir)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let result: RunResult = read_json(&out_dir.join("results.json")).unwrap();
     let wire = |scenario: &str| {
         result
@@ -303,11 +291,7 @@ fn run_writes_results_and_reports_then_report_regenerates_them() {
         .arg(&out_dir)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Overhead relative to baseline"));
     let result: RunResult = read_json(&out_dir.join("results.json")).unwrap();
     check_complete_run(&out_dir, &result);
@@ -415,11 +399,7 @@ fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
         .arg(&out_dir)
         .output()
         .unwrap();
-    assert!(
-        resumed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&resumed.stderr)
-    );
+    assert_success(&resumed);
     let complete: RunResult = read_json(&results).unwrap();
     assert_eq!(complete.status, RunStatus::Complete);
     assert_eq!(complete.cells.len(), 6);

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use meshbench_results::{read_json, Cell, RunResult, RunStatus};
+use meshbench_testkit::assert_success;
 
 fn required_tools_present() -> bool {
     meshbench_testkit::require_netns()
@@ -147,11 +148,7 @@ fn results_can_go_where_the_proxy_user_cannot_reach() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     let result: RunResult = read_json(&out.join("results.json")).unwrap();
     assert_eq!(result.status, RunStatus::Complete);
     let sidecar_cells: Vec<_> = result

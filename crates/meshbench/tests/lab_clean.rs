@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use meshbench_testkit::wait_for;
+use meshbench_testkit::{assert_success, wait_for};
 
 fn netns_list() -> String {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
@@ -70,11 +70,7 @@ fn lab_clean_removes_everything_a_killed_run_left_behind() {
         .args(["lab", "clean"])
         .output()
         .unwrap();
-    assert!(
-        clean.status.success(),
-        "{}",
-        String::from_utf8_lossy(&clean.stderr)
-    );
+    assert_success(&clean);
     let said = String::from_utf8_lossy(&clean.stdout);
     assert!(said.contains("removed"), "{said}");
 

@@ -5,20 +5,18 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use meshbench_dataplane::{
     run_sidecar, InboundConfig, Limits, OutboundRoute, ProxyMetrics, ProxyMode, Rotation,
     SidecarConfig, SidecarIdentity,
 };
-use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
+use meshbench_fixtures::TestPki;
+use meshbench_identity::SpiffeId;
 use meshbench_policy::Policy;
-use meshbench_workload::{bind, Echo, EchoConfig, RoleService, ServeOptions};
 
 pub struct Lab {
-    _dir: tempfile::TempDir,
+    pki: TestPki,
     pub runtime: tokio::runtime::Runtime,
     pub ca_dir: std::path::PathBuf,
     /// Metrics of the server-side (calculator) sidecars.
@@ -29,17 +27,10 @@ pub struct Lab {
 
 impl Lab {
     pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ca_dir = dir.path().to_path_buf();
-        let ca = CertificateAuthority::init(&ca_dir, "cluster.local").unwrap();
-        for sa in ["calculator", "experimenter", "security-checker"] {
-            ca.issue("app", sa, &IssueOptions::default())
-                .unwrap()
-                .write(&ca_dir, sa)
-                .unwrap();
-        }
+        let pki = TestPki::e3();
+        let ca_dir = pki.dir().to_path_buf();
         Lab {
-            _dir: dir,
+            pki,
             runtime: meshbench_workload::runtime(Some(1)).unwrap(),
             ca_dir,
             metrics: None,
@@ -48,29 +39,16 @@ impl Lab {
     }
 
     pub fn identity(&self, sa: &str) -> SidecarIdentity {
-        let d: &Path = &self.ca_dir;
         SidecarIdentity {
-            cert: d.join(format!("{sa}.pem")),
-            key: d.join(format!("{sa}.key")),
-            ca: d.join("ca.pem"),
+            cert: self.pki.cert(sa),
+            key: self.pki.key(sa),
+            ca: self.pki.ca(),
             rotation: self.rotation.clone(),
         }
     }
 
     pub fn echo_app(&self) -> SocketAddr {
-        let server = self
-            .runtime
-            .block_on(bind(&ServeOptions {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                tls: None,
-                drain_timeout: Duration::from_millis(100),
-            }))
-            .unwrap();
-        let addr = server.local_addr();
-        let service = RoleService::new(Echo::new(&EchoConfig::fixed(Duration::ZERO, 512)));
-        self.runtime
-            .spawn(server.serve(service, std::future::pending()));
-        addr
+        meshbench_fixtures::echo_app(&self.runtime)
     }
 
     pub fn sidecar(&self, config: SidecarConfig) -> (Option<SocketAddr>, Vec<SocketAddr>) {
