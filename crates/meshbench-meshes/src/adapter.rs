@@ -26,6 +26,22 @@ use crate::{Deployment, Error, LabContext, MeshContext};
 /// A future an adapter returns (the trait is used as `dyn`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
+/// What [`MeshAdapter::deploy`] returns.
+pub type Deploying<'a> = BoxFuture<'a, Result<Deployment, Error>>;
+
+/// What [`MeshAdapter::enroll`] returns: every component it started.
+pub type Enrolling<'a> = BoxFuture<'a, Result<Vec<LabComponent>, Error>>;
+
+/// The answer of a mesh that cannot enroll a whole topology.
+pub(crate) fn cannot_enroll(mesh: &'static str) -> Enrolling<'static> {
+    Box::pin(async move {
+        Err(Error::Unsupported {
+            mesh: mesh.into(),
+            what: "enrolling a multi-workload topology",
+        })
+    })
+}
+
 /// What a mesh puts beside a workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enrollment {
@@ -120,7 +136,7 @@ pub trait MeshAdapter: Sync {
 
     /// Starts the mesh around a client/server cell whose server app already runs, and says
     /// how the client reaches the server.
-    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> BoxFuture<'a, Result<Deployment, Error>>;
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a>;
 
     /// Whether [`MeshAdapter::enroll`] can enroll an arbitrary topology.
     fn can_enroll(&self) -> bool {
@@ -128,17 +144,8 @@ pub trait MeshAdapter: Sync {
     }
 
     /// Starts the mesh for every meshed workload of the lab's topology (its apps already run).
-    fn enroll<'a>(
-        &'a self,
-        _lab: &'a LabContext<'a>,
-    ) -> BoxFuture<'a, Result<Vec<LabComponent>, Error>> {
-        let name = self.name();
-        Box::pin(async move {
-            Err(Error::Unsupported {
-                mesh: name.into(),
-                what: "enrolling a multi-workload topology",
-            })
-        })
+    fn enroll<'a>(&'a self, _lab: &'a LabContext<'a>) -> Enrolling<'a> {
+        cannot_enroll(self.name())
     }
 }
 

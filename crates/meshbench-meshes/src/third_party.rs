@@ -7,10 +7,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use meshbench_lab::{LabComponent, Readiness};
+use meshbench_lab::Readiness;
 use meshbench_netlab::SidecarCapture;
 
-use crate::adapter::{BoxFuture, Enrollment, MeshAdapter, PolicySupport, Tool, Unavailable};
+use crate::adapter::{
+    cannot_enroll, Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport, Tool, Unavailable,
+};
 use crate::configs::IdentityCheck;
 use crate::lab::Place;
 use crate::{Deployment, Error, LabContext, MeshContext, Ports, WorkloadSvid};
@@ -54,16 +56,8 @@ pub(crate) trait PairedProxy: Sync + 'static {
         false
     }
 
-    fn enroll<'a>(
-        &'a self,
-        _lab: &'a LabContext<'a>,
-    ) -> BoxFuture<'a, Result<Vec<LabComponent>, Error>> {
-        Box::pin(async {
-            Err(Error::Unsupported {
-                mesh: Self::NAME.into(),
-                what: "enrolling a multi-workload topology",
-            })
-        })
+    fn enroll<'a>(&'a self, _lab: &'a LabContext<'a>) -> Enrolling<'a> {
+        cannot_enroll(Self::NAME)
     }
 }
 
@@ -109,7 +103,7 @@ impl<P: PairedProxy> MeshAdapter for ThirdParty<P> {
         P::POLICY
     }
 
-    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> BoxFuture<'a, Result<Deployment, Error>> {
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
         Box::pin(deploy_pair(&self.0, ctx))
     }
 
@@ -117,10 +111,7 @@ impl<P: PairedProxy> MeshAdapter for ThirdParty<P> {
         self.0.can_enroll()
     }
 
-    fn enroll<'a>(
-        &'a self,
-        lab: &'a LabContext<'a>,
-    ) -> BoxFuture<'a, Result<Vec<LabComponent>, Error>> {
+    fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         self.0.enroll(lab)
     }
 }

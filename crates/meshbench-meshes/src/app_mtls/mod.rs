@@ -3,9 +3,9 @@
 
 use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId};
 
-use crate::adapter::{BoxFuture, Enrollment, MeshAdapter, PolicySupport};
+use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport};
 use crate::configs::IdentityCheck;
-use crate::{Deployment, Error, MeshContext};
+use crate::{Deployment, MeshContext};
 
 pub(crate) struct AppMtls;
 
@@ -50,7 +50,7 @@ impl MeshAdapter for AppMtls {
         })
     }
 
-    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> BoxFuture<'a, Result<Deployment, Error>> {
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
         Box::pin(async move {
             let client = ctx.client_svid();
             Ok(Deployment {

@@ -1,10 +1,8 @@
 //! No mesh: plain HTTP between client and server (E1's `baseline`), and the negative control
 //! of a verification, where every rule that needs a mesh must fail.
 
-use meshbench_lab::LabComponent;
-
-use crate::adapter::{BoxFuture, Enrollment, MeshAdapter, PolicySupport};
-use crate::{Deployment, Error, LabContext, MeshContext};
+use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
+use crate::{Deployment, LabContext, MeshContext};
 
 pub(crate) struct Baseline;
 
@@ -35,7 +33,7 @@ impl MeshAdapter for Baseline {
         PolicySupport::None
     }
 
-    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> BoxFuture<'a, Result<Deployment, Error>> {
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
         Box::pin(async move {
             Ok(Deployment {
                 components: vec![],
@@ -45,10 +43,7 @@ impl MeshAdapter for Baseline {
         })
     }
 
-    fn enroll<'a>(
-        &'a self,
-        _lab: &'a LabContext<'a>,
-    ) -> BoxFuture<'a, Result<Vec<LabComponent>, Error>> {
+    fn enroll<'a>(&'a self, _lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(async { Ok(vec![]) })
     }
 }

@@ -14,7 +14,7 @@ use meshbench_identity::CertAgentFile;
 use meshbench_lab::{LabComponent, Readiness};
 use meshbench_policy::Policy;
 
-use crate::adapter::{BoxFuture, MeshAdapter, PolicySupport, Tool};
+use crate::adapter::{Enrolling, MeshAdapter, PolicySupport, Tool};
 use crate::configs::IdentityCheck;
 use crate::enroll::app_port;
 use crate::lab::Place;
@@ -48,10 +48,7 @@ impl PairedProxy for Envoy {
         true
     }
 
-    fn enroll<'a>(
-        &'a self,
-        lab: &'a LabContext<'a>,
-    ) -> BoxFuture<'a, Result<Vec<LabComponent>, Error>> {
+    fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(async move { enroll(lab, &crate::third_party::binary::<Envoy>()?).await })
     }
 

@@ -12,7 +12,7 @@ use meshbench_lab::LabComponent;
 use meshbench_netlab::{NodeCapture, NodeRedirect};
 use meshbench_topology::Pod;
 
-use crate::adapter::{BoxFuture, Enrollment, MeshAdapter, PolicySupport};
+use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
 use crate::configs::IdentityCheck;
 use crate::enroll::app_port;
 use crate::{Deployment, Error, LabContext, MeshContext, Ports};
@@ -74,7 +74,7 @@ impl MeshAdapter for NodeAgent {
         PolicySupport::Native
     }
 
-    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> BoxFuture<'a, Result<Deployment, Error>> {
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
         Box::pin(deploy(ctx, self.same_node_encryption))
     }
 
@@ -82,10 +82,7 @@ impl MeshAdapter for NodeAgent {
         true
     }
 
-    fn enroll<'a>(
-        &'a self,
-        lab: &'a LabContext<'a>,
-    ) -> BoxFuture<'a, Result<Vec<LabComponent>, Error>> {
+    fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(enroll(lab, self.same_node_encryption))
     }
 }

@@ -10,7 +10,7 @@ use meshbench_dataplane::{
 };
 use meshbench_lab::LabComponent;
 
-use crate::adapter::{BoxFuture, Enrollment, MeshAdapter, PolicySupport};
+use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
 use crate::configs::IdentityCheck;
 use crate::enroll::app_port;
 use crate::{spiffe_id, Deployment, Error, LabContext, MeshContext, Ports};
@@ -144,7 +144,7 @@ impl MeshAdapter for OurSidecar {
         }
     }
 
-    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> BoxFuture<'a, Result<Deployment, Error>> {
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
         Box::pin(deploy(ctx, self.tuning))
     }
 
@@ -152,10 +152,7 @@ impl MeshAdapter for OurSidecar {
         self.is_default()
     }
 
-    fn enroll<'a>(
-        &'a self,
-        lab: &'a LabContext<'a>,
-    ) -> BoxFuture<'a, Result<Vec<LabComponent>, Error>> {
+    fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(enroll(lab))
     }
 }
