@@ -24,108 +24,55 @@ fn assert_bad_input(output: &Output, needle: &str) {
 
 #[test]
 fn bad_input_is_named_and_exits_with_code_2() {
-    assert_bad_input(
-        &run(&["run", "--profile", "nope"]),
-        "unknown profile \"nope\"",
-    );
-    assert_bad_input(
-        &run(&["run", "--profile", "meshes", "--scenarios", "istio"]),
+    // Each command line, split at spaces, and what its error must say.
+    let bad = |command: &str, needle: &str| {
+        let args: Vec<&str> = command.split_whitespace().collect();
+        assert_bad_input(&run(&args), needle);
+    };
+    bad("run --profile nope", "unknown profile \"nope\"");
+    bad(
+        "run --profile meshes --scenarios istio",
         "--scenarios: the profile has no \"istio\"",
     );
-    assert_bad_input(
-        &run(&[
-            "run",
-            "--profile",
-            "smoke",
-            "--backend",
-            "loopback",
-            "--verify",
-        ]),
+    bad(
+        "run --profile smoke --backend loopback --verify",
         "--verify: verification needs the netns backend",
     );
-    assert_bad_input(
-        &run(&[
-            "run",
-            "--profile",
-            "smoke",
-            "--backend",
-            "netns",
-            "--scenarios",
-            "baseline",
-            "--verify",
-        ]),
+    bad(
+        "run --profile smoke --backend netns --scenarios baseline --verify",
         "--verify: none of this run's scenarios (baseline) can be verified",
     );
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("mine.yaml");
     let builtin = run(&["profiles", "show", "sustained"]);
-    assert!(builtin.status.success());
+    assert_success(&builtin);
     let text = String::from_utf8(builtin.stdout).unwrap();
+    let run_spec = format!("run --spec {}", spec.display());
     std::fs::write(&spec, text.replacen("- { rps: 200,", "- { rps: fast,", 1)).unwrap();
-    assert_bad_input(
-        &run(&["run", "--spec", spec.to_str().unwrap()]),
-        "mine.yaml: load.points[1].rps",
+    bad(&run_spec, "mine.yaml: load.points[1].rps");
+    let five = text.replace(
+        "drop_highest_baseline_max: 2",
+        "drop_highest_baseline_max: 5",
     );
-    std::fs::write(
-        &spec,
-        text.replace(
-            "drop_highest_baseline_max: 2",
-            "drop_highest_baseline_max: 5",
-        ),
-    )
-    .unwrap();
-    assert_bad_input(
-        &run(&["run", "--spec", spec.to_str().unwrap()]),
+    std::fs::write(&spec, five).unwrap();
+    bad(
+        &run_spec,
         "outliers.drop_highest_baseline_max: dropping 5 of 5 repetitions",
     );
-    assert_bad_input(
-        &run(&[
-            "load",
-            "--url",
-            "http://127.0.0.1:9/",
-            "--rps",
-            "10",
-            "--duration",
-            "10x",
-        ]),
-        "--duration",
-    );
-    assert_bad_input(
-        &run(&["load", "--url", "http://127.0.0.1:9/"]),
-        "--rps is required by --model open",
-    );
-    assert_bad_input(
-        &run(&["load", "--url", "http://127.0.0.1:9/", "--rps", "-5"]),
-        "--rps",
-    );
-    assert_bad_input(
-        &run(&["load", "--url", "gopher://127.0.0.1:9/", "--rps", "10"]),
+    let url = "--url http://127.0.0.1:9/";
+    bad(&format!("load {url} --rps 10 --duration 10x"), "--duration");
+    bad(&format!("load {url}"), "--rps is required by --model open");
+    bad(&format!("load {url} --rps -5"), "--rps");
+    bad(
+        "load --url gopher://127.0.0.1:9/ --rps 10",
         "scheme must be http or https",
     );
-    assert_bad_input(
-        &run(&[
-            "load",
-            "--grpc",
-            "--url",
-            "http://127.0.0.1:9/my.Service/Call",
-            "--payload-size",
-            "1KiB",
-            "--rps",
-            "10",
-        ]),
+    bad(
+        "load --grpc --url http://127.0.0.1:9/my.Service/Call --payload-size 1KiB --rps 10",
         "--payload-size builds Fortio's ping message",
     );
-    assert_bad_input(
-        &run(&[
-            "workload",
-            "echo",
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            "/nonexistent/cert.pem",
-            "--tls-key",
-            "/nonexistent/key.pem",
-        ]),
+    bad(
+        "workload echo --listen 127.0.0.1:0 --tls-cert /nonexistent/cert.pem --tls-key /nonexistent/key.pem",
         "/nonexistent/cert.pem",
     );
 }
