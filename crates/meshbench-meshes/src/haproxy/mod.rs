@@ -23,11 +23,7 @@ pub(crate) const CHAIN_ONLY: PolicySupport = PolicySupport::Unenforceable(
 
 impl PairedProxy for Haproxy {
     const NAME: &'static str = "haproxy-sidecar";
-    const TOOL: Tool = Tool {
-        binary: "haproxy",
-        install: "apt-get install -y haproxy",
-        version_args: &["-v"],
-    };
+    const TOOL: Tool = Tool::new("haproxy", "apt-get install -y haproxy", &["-v"]);
     const IDENTITY: (IdentityCheck, IdentityCheck) =
         (IdentityCheck::DnsName, IdentityCheck::ChainOnly);
     const POLICY: PolicySupport = CHAIN_ONLY;

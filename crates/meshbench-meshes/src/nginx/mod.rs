@@ -17,11 +17,7 @@ pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&ThirdParty(Nginx)];
 
 impl PairedProxy for Nginx {
     const NAME: &'static str = "nginx-sidecar";
-    const TOOL: Tool = Tool {
-        binary: "nginx",
-        install: "apt-get install -y nginx-light",
-        version_args: &["-v"],
-    };
+    const TOOL: Tool = Tool::new("nginx", "apt-get install -y nginx-light", &["-v"]);
     const IDENTITY: (IdentityCheck, IdentityCheck) =
         (IdentityCheck::DnsName, IdentityCheck::ChainOnly);
     const POLICY: PolicySupport = crate::haproxy::CHAIN_ONLY;
