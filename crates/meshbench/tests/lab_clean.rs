@@ -33,7 +33,6 @@ fn lab_clean_removes_everything_a_killed_run_left_behind() {
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("killed");
-    let out_text = out.display().to_string();
     let mut run = Command::new(env!("CARGO_BIN_EXE_meshbench"))
         .args(["run", "--profile", "meshes", "--backend", "netns"])
         .args([
@@ -48,13 +47,16 @@ fn lab_clean_removes_everything_a_killed_run_left_behind() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Every component reads its config from the run's proxy area, named after the run's pid.
+    let out_text = format!("/run/meshbench/run-{}-", run.id());
     // Midway: the namespaces exist and the load generator (the last component) is running.
     wait_for("the run to be under load", Duration::from_secs(60), || {
         let loading = processes_mentioning(&out_text).iter().any(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
                 .map(|c| {
-                    c.starts_with(env!("CARGO_BIN_EXE_meshbench").as_bytes())
-                        && String::from_utf8_lossy(&c).contains("load")
+                    let mut args = c.split(|&b| b == 0);
+                    args.next() == Some(env!("CARGO_BIN_EXE_meshbench").as_bytes())
+                        && args.next() == Some(b"load".as_slice())
                 })
                 .unwrap_or(false)
         });

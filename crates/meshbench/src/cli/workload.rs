@@ -13,7 +13,7 @@ use meshbench_meshes::configs::GatewayRoute;
 use meshbench_role::RoleConfig;
 use meshbench_workload::{
     echo_config, grpc_echo_config, grpc_echo_service, Analyzer, BoundServer, Calculator, Counter,
-    Echo, ExperimentOnce, Experimenter, GrpcEchoConfig, Role, RoleService, SecurityChecker,
+    Echo, ExperimentOnce, Experimenter, GrpcEchoConfig, Mix, Role, RoleService, SecurityChecker,
     ServeOptions, WorkloadApp, WorkloadFile,
 };
 
@@ -69,13 +69,13 @@ pub struct EchoArgs {
     server: ServerArgs,
     /// Time to wait before answering, or a mix such as `1ms:90,50ms:10` (E1's server
     /// sleeps 200ms).
-    #[arg(long, default_value = "0s")]
+    #[arg(long, value_parser = delay_mix, default_value = "0s")]
     delay: String,
     /// Response body size, or a mix such as `1KiB:50,16KiB:50`.
-    #[arg(long, default_value = "1KiB")]
+    #[arg(long, value_parser = size_mix, default_value = "1KiB")]
     response_size: String,
     /// Response status, or a mix such as `503:10` (the rest get 200).
-    #[arg(long, default_value = "200")]
+    #[arg(long, value_parser = status_mix, default_value = "200")]
     status: String,
 }
 
@@ -84,10 +84,10 @@ pub struct GrpcEchoArgs {
     #[command(flatten)]
     server: ServerArgs,
     /// Time to wait before answering when the request sets no delayNanos; may be a mix.
-    #[arg(long, default_value = "0s")]
+    #[arg(long, value_parser = delay_mix, default_value = "0s")]
     delay: String,
     /// Reply payload size (default: echo the request's payload); may be a mix.
-    #[arg(long)]
+    #[arg(long, value_parser = size_mix)]
     response_size: Option<String>,
 }
 
@@ -177,6 +177,30 @@ impl ServerTlsArgs {
             client_ca: self.client_ca.clone(),
         })
     }
+}
+
+/// Flags' mixes are checked when parsed, so clap names the flag; they stay text, as in the
+/// file they are turned into.
+fn delay_mix(value: &str) -> Result<String, String> {
+    checked_mix("delay", value, meshbench_workload::parse_delay)
+}
+
+fn size_mix(value: &str) -> Result<String, String> {
+    checked_mix("size", value, meshbench_workload::parse_size)
+}
+
+fn status_mix(value: &str) -> Result<String, String> {
+    checked_mix("status", value, meshbench_workload::parse_status)
+}
+
+fn checked_mix<T: Copy>(
+    knob: &'static str,
+    value: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<String, String> {
+    Mix::parse(knob, value, parse)
+        .map(|_| value.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 fn base_uri(value: &str) -> Result<Uri, String> {
