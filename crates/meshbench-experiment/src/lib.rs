@@ -6,6 +6,7 @@ mod application;
 mod error;
 mod handshakes;
 mod placement;
+pub mod platform;
 mod profile;
 mod runner;
 mod spec;

@@ -1,40 +1,39 @@
-//! The runner: turns a profile into cells and runs each on the local lab.
+//! The runner: turns a profile into cells and runs each on a platform (the local lab unless
+//! told otherwise).
 //!
 //! A cell is one (repetition, load point, placement, scenario). Scenarios are innermost, so a
 //! run goes A B C A B C ... and slow machine drift spreads over all scenarios instead of
-//! biasing one. For each cell the runner builds the lab network for the placement (netns
-//! namespaces or loopback addresses), starts the server app in its pod, deploys the scenario's
-//! mesh around it, runs the load generator in the client pod, samples every component's CPU
-//! and memory (from its cgroup where there is one) and cuts those samples to the generator's
-//! measurement window. `results.json` is rewritten atomically after every cell; an
+//! biasing one. For each cell the runner has the platform realize the placement's topology
+//! (a [`Site`]), starts the server apps there from their `WorkloadFile`s, puts the scenario's
+//! mesh around them, and runs the instrument (a `LoadSpec`, or E3's experimenter) in the
+//! client pod while the site samples every component's CPU and memory and cuts them to the
+//! instrument's measurement window. `results.json` is rewritten atomically after every cell; an
 //! interrupted run keeps its finished cells and is marked partial. Whatever a cell created
 //! (processes, namespaces, cgroups) is removed when it ends, however it ends.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use meshbench_identity::ClientTlsFiles;
-use meshbench_lab::{
-    describe_environment, BuildInfo, CgroupFs, LabComponent, Readiness, ResourceSampler,
-};
+use meshbench_lab::{describe_environment, BuildInfo};
 use meshbench_loadgen::{Body, ClientTlsSpec, LoadSpec, RequestFile};
-use meshbench_meshes::{deploy, enroll, LabContext, Mesh, MeshContext, MeshPki, Ports, ProxyArea};
-use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireTap};
+use meshbench_meshes::Mesh;
+use meshbench_netlab::Backend;
 use meshbench_results::{
-    read_json, write_json_atomic, Cell, LoadPoint, LoadReport, RunResult, RunStatus,
-    UnavailableScenario, WireObservation, SCHEMA_VERSION,
+    read_json, write_json_atomic, Cell, LoadPoint, RunResult, RunStatus, UnavailableScenario,
+    SCHEMA_VERSION,
 };
-use meshbench_role::RoleConfig;
+use meshbench_topology::{Pod, Topology};
 use meshbench_workload::{ExperimentOnce, WorkloadApp, WorkloadFile};
 
 use crate::application::{Application, COUNTER_A, COUNTER_B};
 use crate::placement::Placement;
+use crate::platform::{
+    CellPlace, ClientServer, Entry, Instrument, LocalLab, Measured, Platform, Site,
+};
 use crate::{Error, LoadKind, PointPlan, Profile};
-
-const STOP_GRACE: Duration = Duration::from_secs(2);
-const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Where and how a run happens; what it runs is the [`Profile`].
 #[derive(Debug, Clone)]
@@ -86,22 +85,32 @@ pub struct Runner {
     options: RunOptions,
     result: RunResult,
     results_path: PathBuf,
-    cgroups: Option<CgroupFs>,
+    platform: Box<dyn Platform>,
 }
 
 impl Runner {
-    /// Prepares the output directory; refuses one that already holds results.
+    /// Prepares the output directory; refuses one that already holds results. The cells run
+    /// on the local lab with the options' backend.
     pub fn new(profile: Profile, options: RunOptions) -> Result<Self, Error> {
+        let platform = Box::new(local_lab(&options));
+        Runner::on(platform, profile, options)
+    }
+
+    /// [`Runner::new`] on another platform.
+    pub fn on(
+        platform: Box<dyn Platform>,
+        profile: Profile,
+        options: RunOptions,
+    ) -> Result<Self, Error> {
         let results_path = options.out_dir.join("results.json");
         if results_path.exists() {
             return Err(Error::OutputExists { path: results_path });
         }
-        check_backend(&profile, options.backend)?;
+        platform.check(profile.application)?;
         std::fs::create_dir_all(&options.out_dir).map_err(|source| Error::CreateDir {
             path: options.out_dir.clone(),
             source,
         })?;
-        let platform = format!("local-lab/{}", options.backend.name());
         let result = RunResult {
             schema_version: SCHEMA_VERSION,
             kind: "meshbench.run".to_owned(),
@@ -110,7 +119,7 @@ impl Runner {
             started_at: timestamp(),
             finished_at: None,
             environment: describe_environment(&options.build),
-            config: profile.describe(&platform),
+            config: profile.describe(&platform.name()),
             cells: Vec::new(),
         };
         Ok(Runner {
@@ -118,7 +127,7 @@ impl Runner {
             options,
             result,
             results_path,
-            cgroups: CgroupFs::detect(),
+            platform,
         })
     }
 
@@ -142,7 +151,8 @@ impl Runner {
                 path: results_path.clone(),
                 problem,
             })?;
-        check_backend(&profile, options.backend)?;
+        let platform = Box::new(local_lab(&options));
+        platform.check(profile.application)?;
         result.status = RunStatus::Running;
         result.status_reason = None;
         result.finished_at = None;
@@ -161,7 +171,7 @@ impl Runner {
             options,
             result,
             results_path,
-            cgroups: CgroupFs::detect(),
+            platform,
         })
     }
 
@@ -237,15 +247,10 @@ impl Runner {
         }
         write_json_atomic(&self.results_path, &self.result)?;
         let application = profile.application;
-        // What the proxies read and write, where the proxy user can reach it whatever the
-        // results directory's permissions; removed when the run ends.
-        let area = ProxyArea::create(&self.options.out_dir).map_err(Error::Mesh)?;
-        let pki = MeshPki::create(
-            &area,
+        self.platform.prepare(
             &application.topology(Placement::InterNode),
             &application.policy_yaml(),
-        )
-        .map_err(Error::Mesh)?;
+        )?;
         let total = profile.cells() / profile.scenarios.len().max(1) * scenarios.len();
         let mut index = 0;
         for repetition in 1..=profile.max_repetitions() {
@@ -278,7 +283,7 @@ impl Runner {
                             repetition,
                         };
                         progress.cell_started(&id);
-                        let cell = self.run_cell(&id, &area, &pki).await?;
+                        let cell = self.run_cell(&id).await?;
                         progress.cell_finished(&id, &cell);
                         self.result.cells.push(cell);
                         write_json_atomic(&self.results_path, &self.result)?;
@@ -292,7 +297,7 @@ impl Runner {
         Ok(())
     }
 
-    async fn run_cell(&self, id: &CellId, area: &ProxyArea, pki: &MeshPki) -> Result<Cell, Error> {
+    async fn run_cell(&self, id: &CellId) -> Result<Cell, Error> {
         let label = id.label();
         let cell_err = |error: meshbench_meshes::Error| Error::Cell {
             cell: label.clone(),
@@ -312,63 +317,18 @@ impl Runner {
             path: cell_dir.clone(),
             source,
         })?;
-        let cell_area = area
-            .private_dir(format!(
-                "cells/{}",
-                cell_dir.file_name().unwrap_or_default().to_string_lossy()
-            ))
-            .map_err(cell_err)?;
-        let application = self.profile.application;
-        let topology = application.topology(id.placement);
-        let lab_id = new_lab_id();
-        // Declared first so it is dropped last: after the components are killed, the lab's
-        // cgroups are removed.
-        let _cgroups = LabCgroups {
-            fs: self.cgroups.clone(),
-            lab: lab_id.clone(),
+        let topology = self.profile.application.topology(id.placement);
+        let place = CellPlace {
+            label: &label,
+            topology: &topology,
+            dir: &cell_dir,
+            capture_wire: self.captures_wire(id),
         };
-        let net = LabNetwork::create_off_runtime(self.options.backend, &lab_id, &topology)
-            .await
-            .map_err(|e| cell_err(e.into()))?;
-        let client_pod = topology
-            .first_pod(application.client())
-            .expect("static topology");
-        let server_pod = topology
-            .first_pod(application.server())
-            .expect("static topology");
-        let (generator_cpus, sut_cpus) = self.cpus();
-        // Without a link to capture (loopback), relays stand in for it.
-        let wire_tap = (self.captures_wire(id) && !net.captures()).then(WireTap::new);
-        let ctx = MeshContext {
-            lab: LabContext {
-                net: &net,
-                pki,
-                exe: &self.options.exe,
-                work_dir: &cell_dir,
-                area,
-                cell_area: &cell_area,
-                cgroups: self.cgroups.as_ref(),
-                sut_cpus,
-                wire: wire_tap.as_ref(),
-            },
-            client_pod: &client_pod,
-            server_pod: &server_pod,
-            service: application.service(),
-        };
-        let outcome = self
-            .measure(id, &ctx, &cell_dir, generator_cpus)
-            .await
-            .map_err(cell_err);
-        drop(ctx);
-        if let Err(e) = net.teardown_off_runtime().await {
-            tracing::warn!(error = %e, "lab teardown incomplete; run `meshbench lab clean`");
-        }
-        // The proxies have stopped and written their final metrics.
-        if let Err(e) = meshbench_meshes::collect_outputs(&cell_area, &cell_dir) {
-            tracing::warn!(error = %e, "the proxies' outputs were not all copied into the results");
-        }
-        let _ = std::fs::remove_dir_all(&cell_area);
-        let (load, resources, wire) = outcome?;
+        // Dropped unfinished (an error, Ctrl-C), the site still removes what it created.
+        let mut site = self.platform.realize(place).await.map_err(cell_err)?;
+        let measured = self.measure(id, site.as_mut(), &topology).await;
+        site.finish().await;
+        let measured = measured.map_err(cell_err)?;
         let handshakes = crate::handshakes::read_handshakes(&cell_dir);
         Ok(Cell {
             scenario: id.scenario.name().to_owned(),
@@ -376,135 +336,55 @@ impl Runner {
             load_point: id.load_point,
             repetition: id.repetition,
             started_at,
-            load,
-            resources,
-            wire,
+            load: measured.load,
+            resources: measured.resources,
+            wire: measured.wire,
             handshakes,
         })
     }
 
-    /// The CPUs of the load generator and of the system under test, when pinning.
-    fn cpus(&self) -> (Option<String>, Option<String>) {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if !self.options.pin || cores < 2 {
-            return (None, None);
-        }
-        (Some("0".into()), Some(format!("1-{}", cores - 1)))
-    }
-
+    /// The cell on its site: the application's server side, the scenario's mesh around it,
+    /// then the instrument in the client pod.
     async fn measure(
         &self,
         id: &CellId,
-        ctx: &MeshContext<'_>,
-        cell_dir: &Path,
-        generator_cpus: Option<String>,
-    ) -> Result<
-        (
-            LoadReport,
-            Vec<meshbench_results::ComponentResources>,
-            Option<WireObservation>,
-        ),
-        meshbench_meshes::Error,
-    > {
+        site: &mut dyn Site<'_>,
+        topology: &Topology,
+    ) -> Result<Measured, meshbench_meshes::Error> {
         let profile = &self.profile;
         let application = profile.application;
-        let mut components = self.start_apps(id, ctx).await?;
-        let (url, client_tls) = match application {
-            Application::Echo | Application::ZeroTrustApp => {
-                let deployment = deploy(id.scenario, ctx).await?;
-                components.extend(deployment.components);
-                (deployment.url, deployment.client_tls)
-            }
+        let pod = |workload: &str| topology.first_pod(workload).expect("static topology");
+        let (client, server) = (pod(application.client()), pod(application.server()));
+        let cell = ClientServer {
+            client: &client,
+            server: &server,
+            service: application.service(),
+        };
+        for (pod, app) in self.apps(id, &*site, topology, cell)? {
+            site.start_app(&pod, &app).await?;
+        }
+        let entry = match application {
+            Application::Echo | Application::ZeroTrustApp => site.deploy(id.scenario, cell).await?,
             Application::CounterChain => {
-                components.extend(enroll(id.scenario, &ctx.lab).await?);
-                let host = ctx.net.service_host(COUNTER_A)?;
-                (format!("http://{host}/count"), None)
+                site.enroll(id.scenario).await?;
+                Entry {
+                    url: format!("http://{}/count", site.service_host(COUNTER_A)?),
+                    client_tls: None,
+                }
             }
         };
-        let capturing = self.captures_wire(id);
-        let marker = format!("meshbench-marker-{}", ctx.net.id());
-        let marker_if_captured = capturing.then_some(marker.as_str());
-        let load_json = cell_dir.join("load.json");
-        let client_args = match application {
+        let marker = format!("meshbench-marker-{}", site.id());
+        let marker = self.captures_wire(id).then_some(marker.as_str());
+        let instrument = match application {
             Application::ZeroTrustApp => {
-                let file = self.experimenter_file(
-                    id,
-                    &url,
-                    marker_if_captured,
-                    cell_dir,
-                    load_json.clone(),
-                );
-                WorkloadFile::command_line(&ctx.write("experimenter.yaml", &file.to_yaml())?)
+                Instrument::Experimenter(self.experimenter_file(id, &entry.url, marker))
             }
             Application::Echo | Application::CounterChain => {
-                let spec =
-                    self.load_spec(id, url, marker_if_captured, client_tls, load_json.clone());
-                LoadSpec::command_line(&ctx.write("load.yaml", &spec.to_yaml())?)
+                Instrument::Load(self.load_spec(id, entry.url, marker, entry.client_tls))
             }
         };
-        let capture = if capturing && ctx.net.captures() {
-            let node = &ctx.client_pod.workload.node;
-            let (netns, interface) = ctx.net.uplink_of(node)?;
-            let pcap = cell_dir.join("uplink.pcap");
-            let capture = meshbench_netlab::WireCapture::start(&netns, interface, &pcap)?;
-            Some((capture, format!("{node}/{interface}"), pcap))
-        } else {
-            None
-        };
-        let launch = ctx.app_launch(ctx.client_pod, generator_cpus)?;
-        let client = LabComponent::start(
-            &ctx.client_pod.name,
-            "load-generator",
-            &launch,
-            &self.options.exe,
-            &client_args,
-            Readiness::Started,
-            READY_TIMEOUT,
-        )
-        .await?;
-        let targets = std::iter::once(&client)
-            .chain(&components)
-            .filter_map(|c| c.sample_target())
-            .collect();
-        let sampler = ResourceSampler::start(targets, profile.sample_interval);
-        // The client's cgroup goes with the cell's `LabCgroups` guard.
-        let finished = client.process.wait_success().await;
-        let series = sampler.finish();
-        for component in components.into_iter().rev() {
-            component.stop(STOP_GRACE).await;
-        }
-        finished?;
-        let wire = match (capture, ctx.wire) {
-            (Some((capture, link, pcap)), _) => {
-                let report = capture.finish(marker.as_bytes())?;
-                Some(observation(
-                    &report,
-                    link,
-                    Some(&pcap),
-                    &self.options.out_dir,
-                    marker,
-                ))
-            }
-            (None, Some(tap)) => Some(observation(
-                &tap.finish(marker.as_bytes()),
-                "recording relays between the nodes (loopback)".into(),
-                None,
-                &self.options.out_dir,
-                marker,
-            )),
-            (None, None) => None,
-        };
-        let load: LoadReport = read_json(&load_json).map_err(|e| meshbench_meshes::Error::Io {
-            path: load_json.clone(),
-            source: std::io::Error::other(format!(
-                "the load generator's result is missing or invalid: {e}"
-            )),
-        })?;
-        let resources = series
-            .iter()
-            .map(|s| s.summarize(load.window.start_monotonic_ns, load.window.end_monotonic_ns))
-            .collect();
-        Ok((load, resources, wire))
+        site.measure(&client, instrument, profile.sample_interval, marker)
+            .await
     }
 
     /// Whether a cell records the link between nodes (`--capture-link`, inter-node cells). The
@@ -516,65 +396,46 @@ impl Runner {
             && self.profile.application != Application::CounterChain
     }
 
-    /// Starts the application's server side: the echo server, the calculator, or both
-    /// counters (each forwarding to the other's service).
-    async fn start_apps(
+    /// The application's server side and its configs: the echo server, the calculator, or
+    /// both counters (each forwarding to the other's service).
+    fn apps(
         &self,
         id: &CellId,
-        ctx: &MeshContext<'_>,
-    ) -> Result<Vec<LabComponent>, meshbench_meshes::Error> {
+        site: &dyn Site<'_>,
+        topology: &Topology,
+        cell: ClientServer<'_>,
+    ) -> Result<Vec<(Pod, WorkloadFile)>, meshbench_meshes::Error> {
         let profile = &self.profile;
-        let listen =
-            |pod: &meshbench_topology::Pod| -> Result<SocketAddr, meshbench_meshes::Error> {
-                Ok(SocketAddr::new(ctx.net.pod_bind_ip(&pod.name)?, Ports::APP))
-            };
-        let mut apps = vec![];
-        match profile.application {
+        let server = || -> Result<_, meshbench_meshes::Error> {
+            Ok((cell.server.clone(), site.app_listen(cell.server)?))
+        };
+        Ok(match profile.application {
             Application::Echo => {
-                let mut file = WorkloadFile::new(
-                    ctx.server_app_listen()?,
-                    WorkloadApp::fixed_echo(profile.server_delay, profile.response_bytes),
-                );
-                file.tls = ctx.server_app_tls(id.scenario);
-                apps.push((ctx.server_pod.clone(), file));
+                let (pod, listen) = server()?;
+                let app = WorkloadApp::fixed_echo(profile.server_delay, profile.response_bytes);
+                let mut file = WorkloadFile::new(listen, app);
+                file.tls = site.app_tls(id.scenario, cell);
+                vec![(pod, file)]
             }
             Application::ZeroTrustApp => {
-                let file = WorkloadFile::new(ctx.server_app_listen()?, WorkloadApp::Calculator);
-                apps.push((ctx.server_pod.clone(), file));
+                let (pod, listen) = server()?;
+                vec![(pod, WorkloadFile::new(listen, WorkloadApp::Calculator))]
             }
             Application::CounterChain => {
-                let topology = ctx.net.topology();
+                let mut apps = vec![];
                 for (this, next) in [(COUNTER_A, COUNTER_B), (COUNTER_B, COUNTER_A)] {
                     let pod = topology.first_pod(this).expect("static topology");
                     let app = WorkloadApp::Counter {
                         name: this.to_owned(),
-                        next: Some(format!("http://{}", ctx.net.service_host(next)?)),
+                        next: Some(format!("http://{}", site.service_host(next)?)),
                         timeout: profile.request_timeout,
                     };
-                    apps.push((pod.clone(), WorkloadFile::new(listen(&pod)?, app)));
+                    let listen = site.app_listen(&pod)?;
+                    apps.push((pod, WorkloadFile::new(listen, app)));
                 }
+                apps
             }
-        }
-        let mut components = vec![];
-        for (pod, file) in apps {
-            let args = WorkloadFile::command_line(
-                &ctx.write(&format!("{}-app.yaml", pod.name), &file.to_yaml())?,
-            );
-            let launch = ctx.app_launch(&pod, ctx.sut_cpus.clone())?;
-            components.push(
-                LabComponent::start(
-                    &pod.name,
-                    "app",
-                    &launch,
-                    &self.options.exe,
-                    &args,
-                    Readiness::ReadyLine,
-                    READY_TIMEOUT,
-                )
-                .await?,
-            );
-        }
-        Ok(components)
+        })
     }
 
     /// `meshbench load` for the cell's model and point.
@@ -584,7 +445,6 @@ impl Runner {
         url: String,
         marker: Option<&str>,
         tls: Option<ClientTlsFiles>,
-        json: PathBuf,
     ) -> LoadSpec {
         let profile = &self.profile;
         let point = id.load_point;
@@ -621,22 +481,13 @@ impl Runner {
             ca: files.ca,
             expect_server_id: files.expect_server_id.map(|id| id.to_string()),
         });
-        spec.output.json = Some(json);
-        spec.output.quiet = true;
         spec
     }
 
     /// E3's experimenter running one experiment against the calculator at `url`: the
     /// point's requests in its groups, all four operations, the point's operands, and the
     /// first request discarded as E3 did.
-    fn experimenter_file(
-        &self,
-        id: &CellId,
-        url: &str,
-        marker: Option<&str>,
-        cell_dir: &Path,
-        json: PathBuf,
-    ) -> WorkloadFile {
+    fn experimenter_file(&self, id: &CellId, url: &str, marker: Option<&str>) -> WorkloadFile {
         let point = id.load_point;
         let mut experiment = serde_json::json!({
             "interactions": point.requests.unwrap_or(1),
@@ -658,71 +509,24 @@ impl Runner {
             WorkloadApp::Experimenter {
                 calculator: url.to_owned(),
                 timeout: self.profile.request_timeout,
+                // Where its results go is the platform's to say.
                 once: Some(ExperimentOnce {
                     experiment,
-                    json,
-                    result: Some(cell_dir.join("experiment.json")),
+                    json: PathBuf::from("load.json"),
+                    result: Some(PathBuf::from("experiment.json")),
                 }),
             },
         )
     }
 }
 
-/// Refuses a backend the profile's application cannot run on, before anything is written.
-fn check_backend(profile: &Profile, backend: Backend) -> Result<(), Error> {
-    if profile.application == Application::CounterChain && backend != Backend::Netns {
-        return Err(Error::Backend {
-            application: profile.application.name(),
-            backend: backend.name(),
-            why: "every counter is enrolled in the mesh by transparent capture, which needs network namespaces",
-        });
-    }
-    if backend == Backend::Netns {
-        meshbench_netlab::NetnsLab::check_permitted()?;
-    }
-    Ok(())
-}
-
-fn observation(
-    report: &meshbench_netlab::WireReport,
-    link: String,
-    pcap: Option<&Path>,
-    out_dir: &Path,
-    marker: String,
-) -> WireObservation {
-    WireObservation {
-        link,
-        pcap: pcap.map_or_else(String::new, |pcap| {
-            pcap.strip_prefix(out_dir)
-                .unwrap_or(pcap)
-                .display()
-                .to_string()
-        }),
-        packets: report.packets,
-        connections: report.flows.len() as u32,
-        tls_connections: report.tls_connections(),
-        marker,
-        marker_seen: report.marker_seen(),
-        tls_versions: report.tls_versions(),
-        cipher_suites: report.cipher_suites(),
-    }
-}
-
-/// Removes a cell's cgroups (killing anything left in them) when the cell ends, however.
-struct LabCgroups {
-    fs: Option<CgroupFs>,
-    lab: String,
-}
-
-impl Drop for LabCgroups {
-    fn drop(&mut self) {
-        let Some(fs) = &self.fs else { return };
-        for dir in fs.lab_dirs().into_iter().filter(|d| d.ends_with(&self.lab)) {
-            if let Err(e) = meshbench_lab::destroy_lab_dir(&dir) {
-                tracing::warn!(error = %e, "lab cgroups left behind; run `meshbench lab clean`");
-            }
-        }
-    }
+fn local_lab(options: &RunOptions) -> LocalLab {
+    LocalLab::new(
+        options.backend,
+        options.exe.clone(),
+        options.out_dir.clone(),
+        options.pin,
+    )
 }
 
 fn timestamp() -> String {

@@ -1,0 +1,412 @@
+//! The local lab as a platform: a cell's topology as network namespaces (or loopback
+//! addresses), its components as child processes of this machine in cgroups of their own, the
+//! meshes through their `MeshAdapter`s, the wire through tcpdump on the link between the nodes
+//! (or recording relays on loopback).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use meshbench_identity::ServerTlsFiles;
+use meshbench_lab::{CgroupFs, LabComponent, Readiness, ResourceSampler};
+use meshbench_loadgen::LoadSpec;
+use meshbench_meshes::{
+    deploy, enroll, BoxFuture, LabContext, Mesh, MeshContext, MeshPki, ProxyArea,
+};
+use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireTap};
+use meshbench_results::{read_json, LoadReport, WireObservation};
+use meshbench_role::RoleConfig;
+use meshbench_topology::{Pod, Topology};
+use meshbench_workload::{WorkloadApp, WorkloadFile};
+
+use super::{CellPlace, ClientServer, Entry, Instrument, Measured, Platform, Site, SiteError};
+use crate::{Application, Error};
+
+const STOP_GRACE: Duration = Duration::from_secs(2);
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// This machine, with `backend`'s network.
+pub struct LocalLab {
+    backend: Backend,
+    /// The meshbench binary, started once per lab component.
+    exe: PathBuf,
+    out_dir: PathBuf,
+    /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
+    pin: bool,
+    cgroups: Option<CgroupFs>,
+    /// What the proxies read and write, and the run's identities (set by `prepare`).
+    shared: Option<(ProxyArea, MeshPki)>,
+}
+
+impl LocalLab {
+    pub fn new(backend: Backend, exe: PathBuf, out_dir: PathBuf, pin: bool) -> Self {
+        LocalLab {
+            backend,
+            exe,
+            out_dir,
+            pin,
+            cgroups: CgroupFs::detect(),
+            shared: None,
+        }
+    }
+
+    /// The CPUs of the load generator and of the system under test, when pinning.
+    fn cpus(&self) -> (Option<String>, Option<String>) {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if !self.pin || cores < 2 {
+            return (None, None);
+        }
+        (Some("0".into()), Some(format!("1-{}", cores - 1)))
+    }
+}
+
+impl Platform for LocalLab {
+    fn name(&self) -> String {
+        format!("local-lab/{}", self.backend.name())
+    }
+
+    fn check(&self, application: Application) -> Result<(), Error> {
+        if application == Application::CounterChain && self.backend != Backend::Netns {
+            return Err(Error::Backend {
+                application: application.name(),
+                backend: self.backend.name(),
+                why: "every counter is enrolled in the mesh by transparent capture, which needs network namespaces",
+            });
+        }
+        if self.backend == Backend::Netns {
+            meshbench_netlab::NetnsLab::check_permitted()?;
+        }
+        Ok(())
+    }
+
+    fn prepare(&mut self, topology: &Topology, policy: &str) -> Result<(), Error> {
+        // Where the proxy user can reach it whatever the results directory's permissions;
+        // removed when the run ends.
+        let area = ProxyArea::create(&self.out_dir).map_err(Error::Mesh)?;
+        let pki = MeshPki::create(&area, topology, policy).map_err(Error::Mesh)?;
+        self.shared = Some((area, pki));
+        Ok(())
+    }
+
+    fn realize<'a>(
+        &'a self,
+        cell: CellPlace<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn Site<'a> + 'a>, SiteError>> {
+        Box::pin(async move {
+            let Some((area, pki)) = &self.shared else {
+                return Err(SiteError::Unsupported {
+                    mesh: cell.label.into(),
+                    what: "a cell before the platform is prepared",
+                });
+            };
+            let cell_area = area.private_dir(format!(
+                "cells/{}",
+                cell.dir.file_name().unwrap_or_default().to_string_lossy()
+            ))?;
+            let lab_id = new_lab_id();
+            // Declared before the network so that it is dropped after: once the components
+            // are killed, the lab's cgroups are removed.
+            let cgroups = LabCgroups {
+                fs: self.cgroups.clone(),
+                lab: lab_id.clone(),
+            };
+            let net = LabNetwork::create_off_runtime(self.backend, &lab_id, cell.topology).await?;
+            let (generator_cpus, sut_cpus) = self.cpus();
+            // Without a link to capture (loopback), relays stand in for it.
+            let wire_tap = (cell.capture_wire && !net.captures()).then(WireTap::new);
+            Ok(Box::new(LocalSite {
+                lab: self,
+                area,
+                pki,
+                _cgroups: cgroups,
+                net,
+                cell_dir: cell.dir.to_owned(),
+                cell_area,
+                components: vec![],
+                wire_tap,
+                generator_cpus,
+                sut_cpus,
+            }) as Box<dyn Site<'a> + 'a>)
+        })
+    }
+}
+
+/// A cell on the local lab.
+struct LocalSite<'a> {
+    lab: &'a LocalLab,
+    area: &'a ProxyArea,
+    pki: &'a MeshPki,
+    _cgroups: LabCgroups,
+    net: LabNetwork,
+    cell_dir: PathBuf,
+    /// The cell's directory in the proxy area.
+    cell_area: PathBuf,
+    /// Started so far, in order; stopped in reverse.
+    components: Vec<LabComponent>,
+    wire_tap: Option<WireTap>,
+    generator_cpus: Option<String>,
+    sut_cpus: Option<String>,
+}
+
+impl LocalSite<'_> {
+    fn ctx(&self) -> LabContext<'_> {
+        LabContext {
+            net: &self.net,
+            pki: self.pki,
+            exe: &self.lab.exe,
+            work_dir: &self.cell_dir,
+            area: self.area,
+            cell_area: &self.cell_area,
+            cgroups: self.lab.cgroups.as_ref(),
+            sut_cpus: self.sut_cpus.clone(),
+            wire: self.wire_tap.as_ref(),
+        }
+    }
+
+    fn mesh_ctx<'c>(&'c self, cell: ClientServer<'c>) -> MeshContext<'c> {
+        MeshContext {
+            lab: self.ctx(),
+            client_pod: cell.client,
+            server_pod: cell.server,
+            service: cell.service,
+        }
+    }
+
+    /// Writes the instrument's config, its results going into the cell's directory.
+    fn instrument_command(&self, instrument: Instrument) -> Result<Vec<String>, SiteError> {
+        let load_json = self.cell_dir.join("load.json");
+        let ctx = self.ctx();
+        Ok(match instrument {
+            Instrument::Load(mut spec) => {
+                spec.output.json = Some(load_json);
+                spec.output.quiet = true;
+                LoadSpec::command_line(&ctx.write("load.yaml", &spec.to_yaml())?)
+            }
+            Instrument::Experimenter(mut file) => {
+                if let WorkloadApp::Experimenter {
+                    once: Some(once), ..
+                } = &mut file.app
+                {
+                    once.json = load_json;
+                    once.result = Some(self.cell_dir.join("experiment.json"));
+                }
+                WorkloadFile::command_line(&ctx.write("experimenter.yaml", &file.to_yaml())?)
+            }
+        })
+    }
+}
+
+impl<'a> Site<'a> for LocalSite<'a> {
+    fn id(&self) -> &str {
+        self.net.id()
+    }
+
+    fn app_listen(&self, pod: &Pod) -> Result<SocketAddr, SiteError> {
+        let port = self
+            .net
+            .topology()
+            .services
+            .iter()
+            .find(|s| s.workload == pod.workload.name)
+            .map_or(meshbench_meshes::Ports::APP, |s| s.target_port);
+        Ok(SocketAddr::new(self.net.pod_bind_ip(&pod.name)?, port))
+    }
+
+    fn service_host(&self, service: &str) -> Result<String, SiteError> {
+        Ok(self.net.service_host(service)?)
+    }
+
+    fn app_tls(&self, mesh: Mesh, cell: ClientServer<'_>) -> Option<ServerTlsFiles> {
+        self.mesh_ctx(cell).server_app_tls(mesh)
+    }
+
+    fn start_app<'b>(
+        &'b mut self,
+        pod: &'b Pod,
+        app: &'b WorkloadFile,
+    ) -> BoxFuture<'b, Result<(), SiteError>> {
+        Box::pin(async move {
+            let ctx = self.ctx();
+            let config = ctx.write(&format!("{}-app.yaml", pod.name), &app.to_yaml())?;
+            let launch = ctx.app_launch(pod, self.sut_cpus.clone())?;
+            let component = LabComponent::start(
+                &pod.name,
+                "app",
+                &launch,
+                &self.lab.exe,
+                &WorkloadFile::command_line(&config),
+                Readiness::ReadyLine,
+                READY_TIMEOUT,
+            )
+            .await?;
+            self.components.push(component);
+            Ok(())
+        })
+    }
+
+    fn deploy<'b>(
+        &'b mut self,
+        mesh: Mesh,
+        cell: ClientServer<'b>,
+    ) -> BoxFuture<'b, Result<Entry, SiteError>> {
+        Box::pin(async move {
+            let deployment = deploy(mesh, &self.mesh_ctx(cell)).await?;
+            self.components.extend(deployment.components);
+            Ok(Entry {
+                url: deployment.url,
+                client_tls: deployment.client_tls,
+            })
+        })
+    }
+
+    fn enroll(&mut self, mesh: Mesh) -> BoxFuture<'_, Result<(), SiteError>> {
+        Box::pin(async move {
+            let components = enroll(mesh, &self.ctx()).await?;
+            self.components.extend(components);
+            Ok(())
+        })
+    }
+
+    fn measure<'b>(
+        &'b mut self,
+        client: &'b Pod,
+        instrument: Instrument,
+        sample_interval: Duration,
+        marker: Option<&'b str>,
+    ) -> BoxFuture<'b, Result<Measured, SiteError>> {
+        Box::pin(async move {
+            let command = self.instrument_command(instrument)?;
+            let capture = match marker {
+                Some(_) if self.net.captures() => {
+                    let node = &client.workload.node;
+                    let (netns, interface) = self.net.uplink_of(node)?;
+                    let pcap = self.cell_dir.join("uplink.pcap");
+                    let capture = meshbench_netlab::WireCapture::start(&netns, interface, &pcap)?;
+                    Some((capture, format!("{node}/{interface}"), pcap))
+                }
+                _ => None,
+            };
+            let launch = self.ctx().app_launch(client, self.generator_cpus.clone())?;
+            let generator = LabComponent::start(
+                &client.name,
+                "load-generator",
+                &launch,
+                &self.lab.exe,
+                &command,
+                Readiness::Started,
+                READY_TIMEOUT,
+            )
+            .await?;
+            let targets = std::iter::once(&generator)
+                .chain(&self.components)
+                .filter_map(|c| c.sample_target())
+                .collect();
+            let sampler = ResourceSampler::start(targets, sample_interval);
+            // The generator's cgroup goes with the cell's `LabCgroups` guard.
+            let finished = generator.process.wait_success().await;
+            let series = sampler.finish();
+            for component in self.components.drain(..).rev() {
+                component.stop(STOP_GRACE).await;
+            }
+            finished?;
+            let out_dir = &self.lab.out_dir;
+            let wire = match (capture, marker, &self.wire_tap) {
+                (Some((capture, link, pcap)), Some(marker), _) => {
+                    let report = capture.finish(marker.as_bytes())?;
+                    Some(observation(&report, link, Some(&pcap), out_dir, marker))
+                }
+                (None, Some(marker), Some(tap)) => Some(observation(
+                    &tap.finish(marker.as_bytes()),
+                    "recording relays between the nodes (loopback)".into(),
+                    None,
+                    out_dir,
+                    marker,
+                )),
+                _ => None,
+            };
+            let load_json = self.cell_dir.join("load.json");
+            let load: LoadReport = read_json(&load_json).map_err(|e| SiteError::Io {
+                path: load_json.clone(),
+                source: std::io::Error::other(format!(
+                    "the load generator's result is missing or invalid: {e}"
+                )),
+            })?;
+            let resources = series
+                .iter()
+                .map(|s| s.summarize(load.window.start_monotonic_ns, load.window.end_monotonic_ns))
+                .collect();
+            Ok(Measured {
+                load,
+                resources,
+                wire,
+            })
+        })
+    }
+
+    fn finish(self: Box<Self>) -> BoxFuture<'a, ()> {
+        let LocalSite {
+            net,
+            cell_dir,
+            cell_area,
+            components,
+            _cgroups,
+            ..
+        } = *self;
+        Box::pin(async move {
+            for component in components.into_iter().rev() {
+                component.stop(STOP_GRACE).await;
+            }
+            if let Err(e) = net.teardown_off_runtime().await {
+                tracing::warn!(error = %e, "lab teardown incomplete; run `meshbench lab clean`");
+            }
+            // The proxies have stopped and written their final metrics.
+            if let Err(e) = meshbench_meshes::collect_outputs(&cell_area, &cell_dir) {
+                tracing::warn!(error = %e, "the proxies' outputs were not all copied into the results");
+            }
+            let _ = std::fs::remove_dir_all(&cell_area);
+            drop(_cgroups);
+        })
+    }
+}
+
+fn observation(
+    report: &meshbench_netlab::WireReport,
+    link: String,
+    pcap: Option<&Path>,
+    out_dir: &Path,
+    marker: &str,
+) -> WireObservation {
+    WireObservation {
+        link,
+        pcap: pcap.map_or_else(String::new, |pcap| {
+            pcap.strip_prefix(out_dir)
+                .unwrap_or(pcap)
+                .display()
+                .to_string()
+        }),
+        packets: report.packets,
+        connections: report.flows.len() as u32,
+        tls_connections: report.tls_connections(),
+        marker: marker.to_owned(),
+        marker_seen: report.marker_seen(),
+        tls_versions: report.tls_versions(),
+        cipher_suites: report.cipher_suites(),
+    }
+}
+
+/// Removes a cell's cgroups (killing anything left in them) when the cell ends, however.
+struct LabCgroups {
+    fs: Option<CgroupFs>,
+    lab: String,
+}
+
+impl Drop for LabCgroups {
+    fn drop(&mut self) {
+        let Some(fs) = &self.fs else { return };
+        for dir in fs.lab_dirs().into_iter().filter(|d| d.ends_with(&self.lab)) {
+            if let Err(e) = meshbench_lab::destroy_lab_dir(&dir) {
+                tracing::warn!(error = %e, "lab cgroups left behind; run `meshbench lab clean`");
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The platform seam: where a run's cells happen. The runner decides what a cell is (its
+//! topology, the apps and their configs, the scenario's mesh, the instrument and its
+//! `LoadSpec`) and records what it measured; a [`Platform`] realizes the cell's topology as a
+//! [`Site`], starts the apps and the mesh there, runs the instrument while sampling every
+//! component, records the wire when asked, and removes everything it created. The local lab
+//! ([`LocalLab`], netns or loopback) is one platform; Kubernetes (issue 11) is meant to be the
+//! next, implementing these two traits without touching the runner.
+//!
+//! Invariants a platform keeps:
+//! - a site removes what it created when [`Site::finish`] runs *and* when it is dropped
+//!   unfinished (a failed or interrupted cell), so nothing outlives its cell;
+//! - the resources it reports are cut to the instrument's measurement window, for every
+//!   component it started (apps, proxies, agents, control plane, the instrument itself);
+//! - configs and keys reach components without passing through the results directory, which
+//!   the components' users may not be able to read; outputs worth keeping are copied into the
+//!   cell's directory.
+
+mod local;
+
+pub use local::LocalLab;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use meshbench_identity::{ClientTlsFiles, ServerTlsFiles};
+use meshbench_loadgen::LoadSpec;
+use meshbench_meshes::{BoxFuture, Mesh};
+use meshbench_results::{ComponentResources, LoadReport, WireObservation};
+use meshbench_topology::{Pod, Topology};
+use meshbench_workload::WorkloadFile;
+
+use crate::Error;
+
+/// A mesh's or a site's failure, as the runner records it for a cell.
+pub type SiteError = meshbench_meshes::Error;
+
+/// One cell, as a platform needs to know it.
+pub struct CellPlace<'a> {
+    /// For messages.
+    pub label: &'a str,
+    pub topology: &'a Topology,
+    /// The cell's directory in the results.
+    pub dir: &'a Path,
+    /// Whether the cell records the traffic between the nodes.
+    pub capture_wire: bool,
+}
+
+/// The client, the server and the service in front of it: a cell's two-pod part.
+#[derive(Clone, Copy)]
+pub struct ClientServer<'a> {
+    pub client: &'a Pod,
+    pub server: &'a Pod,
+    pub service: &'a str,
+}
+
+/// How the client reaches the server through the mesh.
+pub struct Entry {
+    pub url: String,
+    /// The client's own TLS, when the app does mTLS itself.
+    pub client_tls: Option<ClientTlsFiles>,
+}
+
+/// What measures a cell; the site decides where its results are written.
+pub enum Instrument {
+    Load(LoadSpec),
+    /// E3's experimenter running one experiment (`WorkloadApp::Experimenter` with `once`).
+    Experimenter(WorkloadFile),
+}
+
+/// What a cell measured.
+pub struct Measured {
+    pub load: LoadReport,
+    pub resources: Vec<ComponentResources>,
+    pub wire: Option<WireObservation>,
+}
+
+/// Where a run's cells happen.
+pub trait Platform {
+    /// How results name it: `local-lab/netns`.
+    fn name(&self) -> String;
+
+    /// Refuses what it cannot run, before anything is written.
+    fn check(&self, application: crate::Application) -> Result<(), Error>;
+
+    /// Sets up what the run's cells share: identities for every workload of `topology` under
+    /// `policy`, kept until the platform is dropped.
+    fn prepare(&mut self, topology: &Topology, policy: &str) -> Result<(), Error>;
+
+    /// Realizes one cell's topology.
+    fn realize<'a>(
+        &'a self,
+        cell: CellPlace<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn Site<'a> + 'a>, SiteError>>;
+}
+
+/// A realized cell: its topology running on the platform, borrowing from it for `'a`.
+pub trait Site<'a> {
+    /// Unique to the cell (the request marker carries it).
+    fn id(&self) -> &str;
+
+    /// Where `pod`'s app listens.
+    fn app_listen(&self, pod: &Pod) -> Result<SocketAddr, SiteError>;
+
+    /// `host:port` of `service` as pods dial it.
+    fn service_host(&self, service: &str) -> Result<String, SiteError>;
+
+    /// The TLS the server app serves itself under `mesh`, if it does.
+    fn app_tls(&self, mesh: Mesh, cell: ClientServer<'_>) -> Option<ServerTlsFiles>;
+
+    /// Starts `app` in `pod` and waits until it serves.
+    fn start_app<'b>(
+        &'b mut self,
+        pod: &'b Pod,
+        app: &'b WorkloadFile,
+    ) -> BoxFuture<'b, Result<(), SiteError>>;
+
+    /// Puts `mesh` around a client/server cell whose server app runs.
+    fn deploy<'b>(
+        &'b mut self,
+        mesh: Mesh,
+        cell: ClientServer<'b>,
+    ) -> BoxFuture<'b, Result<Entry, SiteError>>;
+
+    /// Puts `mesh` around every meshed workload of the topology.
+    fn enroll(&mut self, mesh: Mesh) -> BoxFuture<'_, Result<(), SiteError>>;
+
+    /// Runs `instrument` in `client` to its end, sampling every component every
+    /// `sample_interval`; with `marker`, records the wire between the nodes and whether the
+    /// marker crossed it in plaintext. Stops every component afterwards.
+    fn measure<'b>(
+        &'b mut self,
+        client: &'b Pod,
+        instrument: Instrument,
+        sample_interval: std::time::Duration,
+        marker: Option<&'b str>,
+    ) -> BoxFuture<'b, Result<Measured, SiteError>>;
+
+    /// Removes what the cell created and keeps its outputs in the cell's directory.
+    fn finish(self: Box<Self>) -> BoxFuture<'a, ()>;
+}
