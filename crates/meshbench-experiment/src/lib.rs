@@ -14,6 +14,8 @@ mod spec;
 pub use application::Application;
 pub use error::Error;
 pub use placement::Placement;
-pub use profile::{builtin_spec, profile_names, LoadKind, OutlierPolicy, PointPlan, Profile};
+pub use profile::{
+    builtin_spec, profile_names, LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile,
+};
 pub use runner::{CellId, Progress, RunOptions, Runner};
 pub use spec::{parse_spec, Scale};

@@ -83,33 +83,64 @@ impl LoadKind {
     pub fn time_bound(self) -> bool {
         matches!(self, LoadKind::ConstantRate | LoadKind::ClosedLoop)
     }
+}
 
-    /// The load generator's model for `point`.
-    pub fn load_model(self, point: &LoadPoint) -> meshbench_loadgen::LoadModel {
+/// One load point as the load generator runs it: its model in the engine's own type
+/// (`meshbench_loadgen::LoadModel`, carried unchanged from the spec into the cell's
+/// `LoadSpec`) and what the cell needs beside it. Results describe it as a
+/// [`LoadPoint`] ([`LoadPlan::describe`]), which is never read back as a plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadPlan {
+    pub model: meshbench_loadgen::LoadModel,
+    /// Connections of the open and closed loops; the users of the users model; 1 for the
+    /// sequential model.
+    pub connections: u32,
+    /// Sequential model: the experiment's requests. Users model: requests per user.
+    pub requests: Option<u64>,
+    /// E3's application: the largest operand.
+    pub max_operand: Option<u64>,
+    /// E4's counter chain: the services one request crosses.
+    pub services: Option<u32>,
+}
+
+impl LoadPlan {
+    /// The point as results record it.
+    pub fn describe(&self) -> LoadPoint {
         use meshbench_loadgen::LoadModel as M;
-        match self {
-            LoadKind::ConstantRate => M::OpenLoop { rps: point.rps },
-            LoadKind::ClosedLoop => M::ClosedLoop,
-            LoadKind::Sequential => M::Sequential {
-                group_size: point.group_size.unwrap_or(1),
-                group_interval: Duration::from_micros(
-                    (point.group_interval_ms.unwrap_or(0.0).max(0.0) * 1e3).round() as u64,
-                ),
-            },
-            LoadKind::Users => M::Users {
-                users: point.connections,
-                requests_per_user: point.requests.unwrap_or(1),
-            },
+        let mut point = LoadPoint {
+            connections: self.connections,
+            requests: self.requests,
+            max_operand: self.max_operand,
+            services: self.services,
+            ..LoadPoint::default()
+        };
+        match &self.model {
+            M::OpenLoop { rps } => point.rps = *rps,
+            M::ClosedLoop | M::Users { .. } => {}
+            M::Sequential {
+                group_size,
+                group_interval,
+            } => {
+                point.group_size = Some(*group_size);
+                point.group_interval_ms = Some(group_interval.as_secs_f64() * 1e3);
+            }
         }
+        point
     }
 }
 
 /// A load point and how many times it runs.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PointPlan {
-    /// `rps` is 0 for closed-loop points.
-    pub point: LoadPoint,
+    pub plan: LoadPlan,
     pub repetitions: u32,
+}
+
+impl PointPlan {
+    /// The point as results record it.
+    pub fn point(&self) -> LoadPoint {
+        self.plan.describe()
+    }
 }
 
 /// E2's policy: per load point, drop the repetitions whose baseline had the highest maximum
@@ -241,7 +272,7 @@ impl Profile {
             .load_points
             .iter()
             .map(|plan| {
-                let p = plan.point;
+                let p = plan.point();
                 let requests = p.requests.unwrap_or(0) * u64::from(p.connections.max(1));
                 let hops = u64::from(p.services.unwrap_or(1));
                 let pauses = p.requests.zip(p.group_size).map_or(0.0, |(n, g)| {
@@ -279,7 +310,7 @@ impl Profile {
                 LoadKind::Users => LoadModel::Users,
             },
             application: self.application.name().to_owned(),
-            load_points: self.load_points.iter().map(|p| p.point).collect(),
+            load_points: self.load_points.iter().map(PointPlan::point).collect(),
             repetitions: self.max_repetitions(),
             repetitions_per_point: self.load_points.iter().map(|p| p.repetitions).collect(),
             duration_seconds: self.duration.as_secs_f64(),

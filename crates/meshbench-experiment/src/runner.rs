@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use meshbench_identity::ClientTlsFiles;
 use meshbench_lab::{describe_environment, BuildInfo};
-use meshbench_loadgen::{Body, ClientTlsSpec, LoadSpec, RequestFile};
+use meshbench_loadgen::{Body, ClientTlsSpec, LoadModel, LoadSpec, RequestFile};
 use meshbench_meshes::Mesh;
 use meshbench_netlab::Backend;
 use meshbench_results::{
@@ -33,6 +33,7 @@ use crate::placement::Placement;
 use crate::platform::{
     CellPlace, ClientServer, Entry, Instrument, LocalLab, Measured, Platform, Site,
 };
+use crate::profile::LoadPlan;
 use crate::{Error, LoadKind, PointPlan, Profile};
 
 /// Where and how a run happens; what it runs is the [`Profile`].
@@ -57,7 +58,10 @@ pub struct CellId {
     pub total: usize,
     pub scenario: Mesh,
     pub placement: Placement,
+    /// As results record it.
     pub load_point: LoadPoint,
+    /// As the load generator runs it.
+    pub plan: LoadPlan,
     pub repetition: u32,
 }
 
@@ -258,10 +262,8 @@ impl Runner {
                 .load_points
                 .iter()
                 .filter(|p| p.repetitions >= repetition);
-            for &PointPlan {
-                point: load_point, ..
-            } in points
-            {
+            for PointPlan { plan, .. } in points {
+                let load_point = plan.describe();
                 for &placement in &profile.placements {
                     for &scenario in &scenarios {
                         index += 1;
@@ -280,6 +282,7 @@ impl Runner {
                             scenario,
                             placement,
                             load_point,
+                            plan: plan.clone(),
                             repetition,
                         };
                         progress.cell_started(&id);
@@ -447,10 +450,10 @@ impl Runner {
         tls: Option<ClientTlsFiles>,
     ) -> LoadSpec {
         let profile = &self.profile;
-        let point = id.load_point;
-        let mut spec = LoadSpec::new(url, profile.model.load_model(&point));
+        let point = &id.plan;
+        let mut spec = LoadSpec::new(url, point.model.clone());
         if profile.model == LoadKind::Sequential {
-            spec.requests = Some(point.requests.unwrap_or(1));
+            spec.requests = point.requests;
         }
         if profile.model.time_bound() {
             spec.connections = point.connections;
@@ -488,12 +491,18 @@ impl Runner {
     /// point's requests in its groups, all four operations, the point's operands, and the
     /// first request discarded as E3 did.
     fn experimenter_file(&self, id: &CellId, url: &str, marker: Option<&str>) -> WorkloadFile {
-        let point = id.load_point;
+        let point = &id.plan;
+        let (group_size, interval) = match &point.model {
+            LoadModel::Sequential {
+                group_size,
+                group_interval,
+            } => (*group_size, *group_interval),
+            _ => (1, std::time::Duration::ZERO),
+        };
         let mut experiment = serde_json::json!({
             "interactions": point.requests.unwrap_or(1),
-            "batchSize": point.group_size.unwrap_or(1),
-            "intervalBetweenBatchesInMilliseconds":
-                point.group_interval_ms.unwrap_or(0.0).round() as u64,
+            "batchSize": group_size,
+            "intervalBetweenBatchesInMilliseconds": (interval.as_secs_f64() * 1e3).round() as u64,
             "allowedOperations": ["sum", "subtraction", "multiplication", "division"],
             "maxOperand": point.max_operand.unwrap_or(100),
             "warmupInteractions": u64::from(point.requests.unwrap_or(1) > 1),

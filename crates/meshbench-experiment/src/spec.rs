@@ -11,11 +11,10 @@ use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
 use meshbench_meshes::Mesh;
-use meshbench_results::LoadPoint;
 
 use crate::application::Application;
 use crate::placement::Placement;
-use crate::profile::{LoadKind, OutlierPolicy, PointPlan, Profile};
+use crate::profile::{LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile};
 use crate::Error;
 
 /// The longest server delay and the biggest response the echo role accepts.
@@ -352,7 +351,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
     }
     let mut load_points = Vec::new();
     for (i, doc) in spec.load.points.iter().enumerate() {
-        let point = load_point(doc, model, application)
+        let plan = load_point(doc, model, application)
             .map_err(|(name, problem)| invalid(&format!("load.points[{i}].{name}"), problem))?;
         let repetitions = doc.repetitions.unwrap_or(spec.repetitions);
         if repetitions == 0 {
@@ -361,13 +360,13 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
                 "must be at least 1".into(),
             ));
         }
-        if load_points.iter().any(|p: &PointPlan| p.point == point) {
+        if load_points.iter().any(|p: &PointPlan| p.plan == plan) {
             return Err(invalid(
                 &format!("load.points[{i}]"),
                 "repeats an earlier load point".into(),
             ));
         }
-        load_points.push(PointPlan { point, repetitions });
+        load_points.push(PointPlan { plan, repetitions });
     }
     let duration = match (&spec.duration, model.time_bound()) {
         (Some(text), true) => {
@@ -461,7 +460,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
                 format!(
                     "dropping {drop} of {} repetitions (at {}) leaves none",
                     point.repetitions,
-                    point.point.label()
+                    point.point().label()
                 ),
             ));
         }
@@ -496,7 +495,7 @@ fn load_point(
     doc: &PointDoc,
     model: LoadKind,
     application: Application,
-) -> Result<LoadPoint, Invalid> {
+) -> Result<LoadPlan, Invalid> {
     let problem = |field: &str, text: String| (field.to_owned(), text);
     let model_name = model.spec_name();
     let not_for = |field: &str| problem(field, format!("does not apply to the {model_name} model"));
@@ -517,11 +516,20 @@ fn load_point(
     if let Some(field) = doc.load_fields().find(|f| !own_fields.contains(f)) {
         return Err(not_for(field));
     }
-    let mut point = LoadPoint::default();
+    use meshbench_loadgen::LoadModel as M;
+    let mut point = LoadPlan {
+        model: M::ClosedLoop,
+        connections: 1,
+        requests: None,
+        max_operand: None,
+        services: None,
+    };
     match model {
         LoadKind::ConstantRate | LoadKind::ClosedLoop => {
-            point.rps = match (model, doc.rps) {
-                (LoadKind::ConstantRate, Some(rps)) if rps.is_finite() && rps > 0.0 => rps,
+            point.model = match (model, doc.rps) {
+                (LoadKind::ConstantRate, Some(rps)) if rps.is_finite() && rps > 0.0 => {
+                    M::OpenLoop { rps }
+                }
                 (LoadKind::ConstantRate, Some(rps)) => {
                     return Err(problem("rps", format!("{rps} is not a positive rate")))
                 }
@@ -537,7 +545,7 @@ fn load_point(
                         "a closed-loop load point has no rate (it sends as fast as it can)".into(),
                     ))
                 }
-                (_, None) => 0.0,
+                (_, None) => M::ClosedLoop,
             };
             let connections = doc.connections.ok_or_else(|| needed("connections"))?;
             point.connections = at_least_one("connections", connections.into())? as u32;
@@ -548,23 +556,29 @@ fn load_point(
                 "requests",
                 doc.requests.ok_or_else(|| needed("requests"))?,
             )?);
-            point.group_size = Some(at_least_one(
+            let group_size = at_least_one(
                 "group_size",
                 doc.group_size.ok_or_else(|| needed("group_size"))?,
-            )?);
-            let interval = match &doc.group_interval {
+            )?;
+            let group_interval = match &doc.group_interval {
                 Some(text) => parse_duration("group_interval", text)?,
                 None => Duration::ZERO,
             };
-            point.group_interval_ms = Some(interval.as_secs_f64() * 1e3);
+            point.model = M::Sequential {
+                group_size,
+                group_interval,
+            };
         }
         LoadKind::Users => {
             let users = doc.users.ok_or_else(|| needed("users"))?;
             point.connections = at_least_one("users", users.into())? as u32;
-            point.requests = Some(at_least_one(
-                "requests",
-                doc.requests.ok_or_else(|| needed("requests"))?,
-            )?);
+            let requests_per_user =
+                at_least_one("requests", doc.requests.ok_or_else(|| needed("requests"))?)?;
+            point.requests = Some(requests_per_user);
+            point.model = M::Users {
+                users: point.connections,
+                requests_per_user,
+            };
         }
     }
     match (application, doc.max_operand) {
@@ -670,13 +684,13 @@ mod tests {
     #[test]
     fn the_studies_applications_take_their_own_load_points() {
         let e3 = parse_spec(E3, "t", Scale::Local).unwrap();
-        let point = e3.load_points[0].point;
+        let point = e3.load_points[0].point();
         assert_eq!(e3.application, Application::ZeroTrustApp);
         assert_eq!((point.requests, point.group_size), (Some(100), Some(10)));
         assert_eq!(point.max_operand, Some(100), "E3's default operand range");
         assert_eq!(point.group_interval_ms, Some(0.0));
         let e4 = parse_spec(E4, "t", Scale::Local).unwrap();
-        let point = e4.load_points[0].point;
+        let point = e4.load_points[0].point();
         assert_eq!((point.connections, point.requests), (4, Some(3)));
         assert_eq!(point.services, Some(8));
         assert_eq!(e4.duration, Duration::ZERO);

@@ -5,6 +5,13 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// Runs `command` to its end and asserts that it succeeded (see [`assert_success`]).
+pub fn run_ok(command: &mut std::process::Command) -> std::process::Output {
+    let output = command.output().expect("the command starts");
+    assert_success(&output);
+    output
+}
+
 /// Asserts that a finished command succeeded, showing its exit code and stderr when not.
 pub fn assert_success(output: &std::process::Output) {
     assert!(

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use meshbench_results::{read_json, RunResult, RunStatus};
+use meshbench_testkit::run_ok;
 
 fn required_tools_present() -> bool {
     meshbench_testkit::require_netns()
@@ -20,15 +21,13 @@ fn run_spec(dir: &Path, spec: &str) -> RunResult {
     let path = dir.join("spec.yaml");
     std::fs::write(&path, spec).unwrap();
     let out = dir.join("out");
-    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args(["run", "--backend", "netns", "--spec"])
-        .arg(&path)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["run", "--backend", "netns", "--spec"])
+            .arg(&path)
+            .arg("--out")
+            .arg(&out),
+    );
     let result: RunResult = read_json(&out.join("results.json")).unwrap();
     assert_eq!(result.status, RunStatus::Complete);
     result

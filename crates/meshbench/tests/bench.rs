@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
 use meshbench_results::{read_json, BenchReport};
-use meshbench_testkit::{assert_success, require_tool};
+use meshbench_testkit::{require_tool, run_ok};
 
 /// Each benchmark pins its tools to the machine's CPUs and loads them: two at once would
 /// measure each other (and overflow the pacing pass's capture), so they take turns.
@@ -28,21 +28,20 @@ fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args([
-            "bench",
-            "loadgen",
-            "--duration",
-            "1s",
-            "--repetitions",
-            "2",
-            "--out",
-        ])
-        .arg(dir.path())
-        .args(["--target-cpu", &(cores - 1).min(1).to_string()])
-        .output()
-        .unwrap();
-    assert_success(&out);
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args([
+                "bench",
+                "loadgen",
+                "--duration",
+                "1s",
+                "--repetitions",
+                "2",
+                "--out",
+            ])
+            .arg(dir.path())
+            .args(["--target-cpu", &(cores - 1).min(1).to_string()]),
+    );
     let report: BenchReport = read_json(&dir.path().join("bench.json")).unwrap();
     let (rounds, pacing): (Vec<_>, Vec<_>) = report
         .measurements
@@ -183,23 +182,22 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args([
-            "bench",
-            "dataplane",
-            "--duration",
-            "1s",
-            "--open-connections",
-            "50",
-            "--repetitions",
-            "2",
-            "--out",
-        ])
-        .arg(dir.path())
-        .args(["--proxy-cpu", &(cores - 1).min(1).to_string()])
-        .output()
-        .unwrap();
-    assert_success(&out);
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args([
+                "bench",
+                "dataplane",
+                "--duration",
+                "1s",
+                "--open-connections",
+                "50",
+                "--repetitions",
+                "2",
+                "--out",
+            ])
+            .arg(dir.path())
+            .args(["--proxy-cpu", &(cores - 1).min(1).to_string()]),
+    );
     let report: BenchReport = read_json(&dir.path().join("bench.json")).unwrap();
     let planes = [
         "direct",

@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use meshbench_results::{read_json, RunResult, RunStatus};
-use meshbench_testkit::{assert_success, wait_for};
+use meshbench_testkit::{assert_success, run_ok, wait_for};
 
 fn meshbench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_meshbench"))
@@ -191,14 +191,13 @@ fn without_namespaces_recording_relays_stand_for_the_link() {
     )
     .unwrap();
     let out_dir = dir.path().join("run");
-    let out = meshbench()
-        .args(["run", "--backend", "loopback", "--capture-link", "--spec"])
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert_success(&out);
+    run_ok(
+        meshbench()
+            .args(["run", "--backend", "loopback", "--capture-link", "--spec"])
+            .arg(&spec)
+            .arg("--out")
+            .arg(&out_dir),
+    );
     let result: RunResult = read_json(&out_dir.join("results.json")).unwrap();
     let wire = |scenario: &str| {
         result
@@ -226,19 +225,18 @@ fn run_writes_results_and_reports_then_report_regenerates_them() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("run");
     // The unprivileged backend; tests/lab.rs runs the netns one.
-    let out = meshbench()
-        .args([
-            "run",
-            "--profile",
-            "smoke",
-            "--backend",
-            "loopback",
-            "--out",
-        ])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert_success(&out);
+    let out = run_ok(
+        meshbench()
+            .args([
+                "run",
+                "--profile",
+                "smoke",
+                "--backend",
+                "loopback",
+                "--out",
+            ])
+            .arg(&out_dir),
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("Overhead relative to baseline"));
     let result: RunResult = read_json(&out_dir.join("results.json")).unwrap();
     check_complete_run(&out_dir, &result);
@@ -341,12 +339,7 @@ fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
     });
 
     // Resuming runs only the missing cells and keeps the finished ones as they were.
-    let resumed = meshbench()
-        .args(["run", "--resume"])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert_success(&resumed);
+    run_ok(meshbench().args(["run", "--resume"]).arg(&out_dir));
     let complete: RunResult = read_json(&results).unwrap();
     assert_eq!(complete.status, RunStatus::Complete);
     assert_eq!(complete.cells.len(), 6);

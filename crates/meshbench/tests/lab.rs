@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use meshbench_results::{read_json, Cell, RunResult, RunStatus};
-use meshbench_testkit::assert_success;
+use meshbench_testkit::run_ok;
 
 fn required_tools_present() -> bool {
     meshbench_testkit::require_netns()
@@ -30,21 +30,19 @@ fn meshes_profile_runs_every_mesh_on_both_placements_and_proves_encryption_on_th
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("meshes");
-    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args([
-            "run",
-            "--profile",
-            "meshes",
-            "--backend",
-            "netns",
-            "--capture-link",
-        ])
-        .args(["--duration", "1s", "--warmup", "300ms", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args([
+                "run",
+                "--profile",
+                "meshes",
+                "--backend",
+                "netns",
+                "--capture-link",
+            ])
+            .args(["--duration", "1s", "--warmup", "300ms", "--out"])
+            .arg(&out),
+    );
     let result: RunResult = read_json(&out.join("results.json")).unwrap();
     assert_eq!(result.status, RunStatus::Complete);
     assert_eq!(result.config.platform, "local-lab/netns");
@@ -141,14 +139,13 @@ fn results_can_go_where_the_proxy_user_cannot_reach() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let out = dir.path().join("run");
-    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args(["run", "--profile", "smoke", "--backend", "netns"])
-        .args(["--scenarios", "baseline,meshbench-sidecar"])
-        .args(["--duration", "1s", "--warmup", "300ms", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert_success(&output);
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["run", "--profile", "smoke", "--backend", "netns"])
+            .args(["--scenarios", "baseline,meshbench-sidecar"])
+            .args(["--duration", "1s", "--warmup", "300ms", "--out"])
+            .arg(&out),
+    );
     let result: RunResult = read_json(&out.join("results.json")).unwrap();
     assert_eq!(result.status, RunStatus::Complete);
     let sidecar_cells: Vec<_> = result

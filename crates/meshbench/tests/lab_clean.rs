@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use meshbench_testkit::{assert_success, wait_for};
+use meshbench_testkit::{run_ok, wait_for};
 
 fn netns_list() -> String {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
@@ -68,11 +68,7 @@ fn lab_clean_removes_everything_a_killed_run_left_behind() {
     assert!(netns_list().contains("mb-"));
     assert!(!processes_mentioning(&out_text).is_empty());
 
-    let clean = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args(["lab", "clean"])
-        .output()
-        .unwrap();
-    assert_success(&clean);
+    let clean = run_ok(Command::new(env!("CARGO_BIN_EXE_meshbench")).args(["lab", "clean"]));
     let said = String::from_utf8_lossy(&clean.stdout);
     assert!(said.contains("removed"), "{said}");
 
