@@ -195,6 +195,14 @@ authorization:
 "#;
 
 /// An L7 sidecar (plaintext inbound, so raw sockets reach its parser) in front of `app`.
+/// An app that records what reaches it, behind an L7 sidecar started with `extra` flags.
+fn l7_in_front_of_recording_app(extra: &[&str]) -> (tempfile::TempDir, RecordingApp, Component) {
+    let dir = tempfile::tempdir().unwrap();
+    let app = RecordingApp::start();
+    let proxy = l7_sidecar(dir.path(), app.addr, extra);
+    (dir, app, proxy)
+}
+
 fn l7_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
     let policy = dir.join("policy.yaml");
     std::fs::write(&policy, POLICY).unwrap();
@@ -223,9 +231,7 @@ fn l7_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
 
 #[test]
 fn a_connection_header_naming_the_framing_smuggles_nothing_past_the_policy() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = RecordingApp::start();
-    let mut proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    let (_dir, app, mut proxy) = l7_in_front_of_recording_app(&[]);
     let smuggled = b"GET /admin HTTP/1.1\r\nHost: calc\r\n\r\n";
     for nominated in ["content-length", "Content-Length, x-y", "host"] {
         let request = [
@@ -257,9 +263,7 @@ fn a_connection_header_naming_the_framing_smuggles_nothing_past_the_policy() {
 
 #[test]
 fn every_forwarded_request_frames_as_the_proxy_framed_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = RecordingApp::start();
-    let proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    let (_dir, app, proxy) = l7_in_front_of_recording_app(&[]);
     // Duplicate agreeing lengths, tabs around values: the app gets exactly one length.
     let answer = exchange(
         proxy.addr,
@@ -278,9 +282,7 @@ fn every_forwarded_request_frames_as_the_proxy_framed_it() {
 
 #[test]
 fn lenient_framing_is_refused_with_400() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = RecordingApp::start();
-    let proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    let (_dir, _app, proxy) = l7_in_front_of_recording_app(&[]);
     let cases: [&[u8]; 7] = [
         "POST /a HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\u{a0}\r\n\r\n0\r\n\r\n"
             .as_bytes(),
@@ -303,9 +305,7 @@ fn lenient_framing_is_refused_with_400() {
 
 #[test]
 fn request_targets_are_not_misread_and_none_panics_the_proxy() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = RecordingApp::start();
-    let mut proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    let (_dir, app, mut proxy) = l7_in_front_of_recording_app(&[]);
     // The absolute form without a path used to panic the connection's task.
     for _ in 0..50 {
         let status = status_of(
@@ -337,9 +337,7 @@ fn request_targets_are_not_misread_and_none_panics_the_proxy() {
 
 #[test]
 fn a_clients_identity_headers_never_reach_the_app() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = RecordingApp::start();
-    let proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    let (_dir, app, proxy) = l7_in_front_of_recording_app(&[]);
     let status = status_of(
         proxy.addr,
         b"GET /public HTTP/1.1\r\nHost: calc\r\nConnection: close\r\n\
@@ -357,9 +355,7 @@ fn a_clients_identity_headers_never_reach_the_app() {
 
 #[test]
 fn a_request_head_that_never_ends_is_timed_out_with_408() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = RecordingApp::start();
-    let proxy = l7_sidecar(dir.path(), app.addr, &["--header-read-timeout", "1s"]);
+    let (_dir, _app, proxy) = l7_in_front_of_recording_app(&["--header-read-timeout", "1s"]);
     let started = Instant::now();
     let answer = exchange(
         proxy.addr,
@@ -372,9 +368,7 @@ fn a_request_head_that_never_ends_is_timed_out_with_408() {
 
 #[test]
 fn past_the_connection_limit_a_client_waits_for_a_free_slot() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = RecordingApp::start();
-    let proxy = l7_sidecar(dir.path(), app.addr, &["--max-connections", "2"]);
+    let (_dir, _app, proxy) = l7_in_front_of_recording_app(&["--max-connections", "2"]);
     let holders: Vec<TcpStream> = (0..2)
         .map(|_| TcpStream::connect(proxy.addr).unwrap())
         .collect();
@@ -494,9 +488,7 @@ fn half_sent_client_hellos_are_dropped_at_the_handshake_timeout() {
 
 #[test]
 fn the_proxy_survives_a_burst_of_panicky_and_malformed_requests() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = RecordingApp::start();
-    let mut proxy = l7_sidecar(dir.path(), app.addr, &[]);
+    let (_dir, app, mut proxy) = l7_in_front_of_recording_app(&[]);
     let garbage: [&[u8]; 8] = [
         b"GET http://web HTTP/1.1\r\n\r\n",
         b"GET http://web?x HTTP/1.1\r\n\r\n",
@@ -864,9 +856,7 @@ fn rss_mib(pid: u32) -> u64 {
 
 #[test]
 fn unfinished_heads_are_timed_out_and_their_memory_given_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = RecordingApp::start();
-    let proxy = l7_sidecar(dir.path(), app.addr, &["--header-read-timeout", "2s"]);
+    let (_dir, _app, proxy) = l7_in_front_of_recording_app(&["--header-read-timeout", "2s"]);
     let pid = proxy.child.id();
     let start = rss_mib(pid);
     let mut head = b"GET / HTTP/1.1\r\nHost: calc\r\nX-Long: ".to_vec();
@@ -902,9 +892,7 @@ fn unfinished_heads_are_timed_out_and_their_memory_given_back() {
 
 #[test]
 fn a_kept_alive_connection_that_sends_nothing_more_is_closed_at_the_idle_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = RecordingApp::start();
-    let proxy = l7_sidecar(dir.path(), app.addr, &["--idle-timeout", "1s"]);
+    let (_dir, _app, proxy) = l7_in_front_of_recording_app(&["--idle-timeout", "1s"]);
     let mut stream = TcpStream::connect(proxy.addr).unwrap();
     let started = Instant::now();
     // Two requests keep it busy; then silence, between requests, is idleness.
