@@ -51,6 +51,19 @@ pub struct RunOptions {
     pub capture_link: bool,
 }
 
+impl RunOptions {
+    /// The same options with an absolute results directory: components read their configs
+    /// from the proxy area, where a relative path would resolve against the config's
+    /// directory, not the directory the run was started in.
+    fn absolute(mut self) -> Result<Self, Error> {
+        self.out_dir = std::path::absolute(&self.out_dir).map_err(|source| Error::CreateDir {
+            path: self.out_dir.clone(),
+            source,
+        })?;
+        Ok(self)
+    }
+}
+
 /// Identifies a cell for progress reporting.
 #[derive(Debug, Clone)]
 pub struct CellId {
@@ -96,6 +109,7 @@ impl Runner {
     /// Prepares the output directory; refuses one that already holds results. The cells run
     /// on the local lab with the options' backend.
     pub fn new(profile: Profile, options: RunOptions) -> Result<Self, Error> {
+        let options = options.absolute()?;
         let platform = Box::new(local_lab(&options));
         Runner::on(platform, profile, options)
     }
@@ -106,6 +120,7 @@ impl Runner {
         profile: Profile,
         options: RunOptions,
     ) -> Result<Self, Error> {
+        let options = options.absolute()?;
         let results_path = options.out_dir.join("results.json");
         if results_path.exists() {
             return Err(Error::OutputExists { path: results_path });
@@ -139,6 +154,7 @@ impl Runner {
     /// the results carry (with the run's scale, selection, duration and warm-up), finished
     /// cells are kept and skipped, and new cells are appended to the same document.
     pub fn resume(options: RunOptions) -> Result<Self, Error> {
+        let options = options.absolute()?;
         let results_path = options.out_dir.join("results.json");
         let mut result: RunResult = read_json(&results_path).map_err(|e| Error::Resume {
             path: results_path.clone(),

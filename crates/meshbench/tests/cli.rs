@@ -423,3 +423,27 @@ fn role_config_files_are_checked_field_by_field() {
         "cannot be used with",
     );
 }
+
+#[test]
+fn a_relative_out_directory_is_where_the_results_go() {
+    // The default `meshbench run` writes under ./meshbench-results: the components, which
+    // read their configs elsewhere, must still write their results there.
+    let cwd = tempfile::tempdir().unwrap();
+    run_ok(
+        meshbench()
+            .current_dir(cwd.path())
+            .args(["run", "--profile", "smoke", "--backend", "loopback"])
+            .args([
+                "--scenarios",
+                "baseline",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+            ])
+            .args(["--out", "relative/run"]),
+    );
+    let result: RunResult = read_json(&cwd.path().join("relative/run/results.json")).unwrap();
+    assert_eq!(result.status, RunStatus::Complete);
+    assert!(result.cells.iter().all(|c| c.load.sent > 0));
+}
