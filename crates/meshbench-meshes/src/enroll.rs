@@ -24,7 +24,7 @@ pub async fn enroll(mesh: Mesh, lab: &LabContext<'_>) -> Result<Vec<LabComponent
 }
 
 /// The port a pod's app listens on: its service's target port.
-pub(crate) fn app_port(lab: &LabContext<'_>, pod: &Pod) -> u16 {
+pub fn app_port(lab: &LabContext<'_>, pod: &Pod) -> u16 {
     lab.net
         .topology()
         .services

@@ -91,14 +91,6 @@ impl MeshContext<'_> {
         mesh.app_tls(self)
     }
 
-    /// The address the server app listens on.
-    pub fn server_app_listen(&self) -> Result<SocketAddr, Error> {
-        Ok(SocketAddr::new(
-            self.net.pod_bind_ip(&self.server_pod.name)?,
-            Ports::APP,
-        ))
-    }
-
     pub(crate) fn server_svid(&self) -> crate::WorkloadSvid {
         let w = &self.server_pod.workload;
         self.pki.svid(&w.namespace, &w.service_account)

@@ -30,7 +30,7 @@ pub use adapter::{
     Unavailable,
 };
 pub use area::{clean_stale_areas, collect_outputs, ProxyArea, AREAS_ROOT, PRIVATE_SUFFIX};
-pub use enroll::enroll;
+pub use enroll::{app_port, enroll};
 pub use gateway::start_gateway;
 pub use lab::{
     deploy, Deployment, LabContext, MeshContext, Ports, PROXY_METRICS_DIR_SUFFIX,

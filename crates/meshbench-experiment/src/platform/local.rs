@@ -202,13 +202,7 @@ impl<'a> Site<'a> for LocalSite<'a> {
     }
 
     fn app_listen(&self, pod: &Pod) -> Result<SocketAddr, SiteError> {
-        let port = self
-            .net
-            .topology()
-            .services
-            .iter()
-            .find(|s| s.workload == pod.workload.name)
-            .map_or(meshbench_meshes::Ports::APP, |s| s.target_port);
+        let port = meshbench_meshes::app_port(&self.ctx(), pod);
         Ok(SocketAddr::new(self.net.pod_bind_ip(&pod.name)?, port))
     }
 
