@@ -29,6 +29,7 @@ use crate::{
     SidecarIdentity, TransparentOutbound,
 };
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SidecarFile {
@@ -37,7 +38,6 @@ pub struct SidecarFile {
     /// The workload (policy selectors use it).
     pub workload: String,
     /// The workload's SVID and the peers' trust bundle; required with mTLS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<IdentityFiles>,
     /// Off: plaintext between sidecars (what mTLS itself costs).
     #[serde(default = "yes")]
@@ -45,14 +45,11 @@ pub struct SidecarFile {
     #[serde(default)]
     pub mode: Mode,
     /// Policy file; without one, PERMISSIVE and allow-all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PathBuf>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inbound: Option<InboundListener>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbound: Vec<OutboundListener>,
     /// The listener for the app's connections REDIRECTed by iptables.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transparent_outbound: Option<TransparentListener>,
     #[serde(default)]
     pub tls: TlsChoice,
@@ -62,16 +59,14 @@ pub struct SidecarFile {
     #[serde(default = "yes")]
     pub metrics: bool,
     /// Serve Prometheus metrics on this address (GET /metrics).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<SocketAddr>,
     /// Write the metrics (Prometheus text) to this file when stopping.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_file: Option<PathBuf>,
     /// Runtime worker threads (default: one per core).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityFiles {
@@ -80,7 +75,6 @@ pub struct IdentityFiles {
     /// Trust bundle for peers.
     pub ca: PathBuf,
     /// Renew the SVID through this CA service.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_endpoint: Option<SocketAddr>,
     /// Renew when this fraction of the SVID's remaining lifetime has passed.
     #[serde(default = "default_rotate_at")]
@@ -109,6 +103,7 @@ pub struct InboundListener {
     pub transparent: bool,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutboundListener {
@@ -116,7 +111,6 @@ pub struct OutboundListener {
     /// The destination's inbound sidecar.
     pub upstream: SocketAddr,
     /// The identity the destination must present; any of the trust domain if absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_id: Option<String>,
 }
 
@@ -129,11 +123,11 @@ pub struct TransparentListener {
     pub destinations: Vec<MeshedDestination>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MeshedDestination {
     pub address: SocketAddr,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
 }
 

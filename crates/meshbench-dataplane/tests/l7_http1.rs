@@ -195,25 +195,42 @@ fn pair() -> Pair {
     Pair { lab, entry, seen }
 }
 
-async fn ask(client: &mut TcpStream, buf: &mut Vec<u8>, request: &[u8]) -> Message {
-    client.write_all(request).await.unwrap();
-    let without_body = request.starts_with(b"HEAD ");
-    read_message(client, buf, without_body)
-        .await
-        .expect("a response")
+/// A client connection to the pair, with the bytes read past the last message.
+struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
 }
 
-async fn get(client: &mut TcpStream, buf: &mut Vec<u8>, target: &str) -> Message {
-    let request = format!("GET {target} HTTP/1.1\r\nhost: calc\r\n\r\n");
-    ask(client, buf, request.as_bytes()).await
+impl Client {
+    async fn connect(entry: SocketAddr) -> Client {
+        let stream = TcpStream::connect(entry).await.unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    async fn read(&mut self, without_body: bool) -> Option<Message> {
+        read_message(&mut self.stream, &mut self.buf, without_body).await
+    }
+
+    async fn ask(&mut self, request: &[u8]) -> Message {
+        self.stream.write_all(request).await.unwrap();
+        let without_body = request.starts_with(b"HEAD ");
+        self.read(without_body).await.expect("a response")
+    }
+
+    async fn get(&mut self, target: &str) -> Message {
+        let request = format!("GET {target} HTTP/1.1\r\nhost: calc\r\n\r\n");
+        self.ask(request.as_bytes()).await
+    }
 }
 
 #[test]
 fn bodies_cross_the_pair_in_every_framing_on_one_connection() {
     let mut pair = pair();
     pair.lab.runtime.block_on(async {
-        let mut client = TcpStream::connect(pair.entry).await.unwrap();
-        let mut buf = Vec::new();
+        let mut client = Client::connect(pair.entry).await;
 
         // Larger than any buffer on the way: streamed through in pieces.
         let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
@@ -223,37 +240,33 @@ fn bodies_cross_the_pair_in_every_framing_on_one_connection() {
         )
         .into_bytes();
         request.extend_from_slice(&big);
-        let answer = ask(&mut client, &mut buf, &request).await;
+        let answer = client.ask(&request).await;
         assert_eq!(answer.start_line, "HTTP/1.1 200 OK");
         assert!(answer.body == big, "the 300 kB body came back intact");
         assert!(pair.seen.recv().await.unwrap().body == big);
 
         // A chunked request body keeps its chunked framing on the way.
-        let answer = ask(
-            &mut client,
-            &mut buf,
-            b"POST /echo HTTP/1.1\r\nhost: calc\r\ntransfer-encoding: chunked\r\n\r\n\
+        let answer = client
+            .ask(
+                b"POST /echo HTTP/1.1\r\nhost: calc\r\ntransfer-encoding: chunked\r\n\r\n\
               5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n",
-        )
-        .await;
+            )
+            .await;
         assert_eq!(answer.body, b"hello, world");
         let seen = pair.seen.recv().await.unwrap();
         assert_eq!(seen.header("transfer-encoding"), Some("chunked"));
 
         // A chunked response, trailers included.
-        let answer = get(&mut client, &mut buf, "/chunked").await;
+        let answer = client.get("/chunked").await;
         assert_eq!(answer.body, b"abcdef");
         assert_eq!(answer.trailers, [("x-checksum".into(), "6".into())]);
 
         // HEAD: a length but no body; the connection stays in step.
-        let answer = ask(
-            &mut client,
-            &mut buf,
-            b"HEAD /echo HTTP/1.1\r\nhost: calc\r\n\r\n",
-        )
-        .await;
+        let answer = client
+            .ask(b"HEAD /echo HTTP/1.1\r\nhost: calc\r\n\r\n")
+            .await;
         assert_eq!(answer.header("content-length"), Some("5"));
-        let answer = get(&mut client, &mut buf, "/echo?last").await;
+        let answer = client.get("/echo?last").await;
         assert_eq!(answer.body, b"/echo?last");
     });
 }
@@ -262,9 +275,9 @@ fn bodies_cross_the_pair_in_every_framing_on_one_connection() {
 fn pipelined_requests_are_answered_in_order_and_hop_by_hop_headers_stop_at_the_proxy() {
     let mut pair = pair();
     pair.lab.runtime.block_on(async {
-        let mut client = TcpStream::connect(pair.entry).await.unwrap();
-        let mut buf = Vec::new();
+        let mut client = Client::connect(pair.entry).await;
         client
+            .stream
             .write_all(
                 b"GET /echo?first HTTP/1.1\r\nhost: calc\r\nconnection: x-secret\r\nx-secret: 1\r\n\
                   keep-alive: timeout=5\r\nx-kept: 2\r\n\r\n\
@@ -273,7 +286,7 @@ fn pipelined_requests_are_answered_in_order_and_hop_by_hop_headers_stop_at_the_p
             .await
             .unwrap();
         for expected in ["/echo?first", "/echo?second"] {
-            let answer = read_message(&mut client, &mut buf, false).await.unwrap();
+            let answer = client.read(false).await.unwrap();
             assert_eq!(String::from_utf8(answer.body).unwrap(), expected);
         }
         let first = pair.seen.recv().await.unwrap();
@@ -299,9 +312,8 @@ fn pipelined_requests_are_answered_in_order_and_hop_by_hop_headers_stop_at_the_p
 fn a_response_without_length_ends_with_the_connection() {
     let pair = pair();
     pair.lab.runtime.block_on(async {
-        let mut client = TcpStream::connect(pair.entry).await.unwrap();
-        let mut buf = Vec::new();
-        let answer = get(&mut client, &mut buf, "/unsized").await;
+        let mut client = Client::connect(pair.entry).await;
+        let answer = client.get("/unsized").await;
         assert_eq!(answer.header("connection"), Some("close"));
         // read_message read to the end of the stream: the proxy closed after the body.
         assert_eq!(answer.body, b"until the end");
@@ -312,24 +324,22 @@ fn a_response_without_length_ends_with_the_connection() {
 fn a_request_that_could_smuggle_another_is_refused_before_reaching_the_app() {
     let mut pair = pair();
     pair.lab.runtime.block_on(async {
-        let mut client = TcpStream::connect(pair.entry).await.unwrap();
-        let mut buf = Vec::new();
-        let answer = ask(
-            &mut client,
-            &mut buf,
-            b"POST /echo HTTP/1.1\r\nhost: calc\r\ncontent-length: 5\r\n\
+        let mut client = Client::connect(pair.entry).await;
+        let answer = client
+            .ask(
+                b"POST /echo HTTP/1.1\r\nhost: calc\r\ncontent-length: 5\r\n\
               transfer-encoding: chunked\r\n\r\n0\r\n\r\nGET /admin/x HTTP/1.1\r\n\r\n",
-        )
-        .await;
+            )
+            .await;
         assert!(answer.start_line.starts_with("HTTP/1.1 400"), "{answer:?}");
         assert_eq!(
-            client.read(&mut [0u8; 16]).await.unwrap(),
+            client.stream.read(&mut [0u8; 16]).await.unwrap(),
             0,
             "closed after"
         );
         // A request that does reach the app shows the smuggling attempt never did.
-        let mut client = TcpStream::connect(pair.entry).await.unwrap();
-        get(&mut client, &mut buf, "/echo").await;
+        let mut client = Client::connect(pair.entry).await;
+        client.get("/echo").await;
         assert_eq!(
             pair.seen.recv().await.unwrap().start_line,
             "GET /echo HTTP/1.1"
@@ -342,19 +352,15 @@ fn a_request_that_could_smuggle_another_is_refused_before_reaching_the_app() {
 fn a_denied_request_with_a_body_gets_403_and_the_connection_stays_usable() {
     let mut pair = pair();
     pair.lab.runtime.block_on(async {
-        let mut client = TcpStream::connect(pair.entry).await.unwrap();
-        let mut buf = Vec::new();
-        let answer = ask(
-            &mut client,
-            &mut buf,
-            b"POST /admin/users HTTP/1.1\r\nhost: calc\r\ncontent-length: 3\r\n\r\nabc",
-        )
-        .await;
+        let mut client = Client::connect(pair.entry).await;
+        let answer = client
+            .ask(b"POST /admin/users HTTP/1.1\r\nhost: calc\r\ncontent-length: 3\r\n\r\nabc")
+            .await;
         assert!(answer.start_line.starts_with("HTTP/1.1 403"), "{answer:?}");
         assert_eq!(answer.body, b"RBAC: access denied\n");
         // The server-side proxy closed its connection (the body unread); the client's own
         // connection carried the whole body and goes on.
-        let answer = get(&mut client, &mut buf, "/echo").await;
+        let answer = client.get("/echo").await;
         assert_eq!(answer.body, b"/echo");
         assert_eq!(
             pair.seen.recv().await.unwrap().start_line,
@@ -371,11 +377,10 @@ fn a_denied_request_with_a_body_gets_403_and_the_connection_stays_usable() {
 fn a_pooled_connection_the_app_closed_is_not_reused() {
     let pair = pair();
     pair.lab.runtime.block_on(async {
-        let mut client = TcpStream::connect(pair.entry).await.unwrap();
-        let mut buf = Vec::new();
+        let mut client = Client::connect(pair.entry).await;
         // The app answers, then drops the connection the server-side proxy pooled.
         for round in 0..5 {
-            let answer = get(&mut client, &mut buf, "/bye").await;
+            let answer = client.get("/bye").await;
             assert_eq!(answer.body, b"/bye", "round {round}");
         }
     });
@@ -385,9 +390,9 @@ fn a_pooled_connection_the_app_closed_is_not_reused() {
 fn a_client_expecting_100_continue_is_told_to_send_its_body() {
     let pair = pair();
     pair.lab.runtime.block_on(async {
-        let mut client = TcpStream::connect(pair.entry).await.unwrap();
-        let mut buf = Vec::new();
+        let mut client = Client::connect(pair.entry).await;
         client
+            .stream
             .write_all(
                 b"POST /echo HTTP/1.1\r\nhost: calc\r\nexpect: 100-continue\r\n\
                   content-length: 5\r\n\r\n",
@@ -395,16 +400,13 @@ fn a_client_expecting_100_continue_is_told_to_send_its_body() {
             .await
             .unwrap();
         // Without the go-ahead both ends would wait for each other.
-        let interim = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            read_message(&mut client, &mut buf, true),
-        )
-        .await
-        .expect("a 100 Continue before the body")
-        .unwrap();
+        let interim = tokio::time::timeout(std::time::Duration::from_secs(10), client.read(true))
+            .await
+            .expect("a 100 Continue before the body")
+            .unwrap();
         assert_eq!(interim.start_line, "HTTP/1.1 100 Continue");
-        client.write_all(b"hello").await.unwrap();
-        let answer = read_message(&mut client, &mut buf, false).await.unwrap();
+        client.stream.write_all(b"hello").await.unwrap();
+        let answer = client.read(false).await.unwrap();
         assert_eq!(
             (answer.start_line.as_str(), &answer.body[..]),
             ("HTTP/1.1 200 OK", &b"hello"[..])

@@ -13,13 +13,13 @@ use crate::spiffe::SpiffeId;
 use crate::verifier::{SpiffeClientVerifier, TrustBundle};
 use crate::{load_certs, load_private_key, Error, SpiffeServerVerifier, SvidStore};
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
     /// When set, clients must present a certificate issued by this CA.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_ca: Option<PathBuf>,
 }
 

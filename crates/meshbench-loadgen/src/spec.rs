@@ -28,6 +28,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a time-bound run lasts when a spec names no stop.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoadSpec {
@@ -39,24 +40,14 @@ pub struct LoadSpec {
     pub connections: u32,
     /// Measured time, after warm-up. With neither this nor `requests`, the users model
     /// stops after every user's requests and the others after [`DEFAULT_DURATION`].
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "humantime_serde"
-    )]
+    #[serde(default, with = "humantime_serde")]
     pub duration: Option<Duration>,
     /// Stop after this many measured requests instead.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
     /// Warm-up time excluded from the results.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "humantime_serde"
-    )]
+    #[serde(default, with = "humantime_serde")]
     pub warmup: Option<Duration>,
     /// Warm-up requests excluded from the results instead.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_requests: Option<u64>,
     #[serde(default = "default_timeout", with = "humantime_serde")]
     pub timeout: Duration,
@@ -66,10 +57,8 @@ pub struct LoadSpec {
     pub protocol: Protocol,
     #[serde(default)]
     pub request: RequestFile,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_requests_per_connection: Option<u64>,
     /// Client TLS for an https:// URL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ClientTlsSpec>,
     #[serde(default)]
     pub output: LoadOutput,
@@ -112,36 +101,30 @@ pub enum Body {
 
 /// Client TLS files: a client certificate for mTLS (optional), the bundle the server's
 /// certificate must chain to, and the SPIFFE ID the server must present.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientTlsSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert: Option<PathBuf>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<PathBuf>,
     pub ca: PathBuf,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_server_id: Option<String>,
 }
 
 /// Where the results go.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct LoadOutput {
     /// meshbench's load report (JSON).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json: Option<PathBuf>,
     /// Include every request (intended time, latency, outcome) in `json`.
-    #[serde(default)]
     pub samples: bool,
     /// A Fortio-compatible result.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fortio_json: Option<PathBuf>,
     /// An HdrHistogram interval log, one histogram per second.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hlog: Option<PathBuf>,
     /// Print nothing on success.
-    #[serde(default)]
     pub quiet: bool,
 }
 

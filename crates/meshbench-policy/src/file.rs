@@ -25,20 +25,16 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct PolicyFile {
     #[serde(default = "default_trust_domain")]
     pub trust_domain: String,
     /// What a workload that no ALLOW policy selects admits.
-    #[serde(default)]
     pub default_inbound: DefaultInbound,
     /// Networks whose plaintext peers `cluster-authenticated` admits (Linkerd's
     /// clusterNetworks).
-    #[serde(default)]
     pub cluster_networks: Vec<IpNet>,
-    #[serde(default)]
     pub peer_authentication: Vec<PeerAuthentication>,
-    #[serde(default)]
     pub authorization: Vec<AuthorizationPolicy>,
 }
 
@@ -106,39 +102,30 @@ pub enum Action {
 
 /// A rule matches when every condition given matches (an absent condition matches anything).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Rule {
-    #[serde(default)]
     pub from: From,
-    #[serde(default)]
     pub to: To,
 }
 
 /// Source conditions. All of them need the peer's verified identity.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct From {
     /// `<trust-domain>/ns/<ns>/sa/<sa>` (or a full `spiffe://` ID); `*` and a leading or
     /// trailing `*` are wildcards.
-    #[serde(default)]
     pub principals: Vec<String>,
-    #[serde(default)]
     pub not_principals: Vec<String>,
-    #[serde(default)]
     pub namespaces: Vec<String>,
-    #[serde(default)]
     pub not_namespaces: Vec<String>,
 }
 
 /// Destination conditions. `methods` and `paths` need L7 (HTTP) enforcement.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct To {
-    #[serde(default)]
     pub ports: Vec<u16>,
-    #[serde(default)]
     pub methods: Vec<String>,
     /// Exact paths, or prefixes (`/api/*`) and suffixes (`*.json`).
-    #[serde(default)]
     pub paths: Vec<String>,
 }

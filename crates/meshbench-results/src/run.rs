@@ -50,6 +50,7 @@ pub struct Environment {
     pub command_line: Vec<String>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
@@ -95,7 +96,6 @@ pub struct RunConfig {
     #[serde(default)]
     pub outliers: OutlierPolicyConfig,
     /// The experiment spec (YAML) as run, so the document describes itself.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,
 }
 
@@ -141,6 +141,7 @@ pub struct UnavailableScenario {
     pub install: String,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoadPoint {
@@ -149,18 +150,13 @@ pub struct LoadPoint {
     /// Connections; the number of users for the users model, 1 for the sequential model.
     pub connections: u32,
     /// Sequential model: the requests of the experiment. Users model: requests per user.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
     /// Sequential model: requests per group, and the pause between groups.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_size: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_interval_ms: Option<f64>,
     /// E3's application: the largest operand (100, or 10^16 for the "bigger numbers" run).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_operand: Option<u64>,
     /// E4's counter chain: the services one request crosses.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub services: Option<u32>,
 }
 
@@ -212,12 +208,12 @@ pub struct WorkloadConfig {
     pub protocol: String,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Cell {
     pub scenario: String,
     /// `intra-node` or `inter-node`; absent in results from before placements.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<String>,
     pub load_point: LoadPoint,
     pub repetition: u32,
@@ -226,7 +222,6 @@ pub struct Cell {
     /// One entry per measured process, sampled over exactly the load window.
     pub resources: Vec<ComponentResources>,
     /// What a capture on the inter-node link saw during the cell, when one was taken.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wire: Option<WireObservation>,
     /// TLS handshakes our proxies timed (their own histograms, read when they stopped).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -273,6 +268,7 @@ pub struct WireObservation {
     pub cipher_suites: Vec<String>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ComponentResources {
@@ -289,8 +285,6 @@ pub struct ComponentResources {
     pub rss_mib_max: f64,
     /// The cgroup's working set (usage minus inactive file cache, as kubelet reports it);
     /// absent when the figures come from /proc.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_set_mib_mean: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_set_mib_max: Option<f64>,
 }

@@ -79,6 +79,7 @@ impl Experimenter {
 }
 
 /// The experiment as requested, with defaults filled in (E3's frontend defaults).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Workload {
@@ -92,7 +93,6 @@ pub struct Workload {
     /// discards the first RTT); meshbench's addition, default 0.
     pub warmup_interactions: u64,
     /// Put into every request's body and header, for wire captures (meshbench's addition).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub marker: Option<String>,
 }
 

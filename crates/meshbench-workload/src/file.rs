@@ -18,15 +18,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::{parse_delay, parse_size, parse_status, EchoConfig, GrpcEchoConfig, Mix};
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadFile {
     pub listen: SocketAddr,
     /// Serve TLS 1.3 with this SVID; with `client_ca`, require client certificates (mTLS).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ServerTlsFiles>,
     /// Runtime worker threads (default: one per core).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
     pub app: WorkloadApp,
 }
@@ -86,12 +85,12 @@ pub enum WorkloadApp {
 
 /// One experiment run by the experimenter itself: E3's request body and where its results
 /// go (a meshbench load report, and E3's own answer).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentOnce {
     pub experiment: serde_json::Map<String, serde_json::Value>,
     pub json: PathBuf,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<PathBuf>,
 }
 

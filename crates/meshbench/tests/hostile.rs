@@ -204,6 +204,13 @@ fn l7_in_front_of_recording_app(extra: &[&str]) -> (tempfile::TempDir, Recording
 }
 
 fn l7_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
+    let mut args = vec!["--no-metrics"];
+    args.extend_from_slice(extra);
+    l7_sidecar_with(dir, app, &args, Stdio::inherit())
+}
+
+/// The L7 sidecar with `extra` flags and its stderr sent to `stderr`.
+fn l7_sidecar_with(dir: &Path, app: SocketAddr, extra: &[&str], stderr: Stdio) -> Component {
     let policy = dir.join("policy.yaml");
     std::fs::write(&policy, POLICY).unwrap();
     let inbound = format!("127.0.0.1:0={app}");
@@ -217,7 +224,6 @@ fn l7_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
         "--mode",
         "l7",
         "--no-mtls",
-        "--no-metrics",
         "--threads",
         "1",
         "--policy",
@@ -226,7 +232,7 @@ fn l7_sidecar(dir: &Path, app: SocketAddr, extra: &[&str]) -> Component {
         &inbound,
     ];
     args.extend_from_slice(extra);
-    Component::start(&args)
+    Component::start_with_stderr(&args, stderr)
 }
 
 #[test]
@@ -418,6 +424,13 @@ fn lab_ca(dir: &Path) -> std::path::PathBuf {
     ca
 }
 
+/// A role's SVID and trust bundle as flags; `ca_flag` is `--ca`, or `--cacert` for the load
+/// generator.
+fn svid_flags<'a>(cert: &'a Path, key: &'a Path, ca_flag: &'a str, ca: &'a Path) -> [&'a str; 6] {
+    let text = |path: &'a Path| path.to_str().unwrap();
+    ["--cert", text(cert), "--key", text(key), ca_flag, text(ca)]
+}
+
 /// The calculator's sidecar terminating mTLS (L4) in front of `app`, trusting `bundle`.
 fn mtls_sidecar(
     ca: &Path,
@@ -435,18 +448,9 @@ fn mtls_sidecar(
         "app",
         "--workload",
         "calculator",
-        "--cert",
-        cert.to_str().unwrap(),
-        "--key",
-        key.to_str().unwrap(),
-        "--ca",
-        bundle.to_str().unwrap(),
-        "--no-metrics",
-        "--threads",
-        "1",
-        "--inbound",
-        &inbound,
     ];
+    args.extend(svid_flags(&cert, &key, "--ca", bundle));
+    args.extend(["--no-metrics", "--threads", "1", "--inbound", &inbound]);
     if let Some(policy) = policy {
         args.extend(["--policy", policy.to_str().unwrap()]);
     }
@@ -538,12 +542,9 @@ fn outcomes_with(dir: &Path, url: &str, cert: &Path, key: &Path, ca: &Path) -> V
             "3",
             "--timeout",
             "5s",
-            "--cert",
-            cert.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-            "--cacert",
-            ca.to_str().unwrap(),
+        ])
+        .args(svid_flags(cert, key, "--cacert", ca))
+        .args([
             "--expect-server-id",
             "spiffe://cluster.local/ns/app/sa/calculator",
             "--json",
@@ -713,20 +714,17 @@ fn keys_on_disk_are_readable_by_their_owner_only() {
     let ca_service = Component::start(&["ca", "serve", "--dir", ca_str, "--listen", "127.0.0.1:0"]);
     let published = dir.path().join("published");
     let endpoint = ca_service.addr.to_string();
-    let _agent = Component::start(&[
-        "proxy",
-        "cert-agent",
-        "--cert",
-        &format!("{ca_str}/app.calculator.pem"),
-        "--key",
-        &format!("{ca_str}/app.calculator.key"),
-        "--ca",
-        &format!("{ca_str}/ca.pem"),
+    let (cert, key) = (ca.join("app.calculator.pem"), ca.join("app.calculator.key"));
+    let bundle = ca.join("ca.pem");
+    let mut args = vec!["proxy", "cert-agent"];
+    args.extend(svid_flags(&cert, &key, "--ca", &bundle));
+    args.extend([
         "--ca-endpoint",
         &endpoint,
         "--dir",
         published.to_str().unwrap(),
     ]);
+    let _agent = Component::start(&args);
     assert_eq!(mode(&published.join("key.pem")), 0o600);
     assert_eq!(mode(&published), 0o700);
 }
@@ -780,29 +778,10 @@ fn out_of_descriptors_the_proxy_backs_off_and_says_so_once() {
     let dir = tempfile::tempdir().unwrap();
     let app = RecordingApp::start();
     let log = dir.path().join("stderr.log");
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let inbound = format!("127.0.0.1:0={}", app.addr);
-    let proxy = Component::start_with_stderr(
-        &[
-            "proxy",
-            "sidecar",
-            "--namespace",
-            "app",
-            "--workload",
-            "calculator",
-            "--mode",
-            "l7",
-            "--no-mtls",
-            "--threads",
-            "1",
-            "--admin",
-            "127.0.0.1:0",
-            "--policy",
-            policy.to_str().unwrap(),
-            "--inbound",
-            &inbound,
-        ],
+    let proxy = l7_sidecar_with(
+        dir.path(),
+        app.addr,
+        &["--admin", "127.0.0.1:0"],
         Stdio::from(std::fs::File::create(&log).unwrap()),
     );
     let pid = proxy.child.id();

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 /// Istio ambient's HBONE port.
 pub const DEFAULT_HBONE_PORT: u16 = 15008;
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeAgentFile {
@@ -42,12 +43,9 @@ pub struct NodeAgentFile {
     #[serde(default = "yes")]
     pub same_node_encryption: bool,
     /// Policy file; without one, PERMISSIVE and allow-all.
-    #[serde(default)]
     pub policy: Option<PathBuf>,
     /// Renew the workloads' SVIDs through this CA service.
-    #[serde(default)]
     pub ca_endpoint: Option<SocketAddr>,
-    #[serde(default)]
     pub rotate_at: Option<f64>,
     /// Workloads on this node, whose SVIDs the agent holds.
     pub workloads: Vec<LocalWorkload>,
@@ -61,14 +59,11 @@ pub struct NodeAgentFile {
     #[serde(default)]
     pub services: Vec<ServiceEndpoint>,
     /// Listeners for connections the node captures (ztunnel's 15001 and 15006).
-    #[serde(default)]
     pub transparent: Option<TransparentListeners>,
     /// Runtime worker threads (default: one per core; `--threads` overrides).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
     /// Write the final metrics here (Prometheus text) on shutdown (`--metrics-file`
     /// overrides).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_file: Option<PathBuf>,
 }
 
