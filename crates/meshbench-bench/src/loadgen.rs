@@ -173,6 +173,34 @@ fn floor_row(
     )
 }
 
+/// What a peer's output says: requests, seconds measured and the median latency (µs).
+type PeerFigures = (u64, f64, Option<f64>);
+
+/// Runs a peer's `command` on the generator's CPU and reads its figures from its output (or
+/// the files it wrote) with `figures`.
+fn run_peer(
+    opts: &LoadgenBenchOptions,
+    case: &str,
+    tool: &str,
+    binary: &std::path::Path,
+    version_args: &[&str],
+    mut command: Command,
+    figures: impl FnOnce(&std::process::Output) -> Result<PeerFigures, Error>,
+) -> Result<BenchMeasurement, Error> {
+    let run = run_measured(&mut command, opts.generator_cpu, tool)?;
+    let (requests, seconds, p50_us) = figures(&run.output)?;
+    let version = version_of(binary, version_args);
+    Ok(measurement(
+        case,
+        tool,
+        &version,
+        requests,
+        seconds,
+        run.cpu_seconds,
+        p50_us,
+    ))
+}
+
 fn run_wrk(
     opts: &LoadgenBenchOptions,
     peers: &Peers,
@@ -184,36 +212,28 @@ fn run_wrk(
         .args(["-t1", "-c16", "--latency", "-d"])
         .arg(secs(opts.duration))
         .arg(url);
-    let run = run_measured(&mut command, opts.generator_cpu, "wrk")?;
-    let text = String::from_utf8_lossy(&run.output.stdout);
-    let bad = |reason: &str| Error::Output {
-        tool: "wrk".into(),
-        reason: format!("{reason} in:\n{text}"),
-    };
-    // "  123456 requests in 5.00s, 130.00MB read"
-    let (requests, seconds) = text
-        .lines()
-        .find_map(|l| {
-            let (n, rest) = l.trim().split_once(" requests in ")?;
-            let secs = rest.split(',').next()?.trim().strip_suffix('s')?;
-            Some((n.parse::<u64>().ok()?, secs.parse::<f64>().ok()?))
-        })
-        .ok_or_else(|| bad("no request count"))?;
-    // Latency distribution: "     50%   95.00us"
-    let p50_us = text.lines().find_map(|l| {
-        let value = l.trim().strip_prefix("50%")?.trim();
-        parse_wrk_duration_us(value)
-    });
-    let version = version_of(&peers.wrk, &["-v"]);
-    Ok(measurement(
-        case,
-        "wrk",
-        &version,
-        requests,
-        seconds,
-        run.cpu_seconds,
-        p50_us,
-    ))
+    run_peer(opts, case, "wrk", &peers.wrk, &["-v"], command, |output| {
+        let text = String::from_utf8_lossy(&output.stdout);
+        let bad = |reason: &str| Error::Output {
+            tool: "wrk".into(),
+            reason: format!("{reason} in:\n{text}"),
+        };
+        // "  123456 requests in 5.00s, 130.00MB read"
+        let (requests, seconds) = text
+            .lines()
+            .find_map(|l| {
+                let (n, rest) = l.trim().split_once(" requests in ")?;
+                let secs = rest.split(',').next()?.trim().strip_suffix('s')?;
+                Some((n.parse::<u64>().ok()?, secs.parse::<f64>().ok()?))
+            })
+            .ok_or_else(|| bad("no request count"))?;
+        // Latency distribution: "     50%   95.00us"
+        let p50_us = text.lines().find_map(|l| {
+            let value = l.trim().strip_prefix("50%")?.trim();
+            parse_wrk_duration_us(value)
+        });
+        Ok((requests, seconds, p50_us))
+    })
 }
 
 fn parse_wrk_duration_us(value: &str) -> Option<f64> {
@@ -265,27 +285,27 @@ fn run_fortio(
         command.arg("-uniform");
     }
     command.arg(url);
-    let run = run_measured(&mut command, opts.generator_cpu, "fortio")?;
-    let (v, bad) = tool_json("fortio", &json)?;
-    let requests = v["DurationHistogram"]["Count"]
-        .as_u64()
-        .ok_or_else(|| bad("no DurationHistogram.Count".into()))?;
-    let seconds = v["ActualDuration"].as_f64().unwrap_or(0.0) / 1e9;
-    let p50_us = v["DurationHistogram"]["Percentiles"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["Percentile"] == 50.0))
-        .and_then(|p| p["Value"].as_f64())
-        .map(|s| s * 1e6);
-    let version = version_of(&peers.fortio, &["version"]);
-    Ok(measurement(
+    run_peer(
+        opts,
         case,
         "fortio",
-        &version,
-        requests,
-        seconds,
-        run.cpu_seconds,
-        p50_us,
-    ))
+        &peers.fortio,
+        &["version"],
+        command,
+        |_| {
+            let (v, bad) = tool_json("fortio", &json)?;
+            let requests = v["DurationHistogram"]["Count"]
+                .as_u64()
+                .ok_or_else(|| bad("no DurationHistogram.Count".into()))?;
+            let seconds = v["ActualDuration"].as_f64().unwrap_or(0.0) / 1e9;
+            let p50_us = v["DurationHistogram"]["Percentiles"]
+                .as_array()
+                .and_then(|ps| ps.iter().find(|p| p["Percentile"] == 50.0))
+                .and_then(|p| p["Value"].as_f64())
+                .map(|s| s * 1e6);
+            Ok((requests, seconds, p50_us))
+        },
+    )
 }
 
 /// oha: `qps == 0` is its closed loop (each of the 16 workers sends as soon as its previous
@@ -308,28 +328,28 @@ fn run_oha(
         command.arg("-q").arg(qps.to_string());
     }
     command.arg(url);
-    let run = run_measured(&mut command, opts.generator_cpu, "oha")?;
-    let (v, bad) = tool_json("oha", &json)?;
-    let count = |key: &str| {
-        v[key]
-            .as_object()
-            .map_or(0, |m| m.values().filter_map(|n| n.as_u64()).sum::<u64>())
-    };
-    let requests = count("statusCodeDistribution") + count("errorDistribution");
-    let seconds = v["summary"]["total"]
-        .as_f64()
-        .ok_or_else(|| bad("no summary.total".into()))?;
-    let p50_us = v["latencyPercentiles"]["p50"].as_f64().map(|s| s * 1e6);
-    let version = version_of(&peers.oha, &["--version"]);
-    Ok(measurement(
+    run_peer(
+        opts,
         case,
         "oha",
-        &version,
-        requests,
-        seconds,
-        run.cpu_seconds,
-        p50_us,
-    ))
+        &peers.oha,
+        &["--version"],
+        command,
+        |_| {
+            let (v, bad) = tool_json("oha", &json)?;
+            let count = |key: &str| {
+                v[key]
+                    .as_object()
+                    .map_or(0, |m| m.values().filter_map(|n| n.as_u64()).sum::<u64>())
+            };
+            let requests = count("statusCodeDistribution") + count("errorDistribution");
+            let seconds = v["summary"]["total"]
+                .as_f64()
+                .ok_or_else(|| bad("no summary.total".into()))?;
+            let p50_us = v["latencyPercentiles"]["p50"].as_f64().map(|s| s * 1e6);
+            Ok((requests, seconds, p50_us))
+        },
+    )
 }
 
 /// The median (midpoint of the two middle values for an even count); `None` when empty.

@@ -51,31 +51,26 @@ pub(crate) trait TlsEnd: Unpin {
     fn common(&self) -> &CommonState;
 }
 
-impl TlsEnd for UnbufferedServerConnection {
-    type Data = ServerConnectionData;
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Data> {
-        self.process_tls_records(incoming)
-    }
-    fn common(&self) -> &CommonState {
-        self
-    }
+/// The two ends differ only in the data type rustls hands back.
+macro_rules! tls_end {
+    ($connection:ty, $data:ty) => {
+        impl TlsEnd for $connection {
+            type Data = $data;
+            fn process<'c, 'i>(
+                &'c mut self,
+                incoming: &'i mut [u8],
+            ) -> UnbufferedStatus<'c, 'i, Self::Data> {
+                self.process_tls_records(incoming)
+            }
+            fn common(&self) -> &CommonState {
+                self
+            }
+        }
+    };
 }
 
-impl TlsEnd for UnbufferedClientConnection {
-    type Data = ClientConnectionData;
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Data> {
-        self.process_tls_records(incoming)
-    }
-    fn common(&self) -> &CommonState {
-        self
-    }
-}
+tls_end!(UnbufferedServerConnection, ServerConnectionData);
+tls_end!(UnbufferedClientConnection, ClientConnectionData);
 
 /// The bytes a connection holds between polls; each is empty, without capacity, when idle.
 #[derive(Default)]
@@ -522,50 +517,25 @@ impl<C: TlsEnd> AsyncWrite for LeanTlsStream<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meshbench_identity::{
-        client_config, server_config, spiffe_ids_of, CertificateAuthority, ClientTlsFiles,
-        IssueOptions, ServerTlsFiles,
-    };
+    use meshbench_fixtures::TestPki;
+    use meshbench_identity::{client_config, server_config, spiffe_ids_of};
     use tokio::net::TcpListener;
 
     struct Pki {
-        _dir: tempfile::TempDir,
+        _pki: TestPki,
         server: Arc<ServerConfig>,
         client: Arc<ClientConfig>,
         anonymous_client: Arc<ClientConfig>,
     }
 
     fn pki() -> Pki {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
-        let issue = |sa: &str| {
-            ca.issue("default", sa, &IssueOptions::default())
-                .unwrap()
-                .write(dir.path(), sa)
-                .unwrap()
-        };
-        let (server_cert, server_key) = issue("server");
-        let (client_cert, client_key) = issue("client");
-        let ca_pem = dir.path().join("ca.pem");
-        let server = ServerTlsFiles {
-            cert: server_cert,
-            key: server_key,
-            client_ca: Some(ca_pem.clone()),
-        };
-        let client = |cert: Option<_>, key: Option<_>| {
-            let files = ClientTlsFiles {
-                cert,
-                key,
-                ca: ca_pem.clone(),
-                expect_server_id: None,
-            };
-            Arc::new(client_config(&files, &[]).unwrap())
-        };
+        let pki = TestPki::new("default", &["server", "client"]);
+        let client = |sa| Arc::new(client_config(&pki.client_files(sa), &[]).unwrap());
         Pki {
-            server: Arc::new(server_config(&server, &[]).unwrap()),
-            client: client(Some(client_cert), Some(client_key)),
-            anonymous_client: client(None, None),
-            _dir: dir,
+            server: Arc::new(server_config(&pki.server_files("server"), &[]).unwrap()),
+            client: client(Some("client")),
+            anonymous_client: client(None),
+            _pki: pki,
         }
     }
 
@@ -581,6 +551,23 @@ mod tests {
     }
 
     /// Sends `outgoing` and reads until end of stream, both at once; returns what was read.
+    async fn both_ways_intact<S: AsyncRead + AsyncWrite, C: AsyncRead + AsyncWrite>(
+        server: S,
+        client: C,
+        up: Vec<u8>,
+        down: Vec<u8>,
+        client_read_chunk: usize,
+    ) {
+        let (at_server, at_client) = tokio::join!(
+            exchange(server, down.clone(), 16 * 1024),
+            exchange(client, up.clone(), client_read_chunk)
+        );
+        assert!(
+            at_server == up && at_client == down,
+            "bytes changed in transit"
+        );
+    }
+
     async fn exchange<S: AsyncRead + AsyncWrite>(
         stream: S,
         outgoing: Vec<u8>,
@@ -627,14 +614,7 @@ mod tests {
             "spiffe://cluster.local/ns/default/sa/client"
         );
         let (up, down) = (bytes(1 << 20, 1), bytes(1 << 20, 2));
-        let (at_server, at_client) = tokio::join!(
-            exchange(server, down.clone(), 16 * 1024),
-            exchange(client, up.clone(), 16 * 1024)
-        );
-        assert!(
-            at_server == up && at_client == down,
-            "bytes changed in transit"
-        );
+        both_ways_intact(server, client, up, down, 16 * 1024).await;
     }
 
     #[tokio::test]
@@ -649,14 +629,7 @@ mod tests {
         let (client, server) = (client.unwrap(), server.unwrap());
         let (up, down) = (bytes(300_000, 3), bytes(200_000, 4));
         // A 7-byte reader leaves most of every record held between reads.
-        let (at_server, at_client) = tokio::join!(
-            exchange(server, down.clone(), 16 * 1024),
-            exchange(client, up.clone(), 7)
-        );
-        assert!(
-            at_server == up && at_client == down,
-            "bytes changed in transit"
-        );
+        both_ways_intact(server, client, up, down, 7).await;
     }
 
     #[tokio::test]

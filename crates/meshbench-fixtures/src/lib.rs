@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use meshbench_dataplane::{LocalWorkload, NodeAgentFile};
-use meshbench_identity::{CertificateAuthority, IssueOptions};
+use meshbench_identity::{CertificateAuthority, ClientTlsFiles, IssueOptions, ServerTlsFiles};
 use meshbench_loadgen::{LoadConfig, LoadModel, Stop, Target};
 use meshbench_topology::e3;
 use meshbench_workload::{bind, Echo, EchoConfig, RoleService, ServeOptions};
@@ -65,6 +65,25 @@ impl TestPki {
 
     pub fn ca(&self) -> PathBuf {
         self.path("ca.pem")
+    }
+
+    /// `sa`'s SVID served to clients that must present one of this CA's.
+    pub fn server_files(&self, sa: &str) -> ServerTlsFiles {
+        ServerTlsFiles {
+            cert: self.cert(sa),
+            key: self.key(sa),
+            client_ca: Some(self.ca()),
+        }
+    }
+
+    /// A client trusting this CA, presenting `sa`'s SVID (`None`: no certificate at all).
+    pub fn client_files(&self, sa: Option<&str>) -> ClientTlsFiles {
+        ClientTlsFiles {
+            cert: sa.map(|sa| self.cert(sa)),
+            key: sa.map(|sa| self.key(sa)),
+            ca: self.ca(),
+            expect_server_id: None,
+        }
     }
 }
 

@@ -88,6 +88,34 @@ fn single_spiffe_id(leaf: &CertificateDer<'_>) -> Result<SpiffeId, rustls::Error
     }
 }
 
+/// The signature checks both verifier traits ask for. They depend on the algorithms only,
+/// not on the peer's trust domain, so both verifiers answer them as rustls's own do.
+macro_rules! signatures_by_algorithms {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            verify_tls12_signature(message, cert, dss, &self.algorithms)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            verify_tls13_signature(message, cert, dss, &self.algorithms)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.algorithms.supported_schemes()
+        }
+    };
+}
+
 #[derive(Debug)]
 pub struct SpiffeServerVerifier {
     bundle: TrustBundle,
@@ -151,27 +179,7 @@ impl ServerCertVerifier for SpiffeServerVerifier {
         }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
+    signatures_by_algorithms!();
 }
 
 /// Client certificate verification for mesh peers: the chain is checked by rustls's WebPKI
@@ -180,8 +188,7 @@ impl ServerCertVerifier for SpiffeServerVerifier {
 #[derive(Debug)]
 pub struct SpiffeClientVerifier {
     domains: Vec<(String, Arc<dyn ClientCertVerifier>)>,
-    /// Any of them: signatures and the CA names to offer do not depend on the domain.
-    first: Arc<dyn ClientCertVerifier>,
+    algorithms: WebPkiSupportedAlgorithms,
 }
 
 impl SpiffeClientVerifier {
@@ -189,6 +196,12 @@ impl SpiffeClientVerifier {
         bundle: &TrustBundle,
         provider: Arc<rustls::crypto::CryptoProvider>,
     ) -> Result<Self, Error> {
+        if bundle.domains.is_empty() {
+            return Err(Error::Tls(rustls::Error::General(
+                "empty trust bundle".into(),
+            )));
+        }
+        let algorithms = provider.signature_verification_algorithms;
         let mut domains = Vec::new();
         for (domain, roots) in &bundle.domains {
             let verifier =
@@ -196,11 +209,10 @@ impl SpiffeClientVerifier {
                     .build()?;
             domains.push((domain.clone(), verifier));
         }
-        let first = domains
-            .first()
-            .map(|(_, v)| v.clone())
-            .ok_or_else(|| Error::Tls(rustls::Error::General("empty trust bundle".into())))?;
-        Ok(SpiffeClientVerifier { domains, first })
+        Ok(SpiffeClientVerifier {
+            domains,
+            algorithms,
+        })
     }
 }
 
@@ -228,25 +240,5 @@ impl ClientCertVerifier for SpiffeClientVerifier {
         verifier.verify_client_cert(end_entity, intermediates, now)
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.first.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.first.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.first.supported_verify_schemes()
-    }
+    signatures_by_algorithms!();
 }

@@ -2,45 +2,27 @@
 
 use std::sync::Arc;
 
+use meshbench_fixtures::TestPki;
 use meshbench_identity::{
-    client_config_with, server_config_with, CertificateAuthority, CipherSuite, ClientTlsFiles,
-    IssueOptions, KeyExchange, ServerTlsFiles, TlsOptions,
+    client_config_with, server_config_with, CipherSuite, ClientTlsFiles, KeyExchange,
+    ServerTlsFiles, TlsOptions,
 };
 use rustls::{CipherSuite as Suite, NamedGroup, ProtocolVersion};
 use rustls_pki_types::ServerName;
 use tokio::net::{TcpListener, TcpStream};
 
 struct Files {
-    _dir: tempfile::TempDir,
+    _pki: TestPki,
     server: ServerTlsFiles,
     client: ClientTlsFiles,
 }
 
 fn files() -> Files {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
-    let issue = |sa: &str| {
-        ca.issue("default", sa, &IssueOptions::default())
-            .unwrap()
-            .write(dir.path(), sa)
-            .unwrap()
-    };
-    let (server_cert, server_key) = issue("server");
-    let (client_cert, client_key) = issue("client");
-    let ca_pem = dir.path().join("ca.pem");
+    let pki = TestPki::new("default", &["server", "client"]);
     Files {
-        server: ServerTlsFiles {
-            cert: server_cert,
-            key: server_key,
-            client_ca: Some(ca_pem.clone()),
-        },
-        client: ClientTlsFiles {
-            cert: Some(client_cert),
-            key: Some(client_key),
-            ca: ca_pem,
-            expect_server_id: None,
-        },
-        _dir: dir,
+        server: pki.server_files("server"),
+        client: pki.client_files(Some("client")),
+        _pki: pki,
     }
 }
 

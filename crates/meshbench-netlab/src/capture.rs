@@ -36,64 +36,37 @@ pub struct SidecarCapture {
 impl SidecarCapture {
     pub(crate) fn install(&self, netns: &str) -> Result<(), Error> {
         let ipt = |args: &[&str]| nat(netns, args);
+        // `-A chain -p tcp [--dport port] -j jump...`
+        let tcp = |chain: &str, dport: Option<u16>, jump: &[&str]| {
+            let port = dport.map(|p| p.to_string());
+            let mut args = vec!["-A", chain, "-p", "tcp"];
+            if let Some(port) = &port {
+                args.extend(["--dport", port]);
+            }
+            args.push("-j");
+            args.extend_from_slice(jump);
+            ipt(&args)
+        };
         let inbound = self.inbound_port.to_string();
-        let outbound = self.outbound_port.to_string();
+        let to_inbound = ["REDIRECT", "--to-ports", &inbound];
         ipt(&["-N", INBOUND_CHAIN])?;
-        ipt(&["-A", "PREROUTING", "-p", "tcp", "-j", INBOUND_CHAIN])?;
+        tcp("PREROUTING", None, &[INBOUND_CHAIN])?;
         for port in &self.inbound_ports_excluded {
-            ipt(&[
-                "-A",
-                INBOUND_CHAIN,
-                "-p",
-                "tcp",
-                "--dport",
-                &port.to_string(),
-                "-j",
-                "RETURN",
-            ])?;
+            tcp(INBOUND_CHAIN, Some(*port), &["RETURN"])?;
         }
         match &self.inbound_only {
             Some(ports) => {
                 for port in ports {
-                    ipt(&[
-                        "-A",
-                        INBOUND_CHAIN,
-                        "-p",
-                        "tcp",
-                        "--dport",
-                        &port.to_string(),
-                        "-j",
-                        "REDIRECT",
-                        "--to-ports",
-                        &inbound,
-                    ])?;
+                    tcp(INBOUND_CHAIN, Some(*port), &to_inbound)?;
                 }
             }
             None => {
-                ipt(&[
-                    "-A",
-                    INBOUND_CHAIN,
-                    "-p",
-                    "tcp",
-                    "--dport",
-                    &inbound,
-                    "-j",
-                    "RETURN",
-                ])?;
-                ipt(&[
-                    "-A",
-                    INBOUND_CHAIN,
-                    "-p",
-                    "tcp",
-                    "-j",
-                    "REDIRECT",
-                    "--to-ports",
-                    &inbound,
-                ])?;
+                tcp(INBOUND_CHAIN, Some(self.inbound_port), &["RETURN"])?;
+                tcp(INBOUND_CHAIN, None, &to_inbound)?;
             }
         }
         ipt(&["-N", OUTBOUND_CHAIN])?;
-        ipt(&["-A", "OUTPUT", "-p", "tcp", "-j", OUTBOUND_CHAIN])?;
+        tcp("OUTPUT", None, &[OUTBOUND_CHAIN])?;
         let uid = PROXY_UID.to_string();
         ipt(&[
             "-A",
@@ -118,16 +91,10 @@ impl SidecarCapture {
                     )?;
                 }
             }
-            None => ipt(&[
-                "-A",
-                OUTBOUND_CHAIN,
-                "-p",
-                "tcp",
-                "-j",
-                "REDIRECT",
-                "--to-ports",
-                &outbound,
-            ])?,
+            None => {
+                let outbound = self.outbound_port.to_string();
+                tcp(OUTBOUND_CHAIN, None, &["REDIRECT", "--to-ports", &outbound])?;
+            }
         }
         Ok(())
     }

@@ -25,9 +25,9 @@ pub fn charts(analysis: &Analysis) -> Vec<Chart> {
     let palette = Palette::of(analysis);
     let mut out = vec![];
     for placement in analysis.placements() {
-        for (pick, name) in [(Pick::P50, "p50"), (Pick::P99, "p99")] {
-            out.extend(latency_vs_load(analysis, &palette, placement, pick, name));
-            out.extend(latency_vs_chain(analysis, &palette, placement, pick, name));
+        for pick in [Pick::P50, Pick::P99] {
+            out.extend(latency_vs_load(analysis, &palette, placement, pick));
+            out.extend(latency_vs_chain(analysis, &palette, placement, pick));
         }
     }
     out.extend(throughput(analysis, &palette));
@@ -120,20 +120,44 @@ enum Pick {
     P99,
 }
 
+impl Pick {
+    fn name(self) -> &'static str {
+        match self {
+            Pick::P50 => "p50",
+            Pick::P99 => "p99",
+        }
+    }
+
+    /// The group's percentile in milliseconds.
+    fn of(self, group: &Group) -> f64 {
+        let quantile = match self {
+            Pick::P50 => 0.5,
+            Pick::P99 => 0.99,
+        };
+        group.latency.quantile(quantile).unwrap_or(0.0) / 1e3
+    }
+}
+
+/// The groups of `placement` that `keep` selects.
+fn groups_at<'g, 'c>(
+    analysis: &'g Analysis<'c>,
+    placement: &str,
+    keep: impl Fn(&Group) -> bool,
+) -> Vec<&'g Group<'c>> {
+    let at = |g: &&Group| g.point.placement == placement && keep(g);
+    analysis.groups.iter().filter(at).collect()
+}
+
 fn latency_vs_load(
     analysis: &Analysis,
     palette: &Palette,
     placement: &str,
     pick: Pick,
-    name: &str,
 ) -> Option<Chart> {
-    let groups: Vec<&Group> = analysis
-        .groups
-        .iter()
-        .filter(|g| g.point.placement == placement && g.point.load.rps > 0.0)
-        .collect();
+    let groups = groups_at(analysis, placement, |g| g.point.load.rps > 0.0);
     let title = format!(
-        "{name} latency against requested rate ({})",
+        "{} latency against requested rate ({})",
+        pick.name(),
         or_all(placement)
     );
     latency_lines(
@@ -144,7 +168,6 @@ fn latency_vs_load(
             x_desc: "requested rate (requests/s, log scale)",
             x: |g| g.point.load.rps,
             pick,
-            name,
         },
         &groups,
     )
@@ -157,13 +180,8 @@ fn latency_vs_chain(
     palette: &Palette,
     placement: &str,
     pick: Pick,
-    name: &str,
 ) -> Vec<Chart> {
-    let chained: Vec<&Group> = analysis
-        .groups
-        .iter()
-        .filter(|g| g.point.placement == placement && g.point.load.services.is_some())
-        .collect();
+    let chained = groups_at(analysis, placement, |g| g.point.load.services.is_some());
     let mut users: Vec<u32> = chained.iter().map(|g| g.point.load.connections).collect();
     users.sort_unstable();
     users.dedup();
@@ -176,7 +194,8 @@ fn latency_vs_chain(
                 .filter(|g| g.point.load.connections == n)
                 .collect();
             let title = format!(
-                "{name} latency against services crossed ({n} users, {})",
+                "{} latency against services crossed ({n} users, {})",
+                pick.name(),
                 or_all(placement)
             );
             latency_lines(
@@ -187,7 +206,6 @@ fn latency_vs_chain(
                     x_desc: "services one request crosses (log scale)",
                     x: |g| f64::from(g.point.load.services.unwrap_or(1)),
                     pick,
-                    name,
                 },
                 &groups,
             )
@@ -200,7 +218,6 @@ struct LatencyAxes<'a> {
     x_desc: &'a str,
     x: fn(&Group) -> f64,
     pick: Pick,
-    name: &'a str,
 }
 
 /// One line per scenario of a percentile against `axes.x` (log scale); none with fewer
@@ -217,13 +234,7 @@ fn latency_lines(
     if xs.len() < 2 {
         return None;
     }
-    let value = |g: &Group| {
-        let us = match axes.pick {
-            Pick::P50 => g.latency.quantile(0.5),
-            Pick::P99 => g.latency.quantile(0.99),
-        };
-        us.unwrap_or(0.0) / 1e3
-    };
+    let value = |g: &Group| axes.pick.of(g);
     // The axis spans the data, not zero to the top: a mesh adds a millisecond to a 200 ms
     // request, which an axis from zero would flatten into one line.
     let values: Vec<f64> = groups.iter().map(|g| value(g)).collect();
@@ -243,7 +254,7 @@ fn latency_lines(
             .x_label_formatter(&|v| format!("{v:.0}"))
             .y_desc(format!(
                 "{} latency (ms){}",
-                axes.name,
+                axes.pick.name(),
                 if y_range.start > 0.0 {
                     ", axis not from 0"
                 } else {

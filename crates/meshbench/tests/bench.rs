@@ -17,6 +17,24 @@ fn machine() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Runs `meshbench bench <kind>` for 1 s a case and two repetitions, with `flags`, the
+/// measured component pinned by `cpu_flag` to CPU 1 where there is one; its directory and
+/// report.
+fn bench(kind: &str, flags: &[&str], cpu_flag: &str) -> (tempfile::TempDir, BenchReport) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let dir = tempfile::tempdir().unwrap();
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["bench", kind, "--duration", "1s", "--repetitions", "2"])
+            .args(flags)
+            .arg("--out")
+            .arg(dir.path())
+            .args([cpu_flag, &(cores - 1).min(1).to_string()]),
+    );
+    let report = read_json(&dir.path().join("bench.json")).unwrap();
+    (dir, report)
+}
+
 #[test]
 fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
     let _machine = machine();
@@ -26,23 +44,7 @@ fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
     {
         return;
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let dir = tempfile::tempdir().unwrap();
-    run_ok(
-        Command::new(env!("CARGO_BIN_EXE_meshbench"))
-            .args([
-                "bench",
-                "loadgen",
-                "--duration",
-                "1s",
-                "--repetitions",
-                "2",
-                "--out",
-            ])
-            .arg(dir.path())
-            .args(["--target-cpu", &(cores - 1).min(1).to_string()]),
-    );
-    let report: BenchReport = read_json(&dir.path().join("bench.json")).unwrap();
+    let (dir, report) = bench("loadgen", &[], "--target-cpu");
     let (rounds, pacing): (Vec<_>, Vec<_>) = report
         .measurements
         .iter()
@@ -180,25 +182,7 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
     if require_tool("haproxy").is_none() || require_tool("envoy").is_none() {
         return;
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let dir = tempfile::tempdir().unwrap();
-    run_ok(
-        Command::new(env!("CARGO_BIN_EXE_meshbench"))
-            .args([
-                "bench",
-                "dataplane",
-                "--duration",
-                "1s",
-                "--open-connections",
-                "50",
-                "--repetitions",
-                "2",
-                "--out",
-            ])
-            .arg(dir.path())
-            .args(["--proxy-cpu", &(cores - 1).min(1).to_string()]),
-    );
-    let report: BenchReport = read_json(&dir.path().join("bench.json")).unwrap();
+    let (_dir, report) = bench("dataplane", &["--open-connections", "50"], "--proxy-cpu");
     let planes = [
         "direct",
         "meshbench-sidecar-l4",

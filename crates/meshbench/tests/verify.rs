@@ -107,14 +107,7 @@ fn sidecar_mesh_passes_with_proof_on_the_wire() {
     assert_eq!(wire.tls_versions, ["TLSv1.3"]);
     assert!(!wire.marker_seen);
     // Authorization at L7 answers 403; the checker is authenticated but not the experimenter.
-    assert_eq!(
-        probe(&report, 2, "security-checker", "calculator").observed,
-        "http_403"
-    );
-    assert_eq!(
-        probe(&report, 2, "external-checker", "calculator").observed,
-        "http_403"
-    );
+    assert_denied_at_l7(&report);
     let itself = probe(&report, 2, "security-checker", "security-checker");
     assert_eq!(itself.observed, "http_200");
     let same_node = itself.wire.as_ref().unwrap();
@@ -157,15 +150,7 @@ fn sidecar_mesh_passes_with_proof_on_the_wire() {
             "{name}: {checks:?}"
         );
     }
-    let valid = mesh
-        .identity
-        .iter()
-        .find(|c| c.name == "valid-identity")
-        .unwrap();
-    assert_eq!(
-        valid.server_id.as_deref(),
-        Some("spiffe://cluster.local/ns/app/sa/calculator")
-    );
+    assert_calculator_presented_its_svid(mesh);
 }
 
 fn node_agent_meshes_pass_and_report_same_node_plaintext() {
@@ -200,15 +185,7 @@ fn node_agent_meshes_pass_and_report_same_node_plaintext() {
             "http_200"
         );
         assert!(mesh.identity.iter().all(|c| c.verdict == Verdict::Pass));
-        let valid = mesh
-            .identity
-            .iter()
-            .find(|c| c.name == "valid-identity")
-            .unwrap();
-        assert_eq!(
-            valid.server_id.as_deref(),
-            Some("spiffe://cluster.local/ns/app/sa/calculator")
-        );
+        assert_calculator_presented_its_svid(mesh);
     }
     // Same node: the encrypting agent tunnels to itself over TLS; the other carries the
     // request in clear, and the report says so.
@@ -238,14 +215,7 @@ fn envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy() {
     }
     let (_dir, report, _) = passing_verification("envoy-sidecar");
     // Our policy as Envoy RBAC: L7 denials are 403s, the DENY of other namespaces included.
-    assert_eq!(
-        probe(&report, 2, "security-checker", "calculator").observed,
-        "http_403"
-    );
-    assert_eq!(
-        probe(&report, 2, "external-checker", "calculator").observed,
-        "http_403"
-    );
+    assert_denied_at_l7(&report);
     let allowed = probe(&report, 2, "experimenter", "calculator");
     assert_eq!(allowed.observed, "http_200");
     let wire = allowed.wire.as_ref().unwrap();
@@ -345,5 +315,23 @@ fn a_mesh_verify_cannot_run_is_bad_input() {
     assert!(
         stderr.contains("--mesh: cannot verify \"istio\""),
         "{stderr}"
+    );
+}
+
+/// E3's case 2 as an L7 data plane enforces it: the checkers are authenticated (or not) but
+/// their requests are refused with 403, not at the connection.
+fn assert_denied_at_l7(report: &VerifyReport) {
+    for checker in ["security-checker", "external-checker"] {
+        let answer = &probe(report, 2, checker, "calculator").observed;
+        assert_eq!(answer, "http_403", "{checker}");
+    }
+}
+
+/// The identity check's valid case saw the calculator's own SPIFFE ID.
+fn assert_calculator_presented_its_svid(mesh: &MeshVerification) {
+    let valid = mesh.identity.iter().find(|c| c.name == "valid-identity");
+    assert_eq!(
+        valid.and_then(|c| c.server_id.as_deref()),
+        Some("spiffe://cluster.local/ns/app/sa/calculator")
     );
 }

@@ -53,6 +53,11 @@ impl Plane {
         }
     }
 
+    /// The name `bench dataplane --planes` takes: ours without the `meshbench-` prefix.
+    pub fn flag_name(self) -> &'static str {
+        self.name().trim_start_matches("meshbench-")
+    }
+
     pub fn is_ours(self) -> bool {
         matches!(self, Plane::SidecarL4 | Plane::SidecarL7 | Plane::NodeAgent)
     }

@@ -93,20 +93,23 @@ fn range_in(buf: &[u8], part: &str) -> Option<Range<usize>> {
     (range.end <= buf.len()).then_some(range)
 }
 
+/// The length of the head httparse read from `buf`, `None` while it is incomplete, and an
+/// error once it is longer than [`MAX_HEAD_BYTES`] complete or not.
+fn head_length(buf: &[u8], parsed: httparse::Status<usize>) -> Result<Option<usize>, HeadError> {
+    match parsed {
+        httparse::Status::Complete(len) if len <= MAX_HEAD_BYTES => Ok(Some(len)),
+        httparse::Status::Partial if buf.len() < MAX_HEAD_BYTES => Ok(None),
+        _ => Err(HeadError::TooLarge),
+    }
+}
+
 /// Parses a request head at the start of `buf`; `None` until it is complete.
 pub(crate) fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
-    let len = match request.parse(buf)? {
-        httparse::Status::Complete(len) => len,
-        httparse::Status::Partial if buf.len() >= MAX_HEAD_BYTES => {
-            return Err(HeadError::TooLarge)
-        }
-        httparse::Status::Partial => return Ok(None),
+    let Some(len) = head_length(buf, request.parse(buf)?)? else {
+        return Ok(None);
     };
-    if len > MAX_HEAD_BYTES {
-        return Err(HeadError::TooLarge);
-    }
     let (method, target) = (
         request.method.unwrap_or_default(),
         request.path.unwrap_or_default(),
@@ -298,16 +301,9 @@ pub(crate) fn parse_response(
 ) -> Result<Option<ResponseHead>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut headers);
-    let len = match response.parse(buf)? {
-        httparse::Status::Complete(len) => len,
-        httparse::Status::Partial if buf.len() >= MAX_HEAD_BYTES => {
-            return Err(HeadError::TooLarge)
-        }
-        httparse::Status::Partial => return Ok(None),
+    let Some(len) = head_length(buf, response.parse(buf)?)? else {
+        return Ok(None);
     };
-    if len > MAX_HEAD_BYTES {
-        return Err(HeadError::TooLarge);
-    }
     let status = response.code.unwrap_or_default();
     let lines = Lines::of(response.headers);
     let framing = if to_head || (100..200).contains(&status) || status == 204 || status == 304 {

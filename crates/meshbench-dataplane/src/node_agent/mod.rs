@@ -89,15 +89,15 @@ pub async fn run_node_agent(config: NodeAgentConfig) -> Result<BoundNodeAgent, E
         config.metrics.clone(),
         config.limits,
     ));
-    let outbound = Arc::new(AgentOutbound::new(
-        directory.clone(),
-        hbone_addr,
-        config.file.same_node_encryption,
+    let outbound = Arc::new(AgentOutbound {
+        directory: directory.clone(),
+        own_hbone: hbone_addr,
+        same_node_encryption: config.file.same_node_encryption,
         pool,
-        config.policy.clone(),
-        config.metrics.clone(),
-        config.limits,
-    ));
+        policy: config.policy.clone(),
+        metrics: config.metrics.clone(),
+        limits: config.limits,
+    });
     let mut fixed = Vec::new();
     for listener in &config.file.outbound {
         let pair = outbound.fixed_pair(listener)?;

@@ -34,13 +34,13 @@ enum Route {
 }
 
 pub(crate) struct AgentOutbound {
-    directory: Arc<Directory>,
-    own_hbone: SocketAddr,
-    same_node_encryption: bool,
-    pool: Arc<HbonePool>,
-    policy: Arc<Policy>,
-    metrics: Option<Arc<ProxyMetrics>>,
-    limits: Limits,
+    pub(crate) directory: Arc<Directory>,
+    pub(crate) own_hbone: SocketAddr,
+    pub(crate) same_node_encryption: bool,
+    pub(crate) pool: Arc<HbonePool>,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) metrics: Option<Arc<ProxyMetrics>>,
+    pub(crate) limits: Limits,
 }
 
 /// An explicit outbound listener's fixed pair.
@@ -50,26 +50,6 @@ pub(crate) struct FixedPair {
 }
 
 impl AgentOutbound {
-    pub(crate) fn new(
-        directory: Arc<Directory>,
-        own_hbone: SocketAddr,
-        same_node_encryption: bool,
-        pool: Arc<HbonePool>,
-        policy: Arc<Policy>,
-        metrics: Option<Arc<ProxyMetrics>>,
-        limits: Limits,
-    ) -> Self {
-        AgentOutbound {
-            directory,
-            own_hbone,
-            same_node_encryption,
-            pool,
-            policy,
-            metrics,
-            limits,
-        }
-    }
-
     /// Checks an explicit listener: its source must be a local workload and its destination
     /// one the agent knows.
     pub(crate) fn fixed_pair(&self, listener: &OutboundListener) -> Result<FixedPair, Error> {

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Subcommand};
 use meshbench_bench::{
     bench_dataplane, bench_loadgen, render_markdown, DataplaneBenchOptions, LoadgenBenchOptions,
     Plane,
@@ -38,8 +39,8 @@ pub struct DataplaneArgs {
     #[arg(long, default_value_t = 1000)]
     open_connections: u32,
     /// Data planes to measure (default: all).
-    #[arg(long, value_delimiter = ',', value_enum)]
-    planes: Vec<PlaneArg>,
+    #[arg(long, value_delimiter = ',', value_parser = plane_names())]
+    planes: Vec<Plane>,
     /// CPU the load generator is pinned to.
     #[arg(long, default_value_t = 0)]
     generator_cpu: usize,
@@ -53,27 +54,12 @@ pub struct DataplaneArgs {
     out: PathBuf,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum PlaneArg {
-    Direct,
-    SidecarL4,
-    SidecarL7,
-    NodeAgent,
-    Haproxy,
-    Envoy,
-}
-
-impl From<PlaneArg> for Plane {
-    fn from(p: PlaneArg) -> Plane {
-        match p {
-            PlaneArg::Direct => Plane::Direct,
-            PlaneArg::SidecarL4 => Plane::SidecarL4,
-            PlaneArg::SidecarL7 => Plane::SidecarL7,
-            PlaneArg::NodeAgent => Plane::NodeAgent,
-            PlaneArg::Haproxy => Plane::Haproxy,
-            PlaneArg::Envoy => Plane::Envoy,
-        }
-    }
+/// `--planes` takes each plane by its name without the `meshbench-` prefix.
+fn plane_names() -> impl TypedValueParser<Value = Plane> {
+    PossibleValuesParser::new(Plane::ALL.map(Plane::flag_name)).map(|name| {
+        let named = Plane::ALL.into_iter().find(|p| p.flag_name() == name);
+        named.unwrap_or(Plane::Direct)
+    })
 }
 
 #[derive(Debug, Args)]
@@ -114,7 +100,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             write_report(&report, &a.out)
         }
         BenchCommand::Dataplane(a) => {
-            let mut planes: Vec<Plane> = a.planes.into_iter().map(Plane::from).collect();
+            let mut planes = a.planes;
             if planes.is_empty() {
                 planes = Plane::ALL.to_vec();
             }
