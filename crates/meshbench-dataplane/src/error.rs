@@ -1,6 +1,7 @@
 //! Errors that stop a proxy from starting. Failures of single connections are logged and
 //! counted, never fatal.
 
+use meshbench_role::InputFault;
 use std::net::SocketAddr;
 
 #[derive(Debug, thiserror::Error)]
@@ -20,8 +21,8 @@ pub enum Error {
     Config(String),
 }
 
-impl Error {
-    pub fn is_bad_input(&self) -> bool {
+impl InputFault for Error {
+    fn is_bad_input(&self) -> bool {
         match self {
             Error::Identity(e) => e.is_bad_input(),
             _ => true,

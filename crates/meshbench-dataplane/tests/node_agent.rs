@@ -11,6 +11,7 @@ use meshbench_dataplane::{
 use meshbench_fixtures::{closed_loop, e3_policy, local_workload, node_agent_file, TestPki};
 use meshbench_loadgen::{run_load, LoadResult, Outcome};
 use meshbench_policy::Policy;
+use meshbench_role::InputFault;
 
 const ANY: &str = meshbench_fixtures::ANY;
 

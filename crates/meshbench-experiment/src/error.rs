@@ -1,5 +1,6 @@
 //! Errors of experiment specification and running.
 
+use meshbench_role::InputFault;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -53,8 +54,8 @@ pub enum Error {
     },
 }
 
-impl Error {
-    pub fn is_bad_input(&self) -> bool {
+impl InputFault for Error {
+    fn is_bad_input(&self) -> bool {
         match self {
             Error::UnknownProfile { .. }
             | Error::Spec { .. }

@@ -178,14 +178,6 @@ impl Runner {
         result.finished_at = None;
         // Re-checked now: a tool installed since may make a scenario available.
         result.config.unavailable.clear();
-        // A fresh CA for the new cells; the old one signed nothing that is still running.
-        let pki = options.out_dir.join("pki");
-        if pki.exists() {
-            std::fs::remove_dir_all(&pki).map_err(|source| Error::CreateDir {
-                path: pki.clone(),
-                source,
-            })?;
-        }
         Ok(Runner {
             profile,
             options,

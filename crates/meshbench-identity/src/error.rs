@@ -54,10 +54,10 @@ pub enum Error {
     ClientVerifier(#[from] rustls::server::VerifierBuilderError),
 }
 
-impl Error {
+impl meshbench_role::InputFault for Error {
     /// True when the error is the user's input (a path, a name, a file's content) rather than
     /// a failure of the machine; the CLI exits with code 2 for these.
-    pub fn is_bad_input(&self) -> bool {
+    fn is_bad_input(&self) -> bool {
         !matches!(
             self,
             Error::Write { .. } | Error::Generate(_) | Error::Renew { .. }

@@ -4,6 +4,7 @@
 use std::process::Command;
 
 use meshbench_identity::{load_certs, spiffe_ids_of, CertificateAuthority, IssueOptions, SpiffeId};
+use meshbench_role::InputFault;
 use meshbench_testkit::require_tool;
 use rustls_pki_types::pem::PemObject;
 

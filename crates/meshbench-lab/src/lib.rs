@@ -51,9 +51,9 @@ pub enum Error {
     },
 }
 
-impl Error {
+impl meshbench_role::InputFault for Error {
     /// Whether the error is the user's input (exit code 2) rather than a failure.
-    pub fn is_bad_input(&self) -> bool {
+    fn is_bad_input(&self) -> bool {
         matches!(self, Error::Topology(_))
     }
 }

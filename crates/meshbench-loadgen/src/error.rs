@@ -22,8 +22,8 @@ pub enum Error {
     Runtime(std::io::Error),
 }
 
-impl Error {
-    pub fn is_bad_input(&self) -> bool {
+impl meshbench_role::InputFault for Error {
+    fn is_bad_input(&self) -> bool {
         !matches!(self, Error::Runtime(_))
     }
 }

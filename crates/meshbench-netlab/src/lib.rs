@@ -21,6 +21,8 @@ mod plan;
 mod relay;
 mod wire;
 
+use meshbench_role::InputFault;
+
 pub use capture::{NodeCapture, NodeRedirect, SidecarCapture, PROXY_UID};
 pub use clean::{clean_all, CleanReport};
 pub use command::which;
@@ -77,8 +79,8 @@ pub enum Error {
     },
 }
 
-impl Error {
-    pub fn is_bad_input(&self) -> bool {
+impl InputFault for Error {
+    fn is_bad_input(&self) -> bool {
         match self {
             Error::Topology(_) => true,
             Error::Lab(e) => e.is_bad_input(),

@@ -198,74 +198,51 @@ impl LabNetwork {
     }
 
     pub fn capture_sidecar(&self, pod: &str, capture: &SidecarCapture) -> Result<(), Error> {
-        match self {
-            LabNetwork::Netns(l) => capture.install(&l.pod_netns(pod)),
-            LabNetwork::Loopback(_) => Err(Error::Unsupported {
-                what: "traffic capture",
-                backend: "loopback",
-            }),
-        }
+        capture.install(&self.netns("traffic capture")?.pod_netns(pod))
     }
 
     pub fn redirect_on_node(&self, node: &str, redirect: &NodeRedirect) -> Result<(), Error> {
-        match self {
-            LabNetwork::Netns(l) => redirect.install(&l.node_netns(node)),
-            LabNetwork::Loopback(_) => Err(Error::Unsupported {
-                what: "traffic capture",
-                backend: "loopback",
-            }),
-        }
+        redirect.install(&self.netns("traffic capture")?.node_netns(node))
     }
 
     pub fn capture_on_node(&self, node: &str, capture: &NodeCapture) -> Result<(), Error> {
-        match self {
-            LabNetwork::Netns(l) => capture.install(&l.node_netns(node)),
-            LabNetwork::Loopback(_) => Err(Error::Unsupported {
-                what: "traffic capture",
-                backend: "loopback",
-            }),
-        }
+        capture.install(&self.netns("traffic capture")?.node_netns(node))
     }
 
     /// The namespace and interface that carry a node's inter-node traffic (netns only).
     pub fn uplink_of(&self, node: &str) -> Result<(String, &'static str), Error> {
-        match self {
-            LabNetwork::Netns(l) => {
-                l.plan().node(node)?;
-                Ok((l.node_netns(node), crate::netns::UPLINK))
-            }
-            LabNetwork::Loopback(_) => Err(Error::Unsupported {
-                what: "an inter-node link",
-                backend: "loopback",
-            }),
-        }
+        let lab = self.netns("an inter-node link")?;
+        lab.plan().node(node)?;
+        Ok((lab.node_netns(node), crate::netns::UPLINK))
     }
 
     /// The namespace and interface on a pod's node that carry all of the pod's traffic
     /// (netns only): where a capture sees a same-node path.
     pub fn pod_port(&self, pod: &str) -> Result<(String, String), Error> {
-        match self {
-            LabNetwork::Netns(l) => l.pod_port(pod),
-            LabNetwork::Loopback(_) => Err(Error::Unsupported {
-                what: "pod interfaces",
-                backend: "loopback",
-            }),
-        }
+        self.netns("pod interfaces")?.pod_port(pod)
     }
 
     /// The network namespace of a pod or node (netns only).
     pub fn netns_of(&self, place: NetPlace<'_>) -> Result<String, Error> {
-        match (self, place) {
-            (LabNetwork::Netns(l), NetPlace::Pod(pod)) => {
-                l.plan().pod(pod)?;
-                Ok(l.pod_netns(pod))
+        let lab = self.netns("network namespaces")?;
+        Ok(match place {
+            NetPlace::Pod(pod) => {
+                lab.plan().pod(pod)?;
+                lab.pod_netns(pod)
             }
-            (LabNetwork::Netns(l), NetPlace::Node(node)) => {
-                l.plan().node(node)?;
-                Ok(l.node_netns(node))
+            NetPlace::Node(node) => {
+                lab.plan().node(node)?;
+                lab.node_netns(node)
             }
-            (LabNetwork::Loopback(_), _) => Err(Error::Unsupported {
-                what: "network namespaces",
+        })
+    }
+
+    /// The netns lab, or the error saying that `what` needs one.
+    fn netns(&self, what: &'static str) -> Result<&NetnsLab, Error> {
+        match self {
+            LabNetwork::Netns(lab) => Ok(lab),
+            LabNetwork::Loopback(_) => Err(Error::Unsupported {
+                what,
                 backend: "loopback",
             }),
         }

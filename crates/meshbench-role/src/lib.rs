@@ -24,6 +24,20 @@ pub enum Error {
     Invalid { path: PathBuf, reason: String },
 }
 
+/// An error that says whose fault it is: the user's input (a flag, a file, a field: the
+/// process exits 2 and the message names what to fix) or the machine (exit 1). Every
+/// library's error type implements it, so the binary asks one question of each cause.
+pub trait InputFault: std::error::Error + 'static {
+    fn is_bad_input(&self) -> bool;
+}
+
+/// A config file that cannot be read or does not parse is always the input's fault.
+impl InputFault for Error {
+    fn is_bad_input(&self) -> bool {
+        true
+    }
+}
+
 /// A role's config file: what the role's process reads with `--config FILE`.
 pub trait RoleConfig: Serialize + DeserializeOwned {
     /// The subcommand that reads this config: `meshbench <COMMAND...> --config FILE`.

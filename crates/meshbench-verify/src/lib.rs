@@ -36,6 +36,18 @@ pub enum Error {
     Probe(String),
 }
 
+/// Bad input as the layer below saw it; a probe or a mesh failing is the machine's.
+impl meshbench_role::InputFault for Error {
+    fn is_bad_input(&self) -> bool {
+        match self {
+            Error::Network(e) => meshbench_role::InputFault::is_bad_input(e),
+            Error::Lab(e) => e.is_bad_input(),
+            Error::Identity(e) => e.is_bad_input(),
+            _ => false,
+        }
+    }
+}
+
 impl Error {
     /// The mesh cannot run here (a missing binary) or cannot be verified yet: reported for
     /// that mesh rather than ending the run.

@@ -31,6 +31,7 @@ pub use http::{Reply, Role, RoleService, HEALTH_PATH};
 pub use mix::{parse_delay, parse_size, parse_status, Mix, MixError};
 pub use serve::{bind, BoundServer, ServeOptions};
 
+use meshbench_role::InputFault;
 use std::net::SocketAddr;
 
 /// The runtime a workload server runs on: `threads` workers (default: one per core), each with
@@ -59,9 +60,9 @@ pub enum Error {
     Identity(#[from] meshbench_identity::Error),
 }
 
-impl Error {
+impl InputFault for Error {
     /// Bad input (address in use, unreadable certificate) rather than a machine failure.
-    pub fn is_bad_input(&self) -> bool {
+    fn is_bad_input(&self) -> bool {
         match self {
             Error::Bind { .. } | Error::BadUri { .. } => true,
             Error::Identity(e) => e.is_bad_input(),

@@ -18,6 +18,7 @@ mod workload;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use meshbench_role::InputFault;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -122,36 +123,28 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     if err.downcast_ref::<Interrupted>().is_some() {
         return 130;
     }
-    let bad_input = err.chain().any(|cause| {
-        cause.is::<BadInput>()
-            || cause.is::<meshbench_role::Error>()
-            || cause
-                .downcast_ref::<meshbench_identity::Error>()
-                .is_some_and(|e| e.is_bad_input())
-            || cause
-                .downcast_ref::<meshbench_workload::Error>()
-                .is_some_and(|e| e.is_bad_input())
-            || cause
-                .downcast_ref::<meshbench_loadgen::Error>()
-                .is_some_and(|e| e.is_bad_input())
-            || cause
-                .downcast_ref::<meshbench_experiment::Error>()
-                .is_some_and(|e| e.is_bad_input())
-            || cause
-                .downcast_ref::<meshbench_dataplane::Error>()
-                .is_some_and(|e| e.is_bad_input())
-            || cause
-                .downcast_ref::<meshbench_netlab::Error>()
-                .is_some_and(|e| e.is_bad_input())
-            || cause.downcast_ref::<meshbench_verify::Error>().is_some_and(
-                |e| matches!(e, meshbench_verify::Error::Network(n) if n.is_bad_input()),
-            )
-    });
-    if bad_input {
+    if err.chain().any(bad_input) {
         2
     } else {
         1
     }
+}
+
+/// Whether `cause` is the input's fault, as its library's [`InputFault`] says.
+fn bad_input(cause: &(dyn std::error::Error + 'static)) -> bool {
+    fn says<E: InputFault>(cause: &(dyn std::error::Error + 'static)) -> bool {
+        cause.downcast_ref::<E>().is_some_and(E::is_bad_input)
+    }
+    cause.is::<BadInput>()
+        || says::<meshbench_role::Error>(cause)
+        || says::<meshbench_identity::Error>(cause)
+        || says::<meshbench_workload::Error>(cause)
+        || says::<meshbench_loadgen::Error>(cause)
+        || says::<meshbench_experiment::Error>(cause)
+        || says::<meshbench_dataplane::Error>(cause)
+        || says::<meshbench_lab::Error>(cause)
+        || says::<meshbench_netlab::Error>(cause)
+        || says::<meshbench_verify::Error>(cause)
 }
 
 /// Facts about this build, recorded with every result.
