@@ -97,12 +97,23 @@ pub(crate) fn measurement(
     }
 }
 
-fn run_meshbench(
-    opts: &LoadgenBenchOptions,
-    case: &str,
-    url: &str,
-    model: LoadModel,
-) -> Result<BenchMeasurement, Error> {
+/// One case of the benchmark: its name, the target and who measures it.
+#[derive(Clone, Copy)]
+struct Case<'a> {
+    opts: &'a LoadgenBenchOptions,
+    peers: &'a Peers,
+    name: &'a str,
+    url: &'a str,
+    target: std::net::SocketAddr,
+}
+
+fn run_meshbench(c: &Case<'_>, model: LoadModel) -> Result<BenchMeasurement, Error> {
+    let Case {
+        opts,
+        name: case,
+        url,
+        ..
+    } = *c;
     let mut spec = LoadSpec::new(url, model);
     spec.connections = 16;
     spec.duration = Some(opts.duration);
@@ -125,12 +136,13 @@ fn run_meshbench(
 }
 
 /// The evenly paced floor ([`crate::floor::paced`]) as a measurement row.
-fn run_paced_floor(
-    opts: &LoadgenBenchOptions,
-    case: &str,
-    target: std::net::SocketAddr,
-    rps: u32,
-) -> Result<BenchMeasurement, Error> {
+fn run_paced_floor(c: &Case<'_>, rps: u32) -> Result<BenchMeasurement, Error> {
+    let Case {
+        opts,
+        name: case,
+        target,
+        ..
+    } = *c;
     let run = paced_floor(target, rps, 16, opts.duration, opts.generator_cpu)?;
     let min_answer_bytes = run.requests.saturating_sub(16) * opts.response_bytes;
     if run.answer_bytes < min_answer_bytes {
@@ -146,11 +158,13 @@ fn run_paced_floor(
 }
 
 /// The closed-loop floor ([`crate::floor::closed`]) as a measurement row.
-fn run_closed_floor(
-    opts: &LoadgenBenchOptions,
-    case: &str,
-    target: std::net::SocketAddr,
-) -> Result<BenchMeasurement, Error> {
+fn run_closed_floor(c: &Case<'_>) -> Result<BenchMeasurement, Error> {
+    let Case {
+        opts,
+        name: case,
+        target,
+        ..
+    } = *c;
     let run = closed_floor(target, 16, opts.duration, opts.generator_cpu)?;
     Ok(floor_row(opts, case, CLOSED_FLOOR, run))
 }
@@ -201,12 +215,14 @@ fn run_peer(
     ))
 }
 
-fn run_wrk(
-    opts: &LoadgenBenchOptions,
-    peers: &Peers,
-    case: &str,
-    url: &str,
-) -> Result<BenchMeasurement, Error> {
+fn run_wrk(c: &Case<'_>) -> Result<BenchMeasurement, Error> {
+    let Case {
+        opts,
+        peers,
+        name: case,
+        url,
+        ..
+    } = *c;
     let mut command = Command::new(&peers.wrk);
     command
         .args(["-t1", "-c16", "--latency", "-d"])
@@ -263,13 +279,14 @@ fn tool_json(
     Ok((value, bad))
 }
 
-fn run_fortio(
-    opts: &LoadgenBenchOptions,
-    peers: &Peers,
-    case: &str,
-    url: &str,
-    qps: u32,
-) -> Result<BenchMeasurement, Error> {
+fn run_fortio(c: &Case<'_>, qps: u32) -> Result<BenchMeasurement, Error> {
+    let Case {
+        opts,
+        peers,
+        name: case,
+        url,
+        ..
+    } = *c;
     let json = opts.work_dir.join(format!("{case}.fortio.json"));
     let mut command = Command::new(&peers.fortio);
     command
@@ -310,13 +327,14 @@ fn run_fortio(
 
 /// oha: `qps == 0` is its closed loop (each of the 16 workers sends as soon as its previous
 /// response ended); otherwise `-q` paces requests with tokio's timer.
-fn run_oha(
-    opts: &LoadgenBenchOptions,
-    peers: &Peers,
-    case: &str,
-    url: &str,
-    qps: u32,
-) -> Result<BenchMeasurement, Error> {
+fn run_oha(c: &Case<'_>, qps: u32) -> Result<BenchMeasurement, Error> {
+    let Case {
+        opts,
+        peers,
+        name: case,
+        url,
+        ..
+    } = *c;
     let json = opts.work_dir.join(format!("{case}.oha.json"));
     let mut command = Command::new(&peers.oha);
     command
@@ -413,41 +431,36 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
     let url = format!("http://{target_addr}/");
     let mut m = Vec::new();
 
-    let closed = "closed-loop-16";
-    let fixed = "fixed-5k";
-    let floor = "floor-1k";
+    let case = |name| Case {
+        opts,
+        peers: &peers,
+        name,
+        url: &url,
+        target: target_addr,
+    };
+    let (closed, fixed, floor) = (case("closed-loop-16"), case("fixed-5k"), case("floor-1k"));
     for repetition in 1..=opts.repetitions.max(1) {
         let start = m.len();
-        m.push(run_meshbench(opts, closed, &url, LoadModel::ClosedLoop)?);
-        m.push(run_wrk(opts, &peers, closed, &url)?);
-        m.push(run_fortio(opts, &peers, closed, &url, 0)?);
-        m.push(run_oha(opts, &peers, closed, &url, 0)?);
-        m.push(run_closed_floor(opts, closed, target_addr)?);
+        m.push(run_meshbench(&closed, LoadModel::ClosedLoop)?);
+        m.push(run_wrk(&closed)?);
+        m.push(run_fortio(&closed, 0)?);
+        m.push(run_oha(&closed, 0)?);
+        m.push(run_closed_floor(&closed)?);
 
-        m.push(run_meshbench(
-            opts,
-            fixed,
-            &url,
-            LoadModel::OpenLoop { rps: 5000.0 },
-        )?);
-        m.push(run_fortio(opts, &peers, fixed, &url, 5000)?);
-        m.push(run_oha(opts, &peers, fixed, &url, 5000)?);
-        m.push(run_paced_floor(opts, fixed, target_addr, 5000)?);
+        m.push(run_meshbench(&fixed, LoadModel::OpenLoop { rps: 5000.0 })?);
+        m.push(run_fortio(&fixed, 5000)?);
+        m.push(run_oha(&fixed, 5000)?);
+        m.push(run_paced_floor(&fixed, 5000)?);
 
-        m.push(run_meshbench(
-            opts,
-            floor,
-            &url,
-            LoadModel::OpenLoop { rps: 1000.0 },
-        )?);
-        m.push(run_fortio(opts, &peers, floor, &url, 1000)?);
-        m.push(run_oha(opts, &peers, floor, &url, 1000)?);
+        m.push(run_meshbench(&floor, LoadModel::OpenLoop { rps: 1000.0 })?);
+        m.push(run_fortio(&floor, 1000)?);
+        m.push(run_oha(&floor, 1000)?);
         for x in &mut m[start..] {
             x.repetition = Some(repetition);
         }
     }
     let mut notes = Vec::new();
-    match measure_pacing(opts, &peers, &url, target_addr.port()) {
+    match measure_pacing(&case(PACING_CASE)) {
         Ok(rows) => m.extend(rows),
         Err(e) => notes.push(format!("{PACING_CASE}: not measured: {e}")),
     }
@@ -458,21 +471,35 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
     let cpu_100k = |x: &BenchMeasurement| Some(x.cpu_us_per_request * 1e5 / 1e6);
     let p50 = |x: &BenchMeasurement| x.p50_us;
     let ratios = [
-        ratio(&m, closed, "requests per second", "wrk", rps, None),
-        ratio(&m, closed, "requests per second", "fortio", rps, None),
+        ratio(&m, closed.name, "requests per second", "wrk", rps, None),
+        ratio(&m, closed.name, "requests per second", "fortio", rps, None),
         ratio(
             &m,
-            closed,
+            closed.name,
             "client CPU us per request",
             "wrk",
             cpu,
             Some(0.8),
         ),
-        ratio(&m, closed, "client CPU us per request", "fortio", cpu, None),
-        ratio(&m, closed, "client CPU us per request", "oha", cpu, None),
         ratio(
             &m,
-            closed,
+            closed.name,
+            "client CPU us per request",
+            "fortio",
+            cpu,
+            None,
+        ),
+        ratio(
+            &m,
+            closed.name,
+            "client CPU us per request",
+            "oha",
+            cpu,
+            None,
+        ),
+        ratio(
+            &m,
+            closed.name,
             "client CPU us per request",
             CLOSED_FLOOR,
             cpu,
@@ -480,7 +507,7 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         ),
         ratio(
             &m,
-            fixed,
+            fixed.name,
             "client CPU s per 100k requests",
             "fortio",
             cpu_100k,
@@ -488,7 +515,7 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         ),
         ratio(
             &m,
-            fixed,
+            fixed.name,
             "client CPU s per 100k requests",
             "oha",
             cpu_100k,
@@ -496,7 +523,7 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         ),
         ratio(
             &m,
-            fixed,
+            fixed.name,
             "client CPU s per 100k requests",
             PACED_FLOOR,
             cpu_100k,
@@ -504,21 +531,21 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         ),
         ratio(
             &m,
-            floor,
+            floor.name,
             "client CPU s per 100k requests",
             "oha",
             cpu_100k,
             None,
         ),
-        ratio(&m, floor, "p50 us", "fortio", p50, Some(1.0)),
-        ratio(&m, floor, "p50 us", "oha", p50, None),
+        ratio(&m, floor.name, "p50 us", "fortio", p50, Some(1.0)),
+        ratio(&m, floor.name, "p50 us", "oha", p50, None),
     ]
     .into_iter()
     .flatten()
     .collect();
 
-    notes.extend(closed_floor_note(&m, closed));
-    notes.extend(paced_floor_note(&m, fixed));
+    notes.extend(closed_floor_note(&m, closed.name));
+    notes.extend(paced_floor_note(&m, fixed.name));
 
     Ok(BenchReport {
         schema_version: SCHEMA_VERSION,
@@ -591,31 +618,27 @@ const PACING_RPS: u32 = 5000;
 
 /// Each fixed-rate tool at [`PACING_RPS`] under a capture of loopback; the rows carry the
 /// spacing of the requests as the kernel sent them. Needs tcpdump and the right to capture.
-fn measure_pacing(
-    opts: &LoadgenBenchOptions,
-    peers: &Peers,
-    url: &str,
-    target_port: u16,
-) -> Result<Vec<BenchMeasurement>, Error> {
+fn measure_pacing(pacing: &Case<'_>) -> Result<Vec<BenchMeasurement>, Error> {
     let mut rows = Vec::new();
     for tool in ["meshbench", "fortio", "oha"] {
-        let pcap = opts.work_dir.join(format!("{PACING_CASE}.{tool}.pcap"));
+        let pcap = pacing
+            .opts
+            .work_dir
+            .join(format!("{PACING_CASE}.{tool}.pcap"));
         let capture = meshbench_netlab::WireCapture::start_host("lo", &pcap)?;
         let measured = match tool {
             "meshbench" => run_meshbench(
-                opts,
-                PACING_CASE,
-                url,
+                pacing,
                 LoadModel::OpenLoop {
                     rps: f64::from(PACING_RPS),
                 },
             ),
-            "fortio" => run_fortio(opts, peers, PACING_CASE, url, PACING_RPS),
-            _ => run_oha(opts, peers, PACING_CASE, url, PACING_RPS),
+            "fortio" => run_fortio(pacing, PACING_RPS),
+            _ => run_oha(pacing, PACING_RPS),
         };
         let pcap = capture.stop();
         let mut row = measured?;
-        let times = meshbench_netlab::send_times_to_port(&pcap, target_port);
+        let times = meshbench_netlab::send_times_to_port(&pcap, pacing.target.port());
         // Tens of megabytes of 1 KiB responses: the figures are what is kept.
         let _ = std::fs::remove_file(&pcap);
         row.pacing = crate::pacing::pacing(&times?, f64::from(PACING_RPS));

@@ -88,18 +88,14 @@ impl Inbound {
                 let started = Instant::now();
                 // Boxed: the handshake's state would otherwise size the connection's task for its
                 // whole life (2.5 KiB, more than everything the task keeps afterwards).
-                let handshake = Box::pin(tokio::time::timeout_at(
+                let handshake = Box::pin(meshbench_net::handshake_by(
                     deadline,
                     crate::lean_tls::accept(config.clone(), stream),
                 ));
                 let tls = match handshake.await {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
+                    Ok(tls) => tls,
+                    Err(e) => {
                         tracing::debug!(%peer_addr, error = %e, "inbound TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer_addr, "inbound TLS handshake timed out");
                         return;
                     }
                 };

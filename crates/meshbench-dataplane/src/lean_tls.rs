@@ -337,6 +337,16 @@ impl<C: TlsEnd> LeanTlsStream<C> {
         Poll::Ready(Ok(()))
     }
 
+    /// Has rustls process the incoming bytes held back, then `send`; returns the bytes of the
+    /// records `send` became.
+    fn send(&mut self, send: Send<'_>) -> io::Result<usize> {
+        let mut incoming = mem::take(&mut self.held.incoming);
+        let driven = drive(&mut self.conn, &mut incoming, &mut self.held, None, send);
+        let (consumed, encrypted) = driven.map_err(tls_error)?;
+        self.held.keep_incoming(&incoming[consumed..]);
+        Ok(encrypted)
+    }
+
     /// Reads once from the socket after the `leftover` bytes at the front of `work` and feeds
     /// everything to rustls. Returns the range of `work` still to be kept.
     fn fill_and_drive(
@@ -453,16 +463,7 @@ impl<C: TlsEnd> AsyncWrite for LeanTlsStream<C> {
         let data = &data[..data.len().min(MAX_PLAINTEXT_PER_WRITE)];
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
-            let mut incoming = mem::take(&mut this.held.incoming);
-            let driven = drive(
-                &mut this.conn,
-                &mut incoming,
-                &mut this.held,
-                None,
-                Send::Data(data, &mut scratch),
-            );
-            let (consumed, encrypted) = driven.map_err(tls_error)?;
-            this.held.keep_incoming(&incoming[consumed..]);
+            let encrypted = this.send(Send::Data(data, &mut scratch))?;
             if encrypted == 0 {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::BrokenPipe,
@@ -498,16 +499,7 @@ impl<C: TlsEnd> AsyncWrite for LeanTlsStream<C> {
         let this = self.get_mut();
         if !this.held.close_notify_queued {
             this.held.close_notify_queued = true;
-            let mut incoming = mem::take(&mut this.held.incoming);
-            let driven = drive(
-                &mut this.conn,
-                &mut incoming,
-                &mut this.held,
-                None,
-                Send::CloseNotify,
-            );
-            let (consumed, _) = driven.map_err(tls_error)?;
-            this.held.keep_incoming(&incoming[consumed..]);
+            this.send(Send::CloseNotify)?;
         }
         ready!(this.poll_send_outgoing(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)

@@ -13,18 +13,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-const POLICY: &str = r#"
-peer_authentication:
-  - { name: strict-app, namespace: app, mode: STRICT }
-authorization:
-  - name: no-admin
-    namespace: app
-    workload: calculator
-    action: DENY
-    rules:
-      - to: { paths: ["/admin/*"] }
-"#;
-
 /// One HTTP/1.1 message as read off the wire, its body decoded from its framing.
 #[derive(Debug, Default)]
 struct Message {
@@ -190,7 +178,7 @@ fn pair() -> Pair {
         tokio::spawn(scripted_app(listener, seen_tx));
         addr
     });
-    let calculator = lab.calculator_for(app, POLICY, true, ProxyMode::L7);
+    let calculator = lab.calculator_for(app, common::STRICT_NO_ADMIN, true, ProxyMode::L7);
     let entry = lab.l7_client("experimenter", calculator);
     Pair { lab, entry, seen }
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::Lab;
+use common::{Lab, STRICT_NO_ADMIN};
 use meshbench_dataplane::{bind_admin, serve_admin, ProxyMetrics, ProxyMode, Rotation};
 use meshbench_fixtures::{closed_loop, e3_policy};
 use meshbench_identity::{bind_ca_server, CertificateAuthority, IssueOptions};
@@ -87,24 +87,19 @@ fn without_mtls_the_pair_forwards_plaintext() {
     assert_eq!(only_outcome(&requests(client, 50)), Outcome::Http(200));
 }
 
-const L7_POLICY: &str = r#"
-peer_authentication:
-  - { name: strict-app, namespace: app, mode: STRICT }
-authorization:
-  - name: no-admin
-    namespace: app
-    workload: calculator
-    action: DENY
-    rules:
-      - to: { paths: ["/admin/*"] }
-  - name: calculator-only-from-experimenter
+/// The calculator's L7 policy: no `/admin`, and only GETs from the experimenter.
+fn l7_policy() -> String {
+    format!(
+        "{STRICT_NO_ADMIN}  - name: calculator-only-from-experimenter
     namespace: app
     workload: calculator
     action: ALLOW
     rules:
-      - from: { principals: [cluster.local/ns/app/sa/experimenter] }
-        to: { methods: [GET] }
-"#;
+      - from: {{ principals: [cluster.local/ns/app/sa/experimenter] }}
+        to: {{ methods: [GET] }}
+"
+    )
+}
 
 fn requests_to(url: &str, n: u64) -> LoadResult {
     let mut config =
@@ -118,7 +113,7 @@ fn requests_to(url: &str, n: u64) -> LoadResult {
 #[test]
 fn l7_authorizes_every_request_and_answers_403_on_deny() {
     let lab = Lab::new();
-    let calculator = lab.calculator_in(L7_POLICY, true, ProxyMode::L7);
+    let calculator = lab.calculator_in(&l7_policy(), true, ProxyMode::L7);
     let experimenter = lab.l7_client("experimenter", calculator);
     let ok = requests_to(&format!("http://{experimenter}/"), 200);
     assert_eq!(only_outcome(&ok), Outcome::Http(200));
@@ -141,7 +136,7 @@ fn l7_shares_pooled_upstream_connections_between_downstream_ones() {
     let mut lab = Lab::new();
     let server_side = Arc::new(ProxyMetrics::new());
     lab.metrics = Some(server_side.clone());
-    let calculator = lab.calculator_in(L7_POLICY, true, ProxyMode::L7);
+    let calculator = lab.calculator_in(&l7_policy(), true, ProxyMode::L7);
     let experimenter = lab.l7_client("experimenter", calculator);
     let url = format!("http://{experimenter}/");
     let target = || Target::parse(&url).unwrap();
@@ -202,7 +197,7 @@ fn metrics_are_served_on_the_admin_port_and_pass_promtool() {
     let mut lab = Lab::new();
     let metrics = Arc::new(ProxyMetrics::new());
     lab.metrics = Some(metrics.clone());
-    let calculator = lab.calculator_in(L7_POLICY, true, ProxyMode::L7);
+    let calculator = lab.calculator_in(&l7_policy(), true, ProxyMode::L7);
     let experimenter = lab.l7_client("experimenter", calculator);
     let checker = lab.l7_client("security-checker", calculator);
     assert_eq!(

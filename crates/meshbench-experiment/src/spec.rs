@@ -581,50 +581,58 @@ fn load_point(
             };
         }
     }
-    match (application, doc.max_operand) {
-        (Application::ZeroTrustApp, max) => {
-            let max = max.unwrap_or(DEFAULT_MAX_OPERAND);
-            if max > MAX_OPERAND {
-                return Err(problem(
-                    "max_operand",
-                    format!("{max} is more than 10^16 (E3's bigger numbers)"),
-                ));
-            }
-            point.max_operand = Some(max);
-        }
-        (_, Some(_)) => {
+    let max_operand = only_for(
+        application,
+        Application::ZeroTrustApp,
+        ("max_operand", doc.max_operand),
+        "only the zero-trust-app's calculator has operands",
+    )?;
+    if application == Application::ZeroTrustApp {
+        let max = max_operand.unwrap_or(DEFAULT_MAX_OPERAND);
+        if max > MAX_OPERAND {
             return Err(problem(
                 "max_operand",
-                "only the zero-trust-app's calculator has operands".into(),
-            ))
+                format!("{max} is more than 10^16 (E3's bigger numbers)"),
+            ));
         }
-        (_, None) => {}
+        point.max_operand = Some(max);
     }
-    match (application, doc.services) {
-        (Application::CounterChain, services) => {
-            let services = services.ok_or_else(|| {
-                problem(
-                    "services",
-                    "the counter chain needs the number of services a request crosses".into(),
-                )
-            })?;
-            if services == 0 || u64::from(services) > MAX_CHAIN {
-                return Err(problem(
-                    "services",
-                    format!("{services} is not between 1 and {MAX_CHAIN}"),
-                ));
-            }
-            point.services = Some(services);
-        }
-        (_, Some(_)) => {
+    let services = only_for(
+        application,
+        Application::CounterChain,
+        ("services", doc.services),
+        "only the counter-chain application has a chain of services",
+    )?;
+    if application == Application::CounterChain {
+        let services = services.ok_or_else(|| {
+            problem(
+                "services",
+                "the counter chain needs the number of services a request crosses".into(),
+            )
+        })?;
+        if services == 0 || u64::from(services) > MAX_CHAIN {
             return Err(problem(
                 "services",
-                "only the counter-chain application has a chain of services".into(),
-            ))
+                format!("{services} is not between 1 and {MAX_CHAIN}"),
+            ));
         }
-        (_, None) => {}
+        point.services = Some(services);
     }
     Ok(point)
+}
+
+/// A load field that only `owner`'s application takes; given for another, `refusal` says
+/// why.
+fn only_for<T>(
+    application: Application,
+    owner: Application,
+    (field, value): (&str, Option<T>),
+    refusal: &str,
+) -> Result<Option<T>, Invalid> {
+    match value {
+        Some(_) if application != owner => Err((field.to_owned(), refusal.to_owned())),
+        value => Ok(value),
+    }
 }
 
 fn parse_duration(field: &str, value: &str) -> Result<Duration, Invalid> {

@@ -118,15 +118,12 @@ impl BoundCaServer {
                 let handshake_timeout = self.handshake_timeout;
                 tokio::spawn(async move {
                     let _slot = slot;
-                    let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp));
+                    let deadline = tokio::time::Instant::now() + handshake_timeout;
+                    let handshake = meshbench_net::handshake_by(deadline, acceptor.accept(tcp));
                     let tls = match handshake.await {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(e)) => {
-                            tracing::info!(%peer, error = %e, "CA: TLS handshake refused");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::info!(%peer, "CA: TLS handshake timed out");
+                        Ok(tls) => tls,
+                        Err(e) => {
+                            tracing::info!(%peer, error = %e, "CA: TLS handshake failed");
                             return;
                         }
                     };

@@ -2,7 +2,9 @@
 //! descriptors, most often) must neither spin the CPU nor flood the log, and must not stop
 //! the connections already established from being served: the accept pauses, 10 ms doubling
 //! to 1 s while accepts keep failing, and one warning per 10 s counts the failures since the
-//! last. The data plane, the CA service and the workloads all accept this way.
+//! last. The data plane, the CA service and the workloads all accept this way. A TLS
+//! handshake on an accepted connection must then finish by a deadline ([`handshake_by`]), so
+//! that a peer sending half a ClientHello holds nothing for long.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -15,6 +17,33 @@ pub const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 pub const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// At most one "accept failed" line per this period.
 pub const ACCEPT_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// Why an accepted connection's TLS handshake did not finish.
+#[derive(Debug)]
+pub enum HandshakeFailed<E> {
+    Refused(E),
+    TimedOut,
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for HandshakeFailed<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandshakeFailed::Refused(e) => e.fmt(f),
+            HandshakeFailed::TimedOut => f.write_str("not finished by the handshake deadline"),
+        }
+    }
+}
+
+/// Runs `handshake`, cut off at `deadline`.
+pub async fn handshake_by<T, E>(
+    deadline: tokio::time::Instant,
+    handshake: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, HandshakeFailed<E>> {
+    match tokio::time::timeout_at(deadline, handshake).await {
+        Ok(done) => done.map_err(HandshakeFailed::Refused),
+        Err(_) => Err(HandshakeFailed::TimedOut),
+    }
+}
 
 /// A listener whose `accept` retries failures with a growing pause.
 #[derive(Debug)]

@@ -155,22 +155,12 @@ fn latency_vs_load(
     pick: Pick,
 ) -> Option<Chart> {
     let groups = groups_at(analysis, placement, |g| g.point.load.rps > 0.0);
-    let title = format!(
-        "{} latency against requested rate ({})",
-        pick.name(),
-        or_all(placement)
-    );
-    latency_lines(
-        analysis,
-        palette,
-        LatencyAxes {
-            title,
-            x_desc: "requested rate (requests/s, log scale)",
-            x: |g| g.point.load.rps,
-            pick,
-        },
-        &groups,
-    )
+    let axes = LatencyAxes {
+        against: format!("requested rate ({})", or_all(placement)),
+        x_desc: "requested rate (requests/s, log scale)",
+        x: |g| g.point.load.rps,
+    };
+    latency_lines(analysis, palette, pick, axes, &groups)
 }
 
 /// E4's view: latency against the services a request crosses, one chart per number of
@@ -193,31 +183,21 @@ fn latency_vs_chain(
                 .copied()
                 .filter(|g| g.point.load.connections == n)
                 .collect();
-            let title = format!(
-                "{} latency against services crossed ({n} users, {})",
-                pick.name(),
-                or_all(placement)
-            );
-            latency_lines(
-                analysis,
-                palette,
-                LatencyAxes {
-                    title,
-                    x_desc: "services one request crosses (log scale)",
-                    x: |g| f64::from(g.point.load.services.unwrap_or(1)),
-                    pick,
-                },
-                &groups,
-            )
+            let axes = LatencyAxes {
+                against: format!("services crossed ({n} users, {})", or_all(placement)),
+                x_desc: "services one request crosses (log scale)",
+                x: |g| f64::from(g.point.load.services.unwrap_or(1)),
+            };
+            latency_lines(analysis, palette, pick, axes, &groups)
         })
         .collect()
 }
 
+/// The x axis of a latency chart: what latency is plotted against.
 struct LatencyAxes<'a> {
-    title: String,
+    against: String,
     x_desc: &'a str,
     x: fn(&Group) -> f64,
-    pick: Pick,
 }
 
 /// One line per scenario of a percentile against `axes.x` (log scale); none with fewer
@@ -225,6 +205,7 @@ struct LatencyAxes<'a> {
 fn latency_lines(
     analysis: &Analysis,
     palette: &Palette,
+    pick: Pick,
     axes: LatencyAxes<'_>,
     groups: &[&Group],
 ) -> Option<Chart> {
@@ -234,7 +215,7 @@ fn latency_lines(
     if xs.len() < 2 {
         return None;
     }
-    let value = |g: &Group| axes.pick.of(g);
+    let value = |g: &Group| pick.of(g);
     // The axis spans the data, not zero to the top: a mesh adds a millisecond to a 200 ms
     // request, which an axis from zero would flatten into one line.
     let values: Vec<f64> = groups.iter().map(|g| value(g)).collect();
@@ -243,7 +224,7 @@ fn latency_lines(
     let pad = ((y_top - y_bottom) * 0.1).max(y_top * 0.005).max(0.001);
     let y_range = (y_bottom - pad).max(0.0)..y_top + pad;
     let (x_min, x_max) = (xs[0], xs[xs.len() - 1]);
-    let title = axes.title;
+    let title = format!("{} latency against {}", pick.name(), axes.against);
     render(title.clone(), 420, |root| {
         let mut chart = builder(root, &title, 18, 60)
             .build_cartesian_2d((x_min * 0.8..x_max * 1.2).log_scale(), y_range.clone())?;
@@ -254,7 +235,7 @@ fn latency_lines(
             .x_label_formatter(&|v| format!("{v:.0}"))
             .y_desc(format!(
                 "{} latency (ms){}",
-                axes.pick.name(),
+                pick.name(),
                 if y_range.start > 0.0 {
                     ", axis not from 0"
                 } else {

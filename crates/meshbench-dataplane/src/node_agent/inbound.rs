@@ -61,15 +61,12 @@ impl HboneInbound {
 
     pub(crate) async fn handle(&self, tcp: TcpStream, peer_addr: SocketAddr) {
         let started = Instant::now();
-        let handshake = self.acceptor.accept(tcp);
-        let tls = match tokio::time::timeout(self.limits.handshake_timeout, handshake).await {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
+        let deadline = tokio::time::Instant::now() + self.limits.handshake_timeout;
+        let handshake = meshbench_net::handshake_by(deadline, self.acceptor.accept(tcp));
+        let tls = match handshake.await {
+            Ok(tls) => tls,
+            Err(e) => {
                 tracing::debug!(%peer_addr, error = %e, "HBONE handshake failed");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!(%peer_addr, "HBONE handshake timed out");
                 return;
             }
         };

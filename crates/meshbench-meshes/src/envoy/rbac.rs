@@ -236,26 +236,14 @@ mod tests {
     use super::*;
     use meshbench_policy::Policy;
 
-    const E3: &str = "trust_domain: cluster.local
-peer_authentication:
-  - { name: strict-app, namespace: app, mode: STRICT }
-authorization:
-  - name: deny-other-namespaces
-    namespace: app
-    action: DENY
-    rules:
-      - from: { not_namespaces: [app] }
-  - name: calculator-only-from-experimenter
-    namespace: app
-    workload: calculator
-    action: ALLOW
-    rules:
-      - from: { principals: [cluster.local/ns/app/sa/experimenter] }
-        to: { methods: [POST], paths: [/add, /api/*] }
-";
+    /// E3's policy, its ALLOW narrowed to POSTs to `/add` and under `/api/`.
+    fn e3_policy() -> String {
+        let narrowed = "        to: { methods: [POST], paths: [/add, /api/*] }\n";
+        meshbench_topology::e3::zero_trust_policy("cluster.local") + narrowed
+    }
 
     fn rbac(workload: &str) -> Vec<Value> {
-        let policy = Policy::from_yaml(E3).unwrap();
+        let policy = Policy::from_yaml(&e3_policy()).unwrap();
         rbac_filters(policy.file(), "app", workload)
     }
 
