@@ -108,12 +108,7 @@ struct Case<'a> {
 }
 
 fn run_meshbench(c: &Case<'_>, model: LoadModel) -> Result<BenchMeasurement, Error> {
-    let Case {
-        opts,
-        name: case,
-        url,
-        ..
-    } = *c;
+    let (opts, case, url) = (c.opts, c.name, c.url);
     let mut spec = LoadSpec::new(url, model);
     spec.connections = 16;
     spec.duration = Some(opts.duration);
@@ -137,12 +132,7 @@ fn run_meshbench(c: &Case<'_>, model: LoadModel) -> Result<BenchMeasurement, Err
 
 /// The evenly paced floor ([`crate::floor::paced`]) as a measurement row.
 fn run_paced_floor(c: &Case<'_>, rps: u32) -> Result<BenchMeasurement, Error> {
-    let Case {
-        opts,
-        name: case,
-        target,
-        ..
-    } = *c;
+    let (opts, case, target) = (c.opts, c.name, c.target);
     let run = paced_floor(target, rps, 16, opts.duration, opts.generator_cpu)?;
     let min_answer_bytes = run.requests.saturating_sub(16) * opts.response_bytes;
     if run.answer_bytes < min_answer_bytes {
@@ -159,12 +149,7 @@ fn run_paced_floor(c: &Case<'_>, rps: u32) -> Result<BenchMeasurement, Error> {
 
 /// The closed-loop floor ([`crate::floor::closed`]) as a measurement row.
 fn run_closed_floor(c: &Case<'_>) -> Result<BenchMeasurement, Error> {
-    let Case {
-        opts,
-        name: case,
-        target,
-        ..
-    } = *c;
+    let (opts, case, target) = (c.opts, c.name, c.target);
     let run = closed_floor(target, 16, opts.duration, opts.generator_cpu)?;
     Ok(floor_row(opts, case, CLOSED_FLOOR, run))
 }
@@ -216,13 +201,7 @@ fn run_peer(
 }
 
 fn run_wrk(c: &Case<'_>) -> Result<BenchMeasurement, Error> {
-    let Case {
-        opts,
-        peers,
-        name: case,
-        url,
-        ..
-    } = *c;
+    let (opts, peers, case, url) = (c.opts, c.peers, c.name, c.url);
     let mut command = Command::new(&peers.wrk);
     command
         .args(["-t1", "-c16", "--latency", "-d"])
@@ -280,13 +259,7 @@ fn tool_json(
 }
 
 fn run_fortio(c: &Case<'_>, qps: u32) -> Result<BenchMeasurement, Error> {
-    let Case {
-        opts,
-        peers,
-        name: case,
-        url,
-        ..
-    } = *c;
+    let (opts, peers, case, url) = (c.opts, c.peers, c.name, c.url);
     let json = opts.work_dir.join(format!("{case}.fortio.json"));
     let mut command = Command::new(&peers.fortio);
     command
@@ -328,13 +301,7 @@ fn run_fortio(c: &Case<'_>, qps: u32) -> Result<BenchMeasurement, Error> {
 /// oha: `qps == 0` is its closed loop (each of the 16 workers sends as soon as its previous
 /// response ended); otherwise `-q` paces requests with tokio's timer.
 fn run_oha(c: &Case<'_>, qps: u32) -> Result<BenchMeasurement, Error> {
-    let Case {
-        opts,
-        peers,
-        name: case,
-        url,
-        ..
-    } = *c;
+    let (opts, peers, case, url) = (c.opts, c.peers, c.name, c.url);
     let json = opts.work_dir.join(format!("{case}.oha.json"));
     let mut command = Command::new(&peers.oha);
     command

@@ -14,8 +14,7 @@ use bytes::Bytes;
 use common::Lab;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use meshbench_dataplane::{InboundConfig, Limits, ProxyMode, SidecarConfig};
-use meshbench_policy::Policy;
+use meshbench_dataplane::{Limits, ProxyMode, SidecarConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -71,23 +70,12 @@ fn many_http2_streams_share_a_bounded_set_of_upstream_connections() {
         max_streams_per_connection: 20,
         ..Limits::default()
     };
+    // Plaintext, no identity and no metrics: only the upstream pool is under test.
     let (inbound, _) = lab.sidecar(SidecarConfig {
-        namespace: "app".into(),
-        workload: "calculator".into(),
         identity: None,
-        mtls: false,
-        tls: Default::default(),
-        mode: ProxyMode::L7,
         metrics: None,
-        policy: Arc::new(Policy::from_yaml("{}").unwrap()),
-        inbound: Some(InboundConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            app,
-            transparent: false,
-        }),
-        outbound: vec![],
-        transparent_outbound: None,
         limits,
+        ..lab.calculator_config(app, "{}", false, ProxyMode::L7)
     });
     let proxy = inbound.unwrap();
     let statuses = lab.runtime.block_on(async move {

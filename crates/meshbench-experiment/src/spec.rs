@@ -666,24 +666,41 @@ mod tests {
         assert_eq!(p.cells(), 1);
     }
 
+    /// Each spec is refused with a message containing every one of its words.
+    fn assert_refused(cases: &[(String, &[&str])]) {
+        for (spec, words) in cases {
+            let e = error(spec);
+            assert!(words.iter().all(|w| e.contains(w)), "{words:?}: {e}");
+        }
+    }
+
     #[test]
     fn errors_name_the_field_and_the_value() {
-        let e = error(&MINIMAL.replace("baseline", "istio"));
-        assert!(e.contains("scenarios[0]") && e.contains("\"istio\""), "{e}");
+        assert_refused(&[
+            (
+                MINIMAL.replace("baseline", "istio"),
+                &["scenarios[0]", "\"istio\""],
+            ),
+            (
+                MINIMAL.replace("rps: 10", "rps: -3"),
+                &["load.points[0].rps", "-3"],
+            ),
+            (
+                MINIMAL.replace("duration: 1s", "duration: soon"),
+                &["duration", "\"soon\""],
+            ),
+            (format!("{MINIMAL}durration: 2s\n"), &["durration"]),
+            (
+                MINIMAL.replace("connections: 2", "connections: many"),
+                &["load.points[0].connections"],
+            ),
+            (
+                MINIMAL.replace("constant-rate", "closed-loop"),
+                &["load.points[0].rps", "closed-loop"],
+            ),
+        ]);
         let e = error(&MINIMAL.replace("rps: 10", "rps: -3"));
-        assert!(e.contains("load.points[0].rps") && e.contains("-3"), "{e}");
-        let e = error(&MINIMAL.replace("duration: 1s", "duration: soon"));
-        assert!(e.contains("duration") && e.contains("\"soon\""), "{e}");
-        let e = error(&format!("{MINIMAL}durration: 2s\n"));
-        assert!(e.contains("durration"), "{e}");
-        let e = error(&MINIMAL.replace("connections: 2", "connections: many"));
-        assert!(e.contains("load.points[0].connections"), "{e}");
-        let e = error(&MINIMAL.replace("constant-rate", "closed-loop"));
-        assert!(
-            e.contains("load.points[0].rps") && e.contains("closed-loop"),
-            "{e}"
-        );
-        assert!(e.starts_with("test.yaml: "), "{e}");
+        assert!(e.starts_with("test.yaml: "), "the file comes first: {e}");
     }
 
     const E3: &str = "name: t\napplication: zero-trust-app\nscenarios: [baseline]\nload: {model: sequential, points: [{requests: 100, group_size: 10}]}\n";
@@ -706,40 +723,49 @@ mod tests {
 
     #[test]
     fn application_errors_name_the_field() {
-        let e = error(&E3.replace("baseline", "baseline-mtls"));
-        assert!(e.contains("scenarios[0]") && e.contains("plaintext"), "{e}");
-        let e = error(&E4.replace("baseline", "haproxy-sidecar"));
-        assert!(e.contains("scenarios[0]") && e.contains("enroll"), "{e}");
-        let e = error(&E3.replace("sequential", "users"));
-        assert!(e.contains("load.model") && e.contains("sequential"), "{e}");
-        let e = error(&format!("{E3}duration: 10s\n"));
-        assert!(
-            e.contains("duration") && e.contains("ends after its requests"),
-            "{e}"
-        );
-        let e = error(&format!("{E3}warmup: 1s\n"));
-        assert!(e.contains("warmup") && e.contains("first request"), "{e}");
-        let e = error(&E4.replace(", services: 8", ""));
-        assert!(e.contains("load.points[0].services"), "{e}");
-        let e = error(&E4.replace("users: 4", "rps: 4"));
-        assert!(
-            e.contains("load.points[0].rps") && e.contains("users model"),
-            "{e}"
-        );
-        let e = error(&E3.replace(
-            "group_size: 10",
-            "group_size: 10, max_operand: 100000000000000000",
-        ));
-        assert!(e.contains("load.points[0].max_operand"), "{e}");
-        let e = error(&MINIMAL.replace("connections: 2", "connections: 2, services: 3"));
-        assert!(
-            e.contains("load.points[0].services") && e.contains("counter-chain"),
-            "{e}"
-        );
-        let e = error(&format!("{E4}workload: {{delay: 1ms}}\n"));
-        assert!(e.contains("workload"), "{e}");
-        let e = error(&MINIMAL.replace("name: t", "name: t\napplication: bookinfo"));
-        assert!(e.contains("application") && e.contains("bookinfo"), "{e}");
+        assert_refused(&[
+            (
+                E3.replace("baseline", "baseline-mtls"),
+                &["scenarios[0]", "plaintext"],
+            ),
+            (
+                E4.replace("baseline", "haproxy-sidecar"),
+                &["scenarios[0]", "enroll"],
+            ),
+            (
+                E3.replace("sequential", "users"),
+                &["load.model", "sequential"],
+            ),
+            (
+                format!("{E3}duration: 10s\n"),
+                &["duration", "ends after its requests"],
+            ),
+            (format!("{E3}warmup: 1s\n"), &["warmup", "first request"]),
+            (
+                E4.replace(", services: 8", ""),
+                &["load.points[0].services"],
+            ),
+            (
+                E4.replace("users: 4", "rps: 4"),
+                &["load.points[0].rps", "users model"],
+            ),
+            (
+                E3.replace(
+                    "group_size: 10",
+                    "group_size: 10, max_operand: 100000000000000000",
+                ),
+                &["load.points[0].max_operand"],
+            ),
+            (
+                MINIMAL.replace("connections: 2", "connections: 2, services: 3"),
+                &["load.points[0].services", "counter-chain"],
+            ),
+            (format!("{E4}workload: {{delay: 1ms}}\n"), &["workload"]),
+            (
+                MINIMAL.replace("name: t", "name: t\napplication: bookinfo"),
+                &["application", "bookinfo"],
+            ),
+        ]);
     }
 
     #[test]

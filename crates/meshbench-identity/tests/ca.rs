@@ -20,13 +20,16 @@ fn openssl_verifies_the_issued_chain_and_reads_the_spiffe_san() {
         .unwrap();
     let (cert, _key) = svid.write(dir.path(), "payments.api").unwrap();
 
-    let verify = Command::new(&openssl)
-        .arg("verify")
-        .arg("-CAfile")
-        .arg(dir.path().join("ca.pem"))
-        .arg(&cert)
-        .output()
-        .unwrap();
+    let openssl_verify = |cert: &std::path::Path| {
+        Command::new(&openssl)
+            .arg("verify")
+            .arg("-CAfile")
+            .arg(dir.path().join("ca.pem"))
+            .arg(cert)
+            .output()
+            .unwrap()
+    };
+    let verify = openssl_verify(&cert);
     assert!(
         verify.status.success(),
         "openssl verify failed: {}{}",
@@ -55,13 +58,7 @@ fn openssl_verifies_the_issued_chain_and_reads_the_spiffe_san() {
         .issue("payments", "api", &IssueOptions::default())
         .unwrap();
     let (stranger_cert, _) = stranger.write(other.path(), "stranger").unwrap();
-    let verify = Command::new(&openssl)
-        .arg("verify")
-        .arg("-CAfile")
-        .arg(dir.path().join("ca.pem"))
-        .arg(&stranger_cert)
-        .output()
-        .unwrap();
+    let verify = openssl_verify(&stranger_cert);
     assert!(!verify.status.success(), "a foreign chain verified");
 }
 

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use meshbench_fixtures::TestPki;
 use meshbench_identity::{
     bind_ca_server, client_config_with, rotate_forever, server_config_for, spiffe_ids_of, CaClient,
     CertificateAuthority, ClientTlsFiles, IssueOptions, SpiffeId, SvidStore,
@@ -155,13 +156,8 @@ async fn the_ca_service_refuses_callers_from_another_trust_root() {
     tokio::spawn(ca_service.serve(std::future::pending()));
 
     // Same trust domain name, different root: the CA must not renew it.
-    let rogue_dir = tempfile::tempdir().unwrap();
-    let rogue = CertificateAuthority::init(rogue_dir.path(), "cluster.local").unwrap();
-    let (cert, key) = rogue
-        .issue("prod", "server", &IssueOptions::default())
-        .unwrap()
-        .write(rogue_dir.path(), "server")
-        .unwrap();
+    let rogue = TestPki::new("prod", &["server"]);
+    let (cert, key) = (rogue.cert("server"), rogue.key("server"));
     let store = SvidStore::from_files(&cert, &key).unwrap();
     // The rogue trusts the real CA's bundle, so only the CA's check of the caller can refuse.
     let client = CaClient::new(ca_addr, Arc::new(store), &dir.path().join("ca.pem")).unwrap();
@@ -179,13 +175,8 @@ async fn the_ca_service_refuses_callers_from_another_trust_root() {
 /// until the SVID expires.
 #[tokio::test(start_paused = true)]
 async fn a_renewal_against_a_silent_ca_fails_at_its_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
-    let (cert, key) = ca
-        .issue("prod", "server", &IssueOptions::default())
-        .unwrap()
-        .write(dir.path(), "server")
-        .unwrap();
+    let pki = TestPki::new("prod", &["server"]);
+    let (cert, key) = (pki.cert("server"), pki.key("server"));
     let store = Arc::new(SvidStore::from_files(&cert, &key).unwrap());
     let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = silent.local_addr().unwrap();
@@ -195,7 +186,7 @@ async fn a_renewal_against_a_silent_ca_fails_at_its_timeout() {
             open.push(stream);
         }
     });
-    let client = CaClient::new(addr, store.clone(), &dir.path().join("ca.pem")).unwrap();
+    let client = CaClient::new(addr, store.clone(), &pki.ca()).unwrap();
     let started = tokio::time::Instant::now();
     let error = client.renew(&store).await.unwrap_err();
     assert!(error.to_string().contains("no answer within"), "{error}");

@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::echo_server;
-use meshbench_identity::{
-    client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, ServerTlsFiles,
-};
+use meshbench_fixtures::TestPki;
+use meshbench_identity::client_config;
 use meshbench_loadgen::{run_load, LoadConfig, LoadResult, Outcome, Target, Warmup};
 
 fn config(url: &str, rps: f64, connections: u32, duration: Duration) -> LoadConfig {
@@ -135,32 +134,9 @@ fn refused_connections_are_counted_as_such() {
 
 #[test]
 fn an_mtls_server_rejecting_the_client_shows_as_a_tls_alert_class() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
-    let (cert, key) = ca
-        .issue("default", "server", &IssueOptions::default())
-        .unwrap()
-        .write(dir.path(), "server")
-        .unwrap();
-    let ca_pem = dir.path().join("ca.pem");
-    let server = echo_server(
-        Duration::ZERO,
-        Some(ServerTlsFiles {
-            cert,
-            key,
-            client_ca: Some(ca_pem.clone()),
-        }),
-    );
-    let tls = client_config(
-        &ClientTlsFiles {
-            cert: None,
-            key: None,
-            ca: ca_pem,
-            expect_server_id: None,
-        },
-        &[b"http/1.1"],
-    )
-    .unwrap();
+    let pki = TestPki::new("default", &["server"]);
+    let server = echo_server(Duration::ZERO, Some(pki.server_files("server")));
+    let tls = client_config(&pki.client_files(None), &[b"http/1.1"]).unwrap();
     let url = format!("https://{}/", server.addr);
     let mut cfg = config(&url, 50.0, 1, Duration::from_secs(1));
     cfg.tls = Some(Arc::new(tls));

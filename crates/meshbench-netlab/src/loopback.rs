@@ -3,7 +3,6 @@
 //! same ports, as in a cluster; there is no capture, so clients dial proxies' ports
 //! explicitly, and nothing crosses a real link.
 
-use meshbench_lab::Launch;
 use meshbench_topology::Topology;
 
 use crate::plan::AddressPlan;
@@ -11,9 +10,9 @@ use crate::Error;
 
 #[derive(Debug, Clone)]
 pub struct LoopbackLab {
-    id: String,
-    topology: Topology,
-    plan: AddressPlan,
+    pub(crate) id: String,
+    pub(crate) topology: Topology,
+    pub(crate) plan: AddressPlan,
 }
 
 impl LoopbackLab {
@@ -26,21 +25,5 @@ impl LoopbackLab {
             topology: topology.clone(),
             plan: AddressPlan::loopback(topology, second_octet)?,
         })
-    }
-
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    pub fn plan(&self) -> &AddressPlan {
-        &self.plan
-    }
-
-    pub fn topology(&self) -> &Topology {
-        &self.topology
-    }
-
-    pub fn launch(&self) -> Launch {
-        Launch::default()
     }
 }

@@ -109,21 +109,21 @@ impl LabNetwork {
     pub fn plan(&self) -> &AddressPlan {
         match self {
             LabNetwork::Netns(l) => l.plan(),
-            LabNetwork::Loopback(l) => l.plan(),
+            LabNetwork::Loopback(l) => &l.plan,
         }
     }
 
     pub fn topology(&self) -> &Topology {
         match self {
             LabNetwork::Netns(l) => l.topology(),
-            LabNetwork::Loopback(l) => l.topology(),
+            LabNetwork::Loopback(l) => &l.topology,
         }
     }
 
     pub fn id(&self) -> &str {
         match self {
             LabNetwork::Netns(l) => l.id(),
-            LabNetwork::Loopback(l) => l.id(),
+            LabNetwork::Loopback(l) => &l.id,
         }
     }
 
@@ -152,43 +152,33 @@ impl LabNetwork {
 
     /// The address a pod's processes bind to for others to reach them.
     pub fn pod_bind_ip(&self, pod: &str) -> Result<IpAddr, Error> {
-        match self {
-            LabNetwork::Netns(l) => {
-                l.plan().pod(pod)?;
-                Ok(IpAddr::from([0, 0, 0, 0]))
-            }
-            LabNetwork::Loopback(l) => Ok(l.plan().pod(pod)?.ip.into()),
-        }
+        Ok(self.bind_ip(self.pod_ip(pod)?))
     }
 
     /// The address a node's processes bind to.
     pub fn node_bind_ip(&self, node: &str) -> Result<IpAddr, Error> {
+        Ok(self.bind_ip(self.node_ip(node)?))
+    }
+
+    /// In a namespace, every address of its own; on loopback, only the place's.
+    fn bind_ip(&self, own: IpAddr) -> IpAddr {
         match self {
-            LabNetwork::Netns(l) => {
-                l.plan().node(node)?;
-                Ok(IpAddr::from([0, 0, 0, 0]))
-            }
-            LabNetwork::Loopback(l) => Ok(l.plan().node(node)?.ip.into()),
+            LabNetwork::Netns(_) => IpAddr::from([0, 0, 0, 0]),
+            LabNetwork::Loopback(_) => own,
         }
     }
 
     pub fn launch_in_pod(&self, pod: &str) -> Result<Launch, Error> {
         match self {
             LabNetwork::Netns(l) => l.launch_in_pod(pod),
-            LabNetwork::Loopback(l) => {
-                l.plan().pod(pod)?;
-                Ok(l.launch())
-            }
+            LabNetwork::Loopback(l) => l.plan.pod(pod).map(|_| Launch::default()),
         }
     }
 
     pub fn launch_on_node(&self, node: &str) -> Result<Launch, Error> {
         match self {
             LabNetwork::Netns(l) => l.launch_on_node(node),
-            LabNetwork::Loopback(l) => {
-                l.plan().node(node)?;
-                Ok(l.launch())
-            }
+            LabNetwork::Loopback(l) => l.plan.node(node).map(|_| Launch::default()),
         }
     }
 

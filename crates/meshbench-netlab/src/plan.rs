@@ -153,33 +153,15 @@ impl AddressPlan {
     }
 
     pub fn node(&self, name: &str) -> Result<&NodeAddress, Error> {
-        self.nodes
-            .iter()
-            .find(|n| n.name == name)
-            .ok_or_else(|| Error::Unknown {
-                kind: "node",
-                name: name.to_owned(),
-            })
+        named(&self.nodes, "node", name, |n| &n.name)
     }
 
     pub fn pod(&self, name: &str) -> Result<&PodAddress, Error> {
-        self.pods
-            .iter()
-            .find(|p| p.name == name)
-            .ok_or_else(|| Error::Unknown {
-                kind: "pod",
-                name: name.to_owned(),
-            })
+        named(&self.pods, "pod", name, |p| &p.name)
     }
 
     pub fn service(&self, name: &str) -> Result<&ServiceAddress, Error> {
-        self.services
-            .iter()
-            .find(|s| s.name == name)
-            .ok_or_else(|| Error::Unknown {
-                kind: "service",
-                name: name.to_owned(),
-            })
+        named(&self.services, "service", name, |s| &s.name)
     }
 
     /// The hosts file of a pod: every service by short, namespaced and cluster-local name.
@@ -195,6 +177,22 @@ impl AddressPlan {
         }
         text
     }
+}
+
+/// The item called `name`, or the error naming the `kind` of thing that is not in the plan.
+fn named<'a, T>(
+    items: &'a [T],
+    kind: &'static str,
+    name: &str,
+    name_of: impl Fn(&T) -> &String,
+) -> Result<&'a T, Error> {
+    items
+        .iter()
+        .find(|item| name_of(item) == name)
+        .ok_or_else(|| Error::Unknown {
+            kind,
+            name: name.to_owned(),
+        })
 }
 
 #[cfg(test)]

@@ -89,7 +89,19 @@ impl Lab {
         mtls: bool,
         mode: ProxyMode,
     ) -> SocketAddr {
-        self.sidecar(SidecarConfig {
+        let config = self.calculator_config(app, policy, mtls, mode);
+        self.sidecar(config).0.unwrap()
+    }
+
+    /// The calculator's inbound sidecar in front of `app`, as [`Lab::calculator_for`] starts it.
+    pub fn calculator_config(
+        &self,
+        app: SocketAddr,
+        policy: &str,
+        mtls: bool,
+        mode: ProxyMode,
+    ) -> SidecarConfig {
+        SidecarConfig {
             namespace: "app".into(),
             workload: "calculator".into(),
             identity: Some(self.identity("calculator")),
@@ -106,9 +118,7 @@ impl Lab {
             outbound: vec![],
             transparent_outbound: None,
             limits: Limits::default(),
-        })
-        .0
-        .unwrap()
+        }
     }
 
     /// A client's outbound sidecar routing to `upstream`, expecting `upstream_sa`.
