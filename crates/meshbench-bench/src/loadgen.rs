@@ -343,13 +343,21 @@ pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
     (!values.is_empty()).then(|| meshbench_stats::percentile(&values, 50.0))
 }
 
+/// A figure the ratios compare: its name, and how to read it off a measurement.
+type Metric = (&'static str, fn(&BenchMeasurement) -> Option<f64>);
+const RPS: Metric = ("requests per second", |x| Some(x.requests_per_second));
+const CPU: Metric = ("client CPU us per request", |x| Some(x.cpu_us_per_request));
+const CPU_100K: Metric = ("client CPU s per 100k requests", |x| {
+    Some(x.cpu_us_per_request * 1e5 / 1e6)
+});
+const P50: Metric = ("p50 us", |x| x.p50_us);
+
 /// Ours over a peer's figure, each the median over the repetitions of the case.
 fn ratio(
     measurements: &[BenchMeasurement],
     case: &str,
-    metric: &str,
+    (metric, value): Metric,
     peer: &str,
-    value: impl Fn(&BenchMeasurement) -> Option<f64>,
     target: Option<f64>,
 ) -> Option<BenchRatio> {
     let median_of = |tool: &str| {
@@ -433,83 +441,24 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
     }
     drop(target);
 
-    let rps = |x: &BenchMeasurement| Some(x.requests_per_second);
-    let cpu = |x: &BenchMeasurement| Some(x.cpu_us_per_request);
-    let cpu_100k = |x: &BenchMeasurement| Some(x.cpu_us_per_request * 1e5 / 1e6);
-    let p50 = |x: &BenchMeasurement| x.p50_us;
-    let ratios = [
-        ratio(&m, closed.name, "requests per second", "wrk", rps, None),
-        ratio(&m, closed.name, "requests per second", "fortio", rps, None),
-        ratio(
-            &m,
-            closed.name,
-            "client CPU us per request",
-            "wrk",
-            cpu,
-            Some(0.8),
-        ),
-        ratio(
-            &m,
-            closed.name,
-            "client CPU us per request",
-            "fortio",
-            cpu,
-            None,
-        ),
-        ratio(
-            &m,
-            closed.name,
-            "client CPU us per request",
-            "oha",
-            cpu,
-            None,
-        ),
-        ratio(
-            &m,
-            closed.name,
-            "client CPU us per request",
-            CLOSED_FLOOR,
-            cpu,
-            None,
-        ),
-        ratio(
-            &m,
-            fixed.name,
-            "client CPU s per 100k requests",
-            "fortio",
-            cpu_100k,
-            None,
-        ),
-        ratio(
-            &m,
-            fixed.name,
-            "client CPU s per 100k requests",
-            "oha",
-            cpu_100k,
-            Some(0.5),
-        ),
-        ratio(
-            &m,
-            fixed.name,
-            "client CPU s per 100k requests",
-            PACED_FLOOR,
-            cpu_100k,
-            None,
-        ),
-        ratio(
-            &m,
-            floor.name,
-            "client CPU s per 100k requests",
-            "oha",
-            cpu_100k,
-            None,
-        ),
-        ratio(&m, floor.name, "p50 us", "fortio", p50, Some(1.0)),
-        ratio(&m, floor.name, "p50 us", "oha", p50, None),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let compared = [
+        (closed, RPS, "wrk", None),
+        (closed, RPS, "fortio", None),
+        (closed, CPU, "wrk", Some(0.8)),
+        (closed, CPU, "fortio", None),
+        (closed, CPU, "oha", None),
+        (closed, CPU, CLOSED_FLOOR, None),
+        (fixed, CPU_100K, "fortio", None),
+        (fixed, CPU_100K, "oha", Some(0.5)),
+        (fixed, CPU_100K, PACED_FLOOR, None),
+        (floor, CPU_100K, "oha", None),
+        (floor, P50, "fortio", Some(1.0)),
+        (floor, P50, "oha", None),
+    ];
+    let ratios = compared
+        .iter()
+        .filter_map(|(case, metric, peer, target)| ratio(&m, case.name, *metric, peer, *target))
+        .collect();
 
     notes.extend(closed_floor_note(&m, closed.name));
     notes.extend(paced_floor_note(&m, fixed.name));

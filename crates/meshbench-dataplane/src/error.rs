@@ -2,15 +2,11 @@
 //! counted, never fatal.
 
 use meshbench_role::InputFault;
-use std::net::SocketAddr;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] meshbench_net::BindError),
     #[error(transparent)]
     Identity(#[from] meshbench_identity::Error),
     #[error(transparent)]

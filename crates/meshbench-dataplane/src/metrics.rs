@@ -302,9 +302,7 @@ impl Drop for ConnectionGuard {
 
 /// Binds the admin listener.
 pub async fn bind_admin(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { addr, source })
+    Ok(meshbench_net::bind(addr).await?)
 }
 
 /// Admin connections served at once: a scraper needs one or two.

@@ -29,9 +29,7 @@ pub(crate) fn original_destination(stream: &tokio::net::TcpStream) -> std::io::R
 }
 
 pub(crate) async fn listen(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { addr, source })
+    Ok(meshbench_net::bind(addr).await?)
 }
 
 /// Renews `store` through `client` for as long as `tasks` runs, recording each renewal.

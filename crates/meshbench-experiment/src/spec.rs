@@ -674,6 +674,24 @@ mod tests {
         }
     }
 
+    const E3: &str = "name: t\napplication: zero-trust-app\nscenarios: [baseline]\nload: {model: sequential, points: [{requests: 100, group_size: 10}]}\n";
+    const E4: &str = "name: t\napplication: counter-chain\nscenarios: [baseline]\nload: {model: users, points: [{users: 4, requests: 3, services: 8}]}\n";
+
+    #[test]
+    fn the_studies_applications_take_their_own_load_points() {
+        let e3 = parse_spec(E3, "t", Scale::Local).unwrap();
+        let point = e3.load_points[0].point();
+        assert_eq!(e3.application, Application::ZeroTrustApp);
+        assert_eq!((point.requests, point.group_size), (Some(100), Some(10)));
+        assert_eq!(point.max_operand, Some(100), "E3's default operand range");
+        assert_eq!(point.group_interval_ms, Some(0.0));
+        let e4 = parse_spec(E4, "t", Scale::Local).unwrap();
+        let point = e4.load_points[0].point();
+        assert_eq!((point.connections, point.requests), (4, Some(3)));
+        assert_eq!(point.services, Some(8));
+        assert_eq!(e4.duration, Duration::ZERO);
+    }
+
     #[test]
     fn errors_name_the_field_and_the_value() {
         assert_refused(&[
@@ -698,32 +716,6 @@ mod tests {
                 MINIMAL.replace("constant-rate", "closed-loop"),
                 &["load.points[0].rps", "closed-loop"],
             ),
-        ]);
-        let e = error(&MINIMAL.replace("rps: 10", "rps: -3"));
-        assert!(e.starts_with("test.yaml: "), "the file comes first: {e}");
-    }
-
-    const E3: &str = "name: t\napplication: zero-trust-app\nscenarios: [baseline]\nload: {model: sequential, points: [{requests: 100, group_size: 10}]}\n";
-    const E4: &str = "name: t\napplication: counter-chain\nscenarios: [baseline]\nload: {model: users, points: [{users: 4, requests: 3, services: 8}]}\n";
-
-    #[test]
-    fn the_studies_applications_take_their_own_load_points() {
-        let e3 = parse_spec(E3, "t", Scale::Local).unwrap();
-        let point = e3.load_points[0].point();
-        assert_eq!(e3.application, Application::ZeroTrustApp);
-        assert_eq!((point.requests, point.group_size), (Some(100), Some(10)));
-        assert_eq!(point.max_operand, Some(100), "E3's default operand range");
-        assert_eq!(point.group_interval_ms, Some(0.0));
-        let e4 = parse_spec(E4, "t", Scale::Local).unwrap();
-        let point = e4.load_points[0].point();
-        assert_eq!((point.connections, point.requests), (4, Some(3)));
-        assert_eq!(point.services, Some(8));
-        assert_eq!(e4.duration, Duration::ZERO);
-    }
-
-    #[test]
-    fn application_errors_name_the_field() {
-        assert_refused(&[
             (
                 E3.replace("baseline", "baseline-mtls"),
                 &["scenarios[0]", "plaintext"],
@@ -766,6 +758,8 @@ mod tests {
                 &["application", "bookinfo"],
             ),
         ]);
+        let e = error(&MINIMAL.replace("rps: 10", "rps: -3"));
+        assert!(e.starts_with("test.yaml: "), "the file comes first: {e}");
     }
 
     #[test]

@@ -74,12 +74,7 @@ pub async fn bind_ca_server(
     let key = crate::pem::key_from_pem(serving.key_pem.as_bytes())?;
     let config =
         server_builder(Some(roots), &TlsOptions::default())?.with_single_cert(chain, key)?;
-    let listener = TcpListener::bind(listen)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: listen,
-            source,
-        })?;
+    let listener = meshbench_net::bind(listen).await?;
     Ok(BoundCaServer {
         listener,
         acceptor: TlsAcceptor::from(Arc::new(config)),

@@ -34,11 +34,8 @@ pub enum Error {
     NoCa { dir: PathBuf },
     #[error("certificate signing request rejected: {0}")]
     Csr(String),
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] meshbench_net::BindError),
     #[error("SVID renewal through the CA at {endpoint} failed: {reason}")]
     Renew {
         endpoint: std::net::SocketAddr,

@@ -18,6 +18,32 @@ pub const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// At most one "accept failed" line per this period.
 pub const ACCEPT_LOG_PERIOD: Duration = Duration::from_secs(10);
 
+/// A listener that could not be opened, naming the address asked for.
+#[derive(Debug)]
+pub struct BindError {
+    pub addr: SocketAddr,
+    pub source: std::io::Error,
+}
+
+impl std::fmt::Display for BindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot listen on {}: {}", self.addr, self.source)
+    }
+}
+
+impl std::error::Error for BindError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Opens a TCP listener on `addr`.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| BindError { addr, source })
+}
+
 /// Why an accepted connection's TLS handshake did not finish.
 #[derive(Debug)]
 pub enum HandshakeFailed<E> {

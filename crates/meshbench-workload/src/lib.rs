@@ -32,7 +32,6 @@ pub use mix::{parse_delay, parse_size, parse_status, Mix, MixError};
 pub use serve::{bind, BoundServer, ServeOptions};
 
 use meshbench_role::InputFault;
-use std::net::SocketAddr;
 
 /// The runtime a workload server runs on: `threads` workers (default: one per core), each with
 /// tight timer slack so configured delays are kept to the microsecond.
@@ -49,11 +48,8 @@ pub fn runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtim
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] meshbench_net::BindError),
     #[error("{uri:?} is not a usable base URI: {problem}")]
     BadUri { uri: String, problem: String },
     #[error(transparent)]
@@ -64,7 +60,7 @@ impl InputFault for Error {
     /// Bad input (address in use, unreadable certificate) rather than a machine failure.
     fn is_bad_input(&self) -> bool {
         match self {
-            Error::Bind { .. } | Error::BadUri { .. } => true,
+            Error::Bind(_) | Error::BadUri { .. } => true,
             Error::Identity(e) => e.is_bad_input(),
         }
     }

@@ -46,12 +46,7 @@ pub async fn bind(options: &ServeOptions) -> Result<BoundServer, Error> {
         }
         None => None,
     };
-    let listener = TcpListener::bind(options.listen)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: options.listen,
-            source,
-        })?;
+    let listener = meshbench_net::bind(options.listen).await?;
     Ok(BoundServer {
         listener,
         tls,

@@ -72,10 +72,12 @@ pub async fn run_node_agent(config: NodeAgentConfig) -> Result<BoundNodeAgent, E
         &config.tls,
     )?;
     let hbone = listen(config.file.hbone).await?;
-    let hbone_addr = hbone.local_addr().map_err(|source| Error::Bind {
-        addr: config.file.hbone,
-        source,
-    })?;
+    let hbone_addr = hbone
+        .local_addr()
+        .map_err(|source| meshbench_net::BindError {
+            addr: config.file.hbone,
+            source,
+        })?;
     let inbound = Arc::new(HboneInbound::new(
         directory.clone(),
         config.policy.clone(),
