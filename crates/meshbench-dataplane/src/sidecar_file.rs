@@ -150,12 +150,9 @@ impl Default for TlsChoice {
     }
 }
 
-fn yes() -> bool {
-    true
-}
-
-fn default_rotate_at() -> f64 {
-    DEFAULT_ROTATE_FRACTION
+meshbench_role::serde_defaults! {
+    yes: bool = true,
+    default_rotate_at: f64 = DEFAULT_ROTATE_FRACTION,
 }
 
 fn bad(field: &str, problem: impl std::fmt::Display) -> Error {

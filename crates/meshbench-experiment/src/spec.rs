@@ -151,26 +151,14 @@ impl PointDoc {
     }
 }
 
-fn default_placements() -> Vec<String> {
-    vec![Placement::IntraNode.name().to_owned()]
-}
-fn echo() -> String {
-    Application::Echo.name().to_owned()
-}
-fn one() -> u32 {
-    1
-}
-fn zero() -> String {
-    "0s".to_owned()
-}
-fn default_timeout() -> String {
-    "5s".to_owned()
-}
-fn default_sample_interval() -> String {
-    "200ms".to_owned()
-}
-fn default_response_size() -> u64 {
-    1024
+meshbench_role::serde_defaults! {
+    default_placements: Vec<String> = vec![Placement::IntraNode.name().to_owned()],
+    echo: String = Application::Echo.name().to_owned(),
+    one: u32 = 1,
+    zero: String = "0s".to_owned(),
+    default_timeout: String = "5s".to_owned(),
+    default_sample_interval: String = "200ms".to_owned(),
+    default_response_size: u64 = 1024,
 }
 
 /// Parses and validates a spec at `scale`. `origin` names where the text came from, for errors.

@@ -32,12 +32,9 @@ pub struct CaServerFile {
     pub handshake_timeout: Duration,
 }
 
-fn default_ttl() -> Duration {
-    DEFAULT_SVID_TTL
-}
-
-fn default_handshake_timeout() -> Duration {
-    CA_HANDSHAKE_TIMEOUT
+meshbench_role::serde_defaults! {
+    default_ttl: Duration = DEFAULT_SVID_TTL,
+    default_handshake_timeout: Duration = CA_HANDSHAKE_TIMEOUT,
 }
 
 fn bad(field: &'static str, value: String, reason: &str) -> Error {

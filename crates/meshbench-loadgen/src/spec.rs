@@ -128,20 +128,11 @@ pub struct LoadOutput {
     pub quiet: bool,
 }
 
-fn default_connections() -> u32 {
-    DEFAULT_CONNECTIONS
-}
-
-fn default_timeout() -> Duration {
-    DEFAULT_TIMEOUT
-}
-
-fn one() -> usize {
-    1
-}
-
-fn get() -> String {
-    "GET".into()
+meshbench_role::serde_defaults! {
+    default_connections: u32 = DEFAULT_CONNECTIONS,
+    default_timeout: Duration = DEFAULT_TIMEOUT,
+    one: usize = 1,
+    get: String = "GET".into(),
 }
 
 impl LoadSpec {

@@ -38,6 +38,17 @@ impl InputFault for Error {
     }
 }
 
+/// The functions serde's `#[serde(default = "name")]` calls (it takes a function's name, not
+/// a value), one line each: `serde_defaults! { yes: bool = true, port: u16 = 8080 }`.
+#[macro_export]
+macro_rules! serde_defaults {
+    ($($name:ident: $ty:ty = $value:expr),* $(,)?) => {
+        $(fn $name() -> $ty {
+            $value
+        })*
+    };
+}
+
 /// A role's config file: what the role's process reads with `--config FILE`.
 pub trait RoleConfig: Serialize + DeserializeOwned {
     /// The subcommand that reads this config: `meshbench <COMMAND...> --config FILE`.

@@ -94,32 +94,16 @@ pub struct ExperimentOnce {
     pub result: Option<PathBuf>,
 }
 
-fn no_delay() -> String {
-    "0s".into()
-}
-fn one_kib() -> String {
-    "1KiB".into()
-}
-fn ok() -> String {
-    "200".into()
-}
-fn ten_seconds() -> Duration {
-    Duration::from_secs(10)
-}
-fn five_seconds() -> Duration {
-    Duration::from_secs(5)
-}
-fn thirty_seconds() -> Duration {
-    Duration::from_secs(30)
-}
-fn checker_name() -> String {
-    "security-checker".into()
-}
-fn counter_name() -> String {
-    "counter".into()
-}
-fn default_namespace() -> String {
-    "default".into()
+meshbench_role::serde_defaults! {
+    no_delay: String = "0s".into(),
+    one_kib: String = "1KiB".into(),
+    ok: String = "200".into(),
+    ten_seconds: Duration = Duration::from_secs(10),
+    five_seconds: Duration = Duration::from_secs(5),
+    thirty_seconds: Duration = Duration::from_secs(30),
+    checker_name: String = "security-checker".into(),
+    counter_name: String = "counter".into(),
+    default_namespace: String = "default".into(),
 }
 
 impl WorkloadFile {

@@ -85,12 +85,9 @@ pub struct TransparentListeners {
     pub inbound: SocketAddr,
 }
 
-fn default_hbone() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], DEFAULT_HBONE_PORT))
-}
-
-fn yes() -> bool {
-    true
+meshbench_role::serde_defaults! {
+    default_hbone: SocketAddr = SocketAddr::from(([127, 0, 0, 1], DEFAULT_HBONE_PORT)),
+    yes: bool = true,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
