@@ -84,6 +84,9 @@ struct AuthzLabels {
     decision: Verdict,
 }
 
+/// Latencies by direction, each a histogram of [`latency_histogram`]'s buckets.
+type LatencyFamily = Family<DirectionLabels, Histogram, fn() -> Histogram>;
+
 fn latency_histogram() -> Histogram {
     // 50 µs to ~6.5 s.
     Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
@@ -92,12 +95,12 @@ fn latency_histogram() -> Histogram {
 pub struct ProxyMetrics {
     registry: Registry,
     responses: Family<ResponseLabels, Counter>,
-    request_duration: Family<DirectionLabels, Histogram, fn() -> Histogram>,
+    request_duration: LatencyFamily,
     connections_opened: Family<DirectionLabels, Counter>,
     connections_closed: Family<DirectionLabels, Counter>,
     bytes: Family<BytesLabels, Counter>,
     authorization: Family<AuthzLabels, Counter>,
-    tls_handshake_duration: Family<DirectionLabels, Histogram, fn() -> Histogram>,
+    tls_handshake_duration: LatencyFamily,
     certificate_expiry: Gauge,
     certificate_rotations: Counter,
 }
@@ -106,18 +109,12 @@ impl ProxyMetrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("meshbench_proxy");
         let responses = Family::default();
-        let request_duration =
-            Family::<DirectionLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-                latency_histogram,
-            );
+        let request_duration = LatencyFamily::new_with_constructor(latency_histogram);
         let connections_opened = Family::default();
         let connections_closed = Family::default();
         let bytes = Family::default();
         let authorization = Family::default();
-        let tls_handshake_duration =
-            Family::<DirectionLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-                latency_histogram,
-            );
+        let tls_handshake_duration = LatencyFamily::new_with_constructor(latency_histogram);
         let certificate_expiry = Gauge::default();
         let certificate_rotations = Counter::default();
         registry.register(

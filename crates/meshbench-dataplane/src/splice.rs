@@ -168,6 +168,21 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    /// Writes `out` and then shuts down while reading everything the other end sends.
+    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, out: &[u8]) -> Vec<u8> {
+        let (mut r, mut w) = tokio::io::split(stream);
+        let mut got = Vec::new();
+        let reader = async {
+            r.read_to_end(&mut got).await.unwrap();
+        };
+        let writer = async {
+            w.write_all(out).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        tokio::join!(reader, writer);
+        got
+    }
+
     #[tokio::test]
     async fn copies_both_ways_through_small_pipes_and_propagates_end_of_stream() {
         // 64-byte pipes force partial writes and the leftover path.
@@ -179,29 +194,8 @@ mod tests {
         let request: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
         let response: Vec<u8> = request.iter().rev().copied().collect();
         let (sent, expected) = (request.clone(), response.clone());
-        let server_task = tokio::spawn(async move {
-            let mut got = Vec::new();
-            let (mut r, mut w) = tokio::io::split(&mut server);
-            let reader = async {
-                r.read_to_end(&mut got).await.unwrap();
-            };
-            let writer = async {
-                w.write_all(&expected).await.unwrap();
-                w.shutdown().await.unwrap();
-            };
-            tokio::join!(reader, writer);
-            got
-        });
-        let (mut r, mut w) = tokio::io::split(&mut client);
-        let mut answer = Vec::new();
-        let reader = async {
-            r.read_to_end(&mut answer).await.unwrap();
-        };
-        let writer = async {
-            w.write_all(&sent).await.unwrap();
-            w.shutdown().await.unwrap();
-        };
-        tokio::join!(reader, writer);
+        let server_task = tokio::spawn(async move { exchange(&mut server, &expected).await });
+        let answer = exchange(&mut client, &sent).await;
         assert_eq!(answer, response);
         assert_eq!(server_task.await.unwrap(), request);
         let (forward, backward) = proxy.await.unwrap().unwrap();
