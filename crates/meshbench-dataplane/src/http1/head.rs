@@ -547,6 +547,13 @@ mod tests {
         std::str::from_utf8(bytes).unwrap()
     }
 
+    /// `buf` parses as a request for `path`, forwarded as `rewritten`.
+    fn assert_rewritten(buf: &[u8], path: &str, rewritten: &str) {
+        let head = parse_request(buf).unwrap().unwrap();
+        assert_eq!(head.path(buf), path);
+        assert_eq!(text(&head.rewritten), rewritten);
+    }
+
     #[test]
     fn a_request_is_rewritten_without_hop_by_hop_headers_and_keeps_its_body_framing() {
         let buf = b"POST /add?x=1 HTTP/1.1\r\nHost: calc\r\nConnection: keep-alive, X-Trace\r\n\
@@ -566,12 +573,10 @@ mod tests {
 
     #[test]
     fn an_absolute_target_becomes_origin_form_with_its_authority_as_host() {
-        let buf = b"GET http://calc:8080/sum?a=1 HTTP/1.1\r\nAccept: */*\r\n\r\n";
-        let head = parse_request(buf).unwrap().unwrap();
-        assert_eq!(head.path(buf), "/sum");
-        assert_eq!(
-            text(&head.rewritten),
-            "GET /sum?a=1 HTTP/1.1\r\nhost: calc:8080\r\nAccept: */*\r\n\r\n"
+        assert_rewritten(
+            b"GET http://calc:8080/sum?a=1 HTTP/1.1\r\nAccept: */*\r\n\r\n",
+            "/sum",
+            "GET /sum?a=1 HTTP/1.1\r\nhost: calc:8080\r\nAccept: */*\r\n\r\n",
         );
     }
 
@@ -737,17 +742,16 @@ mod tests {
     #[test]
     fn request_targets_are_read_only_in_the_forms_a_proxy_accepts() {
         // Absolute form without a path: the path is `/` (this used to panic).
-        let buf = b"GET http://web HTTP/1.1\r\n\r\n";
-        let head = parse_request(buf).unwrap().unwrap();
-        assert_eq!(head.path(buf), "/");
-        assert_eq!(text(&head.rewritten), "GET / HTTP/1.1\r\nhost: web\r\n\r\n");
-        let buf = b"GET http://web?q=1 HTTP/1.1\r\nHost: other\r\n\r\n";
-        let head = parse_request(buf).unwrap().unwrap();
-        assert_eq!(head.path(buf), "/");
+        assert_rewritten(
+            b"GET http://web HTTP/1.1\r\n\r\n",
+            "/",
+            "GET / HTTP/1.1\r\nhost: web\r\n\r\n",
+        );
         // The target's authority replaces the Host header.
-        assert_eq!(
-            text(&head.rewritten),
-            "GET /?q=1 HTTP/1.1\r\nhost: web\r\n\r\n"
+        assert_rewritten(
+            b"GET http://web?q=1 HTTP/1.1\r\nHost: other\r\n\r\n",
+            "/",
+            "GET /?q=1 HTTP/1.1\r\nhost: web\r\n\r\n",
         );
         // `://` in a query is data, not an authority.
         let buf = b"GET /go?to=http://evil/admin HTTP/1.1\r\nHost: calc\r\n\r\n";
