@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use common::{echo_server, grpc_echo_server};
 use http::{HeaderName, HeaderValue};
-use meshbench_loadgen::{run_load, LoadConfig, LoadModel, Outcome, Protocol, Stop, Target};
+use meshbench_loadgen::{
+    run_load, LoadConfig, LoadModel, LoadResult, Outcome, Protocol, Stop, Target,
+};
 
 fn grpc_config(url: &str, requests: u64) -> LoadConfig {
     let mut config =
@@ -29,6 +31,17 @@ fn outcomes(config: LoadConfig) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Every one of the `calls` ended in gRPC status OK, over `protocol`.
+fn assert_all_ok(result: &LoadResult, calls: u64, protocol: &str) {
+    let outcomes = &result.recorder.outcomes;
+    assert_eq!(
+        outcomes.get(&Outcome::Grpc(0)),
+        Some(&calls),
+        "{outcomes:?}"
+    );
+    assert_eq!(result.to_report().protocol.as_deref(), Some(protocol));
+}
+
 #[test]
 fn grpc_calls_end_in_their_grpc_status() {
     let server = grpc_echo_server(None);
@@ -36,13 +49,7 @@ fn grpc_calls_end_in_their_grpc_status() {
 
     // No path: Fortio's ping method.
     let result = run_load(grpc_config(&base, 300)).unwrap();
-    assert_eq!(
-        result.recorder.outcomes.get(&Outcome::Grpc(0)),
-        Some(&300),
-        "{:?}",
-        result.recorder.outcomes
-    );
-    assert_eq!(result.to_report().protocol.as_deref(), Some("grpc (h2c)"));
+    assert_all_ok(&result, 300, "grpc (h2c)");
 
     // Another method of the server, with its own (empty) message.
     let mut health = grpc_config(&format!("{base}/grpc.health.v1.Health/Check"), 20);
@@ -92,11 +99,5 @@ fn grpc_over_mtls_negotiates_h2() {
     let mut config = grpc_config(&format!("https://{}", server.addr), 100);
     config.tls = Some(tls);
     let result = run_load(config).unwrap();
-    assert_eq!(
-        result.recorder.outcomes.get(&Outcome::Grpc(0)),
-        Some(&100),
-        "{:?}",
-        result.recorder.outcomes
-    );
-    assert_eq!(result.to_report().protocol.as_deref(), Some("grpc (h2)"));
+    assert_all_ok(&result, 100, "grpc (h2)");
 }
