@@ -246,28 +246,21 @@ fn run_writes_results_and_reports_then_report_regenerates_them() {
     assert!(out.status.success());
     assert!(out_dir.join("report.md").exists());
 
-    let compared = meshbench()
-        .arg("compare")
-        .arg(&out_dir)
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&compared.stdout);
-    assert!(
-        compared.status.success() && text.contains("Latency, B against A"),
-        "{text}"
-    );
-    let cost = meshbench()
-        .arg("cost")
-        .arg(&out_dir)
-        .args(["--pods", "100", "--cpu-price", "30", "--mem-price", "4"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&cost.stdout);
-    assert!(
-        cost.status.success() && text.contains("| meshbench-sidecar |"),
-        "{text}"
-    );
+    let stdout =
+        |output: std::process::Output| String::from_utf8_lossy(&output.stdout).into_owned();
+    let text = stdout(run_ok(
+        meshbench().arg("compare").arg(&out_dir).arg(&out_dir),
+    ));
+    assert!(text.contains("Latency, B against A"), "{text}");
+    let text = stdout(run_ok(meshbench().arg("cost").arg(&out_dir).args([
+        "--pods",
+        "100",
+        "--cpu-price",
+        "30",
+        "--mem-price",
+        "4",
+    ])));
+    assert!(text.contains("| meshbench-sidecar |"), "{text}");
     assert!(text.contains("difference to baseline"), "{text}");
 
     // The same directory is never overwritten.
@@ -363,21 +356,55 @@ fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
 #[test]
 fn role_config_files_are_checked_field_by_field() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("sidecar.yaml");
-    let write = |yaml: &str| std::fs::write(&config, yaml).unwrap();
+    let config = dir.path().join("role.yaml");
     let path = config.to_str().unwrap();
-    write("namespace: app\nworkload: w\nlimits: { idle_timeout: 0s }\n");
-    assert_bad_input(
-        &run(&["proxy", "sidecar", "--config", path]),
-        "limits.idle_timeout: must be longer than 0",
-    );
-    write("namespace: app\nworkload: w\ninbound: { listen: 127.0.0.1:0, app: 127.0.0.1:9, colour: red }\n");
-    assert_bad_input(&run(&["proxy", "sidecar", "--config", path]), "colour");
-    write("namespace: app\nworkload: w\npolicy: missing.yaml\ninbound: { listen: 127.0.0.1:0, app: 127.0.0.1:9 }\n");
-    assert_bad_input(
-        &run(&["proxy", "sidecar", "--config", path]),
-        "policy: cannot read policy",
-    );
+    const SIDECAR: &[&str] = &["proxy", "sidecar"];
+    const CA: &[&str] = &["ca", "serve"];
+    const LOAD: &[&str] = &["load"];
+    let app = "namespace: app\nworkload: w\n";
+    let inbound = "inbound: { listen: 127.0.0.1:0, app: 127.0.0.1:9 }\n";
+    let load = "url: http://127.0.0.1:9/\nmodel: {kind: open-loop, rps: 10}\n";
+    let cases = [
+        (
+            SIDECAR,
+            format!("{app}limits: {{ idle_timeout: 0s }}\n"),
+            "limits.idle_timeout: must be longer than 0",
+        ),
+        (
+            SIDECAR,
+            format!("{app}inbound: {{ listen: 127.0.0.1:0, app: 127.0.0.1:9, colour: red }}\n"),
+            "colour",
+        ),
+        (
+            SIDECAR,
+            format!("{app}policy: missing.yaml\n{inbound}"),
+            "policy: cannot read policy",
+        ),
+        // The CA service reads one the same way.
+        (
+            CA,
+            "dir: ca\nlisten: 127.0.0.1:0\nhandshake_timeout: 0s\n".into(),
+            "handshake_timeout",
+        ),
+        (CA, "dir: ca\nlisten: 127.0.0.1:0\n".into(), "holds no CA"),
+        // So does the load generator, whose spec the lab writes for every cell.
+        (LOAD, format!("{load}rate: 3\n"), "rate"),
+        (
+            LOAD,
+            "url: http://127.0.0.1:9/\nmodel: {kind: bursty}\n".into(),
+            "bursty",
+        ),
+        (
+            LOAD,
+            format!("{load}protocol: http3\n"),
+            "unknown protocol \"http3\"",
+        ),
+    ];
+    for (role, yaml, expected) in cases {
+        std::fs::write(&config, yaml).unwrap();
+        let args: Vec<&str> = role.iter().copied().chain(["--config", path]).collect();
+        assert_bad_input(&run(&args), expected);
+    }
     // The same check through the flags names the flag.
     assert_bad_input(
         &run(&[
@@ -399,24 +426,6 @@ fn role_config_files_are_checked_field_by_field() {
     assert_bad_input(
         &run(&["proxy", "sidecar", "--config", path, "--mode", "l7"]),
         "cannot be used with",
-    );
-    // The CA service reads one the same way.
-    write("dir: ca\nlisten: 127.0.0.1:0\nhandshake_timeout: 0s\n");
-    assert_bad_input(
-        &run(&["ca", "serve", "--config", path]),
-        "handshake_timeout",
-    );
-    write("dir: ca\nlisten: 127.0.0.1:0\n");
-    assert_bad_input(&run(&["ca", "serve", "--config", path]), "holds no CA");
-    // So does the load generator, whose spec the lab writes for every cell.
-    write("url: http://127.0.0.1:9/\nmodel: {kind: open-loop, rps: 10}\nrate: 3\n");
-    assert_bad_input(&run(&["load", "--config", path]), "rate");
-    write("url: http://127.0.0.1:9/\nmodel: {kind: bursty}\n");
-    assert_bad_input(&run(&["load", "--config", path]), "bursty");
-    write("url: http://127.0.0.1:9/\nmodel: {kind: open-loop, rps: 10}\nprotocol: http3\n");
-    assert_bad_input(
-        &run(&["load", "--config", path]),
-        "unknown protocol \"http3\"",
     );
     assert_bad_input(
         &run(&["load", "--config", path, "--rps", "5"]),
