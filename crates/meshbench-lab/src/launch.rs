@@ -84,3 +84,13 @@ mod tests {
         );
     }
 }
+
+/// Where `tool` is: on PATH, or in the sbin directories a non-login root PATH may lack. The
+/// one lookup of installed tools, for the lab, the meshes, the bench and the tests' skips.
+pub fn which(tool: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(std::path::PathBuf::from))
+        .map(|dir| dir.join(tool))
+        .find(|p| p.is_file())
+}

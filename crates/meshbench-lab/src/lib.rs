@@ -15,7 +15,7 @@ mod sampler;
 pub use cgroup::{destroy_lab_dir, Cgroup, CgroupFs, CgroupReading};
 pub use component::{LabComponent, Readiness};
 pub use environment::{describe_environment, BuildInfo};
-pub use launch::Launch;
+pub use launch::{which, Launch};
 pub use process::{ComponentProcess, ReadyEvent};
 pub use sampler::{sample_process, ResourceSampler, Sample, SampleSeries, SampleTarget};
 

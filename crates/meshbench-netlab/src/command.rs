@@ -40,11 +40,4 @@ pub(crate) fn has_tool(tool: &str) -> bool {
     which(tool).is_some()
 }
 
-/// Where `tool` is: on PATH, or in the sbin directories a non-login root PATH may lack.
-pub fn which(tool: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].map(std::path::PathBuf::from))
-        .map(|dir| dir.join(tool))
-        .find(|p| p.is_file())
-}
+pub use meshbench_lab::which;

@@ -63,12 +63,8 @@ pub fn require_netns() -> bool {
         .all(|tool| require_tool(tool).is_some())
 }
 
-pub fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(tool))
-        .find(|candidate| candidate.is_file())
-}
+/// The lab's own lookup, so that a test skips exactly when the lab would not find the tool.
+pub use meshbench_lab::which;
 
 /// Polls `check` every 10 ms until it returns `Some`, panicking with `what` after `timeout`.
 pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
