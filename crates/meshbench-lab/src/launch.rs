@@ -57,6 +57,16 @@ impl Launch {
     }
 }
 
+/// Where `tool` is: on PATH, or in the sbin directories a non-login root PATH may lack. The
+/// one lookup of installed tools, for the lab, the meshes, the bench and the tests' skips.
+pub fn which(tool: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(std::path::PathBuf::from))
+        .map(|dir| dir.join(tool))
+        .find(|p| p.is_file())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,14 +93,4 @@ mod tests {
             "netns exec mb-abc-pod taskset -c 1 setpriv --reuid=1337 --regid=1337 --clear-groups /bin/true"
         );
     }
-}
-
-/// Where `tool` is: on PATH, or in the sbin directories a non-login root PATH may lack. The
-/// one lookup of installed tools, for the lab, the meshes, the bench and the tests' skips.
-pub fn which(tool: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].map(std::path::PathBuf::from))
-        .map(|dir| dir.join(tool))
-        .find(|p| p.is_file())
 }
