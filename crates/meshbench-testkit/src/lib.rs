@@ -39,9 +39,9 @@ pub fn require_tool(tool: &str) -> Option<PathBuf> {
     None
 }
 
-/// Whether this test may build network namespaces (root, `ip`, `iptables`). Under CI a
-/// missing privilege or tool fails the test; elsewhere it is skipped with the reason.
-pub fn require_netns() -> bool {
+/// Whether this test runs as root, as `why` needs. Under CI its absence fails the test;
+/// elsewhere the test is skipped with the reason.
+pub fn require_root(why: &str) -> bool {
     let euid = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -50,12 +50,21 @@ pub fn require_netns() -> bool {
                 .and_then(|v| v.split_whitespace().nth(1).map(str::to_owned))
         })
         .unwrap_or_default();
-    if euid != "0" {
-        let msg = "this test builds network namespaces and needs root";
-        if std::env::var_os("CI").is_some() {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED: {msg}");
+    if euid == "0" {
+        return true;
+    }
+    let msg = format!("this test {why} and needs root");
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("SKIPPED: {msg}");
+    false
+}
+
+/// Whether this test may build network namespaces (root, `ip`, `iptables`). Under CI a
+/// missing privilege or tool fails the test; elsewhere it is skipped with the reason.
+pub fn require_netns() -> bool {
+    if !require_root("builds network namespaces") {
         return false;
     }
     ["ip", "iptables", "sysctl"]

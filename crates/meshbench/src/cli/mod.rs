@@ -6,6 +6,7 @@ mod args;
 mod bench;
 mod ca;
 mod compare;
+mod image;
 mod lab;
 mod load;
 mod profiles;
@@ -72,6 +73,9 @@ enum Command {
     /// Benchmark a meshbench component against its peers, side by side.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Container images of meshbench, for the Kubernetes backend.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
 }
 
 /// Marks an error as the user's input, for exit code 2.
@@ -107,6 +111,7 @@ pub fn main() -> ExitCode {
         Command::Proxy(cmd) => proxy::run(cmd),
         Command::Ca(cmd) => ca::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Image(cmd) => image::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
         Command::Verify(args) => verify::run(args),
     };
@@ -145,6 +150,7 @@ fn bad_input(cause: &(dyn std::error::Error + 'static)) -> bool {
         || says::<meshbench_lab::Error>(cause)
         || says::<meshbench_netlab::Error>(cause)
         || says::<meshbench_verify::Error>(cause)
+        || says::<meshbench_image::Error>(cause)
 }
 
 /// Facts about this build, recorded with every result.

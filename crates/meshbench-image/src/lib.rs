@@ -1,0 +1,413 @@
+//! `meshbench image build`: the image a Kubernetes cluster runs meshbench's roles from,
+//! made without Docker or a registry. One layer holds the binary (the running one, by
+//! default), the interpreter and shared libraries it loads ([`elf`]), optionally Envoy with
+//! its own, and the few files a container expects (`/etc/passwd` with the proxy user,
+//! `/tmp`). It is written as an OCI image-layout archive (`oci-layout`, `index.json`,
+//! `blobs/sha256/…`), which `ctr images import` loads into containerd and registry tools
+//! push. Every entry has owner 0, a fixed mode and time 0, and entries are sorted, so the
+//! same binaries always give the same digests.
+
+pub mod elf;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use aws_lc_rs::digest::{Context, SHA256};
+use oci_spec::image::{
+    Arch, ConfigBuilder, DescriptorBuilder, ImageConfigurationBuilder, ImageIndexBuilder,
+    ImageManifestBuilder, MediaType, Os, PlatformBuilder, RootFsBuilder, Sha256Digest,
+};
+
+/// Where binaries go in the image; `PATH` holds it.
+pub const BIN_DIR: &str = "/usr/local/bin";
+/// The UID proxies run as (the lab's and Istio's), named in the image's `/etc/passwd`.
+pub const PROXY_UID: u32 = 1337;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not an ELF executable: {reason}")]
+    NotElf { path: PathBuf, reason: String },
+    #[error("{library}, needed by {needed_by}, is in none of the loader's directories")]
+    MissingLibrary { library: String, needed_by: PathBuf },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--tag {0:?} is not an image reference such as meshbench:0.1.0")]
+    BadReference(String),
+    #[error("building the image's metadata: {0}")]
+    Oci(#[from] oci_spec::OciSpecError),
+}
+
+/// A binary that cannot be read or packed, or a malformed reference, is the input's fault;
+/// a failed write is the machine's.
+impl meshbench_role::InputFault for Error {
+    fn is_bad_input(&self) -> bool {
+        !matches!(self, Error::Write { .. } | Error::Oci(_))
+    }
+}
+
+/// What to put in the image and where to write it.
+#[derive(Debug, Clone)]
+pub struct ImageOptions {
+    /// meshbench's binary; it becomes the entrypoint.
+    pub binary: PathBuf,
+    /// Further executables (Envoy), each with its libraries.
+    pub extra: Vec<PathBuf>,
+    /// `name:tag`, with a registry host in front or not.
+    pub reference: String,
+    /// The archive to write (replaced atomically).
+    pub out: PathBuf,
+}
+
+/// What was written.
+#[derive(Debug, Clone)]
+pub struct BuiltImage {
+    /// The reference containerd will know the image by (`docker.io/library/` added to a
+    /// bare name, as every container tool does).
+    pub reference: String,
+    pub manifest_digest: String,
+    /// Every file of the layer, by its path in the image.
+    pub files: Vec<String>,
+    pub archive_bytes: u64,
+}
+
+/// One layer entry: a file copied from the host, or content of its own.
+enum Source {
+    Host(PathBuf),
+    Text(String),
+    Directory,
+}
+
+struct Entry {
+    source: Source,
+    mode: u32,
+}
+
+/// Builds the image and writes its archive.
+pub fn build_image(options: &ImageOptions) -> Result<BuiltImage, Error> {
+    let reference = full_reference(&options.reference)?;
+    let tag = reference
+        .rsplit_once(':')
+        .map_or("latest", |(_, t)| t)
+        .to_owned();
+    let entries = layer_entries(options)?;
+    let files: Vec<String> = entries
+        .iter()
+        .filter(|(_, e)| !matches!(e.source, Source::Directory))
+        .map(|(p, _)| p.clone())
+        .collect();
+
+    let layer_tar = layer_tar(&entries)?;
+    let diff_id = sha256_hex(&layer_tar);
+    let layer = gzip(&layer_tar).map_err(|source| Error::Write {
+        path: options.out.clone(),
+        source,
+    })?;
+    drop(layer_tar);
+    let layer_digest = sha256_hex(&layer);
+
+    let entrypoint = format!("{BIN_DIR}/meshbench");
+    let config = ImageConfigurationBuilder::default()
+        .architecture(arch())
+        .os(Os::Linux)
+        .config(
+            ConfigBuilder::default()
+                .entrypoint(vec![entrypoint])
+                .env(vec![format!("PATH={BIN_DIR}:/usr/bin:/bin")])
+                .working_dir("/".to_owned())
+                .build()?,
+        )
+        .rootfs(
+            RootFsBuilder::default()
+                .typ("layers".to_owned())
+                .diff_ids(vec![format!("sha256:{diff_id}")])
+                .build()?,
+        )
+        .build()?;
+    let config_json = serde_json::to_vec(&config).expect("an image config serializes");
+    let config_digest = sha256_hex(&config_json);
+
+    let descriptor = |media: MediaType, hex: &str, size: usize| {
+        DescriptorBuilder::default()
+            .media_type(media)
+            .digest(Sha256Digest::from_str(hex).expect("a sha256 digest"))
+            .size(size as u64)
+            .build()
+    };
+    let manifest = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(descriptor(
+            MediaType::ImageConfig,
+            &config_digest,
+            config_json.len(),
+        )?)
+        .layers(vec![descriptor(
+            MediaType::ImageLayerGzip,
+            &layer_digest,
+            layer.len(),
+        )?])
+        .build()?;
+    let manifest_json = serde_json::to_vec(&manifest).expect("a manifest serializes");
+    let manifest_digest = sha256_hex(&manifest_json);
+
+    let mut in_index = descriptor(
+        MediaType::ImageManifest,
+        &manifest_digest,
+        manifest_json.len(),
+    )?;
+    in_index.set_platform(Some(
+        PlatformBuilder::default()
+            .architecture(arch())
+            .os(Os::Linux)
+            .build()?,
+    ));
+    in_index.set_annotations(Some(
+        [
+            ("org.opencontainers.image.ref.name".to_owned(), tag),
+            ("io.containerd.image.name".to_owned(), reference.clone()),
+        ]
+        .into(),
+    ));
+    let index = ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(vec![in_index])
+        .build()?;
+    let index_json = serde_json::to_vec(&index).expect("an index serializes");
+
+    let blobs = [
+        (config_digest, config_json),
+        (layer_digest, layer),
+        (manifest_digest.clone(), manifest_json),
+    ];
+    let archive_bytes = write_archive(&options.out, &index_json, &blobs)?;
+    Ok(BuiltImage {
+        reference,
+        manifest_digest: format!("sha256:{manifest_digest}"),
+        files,
+        archive_bytes,
+    })
+}
+
+/// `name:tag` → `docker.io/library/name:tag`; a reference with a registry host stays.
+fn full_reference(reference: &str) -> Result<String, Error> {
+    let valid = !reference.is_empty()
+        && reference
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-/:".contains(c))
+        && !reference.starts_with(['/', ':', '.', '-'])
+        && !reference.ends_with([':', '/']);
+    if !valid {
+        return Err(Error::BadReference(reference.to_owned()));
+    }
+    let with_tag = match reference
+        .rsplit_once('/')
+        .map_or(reference, |(_, last)| last)
+        .contains(':')
+    {
+        true => reference.to_owned(),
+        false => format!("{reference}:latest"),
+    };
+    let first = with_tag.split('/').next().unwrap_or_default();
+    let has_host = with_tag.contains('/') && (first.contains('.') || first.contains(':'));
+    Ok(match (has_host, with_tag.contains('/')) {
+        (true, _) => with_tag,
+        (false, true) => format!("docker.io/{with_tag}"),
+        (false, false) => format!("docker.io/library/{with_tag}"),
+    })
+}
+
+fn arch() -> Arch {
+    match std::env::consts::ARCH {
+        "aarch64" => Arch::ARM64,
+        _ => Arch::Amd64,
+    }
+}
+
+/// The layer's entries by path, directories included.
+fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Error> {
+    let mut entries = BTreeMap::new();
+    let mut add = |path: String, source: Source, mode: u32| {
+        let mut dir = Path::new(&path).parent();
+        while let Some(d) = dir.filter(|d| *d != Path::new("/")) {
+            entries
+                .entry(d.to_string_lossy().into_owned())
+                .or_insert(Entry {
+                    source: Source::Directory,
+                    mode: 0o755,
+                });
+            dir = d.parent();
+        }
+        entries.insert(path, Entry { source, mode });
+    };
+    let binaries = std::iter::once((&options.binary, "meshbench".to_owned())).chain(
+        options.extra.iter().map(|p| {
+            (
+                p,
+                p.file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            )
+        }),
+    );
+    for (binary, name) in binaries {
+        let real = binary.canonicalize().map_err(|source| Error::Read {
+            path: binary.clone(),
+            source,
+        })?;
+        for library in elf::closure(&real)?.files {
+            let path = library.to_string_lossy().into_owned();
+            add(path, Source::Host(library), 0o755);
+        }
+        add(format!("{BIN_DIR}/{name}"), Source::Host(real), 0o755);
+    }
+    add(
+        "/etc/passwd".into(),
+        Source::Text(format!(
+            "root:x:0:0:root:/root:/sbin/nologin\n\
+             meshbench-proxy:x:{PROXY_UID}:{PROXY_UID}::/nonexistent:/sbin/nologin\n\
+             nobody:x:65534:65534::/nonexistent:/sbin/nologin\n"
+        )),
+        0o644,
+    );
+    add(
+        "/etc/group".into(),
+        Source::Text(format!(
+            "root:x:0:\nmeshbench-proxy:x:{PROXY_UID}:\nnogroup:x:65534:\n"
+        )),
+        0o644,
+    );
+    add("/tmp".into(), Source::Directory, 0o1777);
+    Ok(entries)
+}
+
+/// The layer as an uncompressed tar: sorted, owner 0, time 0.
+fn layer_tar(entries: &BTreeMap<String, Entry>) -> Result<Vec<u8>, Error> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, entry) in entries {
+        let name = path.trim_start_matches('/');
+        let mut header = tar::Header::new_ustar();
+        header.set_mode(entry.mode);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        let written = match &entry.source {
+            Source::Directory => {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_size(0);
+                builder.append_data(&mut header, format!("{name}/"), std::io::empty())
+            }
+            Source::Text(text) => {
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_size(text.len() as u64);
+                builder.append_data(&mut header, name, text.as_bytes())
+            }
+            Source::Host(host) => {
+                let file = std::fs::File::open(host).map_err(|source| Error::Read {
+                    path: host.clone(),
+                    source,
+                })?;
+                let len = file
+                    .metadata()
+                    .map_err(|source| Error::Read {
+                        path: host.clone(),
+                        source,
+                    })?
+                    .len();
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_size(len);
+                builder.append_data(&mut header, name, file)
+            }
+        };
+        written.map_err(|source| Error::Write {
+            path: PathBuf::from(path),
+            source,
+        })?;
+    }
+    builder.into_inner().map_err(|source| Error::Write {
+        path: PathBuf::from("layer"),
+        source,
+    })
+}
+
+fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data)?;
+    encoder.finish()
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    let mut context = Context::new(&SHA256);
+    context.update(data);
+    context
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Writes the image layout as a tar beside `out`, then renames it into place.
+fn write_archive(out: &Path, index: &[u8], blobs: &[(String, Vec<u8>)]) -> Result<u64, Error> {
+    let failed = |source| Error::Write {
+        path: out.to_path_buf(),
+        source,
+    };
+    let partial = out.with_extension("partial");
+    let file = std::fs::File::create(&partial).map_err(failed)?;
+    let mut builder = tar::Builder::new(std::io::BufWriter::new(file));
+    let mut append = |name: &str, data: &[u8]| {
+        let mut header = tar::Header::new_ustar();
+        header.set_mode(0o644);
+        header.set_mtime(0);
+        header.set_size(data.len() as u64);
+        builder.append_data(&mut header, name, data)
+    };
+    append("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#).map_err(failed)?;
+    append("index.json", index).map_err(failed)?;
+    for (hex, data) in blobs {
+        append(&format!("blobs/sha256/{hex}"), data).map_err(failed)?;
+    }
+    let mut writer = builder.into_inner().map_err(failed)?;
+    writer.flush().map_err(failed)?;
+    drop(writer);
+    std::fs::rename(&partial, out).map_err(failed)?;
+    Ok(std::fs::metadata(out).map_err(failed)?.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_names_get_docker_hubs_library_and_a_tag() {
+        assert_eq!(
+            full_reference("meshbench:0.1.0").unwrap(),
+            "docker.io/library/meshbench:0.1.0"
+        );
+        assert_eq!(
+            full_reference("meshbench").unwrap(),
+            "docker.io/library/meshbench:latest"
+        );
+        assert_eq!(
+            full_reference("team/meshbench:1").unwrap(),
+            "docker.io/team/meshbench:1"
+        );
+        assert_eq!(
+            full_reference("localhost:5000/meshbench:1").unwrap(),
+            "localhost:5000/meshbench:1"
+        );
+        for bad in ["", "mesh bench", ":1", "meshbench:", "a/"] {
+            assert!(full_reference(bad).is_err(), "{bad:?}");
+        }
+    }
+}

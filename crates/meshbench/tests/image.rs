@@ -1,0 +1,127 @@
+//! `meshbench image build` as a container runtime meets its archive: an OCI image layout
+//! whose blobs match their digests and whose config names the uncompressed layer, and a
+//! layer that is a root on which the packed binaries start (run under `chroot`, the step a
+//! runtime takes after unpacking). The same binaries give the same digests.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::Command;
+
+use meshbench_testkit::{require_root, require_tool, run_ok};
+
+fn sha256_hex(data: &[u8]) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every member of the archive, by name.
+fn members(archive: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut tar = tar::Archive::new(std::fs::File::open(archive).unwrap());
+    tar.entries()
+        .unwrap()
+        .map(|e| {
+            let mut e = e.unwrap();
+            let name = e.path().unwrap().to_string_lossy().into_owned();
+            let mut data = Vec::new();
+            e.read_to_end(&mut data).unwrap();
+            (name, data)
+        })
+        .collect()
+}
+
+fn build(out: &Path, extra: &[&str]) -> String {
+    let output = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["image", "build", "--out"])
+            .arg(out)
+            .args(extra),
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn the_image_is_an_oci_layout_whose_layer_runs_meshbench_and_envoy() {
+    if !require_root("runs the image's binaries under chroot") {
+        return;
+    }
+    let Some(chroot) = require_tool("chroot") else {
+        return;
+    };
+    let with_envoy = require_tool("envoy").is_some();
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("meshbench.oci.tar");
+    let flags: &[&str] = if with_envoy { &["--with-envoy"] } else { &[] };
+    let said = build(&archive, flags);
+    assert!(said.contains("docker.io/library/meshbench:"), "{said}");
+
+    let files = members(&archive);
+    assert_eq!(files["oci-layout"], br#"{"imageLayoutVersion":"1.0.0"}"#);
+    for (name, data) in &files {
+        if let Some(hex) = name.strip_prefix("blobs/sha256/") {
+            assert_eq!(sha256_hex(data), hex, "{name} does not match its digest");
+        }
+    }
+    let blob = |digest: &serde_json::Value| {
+        let hex = digest.as_str().unwrap().strip_prefix("sha256:").unwrap();
+        &files[&format!("blobs/sha256/{hex}")]
+    };
+    let index: serde_json::Value = serde_json::from_slice(&files["index.json"]).unwrap();
+    let entry = &index["manifests"][0];
+    assert_eq!(entry["platform"]["os"], "linux");
+    let manifest: serde_json::Value = serde_json::from_slice(blob(&entry["digest"])).unwrap();
+    let config: serde_json::Value =
+        serde_json::from_slice(blob(&manifest["config"]["digest"])).unwrap();
+    assert_eq!(
+        config["config"]["Entrypoint"][0],
+        "/usr/local/bin/meshbench"
+    );
+    let layer = blob(&manifest["layers"][0]["digest"]);
+    let mut unpacked = Vec::new();
+    flate2::read::GzDecoder::new(&layer[..])
+        .read_to_end(&mut unpacked)
+        .unwrap();
+    assert_eq!(
+        config["rootfs"]["diff_ids"][0],
+        format!("sha256:{}", sha256_hex(&unpacked)),
+        "the config names the uncompressed layer"
+    );
+
+    let rootfs = dir.path().join("rootfs");
+    tar::Archive::new(&unpacked[..]).unpack(&rootfs).unwrap();
+    let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).unwrap();
+    assert!(passwd.contains(":1337:1337:"), "the proxy user: {passwd}");
+    let run_in_image = |binary: &str| {
+        let output = run_ok(
+            Command::new(&chroot)
+                .arg(&rootfs)
+                .args([binary, "--version"]),
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let version = run_in_image("/usr/local/bin/meshbench");
+    assert!(version.starts_with("meshbench "), "{version}");
+    if with_envoy {
+        let version = run_in_image("/usr/local/bin/envoy");
+        assert!(version.contains("version:"), "{version}");
+    }
+
+    // Reproducible: the same binaries, the same manifest.
+    let again = dir.path().join("again.oci.tar");
+    let said_again = build(&again, flags);
+    let digest = |s: &str| s.rsplit_once("manifest ").map(|(_, d)| d.trim().to_owned());
+    assert_eq!(digest(&said), digest(&said_again));
+}
+
+#[test]
+fn a_malformed_tag_is_refused_as_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["image", "build", "--tag", "mesh bench", "--out"])
+        .arg(dir.path().join("x.tar"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--tag \"mesh bench\""), "{stderr}");
+    assert!(!dir.path().join("x.tar").exists());
+}
