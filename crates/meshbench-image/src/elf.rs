@@ -36,10 +36,7 @@ pub fn closure(executable: &Path) -> Result<Closure, Error> {
         if !seen.insert(object.clone()) {
             continue;
         }
-        let data = std::fs::read(&object).map_err(|source| Error::Read {
-            path: object.clone(),
-            source,
-        })?;
+        let data = std::fs::read(&object).map_err(|source| Error::Read(object.clone(), source))?;
         let elf = goblin::elf::Elf::parse(&data).map_err(|e| Error::NotElf {
             path: object.clone(),
             reason: e.to_string(),

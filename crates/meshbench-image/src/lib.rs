@@ -27,20 +27,14 @@ pub const PROXY_UID: u32 = 1337;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot read {0}: {1}")]
+    Read(PathBuf, #[source] std::io::Error),
     #[error("{path} is not an ELF executable: {reason}")]
     NotElf { path: PathBuf, reason: String },
     #[error("{library}, needed by {needed_by}, is in none of the loader's directories")]
     MissingLibrary { library: String, needed_by: PathBuf },
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot write {0}: {1}")]
+    Write(PathBuf, #[source] std::io::Error),
     #[error("--tag {0:?} is not an image reference such as meshbench:0.1.0")]
     BadReference(String),
     #[error("building the image's metadata: {0}")]
@@ -51,7 +45,7 @@ pub enum Error {
 /// a failed write is the machine's.
 impl meshbench_role::InputFault for Error {
     fn is_bad_input(&self) -> bool {
-        !matches!(self, Error::Write { .. } | Error::Oci(_))
+        !matches!(self, Error::Write(..) | Error::Oci(_))
     }
 }
 
@@ -108,10 +102,7 @@ pub fn build_image(options: &ImageOptions) -> Result<BuiltImage, Error> {
 
     let layer_tar = layer_tar(&entries)?;
     let diff_id = sha256_hex(&layer_tar);
-    let layer = gzip(&layer_tar).map_err(|source| Error::Write {
-        path: options.out.clone(),
-        source,
-    })?;
+    let layer = gzip(&layer_tar).map_err(|source| Error::Write(options.out.clone(), source))?;
     drop(layer_tar);
     let layer_digest = sha256_hex(&layer);
 
@@ -260,10 +251,9 @@ fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Erro
         }),
     );
     for (binary, name) in binaries {
-        let real = binary.canonicalize().map_err(|source| Error::Read {
-            path: binary.clone(),
-            source,
-        })?;
+        let real = binary
+            .canonicalize()
+            .map_err(|source| Error::Read(binary.clone(), source))?;
         for library in elf::closure(&real)?.files {
             let path = library.to_string_lossy().into_owned();
             add(path, Source::Host(library), 0o755);
@@ -312,31 +302,22 @@ fn layer_tar(entries: &BTreeMap<String, Entry>) -> Result<Vec<u8>, Error> {
                 builder.append_data(&mut header, name, text.as_bytes())
             }
             Source::Host(host) => {
-                let file = std::fs::File::open(host).map_err(|source| Error::Read {
-                    path: host.clone(),
-                    source,
-                })?;
+                let file = std::fs::File::open(host)
+                    .map_err(|source| Error::Read(host.clone(), source))?;
                 let len = file
                     .metadata()
-                    .map_err(|source| Error::Read {
-                        path: host.clone(),
-                        source,
-                    })?
+                    .map_err(|source| Error::Read(host.clone(), source))?
                     .len();
                 header.set_entry_type(tar::EntryType::Regular);
                 header.set_size(len);
                 builder.append_data(&mut header, name, file)
             }
         };
-        written.map_err(|source| Error::Write {
-            path: PathBuf::from(path),
-            source,
-        })?;
+        written.map_err(|source| Error::Write(PathBuf::from(path), source))?;
     }
-    builder.into_inner().map_err(|source| Error::Write {
-        path: PathBuf::from("layer"),
-        source,
-    })
+    builder
+        .into_inner()
+        .map_err(|source| Error::Write(PathBuf::from("layer"), source))
 }
 
 fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
@@ -358,10 +339,7 @@ fn sha256_hex(data: &[u8]) -> String {
 
 /// Writes the image layout as a tar beside `out`, then renames it into place.
 fn write_archive(out: &Path, index: &[u8], blobs: &[(String, Vec<u8>)]) -> Result<u64, Error> {
-    let failed = |source| Error::Write {
-        path: out.to_path_buf(),
-        source,
-    };
+    let failed = |source| Error::Write(out.to_path_buf(), source);
     let partial = out.with_extension("partial");
     let file = std::fs::File::create(&partial).map_err(failed)?;
     let mut builder = tar::Builder::new(std::io::BufWriter::new(file));
@@ -390,22 +368,14 @@ mod tests {
 
     #[test]
     fn bare_names_get_docker_hubs_library_and_a_tag() {
-        assert_eq!(
-            full_reference("meshbench:0.1.0").unwrap(),
-            "docker.io/library/meshbench:0.1.0"
-        );
-        assert_eq!(
-            full_reference("meshbench").unwrap(),
-            "docker.io/library/meshbench:latest"
-        );
-        assert_eq!(
-            full_reference("team/meshbench:1").unwrap(),
-            "docker.io/team/meshbench:1"
-        );
-        assert_eq!(
-            full_reference("localhost:5000/meshbench:1").unwrap(),
-            "localhost:5000/meshbench:1"
-        );
+        for (given, full) in [
+            ("meshbench:0.1.0", "docker.io/library/meshbench:0.1.0"),
+            ("meshbench", "docker.io/library/meshbench:latest"),
+            ("team/meshbench:1", "docker.io/team/meshbench:1"),
+            ("localhost:5000/meshbench:1", "localhost:5000/meshbench:1"),
+        ] {
+            assert_eq!(full_reference(given).unwrap(), full);
+        }
         for bad in ["", "mesh bench", ":1", "meshbench:", "a/"] {
             assert!(full_reference(bad).is_err(), "{bad:?}");
         }
