@@ -280,7 +280,8 @@ fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Erro
     Ok(entries)
 }
 
-/// The layer as an uncompressed tar: sorted, owner 0, time 0.
+/// The layer as an uncompressed tar: sorted, owner 0, time 0. It is built in memory, so
+/// the only I/O that can fail is reading a host file, and the error names that file.
 fn layer_tar(entries: &BTreeMap<String, Entry>) -> Result<Vec<u8>, Error> {
     let mut builder = tar::Builder::new(Vec::new());
     for (path, entry) in entries {
@@ -290,16 +291,21 @@ fn layer_tar(entries: &BTreeMap<String, Entry>) -> Result<Vec<u8>, Error> {
         header.set_uid(0);
         header.set_gid(0);
         header.set_mtime(0);
-        let written = match &entry.source {
+        let in_memory = |source| Error::Write(PathBuf::from(path), source);
+        match &entry.source {
             Source::Directory => {
                 header.set_entry_type(tar::EntryType::Directory);
                 header.set_size(0);
-                builder.append_data(&mut header, format!("{name}/"), std::io::empty())
+                builder
+                    .append_data(&mut header, format!("{name}/"), std::io::empty())
+                    .map_err(in_memory)?;
             }
             Source::Text(text) => {
                 header.set_entry_type(tar::EntryType::Regular);
                 header.set_size(text.len() as u64);
-                builder.append_data(&mut header, name, text.as_bytes())
+                builder
+                    .append_data(&mut header, name, text.as_bytes())
+                    .map_err(in_memory)?;
             }
             Source::Host(host) => {
                 let file = std::fs::File::open(host)
@@ -310,10 +316,11 @@ fn layer_tar(entries: &BTreeMap<String, Entry>) -> Result<Vec<u8>, Error> {
                     .len();
                 header.set_entry_type(tar::EntryType::Regular);
                 header.set_size(len);
-                builder.append_data(&mut header, name, file)
+                builder
+                    .append_data(&mut header, name, file)
+                    .map_err(|source| Error::Read(host.clone(), source))?;
             }
-        };
-        written.map_err(|source| Error::Write(PathBuf::from(path), source))?;
+        }
     }
     builder
         .into_inner()
