@@ -11,7 +11,7 @@ mod profile;
 mod runner;
 mod spec;
 
-pub use application::Application;
+pub use application::{Application, NAMESPACE};
 pub use error::Error;
 pub use placement::Placement;
 pub use profile::{

@@ -155,6 +155,13 @@ impl Runner {
     /// cells are kept and skipped, and new cells are appended to the same document.
     pub fn resume(options: RunOptions) -> Result<Self, Error> {
         let options = options.absolute()?;
+        let platform = Box::new(local_lab(&options));
+        Runner::resume_on(platform, options)
+    }
+
+    /// [`Runner::resume`] on another platform.
+    pub fn resume_on(platform: Box<dyn Platform>, options: RunOptions) -> Result<Self, Error> {
+        let options = options.absolute()?;
         let results_path = options.out_dir.join("results.json");
         let mut result: RunResult = read_json(&results_path).map_err(|e| Error::Resume {
             path: results_path.clone(),
@@ -171,7 +178,6 @@ impl Runner {
                 path: results_path.clone(),
                 problem,
             })?;
-        let platform = Box::new(local_lab(&options));
         platform.check(profile.application)?;
         result.status = RunStatus::Running;
         result.status_reason = None;
@@ -259,10 +265,12 @@ impl Runner {
         }
         write_json_atomic(&self.results_path, &self.result)?;
         let application = profile.application;
-        self.platform.prepare(
-            &application.topology(Placement::InterNode),
-            &application.policy_yaml(),
-        )?;
+        self.platform
+            .prepare(
+                &application.topology(Placement::InterNode),
+                &application.policy_yaml(),
+            )
+            .await?;
         let total = profile.cells() / profile.scenarios.len().max(1) * scenarios.len();
         let mut index = 0;
         for repetition in 1..=profile.max_repetitions() {

@@ -227,6 +227,7 @@ impl SampleSeries {
             rss_mib_max,
             working_set_mib_mean,
             working_set_mib_max,
+            node: None,
         }
     }
 

@@ -59,6 +59,7 @@ impl LoadResult {
                 end_monotonic_ns: self.window_end_ns,
                 seconds: self.window_seconds(),
                 warmup_seconds,
+                realtime_offset_ns: Some(meshbench_time::realtime_offset_ns()),
             },
             scheduled: self.scheduled,
             sent: rec.sent,

@@ -126,6 +126,9 @@ pub struct LoadOutput {
     pub hlog: Option<PathBuf>,
     /// Print nothing on success.
     pub quiet: bool,
+    /// Print the load report as one line of JSON on stdout, after everything else: how a
+    /// generator in a Kubernetes pod hands it back through its log.
+    pub stdout_json: bool,
 }
 
 meshbench_role::serde_defaults! {

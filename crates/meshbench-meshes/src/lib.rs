@@ -63,4 +63,7 @@ pub enum Error {
         component: String,
         what: &'static str,
     },
+    /// A platform's own failure (the Kubernetes API, a pod that could not start).
+    #[error(transparent)]
+    Platform(Box<dyn std::error::Error + Send + Sync>),
 }

@@ -204,6 +204,7 @@ fn memory_against_connections_is_fitted_per_scenario() {
             rss_mib_max: mib,
             working_set_mib_mean: None,
             working_set_mib_max: None,
+            node: None,
         });
         result.cells.push(cell);
     }

@@ -140,6 +140,11 @@ pub struct MeasurementWindow {
     pub seconds: f64,
     /// Warm-up before the window, excluded from every figure.
     pub warmup_seconds: f64,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC on the generator's machine: the window on the
+    /// wall clock is `start_monotonic_ns + realtime_offset_ns`, which samplers on other
+    /// machines (a Kubernetes node's kubelet) cut their readings to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realtime_offset_ns: Option<i64>,
 }
 
 /// Latency distribution summary, all in microseconds.

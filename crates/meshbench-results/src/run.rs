@@ -287,4 +287,8 @@ pub struct ComponentResources {
     /// absent when the figures come from /proc.
     pub working_set_mib_mean: Option<f64>,
     pub working_set_mib_max: Option<f64>,
+    /// The node it ran on: a Kubernetes node's name; absent on the local lab, whose nodes
+    /// the cell's placement names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }

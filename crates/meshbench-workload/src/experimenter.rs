@@ -280,6 +280,7 @@ impl ExperimentResult {
                 end_monotonic_ns: end,
                 seconds,
                 warmup_seconds: 0.0,
+                realtime_offset_ns: Some(meshbench_time::realtime_offset_ns()),
             },
             scheduled: sent,
             sent,

@@ -79,13 +79,19 @@ impl Platform for LocalLab {
         Ok(())
     }
 
-    fn prepare(&mut self, topology: &Topology, policy: &str) -> Result<(), Error> {
-        // Where the proxy user can reach it whatever the results directory's permissions;
-        // removed when the run ends.
-        let area = ProxyArea::create(&self.out_dir).map_err(Error::Mesh)?;
-        let pki = MeshPki::create(&area, topology, policy).map_err(Error::Mesh)?;
-        self.shared = Some((area, pki));
-        Ok(())
+    fn prepare<'a>(
+        &'a mut self,
+        topology: &'a Topology,
+        policy: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            // Where the proxy user can reach it whatever the results directory's permissions;
+            // removed when the run ends.
+            let area = ProxyArea::create(&self.out_dir).map_err(Error::Mesh)?;
+            let pki = MeshPki::create(&area, topology, policy).map_err(Error::Mesh)?;
+            self.shared = Some((area, pki));
+            Ok(())
+        })
     }
 
     fn realize<'a>(

@@ -84,7 +84,11 @@ pub trait Platform {
 
     /// Sets up what the run's cells share: identities for every workload of `topology` under
     /// `policy`, kept until the platform is dropped.
-    fn prepare(&mut self, topology: &Topology, policy: &str) -> Result<(), Error>;
+    fn prepare<'a>(
+        &'a mut self,
+        topology: &'a Topology,
+        policy: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>>;
 
     /// Realizes one cell's topology.
     fn realize<'a>(

@@ -73,3 +73,56 @@ mod tests {
         assert!(fraction("1").is_err());
     }
 }
+
+/// Where a run's cells happen: the local lab with one of its network backends, or a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunBackend {
+    Lab(meshbench_netlab::Backend),
+    Kubernetes,
+}
+
+impl RunBackend {
+    pub fn name(self) -> &'static str {
+        match self {
+            RunBackend::Lab(backend) => backend.name(),
+            RunBackend::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+pub fn backend(value: &str) -> Result<RunBackend, String> {
+    match value {
+        "kubernetes" | "k8s" => Ok(RunBackend::Kubernetes),
+        other => other
+            .parse()
+            .map(RunBackend::Lab)
+            .map_err(|_| format!("unknown backend {other:?}; known: netns, loopback, kubernetes")),
+    }
+}
+
+/// How to reach a cluster (`--backend kubernetes`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct KubeArgs {
+    /// The kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig's context (default: its current one).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// The meshbench image every pod runs (`meshbench image build` writes one; push it where
+    /// the cluster pulls from, or import it into the nodes' containerd).
+    #[arg(long, default_value = concat!("docker.io/library/meshbench:", env!("CARGO_PKG_VERSION")))]
+    pub image: String,
+}
+
+impl KubeArgs {
+    /// Connects to the cluster; every object the run creates is labelled with `run`.
+    pub async fn connect(&self, run: &str) -> anyhow::Result<meshbench_kube::KubePlatform> {
+        let options = meshbench_kube::KubeOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            image: self.image.clone(),
+        };
+        Ok(meshbench_kube::KubePlatform::connect(&options, run).await?)
+    }
+}

@@ -158,6 +158,9 @@ pub fn run(a: LoadArgs) -> anyhow::Result<()> {
     if !out.quiet {
         print!("{}", meshbench_report::load_summary(&report));
     }
+    if out.stdout_json {
+        println!("{}", serde_json::to_string(&report)?);
+    }
     Ok(())
 }
 
@@ -232,6 +235,7 @@ impl LoadArgs {
                 fortio_json: self.fortio_json,
                 hlog: self.hlog,
                 quiet: self.quiet,
+                stdout_json: false,
             },
         })
     }

@@ -151,6 +151,7 @@ fn bad_input(cause: &(dyn std::error::Error + 'static)) -> bool {
         || says::<meshbench_netlab::Error>(cause)
         || says::<meshbench_verify::Error>(cause)
         || says::<meshbench_image::Error>(cause)
+        || says::<meshbench_kube::Error>(cause)
 }
 
 /// Facts about this build, recorded with every result.

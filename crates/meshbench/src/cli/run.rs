@@ -12,6 +12,7 @@ use meshbench_meshes::Mesh;
 use meshbench_netlab::Backend;
 use meshbench_results::{Cell, RunResult, RunStatus, UnavailableScenario};
 
+use super::args::RunBackend;
 use super::{BadInput, Interrupted};
 
 #[derive(Debug, Args)]
@@ -27,10 +28,13 @@ pub struct RunArgs {
     /// repetitions, from the spec's `original:` section).
     #[arg(long, default_value = "local", value_parser = scale)]
     scale: Scale,
-    /// Lab backend: netns (nodes and pods as network namespaces; needs root) or loopback
-    /// (pods on 127.x addresses). Default: netns where permitted.
-    #[arg(long)]
-    backend: Option<Backend>,
+    /// Where the cells run: netns (the local lab, nodes and pods as network namespaces;
+    /// needs root), loopback (the local lab, pods on 127.x addresses) or kubernetes (a
+    /// cluster, see --kubeconfig). Default: netns where permitted.
+    #[arg(long, value_parser = super::args::backend)]
+    backend: Option<RunBackend>,
+    #[command(flatten)]
+    kube: super::args::KubeArgs,
     /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
     #[arg(long)]
     pin: bool,
@@ -68,7 +72,18 @@ pub struct RunArgs {
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    let backend = a.backend.unwrap_or_else(Backend::default_here);
+    let target = a
+        .backend
+        .unwrap_or_else(|| RunBackend::Lab(Backend::default_here()));
+    // The local lab's network backend; a cluster has its own network.
+    let backend = match target {
+        RunBackend::Lab(backend) => backend,
+        RunBackend::Kubernetes => Backend::default_here(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     let options = |out_dir: &Path| -> anyhow::Result<RunOptions> {
         Ok(RunOptions {
             out_dir: out_dir.to_owned(),
@@ -80,9 +95,15 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         })
     };
     if let Some(dir) = &a.resume {
-        let runner = Runner::resume(options(dir)?)?;
-        let verify = verified_meshes(a.verify, runner.profile(), backend)?;
-        return execute(runner, dir, backend, "resuming", verify);
+        let runner = match target {
+            RunBackend::Lab(_) => Runner::resume(options(dir)?)?,
+            RunBackend::Kubernetes => {
+                let platform = runtime.block_on(a.kube.connect(&meshbench_netlab::new_lab_id()))?;
+                Runner::resume_on(Box::new(platform), options(dir)?)?
+            }
+        };
+        let verify = verified_meshes(a.verify, runner.profile(), target)?;
+        return execute(runtime, runner, dir, target, "resuming", verify);
     }
     let mut profile = match (&a.spec, &a.profile) {
         (Some(path), _) => Profile::from_file(path, a.scale)?,
@@ -99,21 +120,27 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| default_out_dir(&profile.name));
-    let verify = verified_meshes(a.verify, &profile, backend)?;
-    let runner = Runner::new(profile, options(&out_dir)?)?;
-    execute(runner, &out_dir, backend, "running", verify)
+    let verify = verified_meshes(a.verify, &profile, target)?;
+    let runner = match target {
+        RunBackend::Lab(_) => Runner::new(profile, options(&out_dir)?)?,
+        RunBackend::Kubernetes => {
+            let platform = runtime.block_on(a.kube.connect(&meshbench_netlab::new_lab_id()))?;
+            Runner::on(Box::new(platform), profile, options(&out_dir)?)?
+        }
+    };
+    execute(runtime, runner, &out_dir, target, "running", verify)
 }
 
 /// The meshes `--verify` verifies: the run's scenarios that can enroll E3's application.
 fn verified_meshes(
     requested: bool,
     profile: &Profile,
-    backend: Backend,
+    target: RunBackend,
 ) -> Result<Option<Vec<Mesh>>, BadInput> {
     if !requested {
         return Ok(None);
     }
-    if backend != Backend::Netns {
+    if target != RunBackend::Lab(Backend::Netns) {
         return Err(BadInput(
             "--verify: verification needs the netns backend (transparent capture)".into(),
         ));
@@ -137,9 +164,10 @@ fn verified_meshes(
 }
 
 fn execute(
+    runtime: tokio::runtime::Runtime,
     runner: Runner,
     out_dir: &Path,
-    backend: Backend,
+    target: RunBackend,
     verb: &str,
     verify: Option<Vec<Mesh>>,
 ) -> anyhow::Result<()> {
@@ -149,7 +177,7 @@ fn execute(
         "meshbench run: {verb} profile {} ({} scale) on the {} backend ({remaining} of {} cells to run, about {}), results in {}",
         profile.name,
         profile.scale.name(),
-        backend.name(),
+        target.name(),
         profile.cells(),
         humantime::format_duration(std::time::Duration::from_secs(
             profile.estimated_duration().as_secs() * remaining as u64 / profile.cells().max(1) as u64
@@ -158,10 +186,6 @@ fn execute(
     );
     let out_dir = out_dir.to_owned();
     let progress = CellProgress::new(remaining);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
     let outcome = runtime.block_on(runner.run(&progress, super::workload::shutdown_signal()));
     progress.bar.finish_and_clear();
     let result = match outcome {

@@ -1,0 +1,67 @@
+//! Errors of the Kubernetes backend.
+
+use meshbench_role::InputFault;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubeconfig: {0}")]
+    Config(String),
+    #[error("the Kubernetes API ({what}): {source}")]
+    Api { what: String, source: kube::Error },
+    /// A pod that cannot start ends its cell with the cluster's reason.
+    #[error("pod {namespace}/{pod} cannot start: {reason}: {message}{}", logs_suffix(.logs))]
+    PodFailed {
+        namespace: String,
+        pod: String,
+        /// `ImagePullBackOff`, `CrashLoopBackOff`, `Unschedulable`, ...
+        reason: String,
+        message: String,
+        /// The last lines the container wrote, when it ran.
+        logs: Option<String>,
+    },
+    #[error("pod {namespace}/{pod} was not {what} after {seconds} s")]
+    Timeout {
+        namespace: String,
+        pod: String,
+        what: &'static str,
+        seconds: u64,
+    },
+    #[error("the cluster has {have} schedulable node(s) ({names}); this cell needs {need}")]
+    TooFewNodes {
+        have: usize,
+        need: usize,
+        names: String,
+    },
+    #[error("the load generator's result in pod {pod}'s log is missing or invalid: {problem}")]
+    Result { pod: String, problem: String },
+    #[error("the {what} is not supported on Kubernetes yet: {why}")]
+    Unsupported { what: String, why: String },
+}
+
+fn logs_suffix(logs: &Option<String>) -> String {
+    logs.as_ref()
+        .map(|l| format!("; its last log lines:\n{l}"))
+        .unwrap_or_default()
+}
+
+impl Error {
+    pub(crate) fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Api { what, source }
+    }
+}
+
+impl From<Error> for meshbench_meshes::Error {
+    fn from(e: Error) -> Self {
+        meshbench_meshes::Error::Platform(Box::new(e))
+    }
+}
+
+impl InputFault for Error {
+    fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Error::Config(_) | Error::TooFewNodes { .. } | Error::Unsupported { .. }
+        )
+    }
+}

@@ -1,0 +1,20 @@
+//! The Kubernetes backend: the same experiment spec, topology, load models and results as the
+//! local lab, on a real cluster through its API (kube-rs, never kubectl).
+//!
+//! - [`objects`]: what meshbench applies (server-side, field manager `meshbench`) and the
+//!   labels that find a run's or a cell's objects again;
+//! - [`pods`]: a pod's life through a watch, and why it cannot start;
+//! - [`stats`]: per-container CPU and memory from the kubelets' summary API;
+//! - [`KubePlatform`]: the platform seam's Kubernetes side (`Platform` and its `Site`);
+//! - [`clean`]: removes every object meshbench labelled, for `meshbench lab clean`.
+
+mod clean;
+mod error;
+pub mod objects;
+mod platform;
+pub mod pods;
+pub mod stats;
+
+pub use clean::clean;
+pub use error::Error;
+pub use platform::{KubeOptions, KubePlatform};

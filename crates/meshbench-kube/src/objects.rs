@@ -1,0 +1,279 @@
+//! What meshbench puts on a cluster, as typed objects: the labels that find every object of a
+//! run or a cell again, and the namespaces, service accounts, config maps, services and pods
+//! of a cell. Everything is applied server-side with the field manager `meshbench`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, ConfigMap, ConfigMapVolumeSource, Container, HostAlias, Namespace, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, Probe, Service,
+    ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::Error;
+
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "meshbench");
+/// The run an object belongs to.
+pub const RUN: &str = "meshbench.io/run";
+/// The cell an object belongs to (not on objects the run's cells share).
+pub const CELL: &str = "meshbench.io/cell";
+/// The topology's workload a pod runs, which its service selects.
+pub const WORKLOAD: &str = "meshbench.io/workload";
+/// The field manager of every apply.
+pub const FIELD_MANAGER: &str = "meshbench";
+/// Where a pod finds its role's config (and, with a mesh, its keys).
+pub const CONFIG_DIR: &str = "/etc/meshbench";
+/// The host label the placement pins pods with.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// A label selector for every object of `run`, or of one of its cells.
+pub fn selector(run: &str, cell: Option<&str>) -> String {
+    let mut s = format!("{}={},{RUN}={run}", MANAGED_BY.0, MANAGED_BY.1);
+    if let Some(cell) = cell {
+        s.push_str(&format!(",{CELL}={cell}"));
+    }
+    s
+}
+
+/// Metadata for an object of `run` (and `cell`), with extra labels.
+pub fn meta(
+    name: &str,
+    namespace: Option<&str>,
+    run: &str,
+    cell: Option<&str>,
+    extra: &[(&str, &str)],
+) -> ObjectMeta {
+    let mut labels = BTreeMap::from([
+        (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+        (RUN.to_owned(), run.to_owned()),
+    ]);
+    if let Some(cell) = cell {
+        labels.insert(CELL.to_owned(), cell.to_owned());
+    }
+    for (k, v) in extra {
+        labels.insert((*k).to_owned(), (*v).to_owned());
+    }
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(labels),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Server-side applies `object` (its name from its metadata), forcing meshbench's ownership
+/// of every field it sets.
+pub async fn apply<K>(api: &Api<K>, object: &K) -> Result<K, Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .map_err(Error::api(format!(
+        "applying {} {name}",
+        K::kind(&Default::default())
+    )))
+}
+
+pub fn namespace(name: &str, run: &str) -> Namespace {
+    Namespace {
+        metadata: meta(name, None, run, None, &[]),
+        ..Namespace::default()
+    }
+}
+
+pub fn service_account(name: &str, namespace: &str, run: &str) -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(name, Some(namespace), run, None, &[]),
+        // The apps never call the API server.
+        automount_service_account_token: Some(false),
+        ..ServiceAccount::default()
+    }
+}
+
+/// A config map of files, mounted at [`CONFIG_DIR`].
+pub fn config_map(
+    name: &str,
+    namespace: &str,
+    run: &str,
+    cell: &str,
+    files: BTreeMap<String, String>,
+) -> ConfigMap {
+    ConfigMap {
+        metadata: meta(name, Some(namespace), run, Some(cell), &[]),
+        data: Some(files),
+        ..ConfigMap::default()
+    }
+}
+
+/// A ClusterIP service in front of `workload`'s pods of `cell`.
+pub fn service(
+    name: &str,
+    namespace: &str,
+    run: &str,
+    cell: &str,
+    workload: &str,
+    port: u16,
+    target_port: u16,
+) -> Service {
+    Service {
+        metadata: meta(name, Some(namespace), run, Some(cell), &[]),
+        spec: Some(ServiceSpec {
+            selector: Some(BTreeMap::from([
+                (WORKLOAD.to_owned(), workload.to_owned()),
+                (CELL.to_owned(), cell.to_owned()),
+            ])),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: port.into(),
+                target_port: Some(IntOrString::Int(target_port.into())),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// One of a cell's pods: meshbench in `role` reading `config` from its config map.
+pub struct PodPlan<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub run: &'a str,
+    pub cell: &'a str,
+    pub workload: &'a str,
+    pub service_account: &'a str,
+    /// The cluster node it must run on.
+    pub node: &'a str,
+    pub image: &'a str,
+    /// meshbench's arguments (the image's entrypoint is meshbench).
+    pub args: Vec<String>,
+    pub config_map: &'a str,
+    /// The port a TCP readiness probe checks; none for a pod that runs to its end.
+    pub ready_port: Option<u16>,
+    /// Services by name, as the pod resolves them without a DNS add-on.
+    pub host_aliases: Vec<HostAlias>,
+}
+
+impl PodPlan<'_> {
+    pub fn render(&self) -> Pod {
+        let runs_to_end = self.ready_port.is_none();
+        Pod {
+            metadata: meta(
+                self.name,
+                Some(self.namespace),
+                self.run,
+                Some(self.cell),
+                &[(WORKLOAD, self.workload)],
+            ),
+            spec: Some(PodSpec {
+                // Affinity, not nodeName: the scheduler then says why a pod cannot be placed.
+                affinity: Some(Affinity {
+                    node_affinity: Some(NodeAffinity {
+                        required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                            node_selector_terms: vec![NodeSelectorTerm {
+                                match_expressions: Some(vec![NodeSelectorRequirement {
+                                    key: HOSTNAME_LABEL.into(),
+                                    operator: "In".into(),
+                                    values: Some(vec![self.node.to_owned()]),
+                                }]),
+                                ..NodeSelectorTerm::default()
+                            }],
+                        }),
+                        ..NodeAffinity::default()
+                    }),
+                    ..Affinity::default()
+                }),
+                service_account_name: Some(self.service_account.to_owned()),
+                automount_service_account_token: Some(false),
+                host_aliases: (!self.host_aliases.is_empty()).then(|| self.host_aliases.clone()),
+                restart_policy: Some(if runs_to_end { "Never" } else { "Always" }.into()),
+                termination_grace_period_seconds: Some(2),
+                containers: vec![Container {
+                    name: "meshbench".into(),
+                    image: Some(self.image.to_owned()),
+                    image_pull_policy: Some("IfNotPresent".into()),
+                    args: Some(self.args.clone()),
+                    volume_mounts: Some(vec![VolumeMount {
+                        name: "config".into(),
+                        mount_path: CONFIG_DIR.into(),
+                        read_only: Some(true),
+                        ..VolumeMount::default()
+                    }]),
+                    readiness_probe: self.ready_port.map(|port| Probe {
+                        tcp_socket: Some(TCPSocketAction {
+                            port: IntOrString::Int(port.into()),
+                            ..TCPSocketAction::default()
+                        }),
+                        period_seconds: Some(1),
+                        ..Probe::default()
+                    }),
+                    ..Container::default()
+                }],
+                volumes: Some(vec![Volume {
+                    name: "config".into(),
+                    config_map: Some(ConfigMapVolumeSource {
+                        name: self.config_map.to_owned(),
+                        ..ConfigMapVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                }]),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_object_carries_the_run_and_its_cell() {
+        let m = meta("x", Some("ns"), "r1", Some("c1"), &[(WORKLOAD, "echo")]);
+        let labels = m.labels.unwrap();
+        assert_eq!(labels[MANAGED_BY.0], "meshbench");
+        assert_eq!(labels[RUN], "r1");
+        assert_eq!(labels[CELL], "c1");
+        assert_eq!(labels[WORKLOAD], "echo");
+        assert_eq!(
+            selector("r1", Some("c1")),
+            "app.kubernetes.io/managed-by=meshbench,meshbench.io/run=r1,meshbench.io/cell=c1"
+        );
+    }
+
+    #[test]
+    fn a_pod_that_runs_to_its_end_is_not_restarted_and_has_no_probe() {
+        let plan = PodPlan {
+            name: "gen",
+            namespace: "ns",
+            run: "r",
+            cell: "c",
+            workload: "load-generator",
+            service_account: "load-generator",
+            node: "node-1",
+            image: "meshbench:0.1.0",
+            args: vec!["load".into()],
+            config_map: "cm",
+            ready_port: None,
+            host_aliases: vec![],
+        };
+        let spec = plan.render().spec.unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert!(spec.containers[0].readiness_probe.is_none());
+        assert!(spec.host_aliases.is_none());
+    }
+}

@@ -1,0 +1,282 @@
+//! A pod's life as the API server reports it, followed through a watch rather than polled:
+//! ready, run to its end, or unable to start, with the cluster's reason (`ImagePullBackOff`,
+//! `CrashLoopBackOff` with the container's last log lines, `Unschedulable` with the
+//! scheduler's message).
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::LogParams;
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Api;
+
+use crate::Error;
+
+/// Waiting reasons after which a container will not start without someone's help.
+const STUCK: &[&str] = &[
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// How many of a failed container's last log lines an error carries.
+const LOG_LINES: i64 = 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodState {
+    Pending,
+    Ready,
+    Succeeded,
+    /// Cannot start, or ended in failure: the reason and the cluster's message.
+    Failed {
+        reason: String,
+        message: String,
+        /// Whether the container ran (so that its log is worth fetching), and which run of
+        /// it failed.
+        ran: Option<Ran>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    /// The current container ended.
+    Current,
+    /// The container restarts; the previous one ended.
+    Previous,
+}
+
+/// What the pod's status says now.
+pub fn state(pod: &Pod) -> PodState {
+    let Some(status) = &pod.status else {
+        return PodState::Pending;
+    };
+    for c in status.conditions.iter().flatten() {
+        if c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+        {
+            return PodState::Failed {
+                reason: "Unschedulable".into(),
+                message: c.message.clone().unwrap_or_default(),
+                ran: None,
+            };
+        }
+    }
+    for c in status.container_statuses.iter().flatten() {
+        if let Some(waiting) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            let reason = waiting.reason.clone().unwrap_or_default();
+            if STUCK.contains(&reason.as_str()) {
+                let ran = (reason == "CrashLoopBackOff").then_some(Ran::Previous);
+                return PodState::Failed {
+                    reason,
+                    message: waiting.message.clone().unwrap_or_default(),
+                    ran,
+                };
+            }
+        }
+    }
+    match status.phase.as_deref() {
+        Some("Succeeded") => return PodState::Succeeded,
+        Some("Failed") => {
+            let terminated = status
+                .container_statuses
+                .iter()
+                .flatten()
+                .find_map(|c| c.state.as_ref()?.terminated.as_ref());
+            return PodState::Failed {
+                reason: terminated
+                    .and_then(|t| t.reason.clone())
+                    .or_else(|| status.reason.clone())
+                    .unwrap_or_else(|| "Failed".into()),
+                message: terminated
+                    .map(|t| format!("exit code {}", t.exit_code))
+                    .or_else(|| status.message.clone())
+                    .unwrap_or_default(),
+                ran: terminated.map(|_| Ran::Current),
+            };
+        }
+        _ => {}
+    }
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    if ready {
+        PodState::Ready
+    } else {
+        PodState::Pending
+    }
+}
+
+/// What to wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    Ready,
+    /// Run to its end successfully.
+    Succeeded,
+}
+
+/// Follows pod `name` until `until`, a failure, or `timeout`.
+pub async fn wait(
+    api: &Api<Pod>,
+    name: &str,
+    until: Until,
+    timeout: Duration,
+) -> Result<Pod, Error> {
+    let namespace = api.namespace().unwrap_or_default().to_owned();
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut pods = watcher(api.clone(), config).applied_objects().boxed();
+    let followed = async {
+        while let Some(pod) = pods.try_next().await.map_err(|e| Error::Api {
+            what: format!("watching pod {name}"),
+            source: kube::Error::Service(Box::new(e)),
+        })? {
+            match (state(&pod), until) {
+                (PodState::Ready, Until::Ready) | (PodState::Succeeded, Until::Succeeded) => {
+                    return Ok(pod)
+                }
+                (PodState::Succeeded, Until::Ready) => {
+                    return Err(failed(
+                        api,
+                        &namespace,
+                        name,
+                        "Completed".into(),
+                        "the container ended".into(),
+                        Some(Ran::Current),
+                    )
+                    .await)
+                }
+                (
+                    PodState::Failed {
+                        reason,
+                        message,
+                        ran,
+                    },
+                    _,
+                ) => return Err(failed(api, &namespace, name, reason, message, ran).await),
+                _ => {}
+            }
+        }
+        Err(Error::Timeout {
+            namespace: namespace.clone(),
+            pod: name.to_owned(),
+            what: "followed (the watch ended)",
+            seconds: 0,
+        })
+    };
+    match tokio::time::timeout(timeout, followed).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Timeout {
+            namespace,
+            pod: name.to_owned(),
+            what: match until {
+                Until::Ready => "ready",
+                Until::Succeeded => "finished",
+            },
+            seconds: timeout.as_secs(),
+        }),
+    }
+}
+
+async fn failed(
+    api: &Api<Pod>,
+    namespace: &str,
+    pod: &str,
+    reason: String,
+    message: String,
+    ran: Option<Ran>,
+) -> Error {
+    let logs = match ran {
+        Some(ran) => tail(api, pod, ran == Ran::Previous).await,
+        None => None,
+    };
+    Error::PodFailed {
+        namespace: namespace.to_owned(),
+        pod: pod.to_owned(),
+        reason,
+        message,
+        logs,
+    }
+}
+
+/// The last lines of the pod's container's log, if it can be had.
+async fn tail(api: &Api<Pod>, pod: &str, previous: bool) -> Option<String> {
+    let params = LogParams {
+        tail_lines: Some(LOG_LINES),
+        previous,
+        ..LogParams::default()
+    };
+    api.logs(pod, &params)
+        .await
+        .ok()
+        .filter(|l| !l.trim().is_empty())
+}
+
+/// The whole log of the pod's container.
+pub async fn log(api: &Api<Pod>, pod: &str) -> Result<String, Error> {
+    api.logs(pod, &LogParams::default())
+        .await
+        .map_err(Error::api(format!("reading pod {pod}'s log")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "status": status}))
+            .unwrap()
+    }
+
+    #[test]
+    fn reads_the_reasons_a_pod_will_not_start() {
+        let unschedulable = pod(serde_json::json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity"}]}));
+        assert!(
+            matches!(state(&unschedulable), PodState::Failed { reason, message, ran: None }
+            if reason == "Unschedulable" && message.contains("node affinity"))
+        );
+        let pull = pod(
+            serde_json::json!({"phase": "Pending", "containerStatuses": [{
+            "name": "meshbench", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}),
+        );
+        assert!(
+            matches!(state(&pull), PodState::Failed { reason, .. } if reason == "ImagePullBackOff")
+        );
+        let crash = pod(
+            serde_json::json!({"phase": "Running", "containerStatuses": [{
+            "name": "meshbench", "image": "x", "imageID": "", "ready": false, "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}),
+        );
+        assert!(matches!(
+            state(&crash),
+            PodState::Failed {
+                ran: Some(Ran::Previous),
+                ..
+            }
+        ));
+        let ready = pod(serde_json::json!({"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}]}));
+        assert_eq!(state(&ready), PodState::Ready);
+        let done = pod(serde_json::json!({"phase": "Succeeded"}));
+        assert_eq!(state(&done), PodState::Succeeded);
+        let exited = pod(
+            serde_json::json!({"phase": "Failed", "containerStatuses": [{
+            "name": "meshbench", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}),
+        );
+        assert!(
+            matches!(state(&exited), PodState::Failed { reason, message, ran: Some(Ran::Current) }
+            if reason == "Error" && message == "exit code 2")
+        );
+    }
+}

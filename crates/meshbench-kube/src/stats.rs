@@ -1,0 +1,279 @@
+//! Per-container CPU and memory from each node's kubelet, through the API server
+//! (`/api/v1/nodes/<node>/proxy/stats/summary`), so that no port of a node needs to be
+//! reachable from where meshbench runs.
+//!
+//! Clocks. The load generator reports its window on its monotonic clock with the offset to its
+//! wall clock, and readings are placed on wall clocks, so the cut is as good as the clocks of
+//! the generator's node and of the machine running meshbench agree (on one machine exactly;
+//! across machines, their NTP offset, usually far below the sampling interval). A reading's
+//! time: the summary stamps it with the node's clock truncated to whole seconds, too coarse
+//! for cells of a few seconds. A kubelet with `PodAndContainerStatsFromCRI` reads the
+//! container runtime on every request, so a reading stamped within the request's second is
+//! taken during the request, and its time is the request's midpoint (uncertain by half the
+//! request's round trip, tens of milliseconds). Otherwise cAdvisor's housekeeping refreshes
+//! it every 10 to 15 s; such a reading keeps its own stamp, and a cell shorter than that gets
+//! few distinct readings, which `samples` in the results shows.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kube::Client;
+use meshbench_lab::{Sample, SampleSeries};
+use serde::Deserialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Where the figures come from, as results name it.
+pub const SOURCE: &str = "kubelet-summary";
+
+#[derive(Debug, Deserialize)]
+struct Summary {
+    pods: Option<Vec<PodStats>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodStats {
+    pod_ref: PodRef,
+    containers: Option<Vec<ContainerStats>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PodRef {
+    name: String,
+    namespace: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ContainerStats {
+    name: String,
+    cpu: Option<Cpu>,
+    memory: Option<Memory>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Cpu {
+    time: String,
+    usage_core_nano_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Memory {
+    working_set_bytes: Option<u64>,
+    rss_bytes: Option<u64>,
+}
+
+/// A container to follow, and how results name it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub node: String,
+    pub component: String,
+    pub role: String,
+}
+
+/// Reads every target's node summary every interval until finished.
+pub struct SummarySampler {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Vec<(Target, SampleSeries)>>,
+}
+
+impl SummarySampler {
+    pub fn start(client: Client, targets: Vec<Target>, interval: Duration) -> Self {
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(sample_loop(client, targets, interval, stopped));
+        SummarySampler { stop, task }
+    }
+
+    /// Takes a last reading and returns every target's series (its times in Unix
+    /// nanoseconds).
+    pub async fn finish(self) -> Vec<(Target, SampleSeries)> {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+async fn sample_loop(
+    client: Client,
+    targets: Vec<Target>,
+    interval: Duration,
+    mut stopped: watch::Receiver<bool>,
+) -> Vec<(Target, SampleSeries)> {
+    let mut series: Vec<(Target, SampleSeries)> = targets
+        .into_iter()
+        .map(|t| {
+            let s = SampleSeries {
+                component: t.component.clone(),
+                role: t.role.clone(),
+                pid: 0,
+                source: SOURCE,
+                samples: vec![],
+            };
+            (t, s)
+        })
+        .collect();
+    let nodes: BTreeSet<String> = series.iter().map(|(t, _)| t.node.clone()).collect();
+    loop {
+        for node in &nodes {
+            let asked = unix_ns(SystemTime::now());
+            match read_summary(&client, node).await {
+                Ok(summary) => {
+                    let answered = unix_ns(SystemTime::now());
+                    record(&summary, (asked, answered), &mut series);
+                }
+                Err(e) => tracing::debug!(node, error = %e, "kubelet summary unreadable"),
+            }
+        }
+        if *stopped.borrow() {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stopped.changed() => {}
+        }
+    }
+    series
+}
+
+async fn read_summary(client: &Client, node: &str) -> Result<Summary, kube::Error> {
+    let request = http::Request::get(format!("/api/v1/nodes/{node}/proxy/stats/summary"))
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    client.request::<Summary>(request).await
+}
+
+/// Appends each target's reading from a summary asked for and answered at `request` (Unix
+/// nanoseconds), once per distinct reading time.
+fn record(summary: &Summary, request: (u64, u64), series: &mut [(Target, SampleSeries)]) {
+    let by_container: BTreeMap<(&str, &str, &str), &ContainerStats> = summary
+        .pods
+        .iter()
+        .flatten()
+        .flat_map(|p| {
+            p.containers.iter().flatten().map(move |c| {
+                (
+                    (
+                        p.pod_ref.namespace.as_str(),
+                        p.pod_ref.name.as_str(),
+                        c.name.as_str(),
+                    ),
+                    c,
+                )
+            })
+        })
+        .collect();
+    for (target, s) in series.iter_mut() {
+        let key = (
+            target.namespace.as_str(),
+            target.pod.as_str(),
+            target.container.as_str(),
+        );
+        let Some(sample) = by_container.get(&key).and_then(|c| sample(c, request)) else {
+            continue;
+        };
+        if s.samples.last().is_none_or(|last| last.t_ns < sample.t_ns) {
+            s.samples.push(sample);
+        }
+    }
+}
+
+fn sample(c: &ContainerStats, (asked, answered): (u64, u64)) -> Option<Sample> {
+    let cpu = c.cpu.as_ref()?;
+    let stamped = unix_ns(humantime::parse_rfc3339_weak(&cpu.time).ok()?);
+    // Stamped in the request's second (truncated): read during the request.
+    let fresh = stamped + 1_000_000_000 > asked && stamped <= answered;
+    let t_ns = if fresh {
+        asked + (answered - asked) / 2
+    } else {
+        stamped
+    };
+    let memory = c.memory.as_ref();
+    let working_set = memory.and_then(|m| m.working_set_bytes);
+    Some(Sample {
+        t_ns,
+        cpu_ns: cpu.usage_core_nano_seconds?,
+        // Without the runtime's RSS figure, the working set is the closest the kubelet
+        // reports (and the results say which figure their source had).
+        rss_bytes: memory
+            .and_then(|m| m.rss_bytes)
+            .or(working_set)
+            .unwrap_or(0),
+        working_set_bytes: working_set,
+    })
+}
+
+fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readings_are_kept_once_per_time_and_per_target() {
+        let summary = |t: &str, cpu: u64| -> Summary {
+            serde_json::from_value(serde_json::json!({"node": {}, "pods": [{
+                "podRef": {"name": "echo-server-1-abc", "namespace": "meshbench-r", "uid": "u"},
+                "containers": [{"name": "meshbench",
+                    "cpu": {"time": t, "usageNanoCores": 5, "usageCoreNanoSeconds": cpu},
+                    "memory": {"time": t, "workingSetBytes": 4096, "rssBytes": 2048}}]}]}))
+            .unwrap()
+        };
+        let target = Target {
+            namespace: "meshbench-r".into(),
+            pod: "echo-server-1-abc".into(),
+            container: "meshbench".into(),
+            node: "node-2".into(),
+            component: "echo-server-1".into(),
+            role: "app".into(),
+        };
+        let mut series = vec![(
+            target,
+            SampleSeries {
+                component: "echo-server-1".into(),
+                role: "app".into(),
+                pid: 0,
+                source: SOURCE,
+                samples: vec![],
+            },
+        )];
+        const S: u64 = 1_000_000_000;
+        let at = |stamp: &str| unix_ns(humantime::parse_rfc3339(stamp).unwrap());
+        // A cached reading (stamped seconds before the request) keeps its stamp, once.
+        let long_after = (
+            at("2026-11-24T06:32:09Z"),
+            at("2026-11-24T06:32:09Z") + S / 10,
+        );
+        record(
+            &summary("2026-11-24T06:32:05Z", 100),
+            long_after,
+            &mut series,
+        );
+        record(
+            &summary("2026-11-24T06:32:05Z", 100),
+            long_after,
+            &mut series,
+        );
+        // A fresh one (stamped in the request's second) is placed at the request's midpoint.
+        let asked = at("2026-11-24T06:32:06Z") + 400_000_000;
+        record(
+            &summary("2026-11-24T06:32:06Z", 600_000_100),
+            (asked, asked + 200_000_000),
+            &mut series,
+        );
+        let samples = &series[0].1.samples;
+        assert_eq!(samples.len(), 2);
+        assert_eq!(samples[0].t_ns, at("2026-11-24T06:32:05Z"));
+        assert_eq!(samples[1].t_ns - samples[0].t_ns, 1_500_000_000);
+        assert_eq!(samples[1].rss_bytes, 2048);
+        assert_eq!(samples[1].working_set_bytes, Some(4096));
+        let r = series[0].1.summarize(samples[0].t_ns, samples[1].t_ns);
+        assert!((r.cpu_cores_mean - 0.4).abs() < 1e-9);
+    }
+}
