@@ -17,4 +17,4 @@ pub mod stats;
 
 pub use clean::clean;
 pub use error::Error;
-pub use platform::{KubeOptions, KubePlatform};
+pub use platform::{connect, KubeOptions, KubePlatform};

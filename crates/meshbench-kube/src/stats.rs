@@ -175,7 +175,10 @@ fn record(summary: &Summary, request: (u64, u64), series: &mut [(Target, SampleS
         let Some(sample) = by_container.get(&key).and_then(|c| sample(c, request)) else {
             continue;
         };
-        if s.samples.last().is_none_or(|last| last.t_ns < sample.t_ns) {
+        // A counter never goes back: a lower one is a container that has ended (the runtime
+        // reports zeros for it), not a reading of the one followed.
+        let follows = |last: &Sample| last.t_ns < sample.t_ns && last.cpu_ns <= sample.cpu_ns;
+        if s.samples.last().is_none_or(follows) {
             s.samples.push(sample);
         }
     }
@@ -267,6 +270,9 @@ mod tests {
             (asked, asked + 200_000_000),
             &mut series,
         );
+        // The container ended: the runtime reports zeros, which are not a reading.
+        let later = (asked + 2 * S, asked + 2 * S + S / 10);
+        record(&summary("2026-11-24T06:32:08Z", 0), later, &mut series);
         let samples = &series[0].1.samples;
         assert_eq!(samples.len(), 2);
         assert_eq!(samples[0].t_ns, at("2026-11-24T06:32:05Z"));

@@ -61,6 +61,23 @@ pub fn require_root(why: &str) -> bool {
     false
 }
 
+/// The kubeconfig of the test cluster (`scripts/k8s-lab up`, which `scripts/test` runs and
+/// names in `MESHBENCH_KUBECONFIG`). Under CI its absence fails the test; elsewhere the test
+/// is skipped with the reason.
+pub fn require_cluster() -> Option<PathBuf> {
+    let path = std::env::var_os("MESHBENCH_KUBECONFIG").map(PathBuf::from);
+    if let Some(path) = path.filter(|p| p.is_file()) {
+        return Some(path);
+    }
+    let msg = "no test cluster: start one with `scripts/k8s-lab up` and set MESHBENCH_KUBECONFIG \
+               to the kubeconfig it prints (scripts/test does both)";
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
 /// Whether this test may build network namespaces (root, `ip`, `iptables`). Under CI a
 /// missing privilege or tool fails the test; elsewhere it is skipped with the reason.
 pub fn require_netns() -> bool {

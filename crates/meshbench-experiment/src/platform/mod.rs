@@ -3,8 +3,8 @@
 //! `LoadSpec`) and records what it measured; a [`Platform`] realizes the cell's topology as a
 //! [`Site`], starts the apps and the mesh there, runs the instrument while sampling every
 //! component, records the wire when asked, and removes everything it created. The local lab
-//! ([`LocalLab`], netns or loopback) is one platform; Kubernetes (issue 11) is meant to be the
-//! next, implementing these two traits without touching the runner.
+//! ([`LocalLab`], netns or loopback) is one platform; Kubernetes (`meshbench-kube`) is the
+//! other, implementing these two traits without touching the runner.
 //!
 //! Invariants a platform keeps:
 //! - a site removes what it created when [`Site::finish`] runs *and* when it is dropped
@@ -111,7 +111,9 @@ pub trait Site<'a> {
     /// The TLS the server app serves itself under `mesh`, if it does.
     fn app_tls(&self, mesh: Mesh, cell: ClientServer<'_>) -> Option<ServerTlsFiles>;
 
-    /// Starts `app` in `pod` and waits until it serves.
+    /// Starts `app` in `pod` and waits until it serves; a platform that fixes a pod's
+    /// containers when it creates it (Kubernetes) may only record the app here and start it,
+    /// ready, in `deploy` or `enroll`, once the mesh is known.
     fn start_app<'b>(
         &'b mut self,
         pod: &'b Pod,

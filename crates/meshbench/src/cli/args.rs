@@ -100,15 +100,22 @@ pub fn backend(value: &str) -> Result<RunBackend, String> {
     }
 }
 
-/// How to reach a cluster (`--backend kubernetes`).
+/// Which cluster.
 #[derive(Debug, Clone, clap::Args)]
-pub struct KubeArgs {
+pub struct KubeConnection {
     /// The kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<std::path::PathBuf>,
     /// The kubeconfig's context (default: its current one).
     #[arg(long)]
     pub context: Option<String>,
+}
+
+/// How to run on a cluster (`--backend kubernetes`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct KubeArgs {
+    #[command(flatten)]
+    pub cluster: KubeConnection,
     /// The meshbench image every pod runs (`meshbench image build` writes one; push it where
     /// the cluster pulls from, or import it into the nodes' containerd).
     #[arg(long, default_value = concat!("docker.io/library/meshbench:", env!("CARGO_PKG_VERSION")))]
@@ -119,8 +126,8 @@ impl KubeArgs {
     /// Connects to the cluster; every object the run creates is labelled with `run`.
     pub async fn connect(&self, run: &str) -> anyhow::Result<meshbench_kube::KubePlatform> {
         let options = meshbench_kube::KubeOptions {
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
+            kubeconfig: self.cluster.kubeconfig.clone(),
+            context: self.cluster.context.clone(),
             image: self.image.clone(),
         };
         Ok(meshbench_kube::KubePlatform::connect(&options, run).await?)

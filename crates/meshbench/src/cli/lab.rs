@@ -9,14 +9,43 @@ pub enum LabCommand {
     /// proxy areas of runs no longer running (`/run/meshbench/run-*`).
     Clean {
         /// Only this lab (the id in its namespace names, `mb-<id>-...`).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "kubernetes")]
         lab: Option<String>,
+        /// Clean a cluster instead: delete every object labelled
+        /// `app.kubernetes.io/managed-by=meshbench` (runs' namespaces, and pods, services,
+        /// config maps and service accounts elsewhere) and wait until they are gone.
+        #[arg(long)]
+        kubernetes: bool,
+        #[command(flatten)]
+        cluster: super::args::KubeConnection,
     },
 }
 
 pub fn run(command: LabCommand) -> anyhow::Result<()> {
     match command {
-        LabCommand::Clean { lab } => {
+        LabCommand::Clean {
+            kubernetes: true,
+            cluster,
+            ..
+        } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let deleted = runtime.block_on(async {
+                let (_, client) = meshbench_kube::connect(
+                    cluster.kubeconfig.as_deref(),
+                    cluster.context.as_deref(),
+                )
+                .await?;
+                meshbench_kube::clean(&client).await
+            })?;
+            match deleted {
+                0 => println!("nothing to clean"),
+                n => println!("deleted {n} object(s) labelled by meshbench"),
+            }
+            Ok(())
+        }
+        LabCommand::Clean { lab, .. } => {
             let report = meshbench_netlab::clean_all(lab.as_deref())?;
             let areas = match lab {
                 None => meshbench_meshes::clean_stale_areas(),

@@ -1,0 +1,290 @@
+//! `meshbench run --backend kubernetes` on the real test cluster (`scripts/k8s-lab`: two
+//! nodes, each with its own containerd and kubelet): the image of this very binary imported
+//! into the nodes, cells whose latency and per-container resources come back with the node
+//! of every pod, placement across nodes, a pod that cannot start ending the run with the
+//! cluster's reason, and nothing labelled by meshbench left behind after a run, a failure or
+//! Ctrl-C.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use meshbench_testkit::{assert_success, require_cluster, require_tool, run_ok, wait_for};
+use serde_json::Value;
+
+const IMAGE: &str = "docker.io/library/meshbench:under-test";
+
+/// The image of the binary under test, built and imported into every node once.
+fn image() -> &'static str {
+    static IMPORTED: OnceLock<()> = OnceLock::new();
+    IMPORTED.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("meshbench.oci.tar");
+        run_ok(
+            Command::new(env!("CARGO_BIN_EXE_meshbench"))
+                .args(["image", "build", "--tag", "meshbench:under-test", "--out"])
+                .arg(&archive),
+        );
+        let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/k8s-lab");
+        run_ok(Command::new(lab).arg("load-image").arg(&archive));
+    });
+    IMAGE
+}
+
+/// One test at a time on the cluster: each checks that nothing of meshbench's is left, which
+/// another test's run would contradict, and two cores run one cell well, not four.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+struct Cluster {
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    fn get() -> Option<Cluster> {
+        let kubeconfig = require_cluster()?;
+        let kubectl = require_tool("kubectl")?;
+        Some(Cluster {
+            kubeconfig,
+            kubectl,
+            _turn: ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner()),
+        })
+    }
+
+    fn run(&self, out: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_meshbench"));
+        command
+            .args(["run", "--backend", "kubernetes", "--kubeconfig"])
+            .arg(&self.kubeconfig)
+            .args(["--image", image(), "--out"])
+            .arg(out)
+            .args(args);
+        command
+    }
+
+    /// Every object meshbench labelled, as `kind/name` lines.
+    fn leftovers(&self) -> String {
+        let output = run_ok(
+            Command::new(&self.kubectl)
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .args([
+                    "get",
+                    "namespaces,pods,services,configmaps,serviceaccounts",
+                    "--all-namespaces",
+                    "-l",
+                    "app.kubernetes.io/managed-by=meshbench",
+                    "-o",
+                    "name",
+                ]),
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+}
+
+fn results(out: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap()
+}
+
+/// Each component's node, by component name.
+fn nodes_of(cell: &Value) -> std::collections::BTreeMap<String, String> {
+    cell["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["component"].as_str().unwrap().to_owned(),
+                r["node"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_smoke_profile_runs_on_the_cluster_with_per_container_resources_and_nodes() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let output = cluster
+        .run(&out, &["--profile", "smoke", "--scenarios", "baseline"])
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let r = results(&out);
+    assert_eq!(r["status"], "complete");
+    assert!(
+        r["config"]["platform"]
+            .as_str()
+            .unwrap()
+            .starts_with("kubernetes/v1."),
+        "{}",
+        r["config"]["platform"]
+    );
+    let cells = r["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2, "two load points of baseline");
+    for cell in cells {
+        let load = &cell["load"];
+        let requested = load["requested_rps"].as_f64().unwrap();
+        assert!(
+            load["achieved_rps"].as_f64().unwrap() > requested * 0.9,
+            "achieved {} of {requested} rps",
+            load["achieved_rps"]
+        );
+        assert!(load["window"]["realtime_offset_ns"].as_i64().is_some());
+        let nodes = nodes_of(cell);
+        assert_eq!(
+            nodes.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["echo-server-1", "load-generator-1"]
+        );
+        // Intra-node: both pods on the first node.
+        assert_eq!(nodes["echo-server-1"], nodes["load-generator-1"]);
+        for res in cell["resources"].as_array().unwrap() {
+            assert_eq!(res["source"], "kubelet-summary");
+            assert!(res["samples"].as_u64().unwrap() >= 2, "{res}");
+            assert!(res["cpu_cores_mean"].as_f64().unwrap() > 0.0, "{res}");
+            assert!(res["working_set_mib_max"].as_f64().unwrap() > 0.5, "{res}");
+        }
+    }
+    assert_eq!(cluster.leftovers(), "", "objects left after a run");
+}
+
+#[test]
+fn inter_node_cells_put_client_and_server_on_two_nodes() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(
+        &spec,
+        "name: two-nodes\nscenarios: [baseline]\nplacements: [inter-node]\nload:\n  model: constant-rate\n  points: [{ rps: 100, connections: 2 }]\nduration: 2s\nwarmup: 500ms\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let mut command = cluster.run(&out, &["--spec"]);
+    command.arg(&spec);
+    assert_success(&command.output().unwrap());
+    let r = results(&out);
+    let nodes = nodes_of(&r["cells"][0]);
+    assert_ne!(
+        nodes["echo-server-1"], nodes["load-generator-1"],
+        "{nodes:?}"
+    );
+    assert_eq!(cluster.leftovers(), "");
+}
+
+#[test]
+fn a_pod_that_cannot_start_ends_the_run_with_the_clusters_reason() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    image();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["run", "--backend", "kubernetes", "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        // Offline, no registry: the kubelet cannot pull it.
+        .args(["--image", "docker.io/library/meshbench:absent", "--out"])
+        .arg(&out)
+        .args(["--profile", "smoke", "--scenarios", "baseline"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot start: ErrImagePull")
+            || stderr.contains("cannot start: ImagePullBackOff"),
+        "{stderr}"
+    );
+    assert_eq!(results(&out)["status"], "partial");
+    assert_eq!(cluster.leftovers(), "", "objects left after a failed cell");
+}
+
+#[test]
+fn ctrl_c_deletes_what_the_run_created_and_keeps_the_partial_results() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let mut child = cluster
+        .run(
+            &out,
+            &[
+                "--profile",
+                "smoke",
+                "--scenarios",
+                "baseline",
+                "--duration",
+                "60s",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupted while its load generator runs.
+    wait_for("the load generator's pod", Duration::from_secs(60), || {
+        cluster
+            .leftovers()
+            .contains("pod/load-generator-1-")
+            .then_some(())
+    });
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "interrupted runs exit 130");
+    assert_eq!(results(&out)["status"], "partial");
+    assert_eq!(cluster.leftovers(), "", "objects left after Ctrl-C");
+}
+
+#[test]
+fn lab_clean_removes_what_a_killed_run_left_on_the_cluster() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = cluster
+        .run(
+            &dir.path().join("run"),
+            &[
+                "--profile",
+                "smoke",
+                "--scenarios",
+                "baseline",
+                "--duration",
+                "60s",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the load generator's pod", Duration::from_secs(60), || {
+        cluster
+            .leftovers()
+            .contains("pod/load-generator-1-")
+            .then_some(())
+    });
+    // Killed outright: no chance to clean up.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_ne!(cluster.leftovers(), "");
+    let output = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["lab", "clean", "--kubernetes", "--kubeconfig"])
+            .arg(&cluster.kubeconfig),
+    );
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.contains("labelled by meshbench"), "{said}");
+    assert_eq!(cluster.leftovers(), "", "objects left after lab clean");
+}
