@@ -250,14 +250,9 @@ impl Runner {
         // Meshes this machine cannot run are reported, never silently dropped.
         let mut scenarios = Vec::new();
         for &mesh in &profile.scenarios {
-            match mesh.binary() {
-                Ok(_) => scenarios.push(mesh),
-                Err(missing) => {
-                    let entry = UnavailableScenario {
-                        name: mesh.name().to_owned(),
-                        reason: missing.to_string(),
-                        install: missing.install.clone(),
-                    };
+            match self.platform.unavailable(mesh) {
+                None => scenarios.push(mesh),
+                Some(entry) => {
                     progress.scenario_unavailable(&entry);
                     self.result.config.unavailable.push(entry);
                 }

@@ -22,6 +22,9 @@ use oci_spec::image::{
 
 /// Where binaries go in the image; `PATH` holds it.
 pub const BIN_DIR: &str = "/usr/local/bin";
+/// iptables in the image (the nf_tables multi-call binary, with its extensions): what a
+/// sidecar mesh's init container runs as `IPTABLES iptables-restore FILE`.
+pub const IPTABLES: &str = "/usr/local/bin/xtables-nft-multi";
 /// The UID proxies run as (the lab's and Istio's), named in the image's `/etc/passwd`.
 pub const PROXY_UID: u32 = 1337;
 
@@ -54,8 +57,11 @@ impl meshbench_role::InputFault for Error {
 pub struct ImageOptions {
     /// meshbench's binary; it becomes the entrypoint.
     pub binary: PathBuf,
-    /// Further executables (Envoy), each with its libraries.
+    /// Further executables (Envoy, iptables), each with its libraries, in [`BIN_DIR`].
     pub extra: Vec<PathBuf>,
+    /// Shared objects a packed program opens at run time (iptables' extensions), each with
+    /// its libraries, at their paths on this machine, where that program looks for them.
+    pub loadable: Vec<PathBuf>,
     /// `name:tag`, with a registry host in front or not.
     pub reference: String,
     /// The archive to write (replaced atomically).
@@ -84,6 +90,34 @@ enum Source {
 struct Entry {
     source: Source,
     mode: u32,
+}
+
+/// iptables on this machine, as the image packs it: the nf_tables multi-call binary and the
+/// extensions it loads (`<libdir>/xtables/*.so`); `None` when it is not installed.
+pub fn iptables_on_host() -> Option<(PathBuf, Vec<PathBuf>)> {
+    let binary = ["/usr/sbin/xtables-nft-multi", "/sbin/xtables-nft-multi"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())?;
+    let mut extensions: Vec<PathBuf> = ["/usr/lib", "/usr/lib64", "/lib"]
+        .iter()
+        .flat_map(|lib| {
+            let direct = PathBuf::from(lib).join("xtables");
+            let multiarch = std::fs::read_dir(lib)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path().join("xtables"));
+            std::iter::once(direct).chain(multiarch)
+        })
+        .filter(|dir| dir.is_dir())
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "so") && p.is_file())
+        .collect();
+    extensions.sort();
+    extensions.dedup();
+    Some((binary, extensions))
 }
 
 /// Builds the image and writes its archive.
@@ -259,6 +293,14 @@ fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Erro
             add(path, Source::Host(library), 0o755);
         }
         add(format!("{BIN_DIR}/{name}"), Source::Host(real), 0o755);
+    }
+    for object in &options.loadable {
+        for library in elf::closure(object)?.files {
+            let path = library.to_string_lossy().into_owned();
+            add(path, Source::Host(library), 0o755);
+        }
+        let path = object.to_string_lossy().into_owned();
+        add(path, Source::Host(object.clone()), 0o755);
     }
     add(
         "/etc/passwd".into(),

@@ -1,12 +1,20 @@
-//! Removes what meshbench left on a cluster: every namespace it labelled (a run's), and
-//! every labelled object elsewhere (a cell's, in a namespace meshbench did not create).
+//! Deleting what meshbench created, and waiting until the cluster has removed it: a cell's
+//! objects (by its label), a run's namespaces, and for `meshbench lab clean --kubernetes`
+//! every object labelled by meshbench. Deletions from a `Drop` run to their end on a runtime
+//! of their own.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service, ServiceAccount};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
 use kube::api::{DeleteParams, ListParams};
-use kube::{Api, Client};
+use kube::{Api, Client, Config};
 
-use crate::objects::MANAGED_BY;
+use crate::objects::{self, MANAGED_BY};
 use crate::Error;
+
+/// How long clean-up waits for the cluster to remove what it deletes.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Deletes every object labelled `app.kubernetes.io/managed-by=meshbench` and waits for the
 /// namespaces to go; returns how many objects it deleted.
@@ -16,9 +24,9 @@ pub async fn clean(client: &Client) -> Result<usize, Error> {
     deleted += delete_all(&Api::<Pod>::all(client.clone()), client, &params).await?;
     deleted += delete_all(&Api::<Service>::all(client.clone()), client, &params).await?;
     deleted += delete_all(&Api::<ConfigMap>::all(client.clone()), client, &params).await?;
+    deleted += delete_all(&Api::<Secret>::all(client.clone()), client, &params).await?;
     deleted += delete_all(&Api::<ServiceAccount>::all(client.clone()), client, &params).await?;
-    let namespaces = Api::<Namespace>::all(client.clone());
-    let names: Vec<String> = namespaces
+    let names: Vec<String> = Api::<Namespace>::all(client.clone())
         .list(&params)
         .await
         .map_err(Error::api("listing meshbench's namespaces"))?
@@ -26,7 +34,7 @@ pub async fn clean(client: &Client) -> Result<usize, Error> {
         .filter_map(|n| n.metadata.name)
         .collect();
     deleted += names.len();
-    crate::platform::delete_labelled_namespaces(client, &names, &params).await?;
+    delete_namespaces(client, &names, &params).await?;
     Ok(deleted)
 }
 
@@ -60,4 +68,126 @@ where
         }
     }
     Ok(deleted)
+}
+
+/// Deletes a cell's pods, config maps, secrets and services in `namespaces`, and waits until
+/// its pods are gone (so they never run into the next cell).
+pub(crate) async fn delete_cell(
+    client: Client,
+    run: String,
+    cell: String,
+    namespaces: Vec<String>,
+) -> Result<(), Error> {
+    let params = ListParams::default().labels(&objects::selector(&run, Some(&cell)));
+    for namespace in &namespaces {
+        let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+        pods.delete_collection(&DeleteParams::default(), &params)
+            .await
+            .map_err(Error::api(format!(
+                "deleting the cell's pods in {namespace}"
+            )))?;
+        Api::<ConfigMap>::namespaced(client.clone(), namespace)
+            .delete_collection(&DeleteParams::default(), &params)
+            .await
+            .map_err(Error::api(format!(
+                "deleting the cell's config maps in {namespace}"
+            )))?;
+        Api::<Secret>::namespaced(client.clone(), namespace)
+            .delete_collection(&DeleteParams::default(), &params)
+            .await
+            .map_err(Error::api(format!(
+                "deleting the cell's secrets in {namespace}"
+            )))?;
+        // Services have no collection delete.
+        let services = Api::<Service>::namespaced(client.clone(), namespace);
+        for s in services
+            .list(&params)
+            .await
+            .map_err(Error::api("listing services"))?
+        {
+            if let Some(name) = s.metadata.name {
+                services
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .map_err(Error::api(format!("deleting service {name}")))?;
+            }
+        }
+        wait_all_gone(&pods, &params).await?;
+    }
+    Ok(())
+}
+
+/// Deletes `namespaces` (and so everything in them) and waits until no namespace matches
+/// `params`.
+pub(crate) async fn delete_namespaces(
+    client: &Client,
+    namespaces: &[String],
+    params: &ListParams,
+) -> Result<(), Error> {
+    let api = Api::<Namespace>::all(client.clone());
+    for namespace in namespaces {
+        match api.delete(namespace, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(Error::api(format!("deleting namespace {namespace}"))(e)),
+        }
+    }
+    wait_all_gone(&api, params).await
+}
+
+/// Waits until nothing matches `params`, re-counting on every change a watch reports.
+async fn wait_all_gone<K>(api: &Api<K>, params: &ListParams) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    let selector = params.label_selector.clone().unwrap_or_default();
+    let config = kube::runtime::watcher::Config::default().labels(&selector);
+    let deadline = tokio::time::Instant::now() + DELETE_TIMEOUT;
+    let mut events = kube::runtime::watcher(api.clone(), config).boxed();
+    loop {
+        let remaining = api
+            .list(params)
+            .await
+            .map_err(Error::api("listing what is being deleted"))?
+            .items
+            .len();
+        if remaining == 0 {
+            return Ok(());
+        }
+        if tokio::time::timeout_at(deadline, events.next())
+            .await
+            .is_err()
+        {
+            return Err(Error::Timeout {
+                namespace: String::new(),
+                pod: selector,
+                what: "deleted",
+                seconds: DELETE_TIMEOUT.as_secs(),
+            });
+        }
+    }
+}
+
+/// Runs clean-up to its end from a `Drop`, on a runtime of its own in a thread of its own:
+/// the caller's runtime may be the one being torn down, or blocked in this very drop.
+pub(crate) fn off_runtime<F, Fut>(work: F, config: Config)
+where
+    F: FnOnce(Client) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), Error>>,
+{
+    let joined = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async move {
+            let client = Client::try_from(config).map_err(|e| e.to_string())?;
+            work(client).await.map_err(|e| e.to_string())
+        })
+    })
+    .join();
+    if let Ok(Err(e)) | Err(e) = joined.map_err(|_| "the clean-up thread panicked".to_string()) {
+        tracing::warn!(error = %e, "clean-up incomplete; run `meshbench lab clean --kubernetes`");
+    }
 }

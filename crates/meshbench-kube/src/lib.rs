@@ -5,7 +5,8 @@
 //!   labels that find a run's or a cell's objects again;
 //! - [`pods`]: a pod's life through a watch, and why it cannot start;
 //! - [`stats`]: per-container CPU and memory from the kubelets' summary API;
-//! - [`KubePlatform`]: the platform seam's Kubernetes side (`Platform` and its `Site`);
+//! - [`KubePlatform`]: the platform seam's Kubernetes side (`Platform`), and `site`, a cell
+//!   on the cluster (`Site`) with what its mesh adds to the pods (`ClusterMesh`);
 //! - [`clean`]: removes every object meshbench labelled, for `meshbench lab clean`.
 
 mod clean;
@@ -13,6 +14,7 @@ mod error;
 pub mod objects;
 mod platform;
 pub mod pods;
+mod site;
 pub mod stats;
 
 pub use clean::clean;

@@ -5,14 +5,18 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, ConfigMap, ConfigMapVolumeSource, Container, HostAlias, Namespace, NodeAffinity,
-    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, Probe, Service,
-    ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    Affinity, Capabilities, ConfigMap, ConfigMapProjection, Container, HostAlias, KeyToPath,
+    Namespace, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+    PodSecurityContext, PodSpec, Probe, ProjectedVolumeSource, Secret, SecretProjection,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume,
+    VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::ByteString;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource};
+use meshbench_meshes::{AddedContainer, PodAdditions, POD_PKI_DIR};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -28,7 +32,9 @@ pub const WORKLOAD: &str = "meshbench.io/workload";
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "meshbench";
 /// Where a pod finds its role's config (and, with a mesh, its keys).
-pub const CONFIG_DIR: &str = "/etc/meshbench";
+pub const CONFIG_DIR: &str = meshbench_meshes::CONFIG_DIR_IN_POD;
+/// The proxy user, whose group may read the pod's keys.
+const PROXY_UID: u32 = 1337;
 /// The host label the placement pins pods with.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
@@ -165,6 +171,10 @@ pub struct PodPlan<'a> {
     pub ready_port: Option<u16>,
     /// Services by name, as the pod resolves them without a DNS add-on.
     pub host_aliases: Vec<HostAlias>,
+    /// What the scenario's mesh adds (its files are in the config map).
+    pub additions: &'a PodAdditions,
+    /// The pod's secret of credentials and the files of it the pod sees under `pki/`.
+    pub secret: Option<(&'a str, Vec<String>)>,
 }
 
 impl PodPlan<'_> {
@@ -201,6 +211,24 @@ impl PodPlan<'_> {
                 host_aliases: (!self.host_aliases.is_empty()).then(|| self.host_aliases.clone()),
                 restart_policy: Some(if runs_to_end { "Never" } else { "Always" }.into()),
                 termination_grace_period_seconds: Some(2),
+                // The proxy user reads the pod's keys through its group.
+                security_context: Some(PodSecurityContext {
+                    fs_group: Some(PROXY_UID.into()),
+                    ..PodSecurityContext::default()
+                }),
+                // Capture first, then the proxies as sidecar containers (started before the
+                // app, stopped after it, and not keeping a finished pod running).
+                init_containers: (!self.additions.init.is_empty()
+                    || !self.additions.containers.is_empty())
+                .then(|| {
+                    let init = self.additions.init.iter().map(|c| self.added(c, false));
+                    let proxies = self
+                        .additions
+                        .containers
+                        .iter()
+                        .map(|c| self.added(c, true));
+                    init.chain(proxies).collect()
+                }),
                 containers: vec![Container {
                     name: "meshbench".into(),
                     image: Some(self.image.to_owned()),
@@ -222,18 +250,116 @@ impl PodPlan<'_> {
                     }),
                     ..Container::default()
                 }],
-                volumes: Some(vec![Volume {
-                    name: "config".into(),
-                    config_map: Some(ConfigMapVolumeSource {
-                        name: self.config_map.to_owned(),
-                        ..ConfigMapVolumeSource::default()
-                    }),
-                    ..Volume::default()
-                }]),
+                volumes: Some(vec![self.config_volume()]),
                 ..PodSpec::default()
             }),
             ..Pod::default()
         }
+    }
+
+    /// The config map and the pod's credentials (under `pki/`) in one directory.
+    fn config_volume(&self) -> Volume {
+        let mut sources = vec![VolumeProjection {
+            config_map: Some(ConfigMapProjection {
+                name: self.config_map.to_owned(),
+                ..ConfigMapProjection::default()
+            }),
+            ..VolumeProjection::default()
+        }];
+        if let Some((secret, files)) = &self.secret {
+            sources.push(VolumeProjection {
+                secret: Some(SecretProjection {
+                    name: (*secret).to_owned(),
+                    items: Some(
+                        files
+                            .iter()
+                            .map(|f| KeyToPath {
+                                key: secret_key(f),
+                                path: format!("{POD_PKI_DIR}/{f}"),
+                                // Keys: the owner (root) and the proxy user's group.
+                                mode: Some(0o440),
+                                ..KeyToPath::default()
+                            })
+                            .collect(),
+                    ),
+                    ..SecretProjection::default()
+                }),
+                ..VolumeProjection::default()
+            });
+        }
+        Volume {
+            name: "config".into(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(sources),
+                default_mode: Some(0o444),
+                ..ProjectedVolumeSource::default()
+            }),
+            ..Volume::default()
+        }
+    }
+
+    fn added(&self, c: &AddedContainer, sidecar: bool) -> Container {
+        let (command, args) = match c.program {
+            Some(program) => (Some(vec![program.to_owned()]), c.args.clone()),
+            None => (None, c.args.clone()),
+        };
+        Container {
+            name: c.name.to_owned(),
+            image: Some(self.image.to_owned()),
+            image_pull_policy: Some("IfNotPresent".into()),
+            command,
+            args: Some(args),
+            volume_mounts: Some(vec![VolumeMount {
+                name: "config".into(),
+                mount_path: CONFIG_DIR.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            }]),
+            restart_policy: sidecar.then(|| "Always".into()),
+            startup_probe: c.ready_port.map(|port| Probe {
+                tcp_socket: Some(TCPSocketAction {
+                    port: IntOrString::Int(port.into()),
+                    ..TCPSocketAction::default()
+                }),
+                period_seconds: Some(1),
+                failure_threshold: Some(30),
+                ..Probe::default()
+            }),
+            security_context: Some(SecurityContext {
+                run_as_user: c.run_as_user.map(i64::from),
+                capabilities: (!c.capabilities.is_empty()).then(|| Capabilities {
+                    add: Some(c.capabilities.iter().map(|c| (*c).to_owned()).collect()),
+                    ..Capabilities::default()
+                }),
+                ..SecurityContext::default()
+            }),
+            ..Container::default()
+        }
+    }
+}
+
+/// A secret's key for a file name (keys allow `[-._a-zA-Z0-9]`, which the PKI's names use).
+pub fn secret_key(file: &str) -> String {
+    file.to_owned()
+}
+
+/// A secret of credentials (`file name -> bytes`).
+pub fn secret(
+    name: &str,
+    namespace: &str,
+    run: &str,
+    cell: &str,
+    files: BTreeMap<String, Vec<u8>>,
+) -> Secret {
+    Secret {
+        metadata: meta(name, Some(namespace), run, Some(cell), &[]),
+        data: Some(
+            files
+                .into_iter()
+                .map(|(k, v)| (secret_key(&k), ByteString(v)))
+                .collect(),
+        ),
+        ..Secret::default()
     }
 }
 
@@ -270,6 +396,8 @@ mod tests {
             config_map: "cm",
             ready_port: None,
             host_aliases: vec![],
+            additions: &PodAdditions::default(),
+            secret: None,
         };
         let spec = plan.render().spec.unwrap();
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));

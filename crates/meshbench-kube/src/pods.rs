@@ -68,7 +68,9 @@ pub fn state(pod: &Pod) -> PodState {
             };
         }
     }
-    for c in status.container_statuses.iter().flatten() {
+    // Sidecar containers are init containers: one that cannot start stops the pod too.
+    let containers = status.init_container_statuses.iter().flatten();
+    for c in containers.chain(status.container_statuses.iter().flatten()) {
         if let Some(waiting) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) {
             let reason = waiting.reason.clone().unwrap_or_default();
             if STUCK.contains(&reason.as_str()) {
@@ -211,6 +213,8 @@ async fn tail(api: &Api<Pod>, pod: &str, previous: bool) -> Option<String> {
     let params = LogParams {
         tail_lines: Some(LOG_LINES),
         previous,
+        // The app's container; a sidecar's failure names its reason without its log.
+        container: Some("meshbench".into()),
         ..LogParams::default()
     };
     api.logs(pod, &params)
@@ -219,9 +223,13 @@ async fn tail(api: &Api<Pod>, pod: &str, previous: bool) -> Option<String> {
         .filter(|l| !l.trim().is_empty())
 }
 
-/// The whole log of the pod's container.
-pub async fn log(api: &Api<Pod>, pod: &str) -> Result<String, Error> {
-    api.logs(pod, &LogParams::default())
+/// The whole log of the pod's container `container`.
+pub async fn log(api: &Api<Pod>, pod: &str, container: &str) -> Result<String, Error> {
+    let params = LogParams {
+        container: Some(container.to_owned()),
+        ..LogParams::default()
+    };
+    api.logs(pod, &params)
         .await
         .map_err(Error::api(format!("reading pod {pod}'s log")))
 }

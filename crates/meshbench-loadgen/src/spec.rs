@@ -27,6 +27,8 @@ pub const DEFAULT_CONNECTIONS: u32 = 16;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a time-bound run lasts when a spec names no stop.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+/// How long one probe of `wait_for_target` waits for its answer.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,6 +62,12 @@ pub struct LoadSpec {
     pub max_requests_per_connection: Option<u64>,
     /// Client TLS for an https:// URL.
     pub tls: Option<ClientTlsSpec>,
+    /// Before the run, send single requests until one gets an HTTP response (any status),
+    /// for at most this long; they are not measured. A target that becomes reachable only
+    /// after a while (a cluster service whose routes are still being programmed) is then
+    /// not measured while it is not.
+    #[serde(default, with = "humantime_serde")]
+    pub wait_for_target: Option<Duration>,
     #[serde(default)]
     pub output: LoadOutput,
 }
@@ -155,6 +163,7 @@ impl LoadSpec {
             request: RequestFile::default(),
             max_requests_per_connection: None,
             tls: None,
+            wait_for_target: None,
             output: LoadOutput::default(),
         }
     }
@@ -173,6 +182,26 @@ impl LoadSpec {
                 },
             ) => Stop::Requests(u64::from(*users) * requests_per_user),
             (None, None, _) => Stop::After(DEFAULT_DURATION),
+        }
+    }
+
+    /// One request on one connection, unmeasured: [`LoadSpec::wait_for_target`]'s probe.
+    pub fn probe(&self) -> LoadSpec {
+        LoadSpec {
+            model: LoadModel::ClosedLoop,
+            connections: 1,
+            duration: None,
+            requests: Some(1),
+            warmup: None,
+            warmup_requests: None,
+            timeout: self.timeout.min(PROBE_TIMEOUT),
+            threads: 1,
+            wait_for_target: None,
+            output: LoadOutput {
+                quiet: true,
+                ..LoadOutput::default()
+            },
+            ..self.clone()
         }
     }
 

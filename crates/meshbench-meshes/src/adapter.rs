@@ -20,6 +20,7 @@ use std::pin::Pin;
 use meshbench_identity::ServerTlsFiles;
 use meshbench_lab::LabComponent;
 
+use crate::cluster::ClusterMesh;
 use crate::configs::IdentityCheck;
 use crate::{Deployment, Error, LabContext, MeshContext};
 
@@ -161,6 +162,11 @@ pub trait MeshAdapter: Sync {
     fn enroll<'a>(&'a self, _lab: &'a LabContext<'a>) -> Enrolling<'a> {
         cannot_enroll(self.name())
     }
+
+    /// The mesh on a cluster, if it runs on one yet.
+    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
+        None
+    }
 }
 
 /// A mesh scenario: a handle to its registered adapter.
@@ -179,6 +185,11 @@ impl Mesh {
             .iter()
             .flat_map(|scenarios| scenarios.iter())
             .map(|adapter| Mesh(*adapter))
+    }
+
+    /// Its flavour on a cluster, if it has one yet.
+    pub fn cluster(self) -> Option<&'static dyn ClusterMesh> {
+        self.0.on_cluster()
     }
 
     /// No mesh: the reference every overhead is measured against.

@@ -44,6 +44,8 @@ impl Ports {
     pub const INBOUND: u16 = 15006;
     pub const HBONE: u16 = 15008;
     pub const CA: u16 = 15012;
+    /// A proxy's admin endpoint (Prometheus metrics), where Istio's sidecars serve theirs.
+    pub const ADMIN: u16 = 15090;
 }
 
 /// Where a lab's components run: the network, the PKI, the binary, the cell's directory,

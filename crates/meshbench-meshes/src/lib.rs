@@ -8,6 +8,7 @@
 
 mod adapter;
 mod area;
+mod cluster;
 pub mod configs;
 mod enroll;
 mod gateway;
@@ -30,6 +31,10 @@ pub use adapter::{
     Unavailable,
 };
 pub use area::{clean_stale_areas, collect_outputs, ProxyArea, AREAS_ROOT, PRIVATE_SUFFIX};
+pub use cluster::{
+    identity_files, AddedContainer, ClusterCell, ClusterEntry, ClusterMesh, PodAdditions, PodSvid,
+    CONFIG_DIR_IN_POD, POD_PKI_DIR,
+};
 pub use enroll::{app_port, enroll};
 pub use gateway::start_gateway;
 pub use lab::{

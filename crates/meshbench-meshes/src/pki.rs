@@ -114,6 +114,6 @@ fn dns_name(namespace: &str, service_account: &str) -> String {
     format!("{service_account}.{namespace}.svc")
 }
 
-fn stem(namespace: &str, service_account: &str) -> String {
+pub(crate) fn stem(namespace: &str, service_account: &str) -> String {
     format!("{namespace}.{service_account}")
 }

@@ -35,40 +35,79 @@ pub struct SidecarCapture {
 
 impl SidecarCapture {
     pub(crate) fn install(&self, netns: &str) -> Result<(), Error> {
-        let ipt = |args: &[&str]| nat(netns, args);
-        // `-A chain -p tcp [--dport port] -j jump...`
-        let tcp = |chain: &str, dport: Option<u16>, jump: &[&str]| {
-            let port = dport.map(|p| p.to_string());
-            let mut args = vec!["-A", chain, "-p", "tcp"];
-            if let Some(port) = &port {
-                args.extend(["--dport", port]);
+        for rule in self.nat_rules() {
+            let args: Vec<&str> = rule.iter().map(String::as_str).collect();
+            nat(netns, &args)?;
+        }
+        Ok(())
+    }
+
+    /// The same rules as an `iptables-restore` file for the pod's own namespace, which a
+    /// cluster's init container applies (as Istio's does).
+    pub fn restore_file(&self) -> String {
+        let mut file = String::from("*nat\n");
+        let rules = self.nat_rules();
+        for rule in &rules {
+            if let [new, chain] = rule.as_slice() {
+                if new == "-N" {
+                    file.push_str(&format!(":{chain} - [0:0]\n"));
+                }
             }
-            args.push("-j");
-            args.extend_from_slice(jump);
-            ipt(&args)
-        };
+        }
+        for rule in rules
+            .iter()
+            .filter(|r| r.first().is_some_and(|a| a != "-N"))
+        {
+            file.push_str(&rule.join(" "));
+            file.push('\n');
+        }
+        file.push_str("COMMIT\n");
+        file
+    }
+
+    /// Every command of the capture in the nat table, in order (`-N CHAIN` creates one).
+    fn nat_rules(&self) -> Vec<Vec<String>> {
+        let mut rules: Vec<Vec<String>> = vec![];
+        let mut rule = |args: &[&str]| rules.push(args.iter().map(|a| (*a).to_owned()).collect());
+        // `-A chain -p tcp [--dport port] -j jump...`
+        let tcp =
+            |rule: &mut dyn FnMut(&[&str]), chain: &str, dport: Option<u16>, jump: &[&str]| {
+                let port = dport.map(|p| p.to_string());
+                let mut args = vec!["-A", chain, "-p", "tcp"];
+                if let Some(port) = &port {
+                    args.extend(["--dport", port]);
+                }
+                args.push("-j");
+                args.extend_from_slice(jump);
+                rule(&args)
+            };
         let inbound = self.inbound_port.to_string();
         let to_inbound = ["REDIRECT", "--to-ports", &inbound];
-        ipt(&["-N", INBOUND_CHAIN])?;
-        tcp("PREROUTING", None, &[INBOUND_CHAIN])?;
+        rule(&["-N", INBOUND_CHAIN]);
+        tcp(&mut rule, "PREROUTING", None, &[INBOUND_CHAIN]);
         for port in &self.inbound_ports_excluded {
-            tcp(INBOUND_CHAIN, Some(*port), &["RETURN"])?;
+            tcp(&mut rule, INBOUND_CHAIN, Some(*port), &["RETURN"]);
         }
         match &self.inbound_only {
             Some(ports) => {
                 for port in ports {
-                    tcp(INBOUND_CHAIN, Some(*port), &to_inbound)?;
+                    tcp(&mut rule, INBOUND_CHAIN, Some(*port), &to_inbound);
                 }
             }
             None => {
-                tcp(INBOUND_CHAIN, Some(self.inbound_port), &["RETURN"])?;
-                tcp(INBOUND_CHAIN, None, &to_inbound)?;
+                tcp(
+                    &mut rule,
+                    INBOUND_CHAIN,
+                    Some(self.inbound_port),
+                    &["RETURN"],
+                );
+                tcp(&mut rule, INBOUND_CHAIN, None, &to_inbound);
             }
         }
-        ipt(&["-N", OUTBOUND_CHAIN])?;
-        tcp("OUTPUT", None, &[OUTBOUND_CHAIN])?;
+        rule(&["-N", OUTBOUND_CHAIN]);
+        tcp(&mut rule, "OUTPUT", None, &[OUTBOUND_CHAIN]);
         let uid = PROXY_UID.to_string();
-        ipt(&[
+        rule(&[
             "-A",
             OUTBOUND_CHAIN,
             "-m",
@@ -77,26 +116,27 @@ impl SidecarCapture {
             &uid,
             "-j",
             "RETURN",
-        ])?;
-        ipt(&["-A", OUTBOUND_CHAIN, "-d", "127.0.0.0/8", "-j", "RETURN"])?;
+        ]);
+        rule(&["-A", OUTBOUND_CHAIN, "-d", "127.0.0.0/8", "-j", "RETURN"]);
         match &self.outbound_only {
             Some(destinations) => {
                 for (destination, to_port) in destinations {
-                    redirect_destination(
-                        netns,
-                        &["-A", OUTBOUND_CHAIN],
-                        &[],
-                        *destination,
-                        *to_port,
-                    )?;
+                    let args = redirect_rule(&["-A", OUTBOUND_CHAIN], &[], *destination, *to_port);
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    rule(&args);
                 }
             }
             None => {
                 let outbound = self.outbound_port.to_string();
-                tcp(OUTBOUND_CHAIN, None, &["REDIRECT", "--to-ports", &outbound])?;
+                tcp(
+                    &mut rule,
+                    OUTBOUND_CHAIN,
+                    None,
+                    &["REDIRECT", "--to-ports", &outbound],
+                );
             }
         }
-        Ok(())
+        rules
     }
 }
 
@@ -116,6 +156,18 @@ fn redirect_destination(
     destination: SocketAddr,
     to_port: u16,
 ) -> Result<(), Error> {
+    let rule = redirect_rule(position, matches, destination, to_port);
+    let args: Vec<&str> = rule.iter().map(String::as_str).collect();
+    nat(netns, &args)
+}
+
+/// The arguments of [`redirect_destination`]'s rule.
+fn redirect_rule(
+    position: &[&str],
+    matches: &[&str],
+    destination: SocketAddr,
+    to_port: u16,
+) -> Vec<String> {
     let (ip, port, to_port) = (
         destination.ip().to_string(),
         destination.port().to_string(),
@@ -133,7 +185,11 @@ fn redirect_destination(
         "--to-ports",
         &to_port,
     ];
-    nat(netns, &[position, matches, &rule].concat())
+    [position, matches, &rule]
+        .concat()
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Send one source pod's connections to one service to a node agent's listener.
@@ -201,5 +257,41 @@ impl NodeCapture {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod restore_tests {
+    use super::*;
+
+    #[test]
+    fn the_restore_file_declares_its_chains_then_holds_every_rule_in_order() {
+        let capture = SidecarCapture {
+            outbound_port: 15001,
+            inbound_port: 15006,
+            outbound_only: None,
+            inbound_only: None,
+            inbound_ports_excluded: vec![15090],
+        };
+        let file = capture.restore_file();
+        assert!(
+            file.starts_with("*nat\n:MESHBENCH_INBOUND - [0:0]\n:MESHBENCH_OUTPUT - [0:0]\n"),
+            "{file}"
+        );
+        let rules: Vec<&str> = file.lines().filter(|l| l.starts_with("-A ")).collect();
+        assert_eq!(
+            rules,
+            [
+                "-A PREROUTING -p tcp -j MESHBENCH_INBOUND",
+                "-A MESHBENCH_INBOUND -p tcp --dport 15090 -j RETURN",
+                "-A MESHBENCH_INBOUND -p tcp --dport 15006 -j RETURN",
+                "-A MESHBENCH_INBOUND -p tcp -j REDIRECT --to-ports 15006",
+                "-A OUTPUT -p tcp -j MESHBENCH_OUTPUT",
+                "-A MESHBENCH_OUTPUT -m owner --uid-owner 1337 -j RETURN",
+                "-A MESHBENCH_OUTPUT -d 127.0.0.0/8 -j RETURN",
+                "-A MESHBENCH_OUTPUT -p tcp -j REDIRECT --to-ports 15001",
+            ]
+        );
+        assert!(file.ends_with("COMMIT\n"));
     }
 }

@@ -456,3 +456,77 @@ fn a_relative_out_directory_is_where_the_results_go() {
     assert_eq!(result.status, RunStatus::Complete);
     assert!(result.cells.iter().all(|c| c.load.sent > 0));
 }
+
+#[test]
+fn the_generator_waits_for_a_target_that_answers_late_and_gives_up_on_one_that_never_does() {
+    use std::io::{BufRead, BufReader};
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/");
+    let load = |wait: &str| {
+        let mut command = meshbench();
+        command.args([
+            "load",
+            "--url",
+            &url,
+            "--rps",
+            "50",
+            "--duration",
+            "1s",
+            "--wait-for-target",
+            wait,
+        ]);
+        command
+    };
+
+    let output = load("1s").output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no HTTP response within wait_for_target (1s)")
+            && stderr.contains("connect_refused"),
+        "{stderr}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("load.json");
+    let mut generator = load("60s")
+        .arg("--json")
+        .arg(&json)
+        .env("MESHBENCH_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The server starts only once the generator has found the target silent.
+    let mut lines = BufReader::new(generator.stderr.take().unwrap()).lines();
+    wait_for("a probe refused", Duration::from_secs(30), || {
+        lines
+            .next()?
+            .ok()?
+            .contains("the target does not answer yet")
+            .then_some(())
+    });
+    std::thread::spawn(move || for _ in lines {});
+    let mut server = meshbench()
+        .args(["workload", "echo", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = generator.wait().unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(status.success());
+    let report: meshbench_results::LoadReport = read_json(&json).unwrap();
+    assert_eq!(
+        report.outcomes.keys().collect::<Vec<_>>(),
+        ["http_200"],
+        "the probes are not measured: {:?}",
+        report.outcomes
+    );
+    assert!(report.achieved_rps > 40.0, "{}", report.achieved_rps);
+}

@@ -105,6 +105,34 @@ fn the_image_is_an_oci_layout_whose_layer_runs_meshbench_and_envoy() {
         assert!(version.contains("version:"), "{version}");
     }
 
+    // iptables with the extensions a sidecar's capture rules load, in a namespace of its own.
+    let rules = rootfs.join("capture.rules");
+    std::fs::write(
+        &rules,
+        "*nat\n:MESHBENCH_OUTPUT - [0:0]\n-A OUTPUT -p tcp -j MESHBENCH_OUTPUT\n\
+         -A MESHBENCH_OUTPUT -m owner --uid-owner 1337 -j RETURN\n\
+         -A MESHBENCH_OUTPUT -p tcp -j REDIRECT --to-ports 15001\nCOMMIT\n",
+    )
+    .unwrap();
+    if let Some(unshare) = require_tool("unshare") {
+        let root = rootfs.display();
+        let iptables = "/usr/local/bin/xtables-nft-multi";
+        let output = run_ok(Command::new(unshare).args([
+            "--net",
+            "sh",
+            "-c",
+            &format!(
+                "chroot {root} {iptables} iptables-restore /capture.rules && \
+                 chroot {root} {iptables} iptables-save -t nat"
+            ),
+        ]));
+        let saved = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            saved.contains("-A MESHBENCH_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
+            "{saved}"
+        );
+    }
+
     // Reproducible: the same binaries, the same manifest.
     let again = dir.path().join("again.oci.tar");
     let said_again = build(&again, flags);

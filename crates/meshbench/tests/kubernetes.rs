@@ -72,7 +72,7 @@ impl Cluster {
                 .arg(&self.kubeconfig)
                 .args([
                     "get",
-                    "namespaces,pods,services,configmaps,serviceaccounts",
+                    "namespaces,pods,services,configmaps,secrets,serviceaccounts",
                     "--all-namespaces",
                     "-l",
                     "app.kubernetes.io/managed-by=meshbench",
@@ -110,10 +110,8 @@ fn the_smoke_profile_runs_on_the_cluster_with_per_container_resources_and_nodes(
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let output = cluster
-        .run(&out, &["--profile", "smoke", "--scenarios", "baseline"])
-        .output()
-        .unwrap();
+    // All of smoke's scenarios: no mesh, mTLS in the apps, our sidecar with its CA service.
+    let output = cluster.run(&out, &["--profile", "smoke"]).output().unwrap();
     assert_success(&output);
     let r = results(&out);
     assert_eq!(r["status"], "complete");
@@ -126,28 +124,56 @@ fn the_smoke_profile_runs_on_the_cluster_with_per_container_resources_and_nodes(
         r["config"]["platform"]
     );
     let cells = r["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 2, "two load points of baseline");
+    assert_eq!(cells.len(), 6, "two load points of three scenarios");
     for cell in cells {
+        let scenario = cell["scenario"].as_str().unwrap();
         let load = &cell["load"];
         let requested = load["requested_rps"].as_f64().unwrap();
         assert!(
             load["achieved_rps"].as_f64().unwrap() > requested * 0.9,
-            "achieved {} of {requested} rps",
+            "{scenario}: achieved {} of {requested} rps",
             load["achieved_rps"]
+        );
+        assert_eq!(
+            load["outcomes"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["http_200"],
+            "{scenario}: {}",
+            load["outcomes"]
         );
         assert!(load["window"]["realtime_offset_ns"].as_i64().is_some());
         let nodes = nodes_of(cell);
+        let expected: &[&str] = match scenario {
+            "meshbench-sidecar" => &[
+                "echo-server-1",
+                "echo-server-1-sidecar",
+                "load-generator-1",
+                "load-generator-1-sidecar",
+                "meshbench-ca",
+            ],
+            _ => &["echo-server-1", "load-generator-1"],
+        };
         assert_eq!(
             nodes.keys().map(String::as_str).collect::<Vec<_>>(),
-            ["echo-server-1", "load-generator-1"]
+            expected,
+            "{scenario}"
         );
-        // Intra-node: both pods on the first node.
-        assert_eq!(nodes["echo-server-1"], nodes["load-generator-1"]);
+        // Intra-node: every pod on the first node.
+        assert!(
+            nodes.values().all(|n| n == &nodes["echo-server-1"]),
+            "{nodes:?}"
+        );
         for res in cell["resources"].as_array().unwrap() {
             assert_eq!(res["source"], "kubelet-summary");
             assert!(res["samples"].as_u64().unwrap() >= 2, "{res}");
-            assert!(res["cpu_cores_mean"].as_f64().unwrap() > 0.0, "{res}");
             assert!(res["working_set_mib_max"].as_f64().unwrap() > 0.5, "{res}");
+            // Everything on the request path works for every request.
+            if res["role"] != "control-plane" {
+                assert!(res["cpu_cores_mean"].as_f64().unwrap() > 0.0, "{res}");
+            }
         }
     }
     assert_eq!(cluster.leftovers(), "", "objects left after a run");

@@ -25,7 +25,7 @@ use std::path::Path;
 use meshbench_identity::{ClientTlsFiles, ServerTlsFiles};
 use meshbench_loadgen::LoadSpec;
 use meshbench_meshes::{BoxFuture, Mesh};
-use meshbench_results::{ComponentResources, LoadReport, WireObservation};
+use meshbench_results::{ComponentResources, LoadReport, UnavailableScenario, WireObservation};
 use meshbench_topology::{Pod, Topology};
 use meshbench_workload::WorkloadFile;
 
@@ -81,6 +81,18 @@ pub trait Platform {
 
     /// Refuses what it cannot run, before anything is written.
     fn check(&self, application: crate::Application) -> Result<(), Error>;
+
+    /// Why `mesh` cannot run here, if it cannot: its binary is missing (the local lab), or
+    /// it has no flavour for this platform yet. Such a scenario is reported unavailable with
+    /// the reason and its cells are not run.
+    fn unavailable(&self, mesh: Mesh) -> Option<UnavailableScenario> {
+        let missing = mesh.binary().err()?;
+        Some(UnavailableScenario {
+            name: mesh.name().to_owned(),
+            reason: missing.to_string(),
+            install: missing.install,
+        })
+    }
 
     /// Sets up what the run's cells share: identities for every workload of `topology` under
     /// `policy`, kept until the platform is dropped.

@@ -5,7 +5,8 @@ use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId};
 
 use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport};
 use crate::configs::IdentityCheck;
-use crate::{Deployment, MeshContext};
+use crate::{ClusterCell, ClusterEntry, ClusterMesh, Deployment, Error, MeshContext, PodAdditions};
+use meshbench_topology::Pod;
 
 pub(crate) struct AppMtls;
 
@@ -63,6 +64,36 @@ impl MeshAdapter for AppMtls {
                     expect_server_id: Some(SpiffeId::parse(&ctx.server_svid().id)?),
                 }),
             })
+        })
+    }
+
+    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
+    }
+}
+
+/// The apps get their workloads' SVIDs; nothing else runs.
+impl ClusterMesh for AppMtls {
+    fn app_tls(&self, cell: &ClusterCell<'_>) -> Option<ServerTlsFiles> {
+        let svid = ClusterCell::svid(cell.server);
+        Some(ServerTlsFiles {
+            cert: svid.cert,
+            key: svid.key,
+            client_ca: Some(ClusterCell::ca()),
+        })
+    }
+
+    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error> {
+        Ok(ClusterEntry {
+            url: cell.service_url("https")?,
+            client_tls: Some(crate::cluster::app_client_tls(cell)?),
+        })
+    }
+
+    fn pod(&self, _cell: &ClusterCell<'_>, _pod: &Pod) -> Result<PodAdditions, Error> {
+        Ok(PodAdditions {
+            identity: true,
+            ..PodAdditions::default()
         })
     }
 }

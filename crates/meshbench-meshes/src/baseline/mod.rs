@@ -2,7 +2,7 @@
 //! of a verification, where every rule that needs a mesh must fail.
 
 use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
-use crate::{Deployment, LabContext, MeshContext};
+use crate::{ClusterCell, ClusterEntry, ClusterMesh, Deployment, Error, LabContext, MeshContext};
 
 pub(crate) struct Baseline;
 
@@ -45,5 +45,19 @@ impl MeshAdapter for Baseline {
 
     fn enroll<'a>(&'a self, _lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(async { Ok(vec![]) })
+    }
+
+    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
+    }
+}
+
+/// Nothing is added to the pods.
+impl ClusterMesh for Baseline {
+    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error> {
+        Ok(ClusterEntry {
+            url: cell.service_url("http")?,
+            client_tls: None,
+        })
     }
 }

@@ -11,9 +11,16 @@ use meshbench_dataplane::{
 use meshbench_lab::LabComponent;
 
 use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
+use crate::cluster::CONFIG_DIR_IN_POD;
 use crate::configs::IdentityCheck;
 use crate::enroll::app_port;
-use crate::{spiffe_id, Deployment, Error, LabContext, MeshContext, Ports};
+use crate::{
+    spiffe_id, AddedContainer, ClusterCell, ClusterEntry, ClusterMesh, Deployment, Error,
+    LabContext, MeshContext, PodAdditions, Ports,
+};
+use meshbench_dataplane::IdentityFiles;
+use meshbench_role::RoleConfig;
+use meshbench_topology::Pod;
 
 /// What our sidecar does beyond moving bytes: E1 switched these off one by one to find where a
 /// sidecar's cost comes from.
@@ -154,6 +161,100 @@ impl MeshAdapter for OurSidecar {
 
     fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(enroll(lab))
+    }
+
+    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
+    }
+}
+
+/// Istio's shape: an init container writes the capture rules into the pod's namespace, the
+/// sidecar runs beside the app as the proxy user with the pod's SVID, renewed through the CA
+/// service. As in the lab's cells, the server's sidecar takes what comes in and the client's
+/// what goes out; any other pod's sidecar does both.
+impl ClusterMesh for OurSidecar {
+    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error> {
+        Ok(ClusterEntry {
+            url: cell.service_url("http")?,
+            client_tls: None,
+        })
+    }
+
+    fn pod(&self, cell: &ClusterCell<'_>, pod: &Pod) -> Result<PodAdditions, Error> {
+        let w = &pod.workload;
+        let svid = ClusterCell::svid(pod);
+        let mut file = SidecarFile::new(&w.namespace, &w.name);
+        file.threads = Some(1);
+        file.identity = Some(IdentityFiles {
+            cert: svid.cert,
+            key: svid.key,
+            ca: ClusterCell::ca(),
+            ca_endpoint: Some(cell.ca_endpoint),
+            rotate_at: meshbench_identity::DEFAULT_ROTATE_FRACTION,
+        });
+        file.policy = Some(ClusterCell::policy());
+        let mut file = tuned(file, self.tuning);
+        let app_port = cell
+            .topology
+            .services
+            .iter()
+            .find(|s| s.workload == w.name)
+            .map_or(Ports::APP, |s| s.target_port);
+        if pod.name != cell.client.name {
+            file.inbound = Some(InboundListener {
+                listen: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
+                app: SocketAddr::from(([127, 0, 0, 1], app_port)),
+                transparent: true,
+            });
+        }
+        if pod.name != cell.server.name {
+            file.transparent_outbound = Some(TransparentListener {
+                listen: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
+                destinations: cell
+                    .meshed_services()
+                    .into_iter()
+                    .map(|(address, id)| MeshedDestination {
+                        address,
+                        id: Some(id),
+                    })
+                    .collect(),
+            });
+        }
+        // Started once it serves metrics, which it does after binding every listener.
+        file.admin = file
+            .metrics
+            .then(|| SocketAddr::from(([0, 0, 0, 0], Ports::ADMIN)));
+        let mut capture = Ports::sidecar_capture();
+        capture.inbound_ports_excluded.push(Ports::ADMIN);
+        let config = format!("{CONFIG_DIR_IN_POD}/sidecar.yaml");
+        let capture_rules = format!("{CONFIG_DIR_IN_POD}/capture.rules");
+        Ok(PodAdditions {
+            init: vec![AddedContainer {
+                name: "meshbench-capture",
+                program: Some(meshbench_image::IPTABLES),
+                args: vec!["iptables-restore".into(), capture_rules],
+                files: [("capture.rules".to_owned(), capture.restore_file())].into(),
+                run_as_user: Some(0),
+                capabilities: vec!["NET_ADMIN", "NET_RAW"],
+                role: "capture",
+                ready_port: None,
+            }],
+            containers: vec![AddedContainer {
+                name: "meshbench-proxy",
+                program: None,
+                args: SidecarFile::command_line(std::path::Path::new(&config)),
+                files: [("sidecar.yaml".to_owned(), file.to_yaml())].into(),
+                run_as_user: Some(meshbench_netlab::PROXY_UID),
+                capabilities: vec![],
+                role: "sidecar",
+                ready_port: file.admin.map(|a| a.port()),
+            }],
+            identity: true,
+        })
+    }
+
+    fn needs_ca(&self) -> bool {
+        self.tuning.mtls
     }
 }
 

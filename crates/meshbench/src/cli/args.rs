@@ -123,12 +123,18 @@ pub struct KubeArgs {
 }
 
 impl KubeArgs {
-    /// Connects to the cluster; every object the run creates is labelled with `run`.
-    pub async fn connect(&self, run: &str) -> anyhow::Result<meshbench_kube::KubePlatform> {
+    /// Connects to the cluster; every object the run creates is labelled with `run`, and its
+    /// identities are kept under `work_dir` while it runs.
+    pub async fn connect(
+        &self,
+        run: &str,
+        work_dir: &std::path::Path,
+    ) -> anyhow::Result<meshbench_kube::KubePlatform> {
         let options = meshbench_kube::KubeOptions {
             kubeconfig: self.cluster.kubeconfig.clone(),
             context: self.cluster.context.clone(),
             image: self.image.clone(),
+            work_dir: work_dir.to_owned(),
         };
         Ok(meshbench_kube::KubePlatform::connect(&options, run).await?)
     }

@@ -23,6 +23,10 @@ pub struct BuildArgs {
     /// Also pack Envoy (found on PATH) with its libraries, for the envoy-sidecar mesh.
     #[arg(long)]
     with_envoy: bool,
+    /// Leave iptables out (it is packed by default, with its extensions: sidecar meshes'
+    /// init containers write their capture rules with it).
+    #[arg(long)]
+    without_iptables: bool,
     /// Pack this meshbench binary instead of the running one.
     #[arg(long)]
     binary: Option<PathBuf>,
@@ -40,6 +44,17 @@ pub fn run(command: ImageCommand) -> anyhow::Result<()> {
         })?;
         extra.push(envoy);
     }
+    // Sidecar meshes on a cluster capture traffic with it, as Istio's init container does.
+    let mut loadable = Vec::new();
+    if !args.without_iptables {
+        let (iptables, extensions) = meshbench_image::iptables_on_host().ok_or_else(|| {
+            super::BadInput(
+                "iptables (xtables-nft-multi) is not installed, and sidecar meshes on a cluster need it: apt-get install iptables, or pass --without-iptables".into(),
+            )
+        })?;
+        extra.push(iptables);
+        loadable = extensions;
+    }
     let binary = match args.binary {
         Some(path) => path,
         None => std::env::current_exe()?,
@@ -47,6 +62,7 @@ pub fn run(command: ImageCommand) -> anyhow::Result<()> {
     let built = build_image(&ImageOptions {
         binary,
         extra,
+        loadable,
         reference: args.tag,
         out: args.out.clone(),
     })?;

@@ -116,6 +116,10 @@ pub struct LoadArgs {
     /// Accept only a server presenting this SPIFFE ID.
     #[arg(long, requires = "cacert")]
     expect_server_id: Option<String>,
+    /// Before measuring, send single requests until one gets an HTTP response, for at most
+    /// this long (they are not measured).
+    #[arg(long, value_parser = super::args::positive_duration)]
+    wait_for_target: Option<std::time::Duration>,
     /// Write the result as JSON (meshbench's load schema).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -138,6 +142,9 @@ pub fn run(a: LoadArgs) -> anyhow::Result<()> {
         Some(path) => LoadSpec::load(path)?,
         None => a.into_spec()?,
     };
+    if let Some(limit) = spec.wait_for_target {
+        wait_for_target(&spec, limit)?;
+    }
     let config = load_config(&spec)?;
     let out = &spec.output;
     let started = SystemTime::now();
@@ -162,6 +169,33 @@ pub fn run(a: LoadArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     }
     Ok(())
+}
+
+/// Probes the target until a request gets an HTTP response, or fails naming the last outcome.
+fn wait_for_target(spec: &LoadSpec, limit: std::time::Duration) -> anyhow::Result<()> {
+    let probe = spec.probe();
+    let started = std::time::Instant::now();
+    loop {
+        let report = run_load(load_config(&probe)?)?.to_report();
+        if report.outcomes.keys().any(|o| o.starts_with("http_")) {
+            return Ok(());
+        }
+        let last = report
+            .outcomes
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        tracing::info!(url = %spec.url, outcome = %last, "the target does not answer yet");
+        if started.elapsed() >= limit {
+            anyhow::bail!(
+                "{}: no HTTP response within wait_for_target ({}); the last probe ended in {last}",
+                spec.url,
+                humantime::format_duration(limit)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 impl LoadArgs {
@@ -229,6 +263,7 @@ impl LoadArgs {
             },
             max_requests_per_connection: self.max_requests_per_connection,
             tls,
+            wait_for_target: self.wait_for_target,
             output: LoadOutput {
                 json: self.json,
                 samples: self.samples,

@@ -98,7 +98,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         let runner = match target {
             RunBackend::Lab(_) => Runner::resume(options(dir)?)?,
             RunBackend::Kubernetes => {
-                let platform = runtime.block_on(a.kube.connect(&meshbench_netlab::new_lab_id()))?;
+                let platform =
+                    runtime.block_on(a.kube.connect(&meshbench_netlab::new_lab_id(), dir))?;
                 Runner::resume_on(Box::new(platform), options(dir)?)?
             }
         };
@@ -124,7 +125,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let runner = match target {
         RunBackend::Lab(_) => Runner::new(profile, options(&out_dir)?)?,
         RunBackend::Kubernetes => {
-            let platform = runtime.block_on(a.kube.connect(&meshbench_netlab::new_lab_id()))?;
+            std::fs::create_dir_all(&out_dir)?;
+            let platform =
+                runtime.block_on(a.kube.connect(&meshbench_netlab::new_lab_id(), &out_dir))?;
             Runner::on(Box::new(platform), profile, options(&out_dir)?)?
         }
     };

@@ -1,0 +1,636 @@
+//! One cell on a cluster: its services (and meshbench's CA service) applied when it is
+//! realized, its pods created once the scenario's mesh is known (a pod's containers are
+//! fixed when it is created, so `start_app` only records the app), each with what the mesh
+//! adds (`ClusterMesh`: capture, proxies, credentials), the generator's pod last, every
+//! container sampled from its kubelet while the generator runs, and everything of the cell
+//! deleted when it finishes or is dropped.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use k8s_openapi::api::core::v1::{ConfigMap, HostAlias, Pod, Secret, Service};
+use kube::{Api, Client};
+use meshbench_experiment::platform::{ClientServer, Entry, Instrument, Measured, Site, SiteError};
+use meshbench_identity::{CaServerFile, ServerTlsFiles};
+use meshbench_loadgen::LoadSpec;
+use meshbench_meshes::{
+    identity_files, BoxFuture, ClusterCell, ClusterMesh, Mesh, PodAdditions, Ports,
+    CONFIG_DIR_IN_POD, POD_PKI_DIR,
+};
+use meshbench_results::LoadReport;
+use meshbench_role::RoleConfig;
+use meshbench_topology::{Pod as TopologyPod, Topology, Workload};
+use meshbench_workload::WorkloadFile;
+
+use crate::clean::{delete_cell, off_runtime};
+use crate::objects::{self, PodPlan};
+use crate::platform::KubePlatform;
+use crate::pods::{self, Until};
+use crate::stats::{SummarySampler, Target};
+use crate::Error;
+
+/// How long a pod may take to become ready: an image already on the node starts in seconds.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the generator may overrun its own duration before the cell is failed.
+const GENERATOR_GRACE: Duration = Duration::from_secs(120);
+/// The shortest interval the kubelets' summaries are read at. Reading them is not free (the
+/// API server's proxy, the kubelet, the runtime's stats of every container): read every
+/// 100 ms on this project's two-core test cluster, one cell of two had its load generator
+/// stalled for half a second (its corrected latency showed it). At 500 ms a 2 s window still
+/// gets about four readings.
+const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
+/// How long the generator waits for the service to answer before measuring.
+const TARGET_WAIT: Duration = Duration::from_secs(60);
+/// The app's container in every pod meshbench renders.
+const APP_CONTAINER: &str = "meshbench";
+/// meshbench's CA service: the control plane of our own data plane.
+const CA_WORKLOAD: &str = "meshbench-ca";
+
+/// A container meshbench created, as the results name it.
+#[derive(Debug, Clone)]
+struct Sampled {
+    container: String,
+    component: String,
+    role: String,
+}
+
+/// A pod meshbench created for a cell.
+#[derive(Debug, Clone)]
+struct CreatedPod {
+    namespace: String,
+    name: String,
+    node: String,
+    containers: Vec<Sampled>,
+}
+
+/// The cell's client and server, once its mesh is deployed.
+struct Deployed {
+    mesh: Mesh,
+    client: TopologyPod,
+    server: TopologyPod,
+    service: String,
+}
+
+pub(crate) struct KubeSite<'a> {
+    platform: &'a KubePlatform,
+    id: String,
+    topology: Topology,
+    cell_dir: PathBuf,
+    /// The topology's node -> the cluster's.
+    nodes: BTreeMap<String, String>,
+    /// Each service's address as pods dial it.
+    services: BTreeMap<String, SocketAddr>,
+    ca_endpoint: SocketAddr,
+    /// Apps to start once the mesh is known.
+    apps: Vec<(TopologyPod, WorkloadFile)>,
+    deployed: Option<Deployed>,
+    pods: Vec<CreatedPod>,
+    finished: bool,
+}
+
+impl<'a> KubeSite<'a> {
+    /// The cell's site, its services applied.
+    pub(crate) async fn realize(
+        platform: &'a KubePlatform,
+        topology: &Topology,
+        cell_dir: &Path,
+        nodes: BTreeMap<String, String>,
+    ) -> Result<KubeSite<'a>, Error> {
+        let mut site = KubeSite {
+            platform,
+            id: meshbench_netlab::new_lab_id(),
+            topology: topology.clone(),
+            cell_dir: cell_dir.to_owned(),
+            nodes,
+            services: BTreeMap::new(),
+            ca_endpoint: SocketAddr::from((Ipv4Addr::UNSPECIFIED, Ports::CA)),
+            apps: vec![],
+            deployed: None,
+            pods: vec![],
+            finished: false,
+        };
+        let services: Vec<_> = site
+            .topology
+            .services
+            .iter()
+            .map(|s| {
+                (
+                    s.name.clone(),
+                    s.namespace.clone(),
+                    s.workload.clone(),
+                    s.port,
+                    s.target_port,
+                )
+            })
+            .collect();
+        for (name, namespace, workload, port, target_port) in services {
+            let ip = site
+                .apply_service(&name, &namespace, &workload, port, target_port)
+                .await?;
+            site.services.insert(name, SocketAddr::new(ip, port));
+        }
+        let ca_namespace = meshbench_experiment::NAMESPACE;
+        let ip = site
+            .apply_service(CA_WORKLOAD, ca_namespace, CA_WORKLOAD, Ports::CA, Ports::CA)
+            .await?;
+        site.ca_endpoint = SocketAddr::new(ip, Ports::CA);
+        Ok(site)
+    }
+
+    fn client(&self) -> Client {
+        self.platform.client.clone()
+    }
+
+    /// Applies a service of the cell and returns its cluster IP.
+    async fn apply_service(
+        &self,
+        name: &str,
+        topology_namespace: &str,
+        workload: &str,
+        port: u16,
+        target_port: u16,
+    ) -> Result<IpAddr, Error> {
+        let namespace = self.platform.namespace_for(topology_namespace);
+        let api = Api::<Service>::namespaced(self.client(), &namespace);
+        let service = objects::service(
+            name,
+            &namespace,
+            self.platform.run_id(),
+            &self.id,
+            workload,
+            port,
+            target_port,
+        );
+        let applied = objects::apply(&api, &service).await?;
+        applied
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .and_then(|ip| ip.parse().ok())
+            .ok_or_else(|| Error::Unsupported {
+                what: format!("service {name}"),
+                why: "the API server gave it no cluster IP".into(),
+            })
+    }
+
+    /// The services by name, as every pod of the cell resolves them.
+    fn host_aliases(&self) -> Vec<HostAlias> {
+        self.topology
+            .services
+            .iter()
+            .filter_map(|s| {
+                let addr = self.services.get(&s.name)?;
+                let namespace = self.platform.namespace_for(&s.namespace);
+                Some(HostAlias {
+                    ip: addr.ip().to_string(),
+                    hostnames: Some(vec![
+                        s.name.clone(),
+                        format!("{}.{namespace}", s.name),
+                        format!("{}.{namespace}.svc.cluster.local", s.name),
+                    ]),
+                })
+            })
+            .collect()
+    }
+
+    fn cluster_cell<'c>(
+        &'c self,
+        client: &'c TopologyPod,
+        server: &'c TopologyPod,
+        service: &'c str,
+    ) -> ClusterCell<'c> {
+        ClusterCell {
+            topology: &self.topology,
+            client,
+            server,
+            service,
+            services: &self.services,
+            ca_endpoint: self.ca_endpoint,
+        }
+    }
+
+    /// Creates `pod` running meshbench with `args` (its config map holding `files` and the
+    /// mesh's files, its secret its credentials), as `role`.
+    async fn create_pod(
+        &mut self,
+        pod: &TopologyPod,
+        role: &str,
+        (args, mut files): (Vec<String>, BTreeMap<String, String>),
+        ready_port: Option<u16>,
+        additions: &PodAdditions,
+        credentials: Vec<String>,
+    ) -> Result<CreatedPod, Error> {
+        let namespace = self.platform.namespace_for(&pod.workload.namespace);
+        let name = format!("{}-{}", pod.name, self.id);
+        let run = self.platform.run_id();
+        for c in additions.init.iter().chain(&additions.containers) {
+            files.extend(c.files.clone());
+        }
+        let configs = Api::<ConfigMap>::namespaced(self.client(), &namespace);
+        objects::apply(
+            &configs,
+            &objects::config_map(&name, &namespace, run, &self.id, files),
+        )
+        .await?;
+        if !credentials.is_empty() {
+            let pki = self.platform.pki()?;
+            let mut data = BTreeMap::new();
+            for file in &credentials {
+                let path = pki.dir.join(file);
+                let bytes = std::fs::read(&path).map_err(|e| Error::Unsupported {
+                    what: format!("credentials {}", path.display()),
+                    why: e.to_string(),
+                })?;
+                data.insert(file.clone(), bytes);
+            }
+            let secrets = Api::<Secret>::namespaced(self.client(), &namespace);
+            objects::apply(
+                &secrets,
+                &objects::secret(&name, &namespace, run, &self.id, data),
+            )
+            .await?;
+        }
+        let node = self
+            .nodes
+            .get(&pod.workload.node)
+            .cloned()
+            .unwrap_or_else(|| pod.workload.node.clone());
+        let plan = PodPlan {
+            name: &name,
+            namespace: &namespace,
+            run,
+            cell: &self.id,
+            workload: &pod.workload.name,
+            service_account: &pod.workload.service_account,
+            node: &node,
+            image: &self.platform.image,
+            args,
+            config_map: &name,
+            ready_port,
+            host_aliases: self.host_aliases(),
+            additions,
+            secret: (!credentials.is_empty()).then(|| (name.as_str(), credentials.clone())),
+        };
+        let pods = Api::<Pod>::namespaced(self.client(), &namespace);
+        objects::apply(&pods, &plan.render()).await?;
+        let sampled = |container: &str, component: String, role: &str| Sampled {
+            container: container.to_owned(),
+            component,
+            role: role.to_owned(),
+        };
+        let containers = std::iter::once(sampled(APP_CONTAINER, pod.name.clone(), role))
+            .chain(
+                additions
+                    .containers
+                    .iter()
+                    .map(|c| sampled(c.name, format!("{}-{}", pod.name, c.role), c.role)),
+            )
+            .collect();
+        let created = CreatedPod {
+            namespace,
+            name,
+            node,
+            containers,
+        };
+        self.pods.push(created.clone());
+        Ok(created)
+    }
+
+    /// Waits, in parallel, until every pod of `pods` is ready.
+    async fn wait_ready(&self, pods: &[CreatedPod]) -> Result<(), Error> {
+        try_join_all(pods.iter().map(|p| {
+            let api = Api::<Pod>::namespaced(self.client(), &p.namespace);
+            async move { pods::wait(&api, &p.name, Until::Ready, READY_TIMEOUT).await }
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// meshbench's CA service, the control plane of our data plane, on the first node.
+    async fn start_ca(&mut self) -> Result<(), Error> {
+        let pki = self.platform.pki()?;
+        let mut file = CaServerFile::new(
+            PathBuf::from(POD_PKI_DIR),
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, Ports::CA)),
+        );
+        if let Some(ttl) = pki.svid_ttl {
+            file.ttl = ttl;
+        }
+        let node = self.topology.nodes[0].clone();
+        let pod = TopologyPod {
+            name: CA_WORKLOAD.into(),
+            workload: Workload {
+                name: CA_WORKLOAD.into(),
+                namespace: meshbench_experiment::NAMESPACE.into(),
+                service_account: "default".into(),
+                node,
+                replicas: 1,
+                meshed: false,
+            },
+        };
+        let config = (
+            CaServerFile::command_line(&Path::new(CONFIG_DIR_IN_POD).join("ca.yaml")),
+            BTreeMap::from([("ca.yaml".to_owned(), file.to_yaml())]),
+        );
+        let credentials = vec!["ca.pem".to_owned(), "ca.key".to_owned()];
+        let created = self
+            .create_pod(
+                &pod,
+                "control-plane",
+                config,
+                Some(Ports::CA),
+                &PodAdditions::default(),
+                credentials,
+            )
+            .await?;
+        self.wait_ready(&[created]).await
+    }
+
+    /// Creates the apps' pods with what `mesh` adds to them and waits until they are ready.
+    async fn start_apps(
+        &mut self,
+        cluster: &dyn ClusterMesh,
+        cell: &Deployed,
+    ) -> Result<(), Error> {
+        let mut created = vec![];
+        for (pod, app) in std::mem::take(&mut self.apps) {
+            let additions = cluster.pod(
+                &self.cluster_cell(&cell.client, &cell.server, &cell.service),
+                &pod,
+            )?;
+            let port = app.listen.port();
+            let config = (
+                WorkloadFile::command_line(&Path::new(CONFIG_DIR_IN_POD).join("app.yaml")),
+                BTreeMap::from([("app.yaml".to_owned(), app.to_yaml())]),
+            );
+            let credentials = credentials_of(&pod, &additions);
+            created.push(
+                self.create_pod(&pod, "app", config, Some(port), &additions, credentials)
+                    .await?,
+            );
+        }
+        self.wait_ready(&created).await
+    }
+
+    async fn run_generator(
+        &mut self,
+        client: &TopologyPod,
+        mut spec: LoadSpec,
+        sample_interval: Duration,
+    ) -> Result<Measured, Error> {
+        spec.output = meshbench_loadgen::LoadOutput {
+            stdout_json: true,
+            quiet: true,
+            ..Default::default()
+        };
+        // The service's routes reach the nodes a moment after its pods are ready (kube-proxy
+        // programs them on its next sync): a generator started at once timed every request
+        // out, and a cell measured nothing.
+        spec.wait_for_target = Some(TARGET_WAIT);
+        let budget =
+            spec.duration.unwrap_or_default() + spec.warmup.unwrap_or_default() + GENERATOR_GRACE;
+        let additions = match &self.deployed {
+            Some(cell) => match cell.mesh.cluster() {
+                Some(cluster) => cluster.pod(
+                    &self.cluster_cell(&cell.client, &cell.server, &cell.service),
+                    client,
+                )?,
+                None => PodAdditions::default(),
+            },
+            None => PodAdditions::default(),
+        };
+        let config = (
+            LoadSpec::command_line(&Path::new(CONFIG_DIR_IN_POD).join("load.yaml")),
+            BTreeMap::from([("load.yaml".to_owned(), spec.to_yaml())]),
+        );
+        let credentials = credentials_of(client, &additions);
+        let generator = self
+            .create_pod(
+                client,
+                "load-generator",
+                config,
+                None,
+                &additions,
+                credentials,
+            )
+            .await?;
+        let targets = self
+            .pods
+            .iter()
+            .flat_map(|p| {
+                p.containers.iter().map(|c| Target {
+                    namespace: p.namespace.clone(),
+                    pod: p.name.clone(),
+                    container: c.container.clone(),
+                    node: p.node.clone(),
+                    component: c.component.clone(),
+                    role: c.role.clone(),
+                })
+            })
+            .collect();
+        let interval = sample_interval.max(MIN_SAMPLE_INTERVAL);
+        let sampler = SummarySampler::start(self.client(), targets, interval);
+        let api = Api::<Pod>::namespaced(self.client(), &generator.namespace);
+        let finished = pods::wait(&api, &generator.name, Until::Succeeded, budget).await;
+        let series = sampler.finish().await;
+        finished?;
+        let log = pods::log(&api, &generator.name, APP_CONTAINER).await?;
+        let _ = std::fs::write(self.cell_dir.join("load-generator.log"), &log);
+        let load = report_in_log(&log).ok_or_else(|| Error::Result {
+            pod: generator.name.clone(),
+            problem: "no line of it is a meshbench load report".into(),
+        })?;
+        let _ = meshbench_results::write_json_atomic(&self.cell_dir.join("load.json"), &load);
+        let offset = load.window.realtime_offset_ns.ok_or_else(|| Error::Result {
+            pod: generator.name.clone(),
+            problem: "its window has no wall-clock offset, so the nodes' readings cannot be cut to it".into(),
+        })?;
+        let on_wall_clock = |t: u64| (t as i64 + offset).max(0) as u64;
+        let (start, end) = (
+            on_wall_clock(load.window.start_monotonic_ns),
+            on_wall_clock(load.window.end_monotonic_ns),
+        );
+        let resources = series
+            .iter()
+            .map(|(target, s)| {
+                let mut r = s.summarize(start, end);
+                r.node = Some(target.node.clone());
+                r
+            })
+            .collect();
+        Ok(Measured {
+            load,
+            resources,
+            wire: None,
+        })
+    }
+
+    fn namespaces(&self) -> Vec<String> {
+        self.platform.namespaces()
+    }
+}
+
+/// The run's credentials `pod` is given under `pki/`: its own identity, when its mesh asks.
+fn credentials_of(pod: &TopologyPod, additions: &PodAdditions) -> Vec<String> {
+    if additions.identity {
+        identity_files(pod)
+    } else {
+        vec![]
+    }
+}
+
+impl<'a> Site<'a> for KubeSite<'a> {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn app_listen(&self, pod: &TopologyPod) -> Result<SocketAddr, SiteError> {
+        let port = self
+            .topology
+            .services
+            .iter()
+            .find(|s| s.workload == pod.workload.name)
+            .map_or(Ports::APP, |s| s.target_port);
+        Ok(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port))
+    }
+
+    fn service_host(&self, service: &str) -> Result<String, SiteError> {
+        let s = self
+            .topology
+            .service(service)
+            .ok_or_else(|| Error::Unsupported {
+                what: format!("service {service}"),
+                why: "the cell's topology has no such service".into(),
+            })?;
+        Ok(format!("{}:{}", s.name, s.port))
+    }
+
+    fn app_tls(&self, mesh: Mesh, cell: ClientServer<'_>) -> Option<ServerTlsFiles> {
+        mesh.cluster()?
+            .app_tls(&self.cluster_cell(cell.client, cell.server, cell.service))
+    }
+
+    fn start_app<'b>(
+        &'b mut self,
+        pod: &'b TopologyPod,
+        app: &'b WorkloadFile,
+    ) -> BoxFuture<'b, Result<(), SiteError>> {
+        self.apps.push((pod.clone(), app.clone()));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn deploy<'b>(
+        &'b mut self,
+        mesh: Mesh,
+        cell: ClientServer<'b>,
+    ) -> BoxFuture<'b, Result<Entry, SiteError>> {
+        Box::pin(async move {
+            let cluster = on_cluster(mesh)?;
+            if cluster.needs_ca() {
+                self.start_ca().await?;
+            }
+            let deployed = Deployed {
+                mesh,
+                client: cell.client.clone(),
+                server: cell.server.clone(),
+                service: cell.service.to_owned(),
+            };
+            let entry =
+                cluster.entry(&self.cluster_cell(cell.client, cell.server, cell.service))?;
+            self.start_apps(cluster, &deployed).await?;
+            self.deployed = Some(deployed);
+            Ok(Entry {
+                url: entry.url,
+                client_tls: entry.client_tls,
+            })
+        })
+    }
+
+    fn enroll(&mut self, mesh: Mesh) -> BoxFuture<'_, Result<(), SiteError>> {
+        Box::pin(async move {
+            Err(Error::Unsupported {
+                what: format!("enrolling a whole topology in {}", mesh.name()),
+                why: "only client/server cells run on Kubernetes so far".into(),
+            }
+            .into())
+        })
+    }
+
+    fn measure<'b>(
+        &'b mut self,
+        client: &'b TopologyPod,
+        instrument: Instrument,
+        sample_interval: Duration,
+        _marker: Option<&'b str>,
+    ) -> BoxFuture<'b, Result<Measured, SiteError>> {
+        Box::pin(async move {
+            match instrument {
+                Instrument::Load(spec) => {
+                    Ok(self.run_generator(client, spec, sample_interval).await?)
+                }
+                Instrument::Experimenter(_) => Err(Error::Unsupported {
+                    what: "E3's experimenter".into(),
+                    why: "only the load generator runs in pods so far".into(),
+                }
+                .into()),
+            }
+        })
+    }
+
+    fn finish(mut self: Box<Self>) -> BoxFuture<'a, ()> {
+        self.finished = true;
+        let (client, run, cell, namespaces) = (
+            self.client(),
+            self.platform.run_id().to_owned(),
+            self.id.clone(),
+            self.namespaces(),
+        );
+        Box::pin(async move {
+            if let Err(e) = delete_cell(client, run, cell, namespaces).await {
+                tracing::warn!(error = %e, "the cell's objects were not all deleted; run `meshbench lab clean --kubernetes`");
+            }
+        })
+    }
+}
+
+impl Drop for KubeSite<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let (run, cell, namespaces) = (
+            self.platform.run_id().to_owned(),
+            self.id.clone(),
+            self.namespaces(),
+        );
+        off_runtime(
+            move |client| delete_cell(client, run, cell, namespaces),
+            self.platform.config().clone(),
+        );
+    }
+}
+
+/// `mesh` on a cluster, or why it cannot run there yet.
+fn on_cluster(mesh: Mesh) -> Result<&'static dyn ClusterMesh, Error> {
+    mesh.cluster().ok_or_else(|| Error::Unsupported {
+        what: format!("mesh {}", mesh.name()),
+        why: format!(
+            "it has no Kubernetes flavour yet; on a cluster: {}",
+            Mesh::all()
+                .filter(|m| m.cluster().is_some())
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
+}
+
+/// The load report the generator printed as one line of JSON, after anything it logged.
+fn report_in_log(log: &str) -> Option<LoadReport> {
+    log.lines()
+        .rev()
+        .filter(|l| l.starts_with('{'))
+        .find_map(|l| serde_json::from_str::<LoadReport>(l).ok())
+}

@@ -1,0 +1,182 @@
+//! A mesh on a cluster: what it adds to a cell's pods, described without Kubernetes types
+//! (`meshbench-kube` renders it into pod specs). Each mesh module implements [`ClusterMesh`]
+//! beside its [`crate::MeshAdapter`] and returns it from `on_cluster`; a mesh without one is
+//! not available on a cluster yet.
+//!
+//! Paths are relative to the pod's config directory, against which every role resolves them:
+//! `pki/...` are the pod's own credentials (its workload's SVID, the CA certificate, the
+//! policy), which the platform gives a pod whose additions ask for its identity; the rest are
+//! configs the additions carry.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId};
+use meshbench_topology::{Pod, Topology};
+
+use crate::{spiffe_id, Error};
+
+/// Where a pod finds its credentials, relative to its config directory.
+pub const POD_PKI_DIR: &str = "pki";
+/// The config directory of every pod on a cluster.
+pub const CONFIG_DIR_IN_POD: &str = "/etc/meshbench";
+
+/// One client/server cell on a cluster, as a mesh needs to know it.
+pub struct ClusterCell<'a> {
+    pub topology: &'a Topology,
+    pub client: &'a Pod,
+    pub server: &'a Pod,
+    /// The service in front of the server.
+    pub service: &'a str,
+    /// Each service's address as pods dial it (cluster IP and port).
+    pub services: &'a BTreeMap<String, SocketAddr>,
+    /// meshbench's CA service (the control plane of our data plane), as pods dial it.
+    pub ca_endpoint: SocketAddr,
+}
+
+/// A pod's credentials, as paths in its config directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSvid {
+    pub id: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl ClusterCell<'_> {
+    /// `pod`'s SVID (the files `MeshPki` wrote for its workload, under `pki/`).
+    pub fn svid(pod: &Pod) -> PodSvid {
+        let w = &pod.workload;
+        let stem = crate::pki::stem(&w.namespace, &w.service_account);
+        PodSvid {
+            id: spiffe_id(&w.namespace, &w.service_account),
+            cert: pki_file(&format!("{stem}.pem")),
+            key: pki_file(&format!("{stem}.key")),
+        }
+    }
+
+    /// The CA certificate every pod with an identity trusts.
+    pub fn ca() -> PathBuf {
+        pki_file("ca.pem")
+    }
+
+    /// The experiment's policy.
+    pub fn policy() -> PathBuf {
+        pki_file("policy.yaml")
+    }
+
+    /// The service's URL as the client dials it by name (the platform makes pods resolve
+    /// the cell's services).
+    pub fn service_url(&self, scheme: &str) -> Result<String, Error> {
+        let service = self
+            .topology
+            .service(self.service)
+            .ok_or_else(|| Error::Unsupported {
+                mesh: self.service.to_owned(),
+                what: "a service the cell's topology does not have",
+            })?;
+        Ok(format!("{scheme}://{}:{}/", service.name, service.port))
+    }
+
+    /// The services whose workloads are meshed, with their SPIFFE IDs.
+    pub fn meshed_services(&self) -> Vec<(SocketAddr, String)> {
+        self.topology
+            .services
+            .iter()
+            .filter_map(|s| {
+                let w = self.topology.workload(&s.workload)?;
+                let addr = self.services.get(&s.name)?;
+                w.meshed
+                    .then(|| (*addr, spiffe_id(&w.namespace, &w.service_account)))
+            })
+            .collect()
+    }
+}
+
+fn pki_file(name: &str) -> PathBuf {
+    PathBuf::from(POD_PKI_DIR).join(name)
+}
+
+/// The PKI files of the run a pod with `pod`'s identity is given: its own SVID, the CA
+/// certificate and the policy, by their names in `MeshPki`'s directory.
+pub fn identity_files(pod: &Pod) -> Vec<String> {
+    let w = &pod.workload;
+    let stem = crate::pki::stem(&w.namespace, &w.service_account);
+    vec![
+        format!("{stem}.pem"),
+        format!("{stem}.key"),
+        "ca.pem".into(),
+        "policy.yaml".into(),
+    ]
+}
+
+/// How the client reaches the server through the mesh.
+#[derive(Debug, Clone)]
+pub struct ClusterEntry {
+    pub url: String,
+    /// The client's own TLS (paths in its pod), when the app does mTLS itself.
+    pub client_tls: Option<ClientTlsFiles>,
+}
+
+/// A container a mesh adds to a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedContainer {
+    pub name: &'static str,
+    /// Another program of the image (with `args` as its arguments); `None`: meshbench.
+    pub program: Option<&'static str>,
+    pub args: Vec<String>,
+    /// The config files it reads: name in the config directory -> contents.
+    pub files: BTreeMap<String, String>,
+    pub run_as_user: Option<u32>,
+    /// Linux capabilities beyond the runtime's defaults (`NET_ADMIN` for capture rules).
+    pub capabilities: Vec<&'static str>,
+    /// How the results name its role (`sidecar`).
+    pub role: &'static str,
+    /// A port that accepts once it has started (the next containers wait for it).
+    pub ready_port: Option<u16>,
+}
+
+/// What a mesh adds to one pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodAdditions {
+    /// Run to their end before the pod's other containers start (capture rules).
+    pub init: Vec<AddedContainer>,
+    /// Run beside the app from before it starts until after it ends (proxies, as
+    /// Kubernetes' sidecar containers: a pod whose app has ended completes).
+    pub containers: Vec<AddedContainer>,
+    /// Whether the pod is given its workload's identity ([`identity_files`]).
+    pub identity: bool,
+}
+
+/// A mesh's flavour on a cluster. See the module's header.
+pub trait ClusterMesh: Sync {
+    /// The TLS the server app serves itself (paths in its pod), when the app does mTLS.
+    fn app_tls(&self, _cell: &ClusterCell<'_>) -> Option<ServerTlsFiles> {
+        None
+    }
+
+    /// How the client reaches the server.
+    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error>;
+
+    /// What it adds to `pod`, one of the cell's pods (the client's too).
+    fn pod(&self, _cell: &ClusterCell<'_>, _pod: &Pod) -> Result<PodAdditions, Error> {
+        Ok(PodAdditions::default())
+    }
+
+    /// Whether it needs meshbench's CA service as its control plane.
+    fn needs_ca(&self) -> bool {
+        false
+    }
+}
+
+/// The client of an app doing mTLS itself: its SVID, and the server's SPIFFE ID to expect.
+pub(crate) fn app_client_tls(cell: &ClusterCell<'_>) -> Result<ClientTlsFiles, Error> {
+    let client = ClusterCell::svid(cell.client);
+    let server = ClusterCell::svid(cell.server);
+    Ok(ClientTlsFiles {
+        cert: Some(client.cert),
+        key: Some(client.key),
+        ca: ClusterCell::ca(),
+        expect_server_id: Some(SpiffeId::parse(&server.id)?),
+    })
+}
