@@ -31,6 +31,9 @@ pub struct KubeOptions {
     /// Where the run's identities are kept on this machine while it runs (the results
     /// directory: a `.proxy-area` there, or under /run/meshbench as root).
     pub work_dir: PathBuf,
+    /// Load generator pods each cell's load is split over (at least 1); their reports are
+    /// merged exactly.
+    pub generators: u32,
 }
 
 /// A cluster, connected.
@@ -38,6 +41,7 @@ pub struct KubePlatform {
     config: Config,
     pub(crate) client: Client,
     pub(crate) image: String,
+    pub(crate) generators: u32,
     /// Labels every object of the run; part of the run's namespace names.
     run: String,
     server: String,
@@ -69,6 +73,7 @@ impl KubePlatform {
             version: version.git_version,
             namespaces: BTreeMap::new(),
             work_dir: options.work_dir.clone(),
+            generators: options.generators.max(1),
             pki: None,
         })
     }

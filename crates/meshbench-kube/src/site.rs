@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, HostAlias, Pod, Secret, Service};
 use kube::{Api, Client};
 use meshbench_experiment::platform::{ClientServer, Entry, Instrument, Measured, Site, SiteError};
 use meshbench_identity::{CaServerFile, ServerTlsFiles};
-use meshbench_loadgen::LoadSpec;
+use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_meshes::{
     identity_files, BoxFuture, ClusterCell, ClusterMesh, Mesh, PodAdditions, Ports,
     CONFIG_DIR_IN_POD, POD_PKI_DIR,
@@ -401,21 +401,31 @@ impl<'a> KubeSite<'a> {
             },
             None => PodAdditions::default(),
         };
-        let config = (
-            LoadSpec::command_line(&Path::new(CONFIG_DIR_IN_POD).join("load.yaml")),
-            BTreeMap::from([("load.yaml".to_owned(), spec.to_yaml())]),
-        );
+        let split = split_load(&spec, self.platform.generators)?;
         let credentials = credentials_of(client, &additions);
-        let generator = self
-            .create_pod(
-                client,
-                "load-generator",
-                config,
-                None,
-                &additions,
-                credentials,
-            )
-            .await?;
+        let mut generators = vec![];
+        for (i, part) in split.iter().enumerate() {
+            let config = (
+                LoadSpec::command_line(&Path::new(CONFIG_DIR_IN_POD).join("load.yaml")),
+                BTreeMap::from([("load.yaml".to_owned(), part.to_yaml())]),
+            );
+            // One generator keeps the client pod's name; several are numbered.
+            let mut pod = client.clone();
+            if split.len() > 1 {
+                pod.name = format!("{}-g{}", client.name, i + 1);
+            }
+            let created = self
+                .create_pod(
+                    &pod,
+                    "load-generator",
+                    config,
+                    None,
+                    &additions,
+                    credentials.clone(),
+                )
+                .await?;
+            generators.push(created);
+        }
         let targets = self
             .pods
             .iter()
@@ -432,17 +442,38 @@ impl<'a> KubeSite<'a> {
             .collect();
         let interval = sample_interval.max(MIN_SAMPLE_INTERVAL);
         let sampler = SummarySampler::start(self.client(), targets, interval);
-        let api = Api::<Pod>::namespaced(self.client(), &generator.namespace);
-        let finished = pods::wait(&api, &generator.name, Until::Succeeded, budget).await;
+        let finished = try_join_all(generators.iter().map(|g| {
+            let api = Api::<Pod>::namespaced(self.client(), &g.namespace);
+            async move { pods::wait(&api, &g.name, Until::Succeeded, budget).await }
+        }))
+        .await;
         let series = sampler.finish().await;
         finished?;
-        let log = pods::log(&api, &generator.name, APP_CONTAINER).await?;
-        let _ = std::fs::write(self.cell_dir.join("load-generator.log"), &log);
-        let load = report_in_log(&log).ok_or_else(|| Error::Result {
-            pod: generator.name.clone(),
-            problem: "no line of it is a meshbench load report".into(),
+        let mut reports = vec![];
+        for (i, g) in generators.iter().enumerate() {
+            let api = Api::<Pod>::namespaced(self.client(), &g.namespace);
+            let log = pods::log(&api, &g.name, APP_CONTAINER).await?;
+            let stem = match generators.len() {
+                1 => "load-generator".to_owned(),
+                _ => format!("load-generator-g{}", i + 1),
+            };
+            let _ = std::fs::write(self.cell_dir.join(format!("{stem}.log")), &log);
+            let report = report_in_log(&log).ok_or_else(|| Error::Result {
+                pod: g.name.clone(),
+                problem: "no line of it is a meshbench load report".into(),
+            })?;
+            if generators.len() > 1 {
+                let path = self.cell_dir.join(format!("load-g{}.json", i + 1));
+                let _ = meshbench_results::write_json_atomic(&path, &report);
+            }
+            reports.push(report);
+        }
+        let load = meshbench_loadgen::merge_reports(&reports).map_err(|e| Error::Result {
+            pod: generators[0].name.clone(),
+            problem: e.to_string(),
         })?;
         let _ = meshbench_results::write_json_atomic(&self.cell_dir.join("load.json"), &load);
+        let generator = &generators[0];
         let offset = load.window.realtime_offset_ns.ok_or_else(|| Error::Result {
             pod: generator.name.clone(),
             problem: "its window has no wall-clock offset, so the nodes' readings cannot be cut to it".into(),
@@ -470,6 +501,48 @@ impl<'a> KubeSite<'a> {
     fn namespaces(&self) -> Vec<String> {
         self.platform.namespaces()
     }
+}
+
+/// `spec` split over `generators` pods: each sends its share of the rate over its share of
+/// the connections (time-bound models only: the others end after a number of requests that
+/// one instrument counts).
+fn split_load(spec: &LoadSpec, generators: u32) -> Result<Vec<LoadSpec>, Error> {
+    if generators <= 1 {
+        return Ok(vec![spec.clone()]);
+    }
+    let unsupported = |why: String| Error::Unsupported {
+        what: format!("--generators {generators}"),
+        why,
+    };
+    if spec.connections < generators {
+        return Err(unsupported(format!(
+            "the load point has {} connection(s), fewer than the generators",
+            spec.connections
+        )));
+    }
+    let model = |share: u32| match &spec.model {
+        LoadModel::OpenLoop { rps } => Ok(LoadModel::OpenLoop {
+            rps: rps * f64::from(share) / f64::from(spec.connections),
+        }),
+        LoadModel::ClosedLoop => Ok(LoadModel::ClosedLoop),
+        other => Err(unsupported(format!(
+            "the {} model ends after a number of requests, which one generator counts",
+            other.name()
+        ))),
+    };
+    // Connections as evenly as they go; the rate follows the connections, so every
+    // connection keeps the rate it has with one generator.
+    (0..generators)
+        .map(|i| {
+            let share =
+                spec.connections / generators + u32::from(i < spec.connections % generators);
+            Ok(LoadSpec {
+                model: model(share)?,
+                connections: share,
+                ..spec.clone()
+            })
+        })
+        .collect()
 }
 
 /// The run's credentials `pod` is given under `pki/`: its own identity, when its mesh asks.

@@ -61,6 +61,23 @@ impl LatencyRecorder {
         }
     }
 
+    /// The distribution of a report, if it is one this recorder wrote.
+    pub fn decode(encoded: &EncodedHistogram) -> Option<LatencyRecorder> {
+        use hdrhistogram::serialization::Deserializer;
+        if encoded.encoding != HISTOGRAM_ENCODING || encoded.unit != "us" {
+            return None;
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&encoded.data)
+            .ok()?;
+        let decoded: Histogram<u64> = Deserializer::new()
+            .deserialize(&mut bytes.as_slice())
+            .ok()?;
+        let mut recorder = LatencyRecorder::default();
+        recorder.histogram.add(&decoded).ok()?;
+        Some(recorder)
+    }
+
     pub fn encode(&self) -> EncodedHistogram {
         let mut bytes = Vec::new();
         V2DeflateSerializer::new()

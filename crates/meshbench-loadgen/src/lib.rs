@@ -19,6 +19,7 @@ pub mod export;
 mod grpc;
 mod histogram;
 mod http1;
+mod merge;
 mod outcome;
 mod recorder;
 mod report;
@@ -30,6 +31,7 @@ pub use engine::{run_load, LoadResult};
 pub use error::Error;
 pub use grpc::DEFAULT_GRPC_METHOD;
 pub use histogram::LatencyRecorder;
+pub use merge::{merge_reports, MergeError};
 pub use outcome::Outcome;
 pub use recorder::{Recorder, RequestSample, SecondBucket};
 pub use spec::{

@@ -73,6 +73,7 @@ impl LoadResult {
             latency: rec.corrected.summary(),
             latency_uncorrected: rec.uncorrected.summary(),
             histogram: rec.corrected.encode(),
+            histogram_uncorrected: Some(rec.uncorrected.encode()),
             protocol: Some(config.protocol.name(config.target.tls).to_owned()),
             parameters,
             generator: Some(GeneratorStats {

@@ -165,3 +165,60 @@ fn invalid_configuration_names_the_field() {
         .to_string()
         .contains("--cacert"));
 }
+
+#[test]
+fn reports_of_generators_sharing_a_load_merge_into_its_exact_distribution() {
+    use meshbench_loadgen::{merge_reports, LatencyRecorder};
+    // Two generators with one rate each, at the same time, as `--generators 2` runs them.
+    let server = echo_server(Duration::from_millis(1), None);
+    let url = format!("http://{}/", server.addr);
+    let generators: Vec<_> = (0..2)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                run_load(config(&url, 100.0, 2, Duration::from_secs(1)))
+                    .unwrap()
+                    .to_report()
+            })
+        })
+        .collect();
+    let reports: Vec<_> = generators.into_iter().map(|g| g.join().unwrap()).collect();
+    let merged = merge_reports(&reports).unwrap();
+
+    assert_eq!(merged.requested_rps, Some(200.0));
+    assert_eq!(merged.connections, 4);
+    assert_eq!(merged.sent, reports[0].sent + reports[1].sent);
+    assert_eq!(
+        merged.outcomes["http_200"],
+        reports[0].outcomes["http_200"] + reports[1].outcomes["http_200"]
+    );
+    assert!((merged.achieved_rps - reports[0].achieved_rps - reports[1].achieved_rps).abs() < 1e-9);
+    // The whole distribution is the sum of the parts, bucket for bucket.
+    let mut both = LatencyRecorder::default();
+    for r in &reports {
+        both.merge(&LatencyRecorder::decode(&r.histogram).unwrap());
+    }
+    assert_eq!(merged.latency, both.summary());
+    assert_eq!(merged.latency.count, merged.sent);
+    let decoded = LatencyRecorder::decode(&merged.histogram).unwrap();
+    assert_eq!(decoded.histogram(), both.histogram());
+    assert!(merged.latency.p99_us >= reports.iter().map(|r| r.latency.p50_us).min().unwrap());
+    assert_eq!(merged.latency_uncorrected.count, merged.sent);
+    // The window spans both generators' windows.
+    let wall = |r: &meshbench_results::LoadReport, t: u64| {
+        t as i128 + r.window.realtime_offset_ns.unwrap() as i128
+    };
+    for r in &reports {
+        assert!(
+            wall(&merged, merged.window.start_monotonic_ns)
+                <= wall(r, r.window.start_monotonic_ns) + 1
+        );
+        assert!(
+            wall(&merged, merged.window.end_monotonic_ns) + 1 >= wall(r, r.window.end_monotonic_ns)
+        );
+    }
+    // Reports of different loads do not merge.
+    let mut other = reports[1].clone();
+    other.target = "http://elsewhere/".into();
+    assert!(merge_reports(&[reports[0].clone(), other]).is_err());
+}

@@ -45,6 +45,10 @@ pub struct LoadReport {
     pub latency_uncorrected: LatencySummary,
     /// Full distribution behind `latency`.
     pub histogram: EncodedHistogram,
+    /// Full distribution behind `latency_uncorrected`, so that reports of several
+    /// generators merge exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histogram_uncorrected: Option<EncodedHistogram>,
     /// Wire protocol: `http/1.1`, `http/1.1 (no keep-alive)`, `h2c`, `h2`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,

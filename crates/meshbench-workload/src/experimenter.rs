@@ -290,6 +290,7 @@ impl ExperimentResult {
             latency: latency.summary(),
             latency_uncorrected: latency.summary(),
             histogram: latency.encode(),
+            histogram_uncorrected: Some(latency.encode()),
             protocol: Some("http/1.1".to_owned()),
             parameters: Some(ModelParameters {
                 group_size: Some(workload.batch_size),

@@ -314,3 +314,61 @@ fn lab_clean_removes_what_a_killed_run_left_on_the_cluster() {
     assert!(said.contains("labelled by meshbench"), "{said}");
     assert_eq!(cluster.leftovers(), "", "objects left after lab clean");
 }
+
+#[test]
+fn a_load_split_over_two_generator_pods_is_merged_exactly() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let mut command = cluster.run(&out, &["--profile", "smoke", "--scenarios", "baseline"]);
+    command.args(["--generators", "2"]);
+    assert_success(&command.output().unwrap());
+    let r = results(&out);
+    for cell in r["cells"].as_array().unwrap() {
+        let load = &cell["load"];
+        let (rps, connections) = (
+            load["requested_rps"].as_f64().unwrap(),
+            load["connections"].as_u64().unwrap(),
+        );
+        let cell_dir = std::fs::read_dir(out.join("cells"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .contains(&format!("{}rps", rps as u64))
+            })
+            .unwrap();
+        let part = |i: u32| -> Value {
+            serde_json::from_slice(
+                &std::fs::read(cell_dir.join(format!("load-g{i}.json"))).unwrap(),
+            )
+            .unwrap()
+        };
+        let (g1, g2) = (part(1), part(2));
+        // Each generator ran half of the point: half the connections, half the rate.
+        assert_eq!(
+            g1["connections"].as_u64().unwrap() + g2["connections"].as_u64().unwrap(),
+            connections
+        );
+        assert_eq!(
+            g1["requested_rps"].as_f64().unwrap() + g2["requested_rps"].as_f64().unwrap(),
+            rps
+        );
+        assert_eq!(
+            load["latency"]["count"].as_u64().unwrap(),
+            g1["latency"]["count"].as_u64().unwrap() + g2["latency"]["count"].as_u64().unwrap()
+        );
+        assert!(load["achieved_rps"].as_f64().unwrap() > rps * 0.9, "{load}");
+        let nodes = nodes_of(cell);
+        assert!(
+            nodes.contains_key("load-generator-1-g1") && nodes.contains_key("load-generator-1-g2"),
+            "{nodes:?}"
+        );
+    }
+    assert_eq!(cluster.leftovers(), "");
+}

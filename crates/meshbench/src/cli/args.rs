@@ -120,6 +120,15 @@ pub struct KubeArgs {
     /// the cluster pulls from, or import it into the nodes' containerd).
     #[arg(long, default_value = concat!("docker.io/library/meshbench:", env!("CARGO_PKG_VERSION")))]
     pub image: String,
+    /// Split each cell's load over this many load generator pods (constant-rate and
+    /// closed-loop points; each gets its share of the connections and of the rate), their
+    /// latency histograms merged exactly.
+    #[arg(long, default_value = "1", value_parser = at_least_one_u32)]
+    pub generators: u32,
+}
+
+fn at_least_one_u32(value: &str) -> Result<u32, String> {
+    at_least_one(value).and_then(|n| u32::try_from(n).map_err(|e| e.to_string()))
 }
 
 impl KubeArgs {
@@ -135,6 +144,7 @@ impl KubeArgs {
             context: self.cluster.context.clone(),
             image: self.image.clone(),
             work_dir: work_dir.to_owned(),
+            generators: self.generators,
         };
         Ok(meshbench_kube::KubePlatform::connect(&options, run).await?)
     }
