@@ -64,6 +64,30 @@ impl Cluster {
         command
     }
 
+    /// A run of a minute in the background, once its load generator's pod exists.
+    fn start_long_run(&self, out: &Path) -> std::process::Child {
+        let args = [
+            "--profile",
+            "smoke",
+            "--scenarios",
+            "baseline",
+            "--duration",
+            "60s",
+        ];
+        let child = self
+            .run(out, &args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for("the load generator's pod", Duration::from_secs(60), || {
+            self.leftovers()
+                .contains("pod/load-generator-1-")
+                .then_some(())
+        });
+        child
+    }
+
     /// Every object meshbench labelled, as `kind/name` lines.
     fn leftovers(&self) -> String {
         let output = run_ok(
@@ -239,29 +263,8 @@ fn ctrl_c_deletes_what_the_run_created_and_keeps_the_partial_results() {
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let mut child = cluster
-        .run(
-            &out,
-            &[
-                "--profile",
-                "smoke",
-                "--scenarios",
-                "baseline",
-                "--duration",
-                "60s",
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     // Interrupted while its load generator runs.
-    wait_for("the load generator's pod", Duration::from_secs(60), || {
-        cluster
-            .leftovers()
-            .contains("pod/load-generator-1-")
-            .then_some(())
-    });
+    let mut child = cluster.start_long_run(&out);
     rustix::process::kill_process(
         rustix::process::Pid::from_child(&child),
         rustix::process::Signal::INT,
@@ -279,28 +282,7 @@ fn lab_clean_removes_what_a_killed_run_left_on_the_cluster() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut child = cluster
-        .run(
-            &dir.path().join("run"),
-            &[
-                "--profile",
-                "smoke",
-                "--scenarios",
-                "baseline",
-                "--duration",
-                "60s",
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("the load generator's pod", Duration::from_secs(60), || {
-        cluster
-            .leftovers()
-            .contains("pod/load-generator-1-")
-            .then_some(())
-    });
+    let mut child = cluster.start_long_run(&dir.path().join("run"));
     // Killed outright: no chance to clean up.
     child.kill().unwrap();
     child.wait().unwrap();
