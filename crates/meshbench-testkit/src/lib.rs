@@ -106,3 +106,35 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Opt
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A loopback port nothing answers on, held for as long as the value lives: a socket bound to
+/// it that does not listen, so connections are refused and no other test (or process) can take
+/// the port meanwhile, as one could between dropping a listener and using its port.
+pub struct ClosedPort {
+    _socket: socket2::Socket,
+    pub addr: std::net::SocketAddr,
+}
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("a TCP socket");
+        let any: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
+        socket.bind(&any.into()).expect("binding 127.0.0.1:0");
+        let addr = socket
+            .local_addr()
+            .expect("a bound socket has an address")
+            .as_socket()
+            .expect("an IP address");
+        ClosedPort {
+            _socket: socket,
+            addr,
+        }
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> Self {
+        ClosedPort::new()
+    }
+}

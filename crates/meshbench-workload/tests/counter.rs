@@ -90,7 +90,8 @@ async fn two_deployments_ping_pong_until_the_count_is_reached() {
 #[tokio::test]
 async fn a_failed_hop_is_reported_with_where_it_failed_and_never_retried() {
     // B forwards to nothing: refused at B, reported through A.
-    let (a, _b) = chain(Some(format!("http://{}", closed_port()).parse().unwrap())).await;
+    let closed = closed_port();
+    let (a, _b) = chain(Some(format!("http://{}", closed.addr).parse().unwrap())).await;
     let (status, reply) = post(a.url("/count"), r#"{"count": 0, "max_count": 5}"#).await;
     assert_eq!(status, 502, "{reply}");
     assert_eq!(reply["failed_at"], json!("counter-b"));

@@ -138,7 +138,7 @@ async fn an_experiment_counts_failures_by_class() {
     // Nothing listening: refused, not a 403.
     let closed = closed_port();
     let exp = Experimenter::new(
-        &format!("http://{closed}").parse().unwrap(),
+        &format!("http://{}", closed.addr).parse().unwrap(),
         Duration::from_secs(5),
     )
     .unwrap();
@@ -283,7 +283,7 @@ async fn the_security_checker_tells_a_403_from_a_refused_connection_and_a_timeou
     );
 
     let closed = closed_port();
-    let report = check(json!({"host": "127.0.0.1", "port": closed.port()})).await;
+    let report = check(json!({"host": "127.0.0.1", "port": closed.addr.port()})).await;
     assert_eq!(report["outcome"], json!("connect_refused"), "{report}");
     assert_eq!(report["status"], Value::Null);
     assert!(report["error"].is_string());

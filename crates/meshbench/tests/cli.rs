@@ -460,12 +460,9 @@ fn a_relative_out_directory_is_where_the_results_go() {
 #[test]
 fn the_generator_waits_for_a_target_that_answers_late_and_gives_up_on_one_that_never_does() {
     use std::io::{BufRead, BufReader};
-    // A port nothing listens on (bound, then released).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port nothing answers on until the server below takes it over.
+    let closed = meshbench_testkit::ClosedPort::new();
+    let port = closed.addr.port();
     let url = format!("http://127.0.0.1:{port}/");
     let load = |wait: &str| {
         let mut command = meshbench();
@@ -512,6 +509,7 @@ fn the_generator_waits_for_a_target_that_answers_late_and_gives_up_on_one_that_n
             .then_some(())
     });
     std::thread::spawn(move || for _ in lines {});
+    drop(closed);
     let mut server = meshbench()
         .args(["workload", "echo", "--listen", &format!("127.0.0.1:{port}")])
         .stdout(Stdio::null())

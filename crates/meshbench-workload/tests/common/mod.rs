@@ -60,9 +60,9 @@ where
 }
 
 /// A loopback address nothing listens on: bound, then released.
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
+/// A port nothing answers on, held until the returned value is dropped.
+pub fn closed_port() -> meshbench_testkit::ClosedPort {
+    meshbench_testkit::ClosedPort::new()
 }
 
 pub async fn post(uri: Uri, body: &str) -> (u16, serde_json::Value) {
