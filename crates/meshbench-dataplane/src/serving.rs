@@ -167,16 +167,22 @@ const TRIM_PERIOD: Duration = Duration::from_secs(5);
 /// Gives memory that closed connections freed back to the system, for the proxy's life.
 /// glibc's allocator keeps freed heap pages (1000 unfinished 60 KB request heads left 70 MB
 /// behind after they closed); `malloc_trim` returns them. It walks the heap, so it runs at
-/// most once a period, and only after connections ended.
+/// most once a period, and only after connections ended: at the first period that sees them
+/// end, and once more a period after the last of them, since a connection is counted just
+/// before its task (and its buffers) is dropped, and a trim between the two would otherwise
+/// leave that memory held until some other connection ends.
 pub(crate) async fn return_freed_memory() {
-    let mut trimmed_at = CONNECTIONS_CLOSED.load(Ordering::Relaxed);
+    let mut seen = CONNECTIONS_CLOSED.load(Ordering::Relaxed);
+    let mut once_more = false;
     loop {
         tokio::time::sleep(TRIM_PERIOD).await;
         let closed = CONNECTIONS_CLOSED.load(Ordering::Relaxed);
-        if closed != trimmed_at {
-            trimmed_at = closed;
+        let ended = closed != seen;
+        if ended || once_more {
             trim_heap();
         }
+        once_more = ended;
+        seen = closed;
     }
 }
 
