@@ -35,6 +35,8 @@ pub const FIELD_MANAGER: &str = "meshbench";
 pub const CONFIG_DIR: &str = meshbench_meshes::CONFIG_DIR_IN_POD;
 /// The proxy user, whose group may read the pod's keys.
 const PROXY_UID: u32 = 1337;
+/// The app's container in every pod meshbench renders (the one whose log and stats are read).
+pub const APP_CONTAINER: &str = "meshbench";
 /// The host label the placement pins pods with.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
@@ -230,7 +232,7 @@ impl PodPlan<'_> {
                     init.chain(proxies).collect()
                 }),
                 containers: vec![Container {
-                    name: "meshbench".into(),
+                    name: APP_CONTAINER.into(),
                     image: Some(self.image.to_owned()),
                     image_pull_policy: Some("IfNotPresent".into()),
                     args: Some(self.args.clone()),
@@ -274,7 +276,7 @@ impl PodPlan<'_> {
                         files
                             .iter()
                             .map(|f| KeyToPath {
-                                key: secret_key(f),
+                                key: f.clone(),
                                 path: format!("{POD_PKI_DIR}/{f}"),
                                 // Keys: the owner (root) and the proxy user's group.
                                 mode: Some(0o440),
@@ -338,11 +340,6 @@ impl PodPlan<'_> {
     }
 }
 
-/// A secret's key for a file name (keys allow `[-._a-zA-Z0-9]`, which the PKI's names use).
-pub fn secret_key(file: &str) -> String {
-    file.to_owned()
-}
-
 /// A secret of credentials (`file name -> bytes`).
 pub fn secret(
     name: &str,
@@ -356,7 +353,8 @@ pub fn secret(
         data: Some(
             files
                 .into_iter()
-                .map(|(k, v)| (secret_key(&k), ByteString(v)))
+                // Keys allow `[-._a-zA-Z0-9]`, which the PKI's file names use.
+                .map(|(k, v)| (k, ByteString(v)))
                 .collect(),
         ),
         ..Secret::default()

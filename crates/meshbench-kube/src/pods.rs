@@ -214,7 +214,7 @@ async fn tail(api: &Api<Pod>, pod: &str, previous: bool) -> Option<String> {
         tail_lines: Some(LOG_LINES),
         previous,
         // The app's container; a sidecar's failure names its reason without its log.
-        container: Some("meshbench".into()),
+        container: Some(crate::objects::APP_CONTAINER.into()),
         ..LogParams::default()
     };
     api.logs(pod, &params)

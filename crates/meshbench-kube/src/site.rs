@@ -26,7 +26,7 @@ use meshbench_topology::{Pod as TopologyPod, Topology, Workload};
 use meshbench_workload::WorkloadFile;
 
 use crate::clean::{delete_cell, off_runtime};
-use crate::objects::{self, PodPlan};
+use crate::objects::{self, PodPlan, APP_CONTAINER};
 use crate::platform::KubePlatform;
 use crate::pods::{self, Until};
 use crate::stats::{SummarySampler, Target};
@@ -44,8 +44,6 @@ const GENERATOR_GRACE: Duration = Duration::from_secs(120);
 const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
 /// How long the generator waits for the service to answer before measuring.
 const TARGET_WAIT: Duration = Duration::from_secs(60);
-/// The app's container in every pod meshbench renders.
-const APP_CONTAINER: &str = "meshbench";
 /// meshbench's CA service: the control plane of our own data plane.
 const CA_WORKLOAD: &str = "meshbench-ca";
 
