@@ -34,6 +34,12 @@ pub enum Error {
     },
     #[error("the load generator's result in pod {pod}'s log is missing or invalid: {problem}")]
     Result { pod: String, problem: String },
+    #[error("`{command}` in pod {pod}: {problem}")]
+    Exec {
+        pod: String,
+        command: String,
+        problem: String,
+    },
     #[error(transparent)]
     Mesh(#[from] meshbench_meshes::Error),
     #[error("the {what} is not supported on Kubernetes yet: {why}")]

@@ -11,6 +11,7 @@
 
 mod clean;
 mod error;
+pub mod exec;
 pub mod objects;
 mod platform;
 pub mod pods;
@@ -20,3 +21,4 @@ pub mod stats;
 pub use clean::clean;
 pub use error::Error;
 pub use platform::{connect, KubeOptions, KubePlatform};
+pub use site::KubeSite;

@@ -34,6 +34,9 @@ pub struct KubeOptions {
     /// Load generator pods each cell's load is split over (at least 1); their reports are
     /// merged exactly.
     pub generators: u32,
+    /// How long the run's SVIDs live (default: the CA's); the verifier makes them short, so
+    /// that they rotate while it checks identities.
+    pub svid_ttl: Option<std::time::Duration>,
 }
 
 /// A cluster, connected.
@@ -51,6 +54,8 @@ pub struct KubePlatform {
     work_dir: PathBuf,
     /// The run's identities (set by `prepare`).
     pki: Option<(ProxyArea, MeshPki)>,
+    /// How long SVIDs live, when not the CA's default.
+    svid_ttl: Option<std::time::Duration>,
 }
 
 impl KubePlatform {
@@ -75,6 +80,7 @@ impl KubePlatform {
             work_dir: options.work_dir.clone(),
             generators: options.generators.max(1),
             pki: None,
+            svid_ttl: options.svid_ttl,
         })
     }
 
@@ -114,6 +120,28 @@ impl KubePlatform {
                 what: "a cell before the platform is prepared".into(),
                 why: "the run's identities do not exist yet".into(),
             })
+    }
+
+    /// A site for `topology` (its services applied), its nodes the cluster's schedulable
+    /// nodes in name order; its files go to `dir`. What `realize` gives a cell, for callers
+    /// that drive the site themselves (the verifier).
+    pub async fn realize_topology(
+        &self,
+        topology: &Topology,
+        dir: &std::path::Path,
+    ) -> Result<KubeSite<'_>, Error> {
+        let cluster_nodes = self.nodes().await?;
+        let need = topology.nodes.len();
+        if cluster_nodes.len() < need {
+            return Err(Error::TooFewNodes {
+                have: cluster_nodes.len(),
+                need,
+                names: cluster_nodes.join(", "),
+            });
+        }
+        let nodes: BTreeMap<String, String> =
+            topology.nodes.iter().cloned().zip(cluster_nodes).collect();
+        KubeSite::realize(self, topology, dir, nodes).await
     }
 
     /// The schedulable nodes, by name.
@@ -212,19 +240,28 @@ impl Platform for KubePlatform {
             let platform_err = |e: Error| meshbench_experiment::Error::Mesh(e.into());
             let area =
                 ProxyArea::create(&self.work_dir).map_err(meshbench_experiment::Error::Mesh)?;
-            let pki = MeshPki::create(&area, topology, policy)
+            let pki = MeshPki::create_with_ttl(&area, topology, policy, self.svid_ttl)
                 .map_err(meshbench_experiment::Error::Mesh)?;
             self.pki = Some((area, pki));
+            // The run's own namespace holds meshbench's CA service, whatever the topology's
+            // namespaces are.
+            let run_namespace = meshbench_experiment::NAMESPACE.to_owned();
+            let namespaces = std::iter::once(&run_namespace)
+                .chain(topology.workloads.iter().map(|w| &w.namespace));
+            for topology_namespace in namespaces {
+                if self.namespaces.contains_key(topology_namespace) {
+                    continue;
+                }
+                let namespace = self.namespace_for(topology_namespace);
+                let api = Api::<Namespace>::all(self.client.clone());
+                objects::apply(&api, &objects::namespace(&namespace, &self.run))
+                    .await
+                    .map_err(platform_err)?;
+                self.namespaces
+                    .insert(topology_namespace.clone(), namespace);
+            }
             for workload in &topology.workloads {
                 let namespace = self.namespace_for(&workload.namespace);
-                if !self.namespaces.contains_key(&workload.namespace) {
-                    let api = Api::<Namespace>::all(self.client.clone());
-                    objects::apply(&api, &objects::namespace(&namespace, &self.run))
-                        .await
-                        .map_err(platform_err)?;
-                    self.namespaces
-                        .insert(workload.namespace.clone(), namespace.clone());
-                }
                 let api = Api::<ServiceAccount>::namespaced(self.client.clone(), &namespace);
                 objects::apply(
                     &api,
@@ -249,24 +286,7 @@ impl Platform for KubePlatform {
                 }
                 .into());
             }
-            let cluster_nodes = self.nodes().await?;
-            let need = cell.topology.nodes.len();
-            if cluster_nodes.len() < need {
-                return Err(Error::TooFewNodes {
-                    have: cluster_nodes.len(),
-                    need,
-                    names: cluster_nodes.join(", "),
-                }
-                .into());
-            }
-            let nodes: BTreeMap<String, String> = cell
-                .topology
-                .nodes
-                .iter()
-                .cloned()
-                .zip(cluster_nodes)
-                .collect();
-            let site = KubeSite::realize(self, cell.topology, cell.dir, nodes).await?;
+            let site = self.realize_topology(cell.topology, cell.dir).await?;
             Ok(Box::new(site) as Box<dyn Site<'a> + 'a>)
         })
     }

@@ -17,7 +17,7 @@ use meshbench_experiment::platform::{ClientServer, Entry, Instrument, Measured, 
 use meshbench_identity::{CaServerFile, ServerTlsFiles};
 use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_meshes::{
-    identity_files, BoxFuture, ClusterCell, ClusterMesh, Mesh, PodAdditions, Ports,
+    identity_files, BoxFuture, ClusterCell, ClusterMesh, ClusterSite, Mesh, PodAdditions, Ports,
     CONFIG_DIR_IN_POD, POD_PKI_DIR,
 };
 use meshbench_results::LoadReport;
@@ -44,6 +44,8 @@ const GENERATOR_GRACE: Duration = Duration::from_secs(120);
 const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
 /// How long the generator waits for the service to answer before measuring.
 const TARGET_WAIT: Duration = Duration::from_secs(60);
+/// How long a service's routes may take to reach every node.
+const ROUTES_TIMEOUT: Duration = Duration::from_secs(90);
 /// meshbench's CA service: the control plane of our own data plane.
 const CA_WORKLOAD: &str = "meshbench-ca";
 
@@ -58,10 +60,14 @@ struct Sampled {
 /// A pod meshbench created for a cell.
 #[derive(Debug, Clone)]
 struct CreatedPod {
+    /// The topology's name of the pod.
+    topology_name: String,
     namespace: String,
     name: String,
     node: String,
     containers: Vec<Sampled>,
+    /// Its address, once it is ready.
+    ip: Option<IpAddr>,
 }
 
 /// The cell's client and server, once its mesh is deployed.
@@ -72,7 +78,8 @@ struct Deployed {
     service: String,
 }
 
-pub(crate) struct KubeSite<'a> {
+/// One cell on a cluster (see the module's header).
+pub struct KubeSite<'a> {
     platform: &'a KubePlatform,
     id: String,
     topology: Topology,
@@ -181,16 +188,33 @@ impl<'a> KubeSite<'a> {
             .filter_map(|s| {
                 let addr = self.services.get(&s.name)?;
                 let namespace = self.platform.namespace_for(&s.namespace);
+                let mut hostnames = vec![s.name.clone()];
+                // By the cluster's namespace, and by the topology's where it differs.
+                for ns in [namespace.as_str(), s.namespace.as_str()] {
+                    for name in [
+                        format!("{}.{ns}", s.name),
+                        format!("{}.{ns}.svc", s.name),
+                        format!("{}.{ns}.svc.cluster.local", s.name),
+                    ] {
+                        if !hostnames.contains(&name) {
+                            hostnames.push(name);
+                        }
+                    }
+                }
                 Some(HostAlias {
                     ip: addr.ip().to_string(),
-                    hostnames: Some(vec![
-                        s.name.clone(),
-                        format!("{}.{namespace}", s.name),
-                        format!("{}.{namespace}.svc.cluster.local", s.name),
-                    ]),
+                    hostnames: Some(hostnames),
                 })
             })
             .collect()
+    }
+
+    fn cluster_site(&self) -> ClusterSite<'_> {
+        ClusterSite {
+            topology: &self.topology,
+            services: &self.services,
+            ca_endpoint: self.ca_endpoint,
+        }
     }
 
     fn cluster_cell<'c>(
@@ -200,12 +224,10 @@ impl<'a> KubeSite<'a> {
         service: &'c str,
     ) -> ClusterCell<'c> {
         ClusterCell {
-            topology: &self.topology,
+            site: self.cluster_site(),
             client,
             server,
             service,
-            services: &self.services,
-            ca_endpoint: self.ca_endpoint,
         }
     }
 
@@ -287,22 +309,37 @@ impl<'a> KubeSite<'a> {
             )
             .collect();
         let created = CreatedPod {
+            topology_name: pod.name.clone(),
             namespace,
             name,
             node,
             containers,
+            ip: None,
         };
         self.pods.push(created.clone());
         Ok(created)
     }
 
-    /// Waits, in parallel, until every pod of `pods` is ready.
-    async fn wait_ready(&self, pods: &[CreatedPod]) -> Result<(), Error> {
-        try_join_all(pods.iter().map(|p| {
+    /// Waits, in parallel, until every pod of `pods` is ready, and records their addresses.
+    async fn wait_ready(&mut self, pods: &[CreatedPod]) -> Result<(), Error> {
+        let ready = try_join_all(pods.iter().map(|p| {
             let api = Api::<Pod>::namespaced(self.client(), &p.namespace);
             async move { pods::wait(&api, &p.name, Until::Ready, READY_TIMEOUT).await }
         }))
         .await?;
+        for pod in ready {
+            let ip = pod
+                .status
+                .and_then(|s| s.pod_ip)
+                .and_then(|ip| ip.parse().ok());
+            if let Some(created) = self
+                .pods
+                .iter_mut()
+                .find(|c| Some(&c.name) == pod.metadata.name.as_ref())
+            {
+                created.ip = ip;
+            }
+        }
         Ok(())
     }
 
@@ -352,12 +389,24 @@ impl<'a> KubeSite<'a> {
         cluster: &dyn ClusterMesh,
         cell: &Deployed,
     ) -> Result<(), Error> {
-        let mut created = vec![];
+        let mut planned = vec![];
         for (pod, app) in std::mem::take(&mut self.apps) {
             let additions = cluster.pod(
                 &self.cluster_cell(&cell.client, &cell.server, &cell.service),
                 &pod,
             )?;
+            planned.push((pod, app, additions));
+        }
+        self.create_apps(planned).await
+    }
+
+    /// Creates each app's pod with its additions, then waits until all are ready.
+    async fn create_apps(
+        &mut self,
+        planned: Vec<(TopologyPod, WorkloadFile, PodAdditions)>,
+    ) -> Result<(), Error> {
+        let mut created = vec![];
+        for (pod, app, additions) in planned {
             let port = app.listen.port();
             let config = (
                 WorkloadFile::command_line(&Path::new(CONFIG_DIR_IN_POD).join("app.yaml")),
@@ -370,6 +419,151 @@ impl<'a> KubeSite<'a> {
             );
         }
         self.wait_ready(&created).await
+    }
+
+    /// Enrolls every meshed workload of the topology in `mesh`, its apps' pods created with
+    /// what the mesh adds to each.
+    async fn enroll_topology(&mut self, mesh: Mesh) -> Result<(), Error> {
+        let cluster = on_cluster(mesh)?;
+        if !cluster.can_enroll() {
+            return Err(Error::Unsupported {
+                what: format!("enrolling a whole topology in {}", mesh.name()),
+                why: "this mesh enrolls only a client and a server on a cluster".into(),
+            });
+        }
+        let mut planned = vec![];
+        for (pod, app) in std::mem::take(&mut self.apps) {
+            let additions = cluster.enroll_pod(&self.cluster_site(), &pod)?;
+            planned.push((pod, app, additions));
+        }
+        if cluster.needs_ca() && planned.iter().any(|(_, _, a)| a.identity) {
+            self.start_ca().await?;
+        }
+        self.create_apps(planned).await
+    }
+
+    /// Waits until every service of the site is routed on every node: from a prober pod on
+    /// each node, outside any mesh, a connection to each service is no longer refused.
+    /// kube-proxy programs a service's routes a moment after its pods are ready, and until
+    /// then refuses connections to it; a verifier's probe made in between saw a refusal
+    /// the policy had nothing to do with.
+    pub async fn wait_for_routes(&mut self) -> Result<(), Error> {
+        let mut addresses: Vec<String> = self.services.values().map(|a| a.to_string()).collect();
+        if self.pods.iter().any(|p| p.topology_name == CA_WORKLOAD) {
+            addresses.push(self.ca_endpoint.to_string());
+        }
+        let mut probers = vec![];
+        for node in self.topology.nodes.clone() {
+            let pod = TopologyPod {
+                name: format!("meshbench-prober-{node}"),
+                workload: Workload {
+                    name: "meshbench-prober".into(),
+                    namespace: meshbench_experiment::NAMESPACE.into(),
+                    service_account: "default".into(),
+                    node,
+                    replicas: 1,
+                    meshed: false,
+                },
+            };
+            let app = WorkloadFile::new(
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, Ports::APP)),
+                meshbench_workload::WorkloadApp::Echo {
+                    delay: "0s".into(),
+                    response_size: "0".into(),
+                    status: "200".into(),
+                },
+            );
+            let config = (
+                WorkloadFile::command_line(&Path::new(CONFIG_DIR_IN_POD).join("app.yaml")),
+                BTreeMap::from([("app.yaml".to_owned(), app.to_yaml())]),
+            );
+            let created = self
+                .create_pod(
+                    &pod,
+                    "prober",
+                    config,
+                    Some(Ports::APP),
+                    &PodAdditions::default(),
+                    vec![],
+                )
+                .await?;
+            probers.push((pod.name, created));
+        }
+        let created: Vec<CreatedPod> = probers.iter().map(|(_, c)| c.clone()).collect();
+        self.wait_ready(&created).await?;
+        let reach: Vec<String> = ["meshbench", "wire", "reach", "--within", "60s"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain(addresses)
+            .collect();
+        let site = &*self;
+        try_join_all(probers.iter().map(|(name, _)| {
+            let command = reach.clone();
+            async move {
+                let output = site.exec(name, command, ROUTES_TIMEOUT).await?;
+                output.status.map_err(|status| Error::Exec {
+                    pod: name.clone(),
+                    command: "meshbench wire reach".into(),
+                    problem: format!("{status}: {}", output.stderr.trim()),
+                })
+            }
+        }))
+        .await?;
+        Ok(())
+    }
+
+    fn created(&self, pod: &str) -> Result<&CreatedPod, Error> {
+        self.pods
+            .iter()
+            .find(|p| p.topology_name == pod)
+            .ok_or_else(|| Error::Unsupported {
+                what: format!("pod {pod}"),
+                why: "the cell has not created it".into(),
+            })
+    }
+
+    /// The address of the cluster's pod for topology pod `pod`, once it is ready.
+    pub fn pod_ip(&self, pod: &str) -> Option<IpAddr> {
+        self.created(pod).ok()?.ip
+    }
+
+    /// The cluster's node that topology pod `pod` runs on.
+    pub fn node_of(&self, pod: &str) -> Option<&str> {
+        Some(self.created(pod).ok()?.node.as_str())
+    }
+
+    /// Runs `command` in the app container of topology pod `pod`, to its end.
+    pub async fn exec(
+        &self,
+        pod: &str,
+        command: Vec<String>,
+        timeout: Duration,
+    ) -> Result<crate::exec::ExecOutput, Error> {
+        let created = self.created(pod)?;
+        let api = Api::<Pod>::namespaced(self.client(), &created.namespace);
+        crate::exec::run(&api, &created.name, APP_CONTAINER, command, timeout).await
+    }
+
+    /// Starts `command` in the app container of topology pod `pod` and returns once it
+    /// printed a stderr line containing `ready`.
+    pub async fn start_exec(
+        &self,
+        pod: &str,
+        command: Vec<String>,
+        ready: &str,
+        timeout: Duration,
+    ) -> Result<crate::exec::RunningExec, Error> {
+        let created = self.created(pod)?;
+        let api = Api::<Pod>::namespaced(self.client(), &created.namespace);
+        crate::exec::start(
+            &api,
+            &created.name,
+            APP_CONTAINER,
+            command,
+            Some(ready),
+            timeout,
+        )
+        .await
     }
 
     async fn run_generator(
@@ -620,13 +814,7 @@ impl<'a> Site<'a> for KubeSite<'a> {
     }
 
     fn enroll(&mut self, mesh: Mesh) -> BoxFuture<'_, Result<(), SiteError>> {
-        Box::pin(async move {
-            Err(Error::Unsupported {
-                what: format!("enrolling a whole topology in {}", mesh.name()),
-                why: "only client/server cells run on Kubernetes so far".into(),
-            }
-            .into())
-        })
+        Box::pin(async move { Ok(self.enroll_topology(mesh).await?) })
     }
 
     fn measure<'b>(

@@ -22,17 +22,49 @@ pub const POD_PKI_DIR: &str = "pki";
 /// The config directory of every pod on a cluster.
 pub const CONFIG_DIR_IN_POD: &str = "/etc/meshbench";
 
-/// One client/server cell on a cluster, as a mesh needs to know it.
-pub struct ClusterCell<'a> {
+/// What a mesh needs to know of the topology it runs in on a cluster: its services as pods
+/// dial them, and meshbench's CA service.
+#[derive(Clone, Copy)]
+pub struct ClusterSite<'a> {
     pub topology: &'a Topology,
-    pub client: &'a Pod,
-    pub server: &'a Pod,
-    /// The service in front of the server.
-    pub service: &'a str,
     /// Each service's address as pods dial it (cluster IP and port).
     pub services: &'a BTreeMap<String, SocketAddr>,
     /// meshbench's CA service (the control plane of our data plane), as pods dial it.
     pub ca_endpoint: SocketAddr,
+}
+
+impl ClusterSite<'_> {
+    /// The services whose workloads are meshed, with their SPIFFE IDs.
+    pub fn meshed_services(&self) -> Vec<(SocketAddr, String)> {
+        self.topology
+            .services
+            .iter()
+            .filter_map(|s| {
+                let w = self.topology.workload(&s.workload)?;
+                let addr = self.services.get(&s.name)?;
+                w.meshed
+                    .then(|| (*addr, spiffe_id(&w.namespace, &w.service_account)))
+            })
+            .collect()
+    }
+
+    /// The port `pod`'s app listens on: its service's target port.
+    pub fn app_port(&self, pod: &Pod) -> u16 {
+        self.topology
+            .services
+            .iter()
+            .find(|s| s.workload == pod.workload.name)
+            .map_or(crate::Ports::APP, |s| s.target_port)
+    }
+}
+
+/// One client/server cell on a cluster, as a mesh needs to know it.
+pub struct ClusterCell<'a> {
+    pub site: ClusterSite<'a>,
+    pub client: &'a Pod,
+    pub server: &'a Pod,
+    /// The service in front of the server.
+    pub service: &'a str,
 }
 
 /// A pod's credentials, as paths in its config directory.
@@ -68,28 +100,15 @@ impl ClusterCell<'_> {
     /// The service's URL as the client dials it by name (the platform makes pods resolve
     /// the cell's services).
     pub fn service_url(&self, scheme: &str) -> Result<String, Error> {
-        let service = self
-            .topology
-            .service(self.service)
-            .ok_or_else(|| Error::Unsupported {
-                mesh: self.service.to_owned(),
-                what: "a service the cell's topology does not have",
-            })?;
+        let service =
+            self.site
+                .topology
+                .service(self.service)
+                .ok_or_else(|| Error::Unsupported {
+                    mesh: self.service.to_owned(),
+                    what: "a service the cell's topology does not have",
+                })?;
         Ok(format!("{scheme}://{}:{}/", service.name, service.port))
-    }
-
-    /// The services whose workloads are meshed, with their SPIFFE IDs.
-    pub fn meshed_services(&self) -> Vec<(SocketAddr, String)> {
-        self.topology
-            .services
-            .iter()
-            .filter_map(|s| {
-                let w = self.topology.workload(&s.workload)?;
-                let addr = self.services.get(&s.name)?;
-                w.meshed
-                    .then(|| (*addr, spiffe_id(&w.namespace, &w.service_account)))
-            })
-            .collect()
     }
 }
 
@@ -161,6 +180,21 @@ pub trait ClusterMesh: Sync {
     /// What it adds to `pod`, one of the cell's pods (the client's too).
     fn pod(&self, _cell: &ClusterCell<'_>, _pod: &Pod) -> Result<PodAdditions, Error> {
         Ok(PodAdditions::default())
+    }
+
+    /// Whether it can enroll a whole topology on a cluster (E3's verification), where
+    /// several workloads call each other and only the meshed ones are in the mesh.
+    fn can_enroll(&self) -> bool {
+        false
+    }
+
+    /// What it adds to `pod` when it enrolls a whole topology (only asked when
+    /// [`ClusterMesh::can_enroll`]).
+    fn enroll_pod(&self, _site: &ClusterSite<'_>, _pod: &Pod) -> Result<PodAdditions, Error> {
+        Err(Error::Unsupported {
+            mesh: "this mesh".into(),
+            what: "enrolling a whole topology on a cluster",
+        })
     }
 
     /// Whether it needs meshbench's CA service as its control plane.

@@ -17,6 +17,7 @@ mod enter;
 mod loopback;
 mod netns;
 mod network;
+mod packet;
 mod plan;
 mod relay;
 mod wire;
@@ -30,6 +31,7 @@ pub use enter::run_in_netns;
 pub use loopback::LoopbackLab;
 pub use netns::NetnsLab;
 pub use network::{new_lab_id, Backend, LabNetwork, NetPlace};
+pub use packet::{capture, CaptureLimits, CaptureSummary};
 pub use plan::AddressPlan;
 pub use relay::WireTap;
 pub use wire::{analyze_pcap, send_times_to_port, FlowVerdict, WireCapture, WireReport};
@@ -71,6 +73,11 @@ pub enum Error {
     Pcap {
         path: std::path::PathBuf,
         message: String,
+    },
+    #[error("capturing on interface {interface}: {source}")]
+    Capture {
+        interface: String,
+        source: std::io::Error,
     },
     #[error("{what} is not possible on the {backend} backend")]
     Unsupported {

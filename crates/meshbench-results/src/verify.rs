@@ -16,6 +16,10 @@ pub struct VerifyReport {
     pub started_at: String,
     pub finished_at: String,
     pub environment: Environment,
+    /// Where the meshes were verified: the local lab, or `kubernetes/<version> (<server>)`
+    /// (absent: the local lab, before this field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
     /// The declared zero-trust policy (YAML) every expectation was derived from.
     pub policy: String,
     pub meshes: Vec<MeshVerification>,
@@ -32,6 +36,9 @@ pub struct MeshVerification {
     pub identity: Vec<IdentityCheck>,
     /// Why the mesh could not be verified (nothing else is then reported).
     pub error: Option<String>,
+    /// What was not checked, or checked otherwise than locally, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

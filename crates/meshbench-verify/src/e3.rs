@@ -6,6 +6,8 @@ pub use meshbench_topology::e3::*;
 
 use meshbench_meshes::{Ports, TRUST_DOMAIN};
 use meshbench_topology::Topology;
+use meshbench_workload::{WorkloadApp, WorkloadFile};
+use std::net::SocketAddr;
 
 /// One of E3's security cases: which workloads the mesh enrolls.
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +102,28 @@ pub const PROBES: [Probe; 6] = [
 /// The topology of `case`: every member, the ones it names enrolled.
 pub fn topology(case: &SecurityCase) -> Topology {
     meshbench_topology::e3::topology(case.meshed, Ports::APP)
+}
+
+/// Bound on each call an E3 app makes to another.
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The app of E3's `workload`, listening on [`Ports::APP`] of every address.
+pub fn app_file(workload: &str) -> WorkloadFile {
+    let m = member(workload);
+    let app = match m.app {
+        App::Calculator => WorkloadApp::Calculator,
+        App::Experimenter => WorkloadApp::Experimenter {
+            calculator: format!("http://{CALCULATOR}.{APP}.svc:{SERVICE_PORT}"),
+            timeout: CALL_TIMEOUT,
+            once: None,
+        },
+        App::Checker => WorkloadApp::SecurityChecker {
+            name: m.workload.into(),
+            namespace: m.namespace.into(),
+            timeout: CALL_TIMEOUT,
+        },
+    };
+    WorkloadFile::new(SocketAddr::from(([0, 0, 0, 0], Ports::APP)), app)
 }
 
 /// E3's zero-trust rules in the lab's trust domain.

@@ -4,6 +4,7 @@
 //! and a verdict, plus evidence from a capture of its path on the wire. Where everything is
 //! enrolled, the destination's proxy is also handshaken with bad identities.
 
+mod cluster;
 mod e3;
 mod expect;
 mod identity;
@@ -11,6 +12,7 @@ mod probe;
 mod run;
 mod wire;
 
+pub use cluster::{verify_on_cluster, ClusterVerifyOptions};
 pub use e3::{zero_trust_policy, CASES, PROBES};
 pub use expect::{expect, Expectation};
 pub use run::{verify, VerifyOptions};
@@ -34,6 +36,10 @@ pub enum Error {
     },
     #[error("probe: {0}")]
     Probe(String),
+    #[error(transparent)]
+    Cluster(#[from] meshbench_kube::Error),
+    #[error(transparent)]
+    Platform(#[from] meshbench_experiment::Error),
 }
 
 /// Bad input as the layer below saw it; a probe or a mesh failing is the machine's.

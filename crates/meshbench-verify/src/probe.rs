@@ -29,9 +29,17 @@ impl Observation {
 
 /// Runs `probe` from its calling pod, with `marker` in the request.
 pub fn run_probe(net: &LabNetwork, probe: &Probe, marker: &str) -> Result<Observation, Error> {
+    let (path, body) = probe_request(probe, marker);
+    let reply = ask_app(net, probe.from, path, body)?;
+    Ok(observation(probe, &reply))
+}
+
+/// What the calling pod's own app is asked, to make `probe` with `marker` in it: the
+/// experimenter runs a one-request experiment, a checker checks its target.
+pub fn probe_request(probe: &Probe, marker: &str) -> (&'static str, Value) {
     let to = member(probe.to);
     let host = format!("{}.{}.svc", to.workload, to.namespace);
-    let (path, body) = if probe.from == EXPERIMENTER {
+    if probe.from == EXPERIMENTER {
         (
             "/api/experimenter/experiment",
             json!({
@@ -53,16 +61,19 @@ pub fn run_probe(net: &LabNetwork, probe: &Probe, marker: &str) -> Result<Observ
             target["body"] = json!({"firstNumber": 1, "secondNumber": 2});
         }
         ("/api/security-checker/check", target)
-    };
-    let reply = ask_app(net, probe.from, path, body)?;
-    Ok(if probe.from == EXPERIMENTER {
-        experiment_outcome(&reply)
+    }
+}
+
+/// What the calling app's `reply` says happened to `probe`.
+pub fn observation(probe: &Probe, reply: &Value) -> Observation {
+    if probe.from == EXPERIMENTER {
+        experiment_outcome(reply)
     } else {
         Observation {
             outcome: reply["outcome"].as_str().unwrap_or("other").to_owned(),
             error: reply["error"].as_str().map(str::to_owned),
         }
-    })
+    }
 }
 
 /// The single request of a one-interaction experiment: a 200 if its RTT is listed, else

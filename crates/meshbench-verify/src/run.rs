@@ -3,12 +3,11 @@
 //! observation and wire evidence, and (where everything is enrolled) the identity checks.
 //! Every case's lab is torn down before the next starts.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use meshbench_lab::{BuildInfo, LabComponent, Readiness};
-use meshbench_meshes::{enroll, LabContext, Mesh, MeshPki, Ports, ProxyArea};
+use meshbench_meshes::{enroll, LabContext, Mesh, MeshPki, ProxyArea};
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireCapture};
 use meshbench_policy::Policy;
 use meshbench_results::{
@@ -16,9 +15,9 @@ use meshbench_results::{
 };
 use meshbench_role::RoleConfig;
 use meshbench_topology::Pod;
-use meshbench_workload::{WorkloadApp, WorkloadFile};
+use meshbench_workload::WorkloadFile;
 
-use crate::e3::{self, member, App, SecurityCase, CASES, PROBES};
+use crate::e3::{self, SecurityCase, CASES, PROBES};
 use crate::expect::expect;
 use crate::identity::{identity_checks, rotation_under_load, Guard};
 use crate::probe::run_probe;
@@ -58,25 +57,20 @@ pub async fn verify(
                     cases: vec![],
                     identity: vec![],
                     error: Some(e.to_string()),
+                    notes: vec![],
                 },
                 Err(e) => return Err(e),
             };
         meshes.push(verification);
     }
-    let passed = meshes.iter().all(|m| {
-        m.error.is_none()
-            && m.cases.iter().flat_map(|c| &c.probes).all(|p| {
-                p.verdict == Verdict::Pass
-                    && p.wire.as_ref().is_none_or(|w| w.verdict == Verdict::Pass)
-            })
-            && m.identity.iter().all(|i| i.verdict == Verdict::Pass)
-    });
+    let passed = all_passed(&meshes);
     Ok(VerifyReport {
         schema_version: SCHEMA_VERSION,
         kind: "meshbench.verify".into(),
         started_at,
         finished_at: now(),
         environment: meshbench_lab::describe_environment(&options.build),
+        platform: Some("local lab (netns)".into()),
         policy: policy_yaml,
         meshes,
         passed,
@@ -99,14 +93,7 @@ async fn verify_mesh(
         let case_dir = dir.join(format!("case-{}", case.number));
         let (verification, checks) =
             verify_case(mesh, case, policy, policy_yaml, options, &case_dir).await?;
-        let failed = verification
-            .probes
-            .iter()
-            .filter(|p| {
-                p.verdict == Verdict::Fail
-                    || p.wire.as_ref().is_some_and(|w| w.verdict == Verdict::Fail)
-            })
-            .count();
+        let failed = failures(&verification);
         progress(&format!(
             "{}: case {} ({}): {} probes, {failed} failed",
             mesh.name(),
@@ -123,6 +110,7 @@ async fn verify_mesh(
         cases,
         identity,
         error: None,
+        notes: vec![],
     })
 }
 
@@ -184,24 +172,7 @@ async fn verify_case(
         let report = capture.finish(marker.as_bytes())?;
         let expectation = WireExpectation::of(mesh, both_enrolled, path == "same-node");
         let wire = evidence(&report, point, path, &marker, expectation);
-        let observed_allowed = observed.allowed();
-        let note = denial_note(expected.allowed, observed_allowed, &observed.outcome);
-        probes.push(ProbeVerification {
-            from: probe.from.into(),
-            to: probe.to.into(),
-            request: format!("{} {}", probe.method, probe.path),
-            expected_allowed: expected.allowed,
-            expected_reason: expected.reason,
-            observed: observed.outcome,
-            observed_allowed,
-            verdict: if expected.allowed == observed_allowed {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
-            note,
-            wire: Some(wire),
-        });
+        probes.push(probe_verdict(probe, expected, observed, wire));
     }
     let mut checks = vec![];
     if identity_checked {
@@ -232,6 +203,56 @@ fn member_names() -> impl Iterator<Item = &'static str> {
     e3::MEMBERS.iter().map(|m| m.workload)
 }
 
+/// A probe's verification: what the policy expects, what was observed, and the wire.
+pub(crate) fn probe_verdict(
+    probe: &e3::Probe,
+    expected: crate::Expectation,
+    observed: crate::probe::Observation,
+    wire: meshbench_results::WireEvidence,
+) -> ProbeVerification {
+    let observed_allowed = observed.allowed();
+    let note = denial_note(expected.allowed, observed_allowed, &observed.outcome);
+    ProbeVerification {
+        from: probe.from.into(),
+        to: probe.to.into(),
+        request: format!("{} {}", probe.method, probe.path),
+        expected_allowed: expected.allowed,
+        expected_reason: expected.reason,
+        observed: observed.outcome,
+        observed_allowed,
+        verdict: if expected.allowed == observed_allowed {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        note,
+        wire: Some(wire),
+    }
+}
+
+/// Whether every verdict of every mesh passed.
+pub(crate) fn all_passed(meshes: &[MeshVerification]) -> bool {
+    meshes.iter().all(|m| {
+        m.error.is_none()
+            && m.cases.iter().flat_map(|c| &c.probes).all(|p| {
+                p.verdict == Verdict::Pass
+                    && p.wire.as_ref().is_none_or(|w| w.verdict == Verdict::Pass)
+            })
+            && m.identity.iter().all(|i| i.verdict == Verdict::Pass)
+    })
+}
+
+/// The number of failed verdicts (request or wire) of a case.
+pub(crate) fn failures(case: &CaseVerification) -> usize {
+    case.probes
+        .iter()
+        .filter(|p| {
+            p.verdict == Verdict::Fail
+                || p.wire.as_ref().is_some_and(|w| w.verdict == Verdict::Fail)
+        })
+        .count()
+}
+
 /// E3 saw denials arrive as connection errors where a 403 was due; say which form it took.
 fn denial_note(expected_allowed: bool, observed_allowed: bool, outcome: &str) -> Option<String> {
     match (expected_allowed, observed_allowed) {
@@ -244,34 +265,12 @@ fn denial_note(expected_allowed: bool, observed_allowed: bool, outcome: &str) ->
     }
 }
 
-/// Bound on each call an E3 app makes to another.
-const CALL_TIMEOUT: Duration = Duration::from_secs(3);
-
 async fn start_app(
     lab: &LabContext<'_>,
     pod: &Pod,
     options: &VerifyOptions,
 ) -> Result<LabComponent, Error> {
-    let m = member(&pod.workload.name);
-    let app = match m.app {
-        App::Calculator => WorkloadApp::Calculator,
-        App::Experimenter => WorkloadApp::Experimenter {
-            calculator: format!(
-                "http://{}.{}.svc:{}",
-                e3::CALCULATOR,
-                e3::APP,
-                e3::SERVICE_PORT
-            ),
-            timeout: CALL_TIMEOUT,
-            once: None,
-        },
-        App::Checker => WorkloadApp::SecurityChecker {
-            name: m.workload.into(),
-            namespace: m.namespace.into(),
-            timeout: CALL_TIMEOUT,
-        },
-    };
-    let file = WorkloadFile::new(SocketAddr::from(([0, 0, 0, 0], Ports::APP)), app);
+    let file = e3::app_file(&pod.workload.name);
     let args =
         WorkloadFile::command_line(&lab.write(&format!("{}-app.yaml", pod.name), &file.to_yaml())?);
     let launch = lab.app_launch(pod, None)?;

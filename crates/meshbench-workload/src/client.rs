@@ -52,6 +52,13 @@ impl Caller {
         Caller { client, timeout }
     }
 
+    pub async fn get(&self, uri: &Uri) -> Call {
+        let request = Request::get(uri.clone())
+            .body(Full::new(Bytes::new()))
+            .expect("a parsed URI makes a valid request");
+        self.send(request).await
+    }
+
     pub async fn post_json(&self, uri: &Uri, body: &serde_json::Value) -> Call {
         self.post_json_marked(uri, body, None).await
     }

@@ -2,7 +2,11 @@
 //! of a verification, where every rule that needs a mesh must fail.
 
 use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
-use crate::{ClusterCell, ClusterEntry, ClusterMesh, Deployment, Error, LabContext, MeshContext};
+use crate::{
+    ClusterCell, ClusterEntry, ClusterMesh, ClusterSite, Deployment, Error, LabContext,
+    MeshContext, PodAdditions,
+};
+use meshbench_topology::Pod;
 
 pub(crate) struct Baseline;
 
@@ -59,5 +63,13 @@ impl ClusterMesh for Baseline {
             url: cell.service_url("http")?,
             client_tls: None,
         })
+    }
+
+    fn can_enroll(&self) -> bool {
+        true
+    }
+
+    fn enroll_pod(&self, _site: &ClusterSite<'_>, _pod: &Pod) -> Result<PodAdditions, Error> {
+        Ok(PodAdditions::default())
     }
 }

@@ -15,8 +15,8 @@ use crate::cluster::CONFIG_DIR_IN_POD;
 use crate::configs::IdentityCheck;
 use crate::enroll::app_port;
 use crate::{
-    spiffe_id, AddedContainer, ClusterCell, ClusterEntry, ClusterMesh, Deployment, Error,
-    LabContext, MeshContext, PodAdditions, Ports,
+    spiffe_id, AddedContainer, ClusterCell, ClusterEntry, ClusterMesh, ClusterSite, Deployment,
+    Error, LabContext, MeshContext, PodAdditions, Ports,
 };
 use meshbench_dataplane::IdentityFiles;
 use meshbench_role::RoleConfig;
@@ -181,6 +181,39 @@ impl ClusterMesh for OurSidecar {
     }
 
     fn pod(&self, cell: &ClusterCell<'_>, pod: &Pod) -> Result<PodAdditions, Error> {
+        let file = tuned(self.cluster_file(&cell.site, pod), self.tuning);
+        Ok(sidecar_additions(
+            &cell.site,
+            pod,
+            file,
+            pod.name != cell.client.name,
+            pod.name != cell.server.name,
+        ))
+    }
+
+    /// As in the lab: every meshed pod captured both ways, in L7 so that a denial is a 403.
+    fn can_enroll(&self) -> bool {
+        self.is_default()
+    }
+
+    fn enroll_pod(&self, site: &ClusterSite<'_>, pod: &Pod) -> Result<PodAdditions, Error> {
+        if !pod.workload.meshed {
+            return Ok(PodAdditions::default());
+        }
+        let mut file = self.cluster_file(site, pod);
+        file.mode = Mode::L7;
+        Ok(sidecar_additions(site, pod, file, true, true))
+    }
+
+    fn needs_ca(&self) -> bool {
+        self.tuning.mtls
+    }
+}
+
+impl OurSidecar {
+    /// The sidecar's file in `pod` on a cluster: its SVID, renewed through the CA service,
+    /// and the policy, under the pod's config directory.
+    fn cluster_file(&self, site: &ClusterSite<'_>, pod: &Pod) -> SidecarFile {
         let w = &pod.workload;
         let svid = ClusterCell::svid(pod);
         let mut file = SidecarFile::new(&w.namespace, &w.name);
@@ -189,72 +222,73 @@ impl ClusterMesh for OurSidecar {
             cert: svid.cert,
             key: svid.key,
             ca: ClusterCell::ca(),
-            ca_endpoint: Some(cell.ca_endpoint),
+            ca_endpoint: Some(site.ca_endpoint),
             rotate_at: meshbench_identity::DEFAULT_ROTATE_FRACTION,
         });
         file.policy = Some(ClusterCell::policy());
-        let mut file = tuned(file, self.tuning);
-        let app_port = cell
-            .topology
-            .services
-            .iter()
-            .find(|s| s.workload == w.name)
-            .map_or(Ports::APP, |s| s.target_port);
-        if pod.name != cell.client.name {
-            file.inbound = Some(InboundListener {
-                listen: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
-                app: SocketAddr::from(([127, 0, 0, 1], app_port)),
-                transparent: true,
-            });
-        }
-        if pod.name != cell.server.name {
-            file.transparent_outbound = Some(TransparentListener {
-                listen: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
-                destinations: cell
-                    .meshed_services()
-                    .into_iter()
-                    .map(|(address, id)| MeshedDestination {
-                        address,
-                        id: Some(id),
-                    })
-                    .collect(),
-            });
-        }
-        // Started once it serves metrics, which it does after binding every listener.
-        file.admin = file
-            .metrics
-            .then(|| SocketAddr::from(([0, 0, 0, 0], Ports::ADMIN)));
-        let mut capture = Ports::sidecar_capture();
-        capture.inbound_ports_excluded.push(Ports::ADMIN);
-        let config = format!("{CONFIG_DIR_IN_POD}/sidecar.yaml");
-        let capture_rules = format!("{CONFIG_DIR_IN_POD}/capture.rules");
-        Ok(PodAdditions {
-            init: vec![AddedContainer {
-                name: "meshbench-capture",
-                program: Some(meshbench_image::IPTABLES),
-                args: vec!["iptables-restore".into(), capture_rules],
-                files: [("capture.rules".to_owned(), capture.restore_file())].into(),
-                run_as_user: Some(0),
-                capabilities: vec!["NET_ADMIN", "NET_RAW"],
-                role: "capture",
-                ready_port: None,
-            }],
-            containers: vec![AddedContainer {
-                name: "meshbench-proxy",
-                program: None,
-                args: SidecarFile::command_line(std::path::Path::new(&config)),
-                files: [("sidecar.yaml".to_owned(), file.to_yaml())].into(),
-                run_as_user: Some(meshbench_netlab::PROXY_UID),
-                capabilities: vec![],
-                role: "sidecar",
-                ready_port: file.admin.map(|a| a.port()),
-            }],
-            identity: true,
-        })
+        file
     }
+}
 
-    fn needs_ca(&self) -> bool {
-        self.tuning.mtls
+/// Our sidecar beside `pod`'s app, taking what comes in (`inbound`) and what goes out
+/// (`outbound`), with the init container that writes its capture rules.
+fn sidecar_additions(
+    site: &ClusterSite<'_>,
+    pod: &Pod,
+    mut file: SidecarFile,
+    inbound: bool,
+    outbound: bool,
+) -> PodAdditions {
+    if inbound {
+        file.inbound = Some(InboundListener {
+            listen: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
+            app: SocketAddr::from(([127, 0, 0, 1], site.app_port(pod))),
+            transparent: true,
+        });
+    }
+    if outbound {
+        file.transparent_outbound = Some(TransparentListener {
+            listen: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
+            destinations: site
+                .meshed_services()
+                .into_iter()
+                .map(|(address, id)| MeshedDestination {
+                    address,
+                    id: Some(id),
+                })
+                .collect(),
+        });
+    }
+    // Started once it serves metrics, which it does after binding every listener.
+    file.admin = file
+        .metrics
+        .then(|| SocketAddr::from(([0, 0, 0, 0], Ports::ADMIN)));
+    let mut capture = Ports::sidecar_capture();
+    capture.inbound_ports_excluded.push(Ports::ADMIN);
+    let config = format!("{CONFIG_DIR_IN_POD}/sidecar.yaml");
+    let capture_rules = format!("{CONFIG_DIR_IN_POD}/capture.rules");
+    PodAdditions {
+        init: vec![AddedContainer {
+            name: "meshbench-capture",
+            program: Some(meshbench_image::IPTABLES),
+            args: vec!["iptables-restore".into(), capture_rules],
+            files: [("capture.rules".to_owned(), capture.restore_file())].into(),
+            run_as_user: Some(0),
+            capabilities: vec!["NET_ADMIN", "NET_RAW"],
+            role: "capture",
+            ready_port: None,
+        }],
+        containers: vec![AddedContainer {
+            name: "meshbench-proxy",
+            program: None,
+            args: SidecarFile::command_line(std::path::Path::new(&config)),
+            files: [("sidecar.yaml".to_owned(), file.to_yaml())].into(),
+            run_as_user: Some(meshbench_netlab::PROXY_UID),
+            capabilities: vec![],
+            role: "sidecar",
+            ready_port: file.admin.map(|a| a.port()),
+        }],
+        identity: true,
     }
 }
 

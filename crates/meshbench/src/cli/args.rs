@@ -111,15 +111,35 @@ pub struct KubeConnection {
     pub context: Option<String>,
 }
 
-/// How to run on a cluster (`--backend kubernetes`).
+/// The cluster, and the image its pods run.
 #[derive(Debug, Clone, clap::Args)]
-pub struct KubeArgs {
+pub struct KubeTarget {
     #[command(flatten)]
     pub cluster: KubeConnection,
     /// The meshbench image every pod runs (`meshbench image build` writes one; push it where
     /// the cluster pulls from, or import it into the nodes' containerd).
     #[arg(long, default_value = concat!("docker.io/library/meshbench:", env!("CARGO_PKG_VERSION")))]
     pub image: String,
+}
+
+impl KubeTarget {
+    /// The platform's options; the run's identities are kept under `work_dir` while it runs.
+    pub fn options(&self, work_dir: &std::path::Path) -> meshbench_kube::KubeOptions {
+        meshbench_kube::KubeOptions {
+            kubeconfig: self.cluster.kubeconfig.clone(),
+            context: self.cluster.context.clone(),
+            image: self.image.clone(),
+            work_dir: work_dir.to_owned(),
+            ..Default::default()
+        }
+    }
+}
+
+/// How to run on a cluster (`--backend kubernetes`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct KubeArgs {
+    #[command(flatten)]
+    pub target: KubeTarget,
     /// Split each cell's load over this many load generator pods (constant-rate and
     /// closed-loop points; each gets its share of the connections and of the rate), their
     /// latency histograms merged exactly.
@@ -140,11 +160,8 @@ impl KubeArgs {
         work_dir: &std::path::Path,
     ) -> anyhow::Result<meshbench_kube::KubePlatform> {
         let options = meshbench_kube::KubeOptions {
-            kubeconfig: self.cluster.kubeconfig.clone(),
-            context: self.cluster.context.clone(),
-            image: self.image.clone(),
-            work_dir: work_dir.to_owned(),
             generators: self.generators,
+            ..self.target.options(work_dir)
         };
         Ok(meshbench_kube::KubePlatform::connect(&options, run).await?)
     }

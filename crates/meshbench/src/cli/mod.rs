@@ -14,6 +14,7 @@ mod proxy;
 mod report;
 mod run;
 mod verify;
+mod wire;
 mod workload;
 
 use std::process::ExitCode;
@@ -76,6 +77,11 @@ enum Command {
     /// Container images of meshbench, for the Kubernetes backend.
     #[command(subcommand)]
     Image(image::ImageCommand),
+    /// Capture an interface's packets as pcap without tcpdump (what `verify` runs in pods).
+    #[command(subcommand)]
+    Wire(wire::WireCommand),
+    /// Make one HTTP request and print the answer's body (what `verify` runs in pods).
+    Call(wire::CallArgs),
 }
 
 /// Marks an error as the user's input, for exit code 2.
@@ -114,6 +120,8 @@ pub fn main() -> ExitCode {
         Command::Image(cmd) => image::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
         Command::Verify(args) => verify::run(args),
+        Command::Wire(cmd) => wire::run(cmd),
+        Command::Call(args) => wire::call(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,8 +7,11 @@ use std::time::SystemTime;
 
 use clap::Args;
 use meshbench_meshes::{enrollable, unenforceable, Mesh};
+use meshbench_netlab::Backend;
 use meshbench_results::VerifyReport;
-use meshbench_verify::{verify, VerifyOptions};
+use meshbench_verify::{verify, verify_on_cluster, ClusterVerifyOptions, VerifyOptions};
+
+use super::args::RunBackend;
 
 use super::{BadInput, Interrupted};
 
@@ -22,6 +25,12 @@ pub struct VerifyArgs {
     /// Where results go (default: meshbench-results/verify-<time>).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Where the meshes run: `netns` (the local lab, default) or `kubernetes` (a cluster;
+    /// see --kubeconfig, --context, --image).
+    #[arg(long, value_parser = super::args::backend)]
+    backend: Option<super::args::RunBackend>,
+    #[command(flatten)]
+    kube: super::args::KubeTarget,
 }
 
 /// Some verdict failed; the report says which.
@@ -30,12 +39,25 @@ pub struct VerifyArgs {
 pub(super) struct Failed(pub(super) String);
 
 pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
+    let on_cluster = match a.backend {
+        None | Some(RunBackend::Lab(Backend::Netns)) => false,
+        Some(RunBackend::Kubernetes) => true,
+        Some(RunBackend::Lab(other)) => {
+            return Err(BadInput(format!(
+                "--backend: verify cannot run on {} (verification needs transparent capture: netns or kubernetes)",
+                other.name()
+            ))
+            .into())
+        }
+    };
     // `baseline` enrolls nothing: the negative control, where every rule that needs a mesh
     // must fail.
     let mut verifiable = data_planes();
     verifiable.push(Mesh::baseline());
     let supported: Vec<&str> = verifiable.iter().map(|m| m.name()).collect();
-    let meshes = if a.mesh.is_empty() {
+    let meshes = if a.mesh.is_empty() && on_cluster {
+        cluster_data_planes()
+    } else if a.mesh.is_empty() {
         data_planes()
     } else {
         a.mesh
@@ -55,7 +77,11 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
             .replace(':', "");
         PathBuf::from("meshbench-results").join(format!("verify-{stamp}"))
     });
-    let report = verify_into(meshes, &out_dir)?;
+    let report = if on_cluster {
+        verify_on_cluster_into(meshes, &out_dir, &a.kube)?
+    } else {
+        verify_into(meshes, &out_dir)?
+    };
     if report.passed {
         eprintln!(
             "verification passed; report in {}",
@@ -72,21 +98,50 @@ pub(super) fn data_planes() -> Vec<Mesh> {
     enrollable().into_iter().chain(unenforceable()).collect()
 }
 
-/// Verifies `meshes` into `out_dir` (`verify.json`, `verify.md`, `verify.html`), printing a
-/// line per finished case and per table. Ctrl-C tears the lab down and reports interruption.
-pub(super) fn verify_into(meshes: Vec<Mesh>, out_dir: &Path) -> anyhow::Result<VerifyReport> {
-    let out_dir = out_dir.to_owned();
-    std::fs::create_dir_all(&out_dir)?;
-    let options = VerifyOptions {
+/// The data planes that enroll E3's application on a cluster.
+fn cluster_data_planes() -> Vec<Mesh> {
+    data_planes()
+        .into_iter()
+        .filter(|m| m.cluster().is_some_and(|c| c.can_enroll()))
+        .collect()
+}
+
+/// Verifies `meshes` on the cluster of `kube` into `out_dir`, as [`verify_into`] does on
+/// the local lab. Ctrl-C deletes what the verification created on the cluster.
+fn verify_on_cluster_into(
+    meshes: Vec<Mesh>,
+    out_dir: &Path,
+    kube: &super::args::KubeTarget,
+) -> anyhow::Result<VerifyReport> {
+    std::fs::create_dir_all(out_dir)?;
+    let run = meshbench_netlab::new_lab_id();
+    let options = ClusterVerifyOptions {
         meshes,
-        out_dir: out_dir.clone(),
-        exe: std::env::current_exe()?,
+        out_dir: out_dir.to_owned(),
+        kube: kube.options(out_dir),
         build: super::build_info(),
+        run,
     };
+    announce(&options.meshes, out_dir);
+    let runtime = tokio::runtime::Runtime::new()?;
+    let progress = |line: &str| eprintln!("  {line}");
+    let report = runtime.block_on(async {
+        tokio::select! {
+            report = verify_on_cluster(&options, &progress) => report.map_err(anyhow::Error::from),
+            () = super::workload::shutdown_signal() => {
+                Err(Interrupted(out_dir.display().to_string()).into())
+            }
+        }
+    });
+    // The platform's and the sites' clean-up runs on their own threads; let them finish.
+    drop(runtime);
+    write_report(out_dir, report?)
+}
+
+fn announce(meshes: &[Mesh], out_dir: &Path) {
     eprintln!(
         "meshbench verify: {} x {} cases, results in {}",
-        options
-            .meshes
+        meshes
             .iter()
             .map(|m| m.name())
             .collect::<Vec<_>>()
@@ -94,19 +149,12 @@ pub(super) fn verify_into(meshes: Vec<Mesh>, out_dir: &Path) -> anyhow::Result<V
         meshbench_verify::CASES.len(),
         out_dir.display()
     );
-    let runtime = tokio::runtime::Runtime::new()?;
-    let progress = |line: &str| eprintln!("  {line}");
-    // Dropping the verification on Ctrl-C tears down its lab (namespaces, processes).
-    let report = runtime.block_on(async {
-        tokio::select! {
-            report = verify(&options, &progress) => report.map_err(anyhow::Error::from),
-            () = super::workload::shutdown_signal() => {
-                Err(Interrupted(out_dir.display().to_string()).into())
-            }
-        }
-    })?;
+}
+
+/// Writes `verify.json`, `verify.md` and `verify.html` and prints a line per table.
+fn write_report(out_dir: &Path, report: VerifyReport) -> anyhow::Result<VerifyReport> {
     meshbench_results::write_json_atomic(&out_dir.join("verify.json"), &report)?;
-    meshbench_report::write_verify_reports(&out_dir, &report)?;
+    meshbench_report::write_verify_reports(out_dir, &report)?;
     for table in meshbench_report::verify_tables(&report) {
         let failed = table
             .rows
@@ -120,4 +168,30 @@ pub(super) fn verify_into(meshes: Vec<Mesh>, out_dir: &Path) -> anyhow::Result<V
         );
     }
     Ok(report)
+}
+
+/// Verifies `meshes` into `out_dir` (`verify.json`, `verify.md`, `verify.html`), printing a
+/// line per finished case and per table. Ctrl-C tears the lab down and reports interruption.
+pub(super) fn verify_into(meshes: Vec<Mesh>, out_dir: &Path) -> anyhow::Result<VerifyReport> {
+    let out_dir = out_dir.to_owned();
+    std::fs::create_dir_all(&out_dir)?;
+    let options = VerifyOptions {
+        meshes,
+        out_dir: out_dir.clone(),
+        exe: std::env::current_exe()?,
+        build: super::build_info(),
+    };
+    announce(&options.meshes, &out_dir);
+    let runtime = tokio::runtime::Runtime::new()?;
+    let progress = |line: &str| eprintln!("  {line}");
+    // Dropping the verification on Ctrl-C tears down its lab (namespaces, processes).
+    let report = runtime.block_on(async {
+        tokio::select! {
+            report = verify(&options, &progress) => report.map_err(anyhow::Error::from),
+            () = super::workload::shutdown_signal() => {
+                Err(Interrupted(out_dir.display().to_string()).into())
+            }
+        }
+    })?;
+    write_report(&out_dir, report)
 }

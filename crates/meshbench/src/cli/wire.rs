@@ -1,0 +1,158 @@
+//! `meshbench wire capture|stop` and `meshbench call`: what the verifier runs inside pods on
+//! a cluster, through the API server's exec. `capture` records an interface as a pcap on
+//! stdout (no tcpdump in the image) until `stop` creates its stop file; `call` makes one
+//! HTTP request from where it runs (a pod's own app on loopback) and prints the answer.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use meshbench_netlab::CaptureLimits;
+
+use super::args;
+
+#[derive(Debug, Subcommand)]
+pub enum WireCommand {
+    /// Capture every frame of an interface as a pcap on stdout ("listening on IF" on stderr
+    /// once it is), until the stop file exists or a budget runs out.
+    Capture(CaptureArgs),
+    /// Wait until a TCP connection to each address is no longer refused: a Service's routes
+    /// are in place on this node (kube-proxy refuses a Service without them).
+    Reach {
+        addresses: Vec<std::net::SocketAddr>,
+        /// How long to wait for all of them.
+        #[arg(long, default_value = "60s", value_parser = args::positive_duration)]
+        within: Duration,
+    },
+    /// Create a capture's stop file.
+    Stop {
+        /// The `--stop-file` of the capture to stop.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CaptureArgs {
+    #[arg(long)]
+    interface: String,
+    /// The capture ends once this file exists.
+    #[arg(long)]
+    stop_file: PathBuf,
+    /// How long it captures at most.
+    #[arg(long, default_value = "120s", value_parser = args::positive_duration)]
+    max_duration: Duration,
+    /// How many bytes of frames it writes at most.
+    #[arg(long, default_value = "256MiB", value_parser = args::size)]
+    max_bytes: u64,
+}
+
+pub fn run(command: WireCommand) -> anyhow::Result<()> {
+    match command {
+        WireCommand::Capture(a) => {
+            let stdout = std::io::stdout().lock();
+            let limits = CaptureLimits {
+                max_bytes: a.max_bytes,
+                max_duration: a.max_duration,
+            };
+            let interface = a.interface.clone();
+            let summary = meshbench_netlab::capture(
+                &a.interface,
+                std::io::BufWriter::new(stdout),
+                || a.stop_file.exists(),
+                limits,
+                || eprintln!("listening on {interface}"),
+            )?;
+            let _ = std::fs::remove_file(&a.stop_file);
+            match summary.cut_short_by {
+                Some(budget) => eprintln!(
+                    "captured {} packets ({} bytes); ended by its {budget} budget",
+                    summary.packets, summary.bytes
+                ),
+                None => eprintln!(
+                    "captured {} packets ({} bytes)",
+                    summary.packets, summary.bytes
+                ),
+            }
+            Ok(())
+        }
+        WireCommand::Reach { addresses, within } => {
+            let deadline = std::time::Instant::now() + within;
+            for address in addresses {
+                let refused = || {
+                    std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1))
+                        .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+                };
+                while refused() {
+                    if std::time::Instant::now() >= deadline {
+                        anyhow::bail!("{address}: still refused after {within:?}");
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                eprintln!("reached {address}");
+            }
+            Ok(())
+        }
+        WireCommand::Stop { file } => {
+            std::fs::write(&file, b"stop\n")
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            Ok(())
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// The URL to call (http only).
+    url: http::Uri,
+    /// POST this JSON body (default: GET).
+    #[arg(long)]
+    json: Option<String>,
+    /// Bound on the whole call.
+    #[arg(long, default_value = "60s", value_parser = args::positive_duration)]
+    timeout: Duration,
+}
+
+/// The answer did not come, or was not a 2xx.
+#[derive(Debug, thiserror::Error)]
+#[error("{url}: {outcome}{}", .detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+struct CallFailed {
+    url: String,
+    outcome: String,
+    detail: Option<String>,
+}
+
+pub fn call(a: CallArgs) -> anyhow::Result<()> {
+    let body = match &a.json {
+        Some(text) => Some(
+            serde_json::from_str::<serde_json::Value>(text)
+                .map_err(|e| super::BadInput(format!("--json: not JSON ({e}): {text:?}")))?,
+        ),
+        None => None,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let caller = meshbench_workload::Caller::new(a.timeout);
+    let answer = runtime.block_on(async {
+        match &body {
+            Some(body) => caller.post_json(&a.url, body).await,
+            None => caller.get(&a.url).await,
+        }
+    });
+    if !answer.is_success() {
+        return Err(CallFailed {
+            url: a.url.to_string(),
+            outcome: answer.outcome.to_string(),
+            detail: answer
+                .error
+                .or_else(|| Some(String::from_utf8_lossy(&answer.body).into_owned()))
+                .filter(|d| !d.is_empty()),
+        }
+        .into());
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&answer.body)?;
+    stdout.flush()?;
+    Ok(())
+}
