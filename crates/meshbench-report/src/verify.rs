@@ -17,16 +17,22 @@ pub fn verify_header(report: &VerifyReport) -> Vec<(String, String)> {
         ),
         ("started".to_owned(), report.started_at.clone()),
         ("machine".to_owned(), report.environment.hostname.clone()),
-        (
-            "policy".to_owned(),
-            "STRICT mTLS in namespace app; other namespaces denied; only app/experimenter may \
-             call the calculator (E3's rules; verify.json holds the YAML)"
-                .to_owned(),
-        ),
     ];
+    if let Some(platform) = &report.platform {
+        lines.push(("platform".to_owned(), platform.clone()));
+    }
+    lines.extend([(
+        "policy".to_owned(),
+        "STRICT mTLS in namespace app; other namespaces denied; only app/experimenter may \
+             call the calculator (E3's rules; verify.json holds the YAML)"
+            .to_owned(),
+    )]);
     for mesh in &report.meshes {
         if let Some(error) = &mesh.error {
             lines.push((mesh.mesh.clone(), format!("not verified: {error}")));
+        }
+        for note in &mesh.notes {
+            lines.push((mesh.mesh.clone(), note.clone()));
         }
     }
     lines
@@ -95,7 +101,11 @@ pub fn verify_tables(report: &VerifyReport) -> Vec<Table> {
                 rows: case.probes.iter().map(probe_row).collect(),
             });
         }
-        tables.push(identity_table(mesh));
+        // On a cluster no identity checks are made yet (the mesh's notes say so): no
+        // empty table.
+        if !mesh.identity.is_empty() || mesh.notes.is_empty() {
+            tables.push(identity_table(mesh));
+        }
     }
     tables
 }

@@ -354,3 +354,76 @@ fn a_load_split_over_two_generator_pods_is_merged_exactly() {
     }
     assert_eq!(cluster.leftovers(), "");
 }
+
+/// verify.json of `out`.
+fn verification(out: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(out.join("verify.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn our_sidecar_passes_e3s_matrix_on_the_cluster_and_no_mesh_fails_it() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let verify = |mesh: &str| {
+        let out = dir.path().join(mesh);
+        let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["verify", "--backend", "kubernetes", "--kubeconfig"])
+            .arg(&cluster.kubeconfig)
+            .args(["--image", image(), "--mesh", mesh, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        (output, verification(&out))
+    };
+
+    let (output, report) = verify("meshbench-sidecar");
+    assert_success(&output);
+    assert_eq!(report["passed"], true);
+    assert!(report["platform"]
+        .as_str()
+        .unwrap()
+        .starts_with("kubernetes/"));
+    let mesh = &report["meshes"][0];
+    assert_eq!(mesh["cases"].as_array().unwrap().len(), 6);
+    // Where both ends are enrolled, the capture in the destination pod saw TLS 1.3 only
+    // and never the request's marker; a denial by identity was answered 403.
+    let case_2 = &mesh["cases"][1];
+    for probe in case_2["probes"].as_array().unwrap() {
+        let wire = &probe["wire"];
+        if probe["from"] != "impostor" {
+            assert_eq!(wire["marker_seen"], false, "{probe}");
+            assert!(
+                wire["tls_versions"].to_string().contains("TLSv1.3"),
+                "{probe}"
+            );
+        }
+    }
+    let denied = case_2["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["from"] == "security-checker" && p["to"] == "calculator")
+        .unwrap();
+    assert_eq!(denied["observed"], "http_403", "{denied}");
+    assert!(mesh["notes"][0]
+        .as_str()
+        .unwrap()
+        .contains("identity checks are not made"));
+
+    // Without a mesh, the requests the policy denies go through, in clear.
+    let (output, report) = verify("baseline");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(report["passed"], false);
+    let impostor = report["meshes"][0]["cases"][1]["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["from"] == "impostor")
+        .unwrap();
+    assert_eq!(impostor["observed"], "http_200", "{impostor}");
+    assert_eq!(impostor["verdict"], "fail");
+    assert_eq!(impostor["wire"]["marker_seen"], true);
+    assert_eq!(cluster.leftovers(), "");
+}
