@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMap, ConfigMapProjection, Container, HostAlias, KeyToPath,
-    Namespace, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
-    PodSecurityContext, PodSpec, Probe, ProjectedVolumeSource, Secret, SecretProjection,
-    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume,
-    VolumeMount, VolumeProjection,
+    Affinity, Capabilities, ConfigMap, ConfigMapProjection, Container, EmptyDirVolumeSource,
+    ExecAction, HostAlias, KeyToPath, Namespace, NodeAffinity, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSecurityContext, PodSpec, Probe,
+    ProjectedVolumeSource, Secret, SecretProjection, SecurityContext, Service, ServiceAccount,
+    ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -252,11 +252,28 @@ impl PodPlan<'_> {
                     }),
                     ..Container::default()
                 }],
-                volumes: Some(vec![self.config_volume()]),
+                volumes: Some(self.volumes()),
                 ..PodSpec::default()
             }),
             ..Pod::default()
         }
+    }
+
+    /// The config directory, and the scratch directory where an added container asks for it.
+    fn volumes(&self) -> Vec<Volume> {
+        let mut volumes = vec![self.config_volume()];
+        let added = self.additions.init.iter().chain(&self.additions.containers);
+        if added.into_iter().any(|c| c.scratch.is_some()) {
+            volumes.push(Volume {
+                name: SCRATCH_VOLUME.into(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    medium: Some("Memory".into()),
+                    ..EmptyDirVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
+        }
+        volumes
     }
 
     /// The config map and the pod's credentials (under `pki/`) in one directory.
@@ -311,22 +328,22 @@ impl PodPlan<'_> {
             image_pull_policy: Some("IfNotPresent".into()),
             command,
             args: Some(args),
-            volume_mounts: Some(vec![VolumeMount {
-                name: "config".into(),
-                mount_path: CONFIG_DIR.into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            }]),
+            volume_mounts: Some(
+                std::iter::once(VolumeMount {
+                    name: "config".into(),
+                    mount_path: CONFIG_DIR.into(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                })
+                .chain(c.scratch.map(|path| VolumeMount {
+                    name: SCRATCH_VOLUME.into(),
+                    mount_path: path.into(),
+                    ..VolumeMount::default()
+                }))
+                .collect(),
+            ),
             restart_policy: sidecar.then(|| "Always".into()),
-            startup_probe: c.ready_port.map(|port| Probe {
-                tcp_socket: Some(TCPSocketAction {
-                    port: IntOrString::Int(port.into()),
-                    ..TCPSocketAction::default()
-                }),
-                period_seconds: Some(1),
-                failure_threshold: Some(30),
-                ..Probe::default()
-            }),
+            startup_probe: startup_probe(c),
             security_context: Some(SecurityContext {
                 run_as_user: c.run_as_user.map(i64::from),
                 capabilities: (!c.capabilities.is_empty()).then(|| Capabilities {
@@ -338,6 +355,36 @@ impl PodPlan<'_> {
             ..Container::default()
         }
     }
+}
+
+/// The name of a pod's scratch volume (an emptyDir in memory).
+const SCRATCH_VOLUME: &str = "scratch";
+
+/// How the kubelet tells an added container has started: its port accepts, or its ready
+/// command succeeds; the next containers start only then.
+fn startup_probe(c: &AddedContainer) -> Option<Probe> {
+    let probe = |p: Probe| Probe {
+        period_seconds: Some(1),
+        failure_threshold: Some(30),
+        ..p
+    };
+    if let Some(port) = c.ready_port {
+        return Some(probe(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(port.into()),
+                ..TCPSocketAction::default()
+            }),
+            ..Probe::default()
+        }));
+    }
+    c.ready_command.as_ref().map(|command| {
+        probe(Probe {
+            exec: Some(ExecAction {
+                command: Some(command.clone()),
+            }),
+            ..Probe::default()
+        })
+    })
 }
 
 /// A secret of credentials (`file name -> bytes`).

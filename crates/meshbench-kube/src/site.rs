@@ -89,6 +89,8 @@ pub struct KubeSite<'a> {
     /// Each service's address as pods dial it.
     services: BTreeMap<String, SocketAddr>,
     ca_endpoint: SocketAddr,
+    /// The experiment's policy, for meshes that translate it.
+    policy: meshbench_policy::Policy,
     /// Apps to start once the mesh is known.
     apps: Vec<(TopologyPod, WorkloadFile)>,
     deployed: Option<Deployed>,
@@ -104,8 +106,11 @@ impl<'a> KubeSite<'a> {
         cell_dir: &Path,
         nodes: BTreeMap<String, String>,
     ) -> Result<KubeSite<'a>, Error> {
+        let policy = meshbench_policy::Policy::load(&platform.pki()?.policy)
+            .map_err(meshbench_meshes::Error::from)?;
         let mut site = KubeSite {
             platform,
+            policy,
             id: meshbench_netlab::new_lab_id(),
             topology: topology.clone(),
             cell_dir: cell_dir.to_owned(),
@@ -214,6 +219,7 @@ impl<'a> KubeSite<'a> {
             topology: &self.topology,
             services: &self.services,
             ca_endpoint: self.ca_endpoint,
+            policy: &self.policy,
         }
     }
 

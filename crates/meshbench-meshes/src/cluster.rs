@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId};
+use meshbench_policy::Policy;
 use meshbench_topology::{Pod, Topology};
 
 use crate::{spiffe_id, Error};
@@ -31,6 +32,8 @@ pub struct ClusterSite<'a> {
     pub services: &'a BTreeMap<String, SocketAddr>,
     /// meshbench's CA service (the control plane of our data plane), as pods dial it.
     pub ca_endpoint: SocketAddr,
+    /// The experiment's policy, for meshes that translate it.
+    pub policy: &'a Policy,
 }
 
 impl ClusterSite<'_> {
@@ -153,6 +156,12 @@ pub struct AddedContainer {
     pub role: &'static str,
     /// A port that accepts once it has started (the next containers wait for it).
     pub ready_port: Option<u16>,
+    /// Or a command (run in the container) that succeeds once it has started.
+    pub ready_command: Option<Vec<String>>,
+    /// Where the pod's shared scratch directory (empty at start, writable, gone with the
+    /// pod) is mounted in this container: how a certificate agent hands the proxy beside it
+    /// its renewed SVID.
+    pub scratch: Option<&'static str>,
 }
 
 /// What a mesh adds to one pod.

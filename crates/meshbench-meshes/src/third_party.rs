@@ -59,6 +59,11 @@ pub(crate) trait PairedProxy: Sync + 'static {
     fn enroll<'a>(&'a self, _lab: &'a LabContext<'a>) -> Enrolling<'a> {
         cannot_enroll(Self::NAME)
     }
+
+    /// Its flavour on a cluster, if it has one.
+    fn on_cluster(&self) -> Option<&dyn crate::ClusterMesh> {
+        None
+    }
 }
 
 /// A third-party proxy as a sidecar in each pod, TLS 1.3 mTLS between them.
@@ -113,6 +118,10 @@ impl<P: PairedProxy> MeshAdapter for ThirdParty<P> {
 
     fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         self.0.enroll(lab)
+    }
+
+    fn on_cluster(&self) -> Option<&dyn crate::ClusterMesh> {
+        self.0.on_cluster()
     }
 }
 

@@ -4,6 +4,7 @@
 //! outbound listeners, original destination, SDS for the SVID a certificate agent renews), with
 //! our policy translated to Envoy RBAC ([`rbac`]).
 
+mod cluster;
 pub(crate) mod config;
 pub(crate) mod rbac;
 
@@ -51,6 +52,10 @@ impl PairedProxy for Envoy {
 
     fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(async move { enroll(lab, &crate::third_party::binary::<Envoy>()?).await })
+    }
+
+    fn on_cluster(&self) -> Option<&dyn crate::ClusterMesh> {
+        Some(self)
     }
 
     fn config(&self, side: &Side<'_>) -> String {

@@ -9,6 +9,7 @@ use meshbench_dataplane::{
     InboundListener, MeshedDestination, Mode, SidecarFile, SidecarOutbound, TransparentListener,
 };
 use meshbench_lab::LabComponent;
+use meshbench_netlab::SidecarCapture;
 
 use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
 use crate::cluster::CONFIG_DIR_IN_POD;
@@ -266,18 +267,8 @@ fn sidecar_additions(
     let mut capture = Ports::sidecar_capture();
     capture.inbound_ports_excluded.push(Ports::ADMIN);
     let config = format!("{CONFIG_DIR_IN_POD}/sidecar.yaml");
-    let capture_rules = format!("{CONFIG_DIR_IN_POD}/capture.rules");
     PodAdditions {
-        init: vec![AddedContainer {
-            name: "meshbench-capture",
-            program: Some(meshbench_image::IPTABLES),
-            args: vec!["iptables-restore".into(), capture_rules],
-            files: [("capture.rules".to_owned(), capture.restore_file())].into(),
-            run_as_user: Some(0),
-            capabilities: vec!["NET_ADMIN", "NET_RAW"],
-            role: "capture",
-            ready_port: None,
-        }],
+        init: capture_additions(capture).init,
         containers: vec![AddedContainer {
             name: "meshbench-proxy",
             program: None,
@@ -287,8 +278,32 @@ fn sidecar_additions(
             capabilities: vec![],
             role: "sidecar",
             ready_port: file.admin.map(|a| a.port()),
+            ready_command: None,
+            scratch: None,
         }],
         identity: true,
+    }
+}
+
+/// The init container that writes `capture`'s rules into the pod's network namespace, as
+/// Istio's does, before any other container starts.
+pub(crate) fn capture_additions(capture: SidecarCapture) -> PodAdditions {
+    let rules = format!("{CONFIG_DIR_IN_POD}/capture.rules");
+    PodAdditions {
+        init: vec![AddedContainer {
+            name: "meshbench-capture",
+            program: Some(meshbench_image::IPTABLES),
+            args: vec!["iptables-restore".into(), rules],
+            files: [("capture.rules".to_owned(), capture.restore_file())].into(),
+            run_as_user: Some(0),
+            capabilities: vec!["NET_ADMIN", "NET_RAW"],
+            role: "capture",
+            ready_port: None,
+            ready_command: None,
+            scratch: None,
+        }],
+        containers: vec![],
+        identity: false,
     }
 }
 

@@ -56,6 +56,10 @@ pub struct CertAgentArgs {
     /// Where to publish `cert.pem` and `key.pem` (links through `..data`).
     #[arg(long, required_unless_present = "config")]
     dir: Option<PathBuf>,
+    /// Only check that the SVID is published in the directory (exit 0) or not yet (exit 1):
+    /// the startup probe that holds the proxy reading it back until it is there.
+    #[arg(long)]
+    check: bool,
 }
 
 impl CertAgentArgs {
@@ -399,7 +403,16 @@ pub fn run(command: ProxyCommand) -> anyhow::Result<()> {
 }
 
 fn cert_agent(a: CertAgentArgs) -> anyhow::Result<()> {
+    let check = a.check;
     let a = a.into_file()?;
+    if check {
+        let published = PublishedSvid::new(&a.dir);
+        for path in [published.cert_path(), published.key_path()] {
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            anyhow::ensure!(size > 0, "{} is not published yet", path.display());
+        }
+        return Ok(());
+    }
     let store = Arc::new(
         SvidStore::from_files(&a.cert, &a.key).map_err(|e| BadInput(format!("--cert: {e}")))?,
     );
