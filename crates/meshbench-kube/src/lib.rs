@@ -21,4 +21,4 @@ pub mod stats;
 pub use clean::clean;
 pub use error::Error;
 pub use platform::{connect, KubeOptions, KubePlatform};
-pub use site::KubeSite;
+pub use site::{node_agent_pod, KubeSite};

@@ -155,6 +155,47 @@ pub fn service(
     }
 }
 
+/// How a pod's main container says it is ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ready {
+    /// Its port accepts (a TCP readiness probe).
+    Port(u16),
+    /// Its command succeeds (an exec readiness probe).
+    Command(Vec<String>),
+    /// It runs to its end and is never restarted (a load generator).
+    RunsToEnd,
+}
+
+/// How a pod's main container runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodShape {
+    pub ready: Ready,
+    /// On the node's own network (a node agent), not a network of its own.
+    pub host_network: bool,
+    /// Linux capabilities beyond the runtime's defaults.
+    pub capabilities: Vec<&'static str>,
+}
+
+impl PodShape {
+    /// A pod serving on `port`, on its own network.
+    pub fn serving(port: u16) -> Self {
+        PodShape {
+            ready: Ready::Port(port),
+            host_network: false,
+            capabilities: vec![],
+        }
+    }
+
+    /// A pod that runs to its end.
+    pub fn runs_to_end() -> Self {
+        PodShape {
+            ready: Ready::RunsToEnd,
+            host_network: false,
+            capabilities: vec![],
+        }
+    }
+}
+
 /// One of a cell's pods: meshbench in `role` reading `config` from its config map.
 pub struct PodPlan<'a> {
     pub name: &'a str,
@@ -169,8 +210,8 @@ pub struct PodPlan<'a> {
     /// meshbench's arguments (the image's entrypoint is meshbench).
     pub args: Vec<String>,
     pub config_map: &'a str,
-    /// The port a TCP readiness probe checks; none for a pod that runs to its end.
-    pub ready_port: Option<u16>,
+    /// How its main container runs and says it is ready, and where.
+    pub shape: &'a PodShape,
     /// Services by name, as the pod resolves them without a DNS add-on.
     pub host_aliases: Vec<HostAlias>,
     /// What the scenario's mesh adds (its files are in the config map).
@@ -181,7 +222,7 @@ pub struct PodPlan<'a> {
 
 impl PodPlan<'_> {
     pub fn render(&self) -> Pod {
-        let runs_to_end = self.ready_port.is_none();
+        let runs_to_end = self.shape.ready == Ready::RunsToEnd;
         Pod {
             metadata: meta(
                 self.name,
@@ -209,6 +250,7 @@ impl PodPlan<'_> {
                     ..Affinity::default()
                 }),
                 service_account_name: Some(self.service_account.to_owned()),
+                host_network: self.shape.host_network.then_some(true),
                 automount_service_account_token: Some(false),
                 host_aliases: (!self.host_aliases.is_empty()).then(|| self.host_aliases.clone()),
                 restart_policy: Some(if runs_to_end { "Never" } else { "Always" }.into()),
@@ -242,13 +284,21 @@ impl PodPlan<'_> {
                         read_only: Some(true),
                         ..VolumeMount::default()
                     }]),
-                    readiness_probe: self.ready_port.map(|port| Probe {
-                        tcp_socket: Some(TCPSocketAction {
-                            port: IntOrString::Int(port.into()),
-                            ..TCPSocketAction::default()
-                        }),
-                        period_seconds: Some(1),
-                        ..Probe::default()
+                    readiness_probe: readiness_probe(&self.shape.ready),
+                    security_context: (!self.shape.capabilities.is_empty()).then(|| {
+                        SecurityContext {
+                            capabilities: Some(Capabilities {
+                                add: Some(
+                                    self.shape
+                                        .capabilities
+                                        .iter()
+                                        .map(|c| (*c).to_owned())
+                                        .collect(),
+                                ),
+                                ..Capabilities::default()
+                            }),
+                            ..SecurityContext::default()
+                        }
                     }),
                     ..Container::default()
                 }],
@@ -357,6 +407,29 @@ impl PodPlan<'_> {
     }
 }
 
+fn readiness_probe(ready: &Ready) -> Option<Probe> {
+    let probe = |p: Probe| Probe {
+        period_seconds: Some(1),
+        ..p
+    };
+    match ready {
+        Ready::Port(port) => Some(probe(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int((*port).into()),
+                ..TCPSocketAction::default()
+            }),
+            ..Probe::default()
+        })),
+        Ready::Command(command) => Some(probe(Probe {
+            exec: Some(ExecAction {
+                command: Some(command.clone()),
+            }),
+            ..Probe::default()
+        })),
+        Ready::RunsToEnd => None,
+    }
+}
+
 /// The name of a pod's scratch volume (an emptyDir in memory).
 const SCRATCH_VOLUME: &str = "scratch";
 
@@ -439,7 +512,7 @@ mod tests {
             image: "meshbench:0.1.0",
             args: vec!["load".into()],
             config_map: "cm",
-            ready_port: None,
+            shape: &PodShape::runs_to_end(),
             host_aliases: vec![],
             additions: &PodAdditions::default(),
             secret: None,

@@ -17,8 +17,8 @@ use meshbench_experiment::platform::{ClientServer, Entry, Instrument, Measured, 
 use meshbench_identity::{CaServerFile, ServerTlsFiles};
 use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_meshes::{
-    identity_files, BoxFuture, ClusterCell, ClusterMesh, ClusterSite, Mesh, PodAdditions, Ports,
-    CONFIG_DIR_IN_POD, POD_PKI_DIR,
+    identity_files, BoxFuture, ClusterCell, ClusterMesh, ClusterSite, Mesh, PlacedPod,
+    PodAdditions, Ports, CONFIG_DIR_IN_POD, POD_PKI_DIR,
 };
 use meshbench_results::LoadReport;
 use meshbench_role::RoleConfig;
@@ -26,7 +26,7 @@ use meshbench_topology::{Pod as TopologyPod, Topology, Workload};
 use meshbench_workload::WorkloadFile;
 
 use crate::clean::{delete_cell, off_runtime};
-use crate::objects::{self, PodPlan, APP_CONTAINER};
+use crate::objects::{self, PodPlan, PodShape, Ready, APP_CONTAINER};
 use crate::platform::KubePlatform;
 use crate::pods::{self, Until};
 use crate::stats::{SummarySampler, Target};
@@ -68,6 +68,8 @@ struct CreatedPod {
     containers: Vec<Sampled>,
     /// Its address, once it is ready.
     ip: Option<IpAddr>,
+    /// Its node's address, once it is ready.
+    host_ip: Option<IpAddr>,
 }
 
 /// The cell's client and server, once its mesh is deployed.
@@ -244,7 +246,7 @@ impl<'a> KubeSite<'a> {
         pod: &TopologyPod,
         role: &str,
         (args, mut files): (Vec<String>, BTreeMap<String, String>),
-        ready_port: Option<u16>,
+        shape: PodShape,
         additions: &PodAdditions,
         credentials: Vec<String>,
     ) -> Result<CreatedPod, Error> {
@@ -294,7 +296,7 @@ impl<'a> KubeSite<'a> {
             image: &self.platform.image,
             args,
             config_map: &name,
-            ready_port,
+            shape: &shape,
             host_aliases: self.host_aliases(),
             additions,
             secret: (!credentials.is_empty()).then(|| (name.as_str(), credentials.clone())),
@@ -321,6 +323,7 @@ impl<'a> KubeSite<'a> {
             node,
             containers,
             ip: None,
+            host_ip: None,
         };
         self.pods.push(created.clone());
         Ok(created)
@@ -334,16 +337,15 @@ impl<'a> KubeSite<'a> {
         }))
         .await?;
         for pod in ready {
-            let ip = pod
-                .status
-                .and_then(|s| s.pod_ip)
-                .and_then(|ip| ip.parse().ok());
+            let status = pod.status.unwrap_or_default();
+            let parse = |ip: Option<String>| ip.and_then(|ip| ip.parse().ok());
             if let Some(created) = self
                 .pods
                 .iter_mut()
                 .find(|c| Some(&c.name) == pod.metadata.name.as_ref())
             {
-                created.ip = ip;
+                created.ip = parse(status.pod_ip);
+                created.host_ip = parse(status.host_ip);
             }
         }
         Ok(())
@@ -381,7 +383,7 @@ impl<'a> KubeSite<'a> {
                 &pod,
                 "control-plane",
                 config,
-                Some(Ports::CA),
+                PodShape::serving(Ports::CA),
                 &PodAdditions::default(),
                 credentials,
             )
@@ -403,7 +405,67 @@ impl<'a> KubeSite<'a> {
             )?;
             planned.push((pod, app, additions));
         }
-        self.create_apps(planned).await
+        let enrolled: Vec<String> = vec![cell.client.name.clone(), cell.server.name.clone()];
+        self.create_apps(planned).await?;
+        self.start_node_agents(cluster, &|pod| enrolled.contains(&pod.name))
+            .await
+    }
+
+    /// Starts the node agents `cluster` runs (if any) for the apps' pods, now that they
+    /// have addresses; `enrolled` says which of them the mesh serves.
+    async fn start_node_agents(
+        &mut self,
+        cluster: &dyn ClusterMesh,
+        enrolled: &(dyn Fn(&TopologyPod) -> bool + Sync),
+    ) -> Result<(), Error> {
+        let pods = self.topology.pods();
+        let mut placed = vec![];
+        for pod in &pods {
+            let Ok(created) = self.created(&pod.name) else {
+                continue;
+            };
+            if let (Some(ip), Some(host_ip)) = (created.ip, created.host_ip) {
+                placed.push(PlacedPod {
+                    pod,
+                    ip,
+                    host_ip,
+                    enrolled: enrolled(pod),
+                });
+            }
+        }
+        let agents = cluster.node_agents(&self.cluster_site(), &placed)?;
+        let mut created = vec![];
+        for agent in agents {
+            let pod = TopologyPod {
+                name: node_agent_pod(&agent.node),
+                workload: Workload {
+                    name: "meshbench-node-agent".into(),
+                    namespace: meshbench_experiment::NAMESPACE.into(),
+                    service_account: "default".into(),
+                    node: agent.node.clone(),
+                    replicas: 1,
+                    meshed: false,
+                },
+            };
+            let shape = PodShape {
+                ready: Ready::Command(agent.ready_command.clone()),
+                host_network: true,
+                capabilities: agent.capabilities.clone(),
+            };
+            created.push(
+                // The capture is part of the node's mesh machinery, as the agent is.
+                self.create_pod(
+                    &pod,
+                    "node-agent",
+                    (agent.args.clone(), agent.files.clone()),
+                    shape,
+                    &agent.additions,
+                    agent.credentials.clone(),
+                )
+                .await?,
+            );
+        }
+        self.wait_ready(&created).await
     }
 
     /// Creates each app's pod with its additions, then waits until all are ready.
@@ -420,8 +482,15 @@ impl<'a> KubeSite<'a> {
             );
             let credentials = credentials_of(&pod, &additions);
             created.push(
-                self.create_pod(&pod, "app", config, Some(port), &additions, credentials)
-                    .await?,
+                self.create_pod(
+                    &pod,
+                    "app",
+                    config,
+                    PodShape::serving(port),
+                    &additions,
+                    credentials,
+                )
+                .await?,
             );
         }
         self.wait_ready(&created).await
@@ -442,10 +511,12 @@ impl<'a> KubeSite<'a> {
             let additions = cluster.enroll_pod(&self.cluster_site(), &pod)?;
             planned.push((pod, app, additions));
         }
-        if cluster.needs_ca() && planned.iter().any(|(_, _, a)| a.identity) {
+        if cluster.needs_ca() {
             self.start_ca().await?;
         }
-        self.create_apps(planned).await
+        self.create_apps(planned).await?;
+        self.start_node_agents(cluster, &|pod| pod.workload.meshed)
+            .await
     }
 
     /// Waits until every service of the site is routed on every node: from a prober pod on
@@ -488,7 +559,7 @@ impl<'a> KubeSite<'a> {
                     &pod,
                     "prober",
                     config,
-                    Some(Ports::APP),
+                    PodShape::serving(Ports::APP),
                     &PodAdditions::default(),
                     vec![],
                 )
@@ -526,6 +597,11 @@ impl<'a> KubeSite<'a> {
                 what: format!("pod {pod}"),
                 why: "the cell has not created it".into(),
             })
+    }
+
+    /// The address of the node topology pod `pod` runs on, once it is ready.
+    pub fn host_ip(&self, pod: &str) -> Option<IpAddr> {
+        self.created(pod).ok()?.host_ip
     }
 
     /// The address of the cluster's pod for topology pod `pod`, once it is ready.
@@ -617,7 +693,7 @@ impl<'a> KubeSite<'a> {
                     &pod,
                     "load-generator",
                     config,
-                    None,
+                    PodShape::runs_to_end(),
                     &additions,
                     credentials.clone(),
                 )
@@ -699,6 +775,11 @@ impl<'a> KubeSite<'a> {
     fn namespaces(&self) -> Vec<String> {
         self.platform.namespaces()
     }
+}
+
+/// The topology name of the node agent pod on topology node `node` (meshes with node agents).
+pub fn node_agent_pod(node: &str) -> String {
+    format!("meshbench-node-agent-{node}")
 }
 
 /// `spec` split over `generators` pods: each sends its share of the rate over its share of

@@ -9,7 +9,7 @@
 //! configs the additions carry.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId};
@@ -176,6 +176,37 @@ pub struct PodAdditions {
     pub identity: bool,
 }
 
+/// A pod already running on a cluster, with its addresses: what a mesh that configures its
+/// node agents by address (as ztunnel is, by its control plane) needs.
+#[derive(Debug, Clone, Copy)]
+pub struct PlacedPod<'a> {
+    pub pod: &'a Pod,
+    /// The pod's own address.
+    pub ip: IpAddr,
+    /// Its node's address (where that node's agent takes tunnels).
+    pub host_ip: IpAddr,
+    /// Whether the mesh serves it (a cell's client and server; an enrolled topology's
+    /// meshed workloads).
+    pub enrolled: bool,
+}
+
+/// A node agent a mesh runs on one node, on the node's own network: its main container
+/// (meshbench with `args`; the node's capture, say), the containers started before it (the
+/// agent), and the run's credentials it is given under `pki/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAgentPod {
+    /// The topology's node.
+    pub node: String,
+    pub args: Vec<String>,
+    pub files: BTreeMap<String, String>,
+    /// The main container's capabilities beyond the runtime's defaults.
+    pub capabilities: Vec<&'static str>,
+    /// A command that succeeds once the main container is ready.
+    pub ready_command: Vec<String>,
+    pub additions: PodAdditions,
+    pub credentials: Vec<String>,
+}
+
 /// A mesh's flavour on a cluster. See the module's header.
 pub trait ClusterMesh: Sync {
     /// The TLS the server app serves itself (paths in its pod), when the app does mTLS.
@@ -204,6 +235,16 @@ pub trait ClusterMesh: Sync {
             mesh: "this mesh".into(),
             what: "enrolling a whole topology on a cluster",
         })
+    }
+
+    /// The node agents it runs once the apps' pods are running (`placed`: those pods, with
+    /// their addresses, enrolled or not); none for a mesh without node agents.
+    fn node_agents(
+        &self,
+        _site: &ClusterSite<'_>,
+        _placed: &[PlacedPod<'_>],
+    ) -> Result<Vec<NodeAgentPod>, Error> {
+        Ok(vec![])
     }
 
     /// Whether it needs meshbench's CA service as its control plane.

@@ -33,7 +33,7 @@ pub use adapter::{
 pub use area::{clean_stale_areas, collect_outputs, ProxyArea, AREAS_ROOT, PRIVATE_SUFFIX};
 pub use cluster::{
     identity_files, AddedContainer, ClusterCell, ClusterEntry, ClusterMesh, ClusterSite,
-    PodAdditions, PodSvid, CONFIG_DIR_IN_POD, POD_PKI_DIR,
+    NodeAgentPod, PlacedPod, PodAdditions, PodSvid, CONFIG_DIR_IN_POD, POD_PKI_DIR,
 };
 pub use enroll::{app_port, enroll};
 pub use gateway::start_gateway;

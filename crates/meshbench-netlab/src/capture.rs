@@ -9,6 +9,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use serde::{Deserialize, Serialize};
+
 use crate::command::run_in;
 use crate::Error;
 
@@ -227,14 +229,25 @@ pub struct NodeCapture {
 
 impl NodeCapture {
     pub(crate) fn install(&self, netns: &str) -> Result<(), Error> {
-        let ipt = |args: &[&str]| nat(netns, args);
-        ipt(&["-N", NODE_CHAIN])?;
-        // First in PREROUTING: the agent must see the address the app dialled, before the
-        // node's service DNAT rewrites it.
-        ipt(&["-I", "PREROUTING", "1", "-p", "tcp", "-j", NODE_CHAIN])?;
+        for rule in self.nat_rules() {
+            let args: Vec<&str> = rule.iter().map(String::as_str).collect();
+            nat(netns, &args)?;
+        }
+        Ok(())
+    }
+
+    /// Every command of the capture in the nat table, in order (`-N CHAIN` creates one).
+    pub fn nat_rules(&self) -> Vec<Vec<String>> {
+        let owned = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        let mut rules = vec![
+            owned(&["-N", NODE_CHAIN]),
+            // First in PREROUTING: the agent must see the address the app dialled, before
+            // the node's service DNAT rewrites it.
+            owned(&["-I", "PREROUTING", "1", "-p", "tcp", "-j", NODE_CHAIN]),
+        ];
         let outbound = self.outbound_port.to_string();
         for source in &self.sources {
-            ipt(&[
+            rules.push(owned(&[
                 "-A",
                 NODE_CHAIN,
                 "-s",
@@ -245,18 +258,101 @@ impl NodeCapture {
                 "REDIRECT",
                 "--to-ports",
                 &outbound,
-            ])?;
+            ]));
         }
         for destination in &self.destinations {
-            redirect_destination(
-                netns,
+            rules.push(redirect_rule(
                 &["-A", NODE_CHAIN],
                 &[],
                 *destination,
                 self.inbound_port,
-            )?;
+            ));
+        }
+        rules
+    }
+
+    /// The commands that take the capture out of the nat table again.
+    pub fn removal_rules() -> Vec<Vec<String>> {
+        [
+            vec!["-D", "PREROUTING", "-p", "tcp", "-j", NODE_CHAIN],
+            vec!["-F", NODE_CHAIN],
+            vec!["-X", NODE_CHAIN],
+        ]
+        .into_iter()
+        .map(|r| r.into_iter().map(str::to_owned).collect())
+        .collect()
+    }
+}
+
+/// A node agent's capture installed by a pod on a cluster node (`meshbench proxy
+/// node-capture`): the rules go into the node's own nat table with `iptables`, and come out
+/// again when the pod stops.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeCaptureFile {
+    pub sources: Vec<IpAddr>,
+    pub destinations: Vec<SocketAddr>,
+    pub outbound_port: u16,
+    pub inbound_port: u16,
+    /// The iptables program (a multi-call `xtables-nft-multi`, called as `iptables`).
+    pub iptables: std::path::PathBuf,
+}
+
+impl meshbench_role::RoleConfig for NodeCaptureFile {
+    const COMMAND: &'static [&'static str] = &["proxy", "node-capture"];
+}
+
+impl NodeCaptureFile {
+    fn capture(&self) -> NodeCapture {
+        NodeCapture {
+            sources: self.sources.clone(),
+            destinations: self.destinations.clone(),
+            outbound_port: self.outbound_port,
+            inbound_port: self.inbound_port,
+        }
+    }
+
+    /// Installs the capture in this namespace's nat table, replacing one a crashed agent
+    /// left behind.
+    pub fn install(&self) -> Result<(), Error> {
+        self.remove();
+        for rule in self.capture().nat_rules() {
+            self.iptables(&rule)?;
         }
         Ok(())
+    }
+
+    /// Takes the capture out (what is already gone is no error).
+    pub fn remove(&self) {
+        for rule in NodeCapture::removal_rules() {
+            let _ = self.iptables(&rule);
+        }
+    }
+
+    /// Whether the capture is installed.
+    pub fn installed(&self) -> bool {
+        self.iptables(&["-C", "PREROUTING", "-p", "tcp", "-j", NODE_CHAIN].map(str::to_owned))
+            .is_ok()
+    }
+
+    fn iptables(&self, rule: &[String]) -> Result<(), Error> {
+        let command = format!("iptables -t nat {}", rule.join(" "));
+        let output = std::process::Command::new(&self.iptables)
+            .args(["iptables", "-t", "nat"])
+            .args(rule)
+            .output()
+            .map_err(|source| Error::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+        if output.status.success() {
+            return Ok(());
+        }
+        Err(Error::Command {
+            command,
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        })
     }
 }
 

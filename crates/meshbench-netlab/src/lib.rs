@@ -24,14 +24,14 @@ mod wire;
 
 use meshbench_role::InputFault;
 
-pub use capture::{NodeCapture, NodeRedirect, SidecarCapture, PROXY_UID};
+pub use capture::{NodeCapture, NodeCaptureFile, NodeRedirect, SidecarCapture, PROXY_UID};
 pub use clean::{clean_all, CleanReport};
 pub use command::which;
 pub use enter::run_in_netns;
 pub use loopback::LoopbackLab;
 pub use netns::NetnsLab;
 pub use network::{new_lab_id, Backend, LabNetwork, NetPlace};
-pub use packet::{capture, CaptureLimits, CaptureSummary};
+pub use packet::{capture, interface_toward, CaptureLimits, CaptureSummary};
 pub use plan::AddressPlan;
 pub use relay::WireTap;
 pub use wire::{analyze_pcap, send_times_to_port, FlowVerdict, WireCapture, WireReport};

@@ -123,6 +123,48 @@ pub fn capture(
     Ok(summary)
 }
 
+/// The interface this machine (or network namespace) sends packets for `ip` through: `lo`
+/// for one of its own addresses, otherwise the most specific route's (IPv4 routes only,
+/// from `/proc/net/route`).
+pub fn interface_toward(ip: std::net::IpAddr) -> Result<String, Error> {
+    let fail = |message: String| Error::Capture {
+        interface: format!("toward {ip}"),
+        source: std::io::Error::other(message),
+    };
+    if std::net::UdpSocket::bind((ip, 0)).is_ok() {
+        return Ok("lo".into());
+    }
+    let std::net::IpAddr::V4(ip) = ip else {
+        return Err(fail("only IPv4 routes are read".into()));
+    };
+    let table = std::fs::read_to_string("/proc/net/route")
+        .map_err(|e| fail(format!("/proc/net/route: {e}")))?;
+    route_for(&table, ip).ok_or_else(|| fail("no route to it".into()))
+}
+
+/// The interface of the most specific route in `table` (`/proc/net/route`'s text) that
+/// matches `ip`.
+fn route_for(table: &str, ip: std::net::Ipv4Addr) -> Option<String> {
+    // Addresses and masks are the network-order bytes printed as a native-endian number.
+    let parse = |hex: &str| {
+        u32::from_str_radix(hex, 16)
+            .ok()
+            .map(|v| u32::from_be_bytes(v.to_ne_bytes()))
+    };
+    let target = u32::from(ip);
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (interface, destination, mask) = (fields.first()?, fields.get(1)?, fields.get(7)?);
+            let (destination, mask) = (parse(destination)?, parse(mask)?);
+            (target & mask == destination).then(|| (mask.count_ones(), (*interface).to_owned()))
+        })
+        .max_by_key(|(prefix, _)| *prefix)
+        .map(|(_, interface)| interface)
+}
+
 /// A frame received: how much of it is in the buffer, and its length on the wire.
 struct Frame {
     captured: usize,
@@ -294,6 +336,20 @@ mod tests {
         assert!(flows[0].marker_seen && !flows[0].tls);
         // Seen once, not once leaving and once arriving.
         assert_eq!(flows[0].bytes_to_server, marker.len() as u64);
+    }
+
+    #[test]
+    fn the_most_specific_route_names_the_interface() {
+        let table =
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+            eth0\t00000000\t01004D0A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+            eth0\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+            cni0\t0001F40A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
+        let route = |ip: &str| route_for(table, ip.parse().unwrap());
+        assert_eq!(route("10.244.1.7").as_deref(), Some("cni0"));
+        assert_eq!(route("10.77.0.12").as_deref(), Some("eth0"));
+        assert_eq!(route("192.0.2.1").as_deref(), Some("eth0"));
+        assert_eq!(route_for("Iface\n", "192.0.2.1".parse().unwrap()), None);
     }
 
     #[test]

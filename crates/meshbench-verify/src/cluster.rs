@@ -12,16 +12,17 @@
 //! Identity checks (bad certificates handshaken against a proxy, rotation under load) are not
 //! made on a cluster yet; each mesh's verification says so in its `notes`.
 
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use meshbench_experiment::platform::{Platform, Site};
 use meshbench_kube::{KubeOptions, KubePlatform, KubeSite};
 use meshbench_lab::BuildInfo;
-use meshbench_meshes::{Mesh, Ports};
+use meshbench_meshes::{Enrollment, Mesh, Ports};
 use meshbench_policy::Policy;
 use meshbench_results::{CaseVerification, MeshVerification, VerifyReport, SCHEMA_VERSION};
-use meshbench_topology::Topology;
+use meshbench_topology::{Pod as TopologyPod, Topology};
 
 use crate::e3::{self, SecurityCase, CASES, PROBES};
 use crate::expect::expect;
@@ -109,7 +110,9 @@ pub async fn verify_on_cluster(
             error: None,
             notes: vec![format!(
                 "on Kubernetes ({}): identity checks are not made on a cluster yet; wire \
-                 evidence is captured on the destination pod's {POD_INTERFACE}",
+                 evidence is recorded through the API server, in the destination pod \
+                 ({POD_INTERFACE}) or, where a node agent carries the path, on the calling \
+                 node's network from its agent's pod",
                 platform.name()
             )],
         });
@@ -174,25 +177,14 @@ async fn run_case(
         let both_enrolled = case.meshed.contains(&probe.from) && case.meshed.contains(&probe.to);
         let same_node = site.node_of(&from.name) == site.node_of(&to.name);
         let stop_file = format!("/tmp/meshbench-capture-{i}.stop");
+        let point = capture_point(site, mesh, &from, &to, both_enrolled, same_node)?;
+        let mut command: Vec<String> = ["meshbench", "wire", "capture", "--stop-file", &stop_file]
+            .map(str::to_owned)
+            .to_vec();
+        command.extend(point.args.iter().cloned());
+        command.extend(["--max-duration".into(), CAPTURE_MAX.into()]);
         let capture = site
-            .start_exec(
-                &to.name,
-                [
-                    "meshbench",
-                    "wire",
-                    "capture",
-                    "--interface",
-                    POD_INTERFACE,
-                    "--stop-file",
-                    &stop_file,
-                    "--max-duration",
-                    CAPTURE_MAX,
-                ]
-                .map(str::to_owned)
-                .to_vec(),
-                "listening on",
-                CAPTURE_WAIT,
-            )
+            .start_exec(&point.pod, command, "listening on", CAPTURE_WAIT)
             .await?;
         let (path, body) = probe_request(probe, &marker);
         let asked = site
@@ -210,7 +202,7 @@ async fn run_case(
             .await;
         let stopped = site
             .exec(
-                &to.name,
+                &point.pod,
                 vec!["meshbench".into(), "wire".into(), "stop".into(), stop_file],
                 CAPTURE_WAIT,
             )
@@ -230,7 +222,7 @@ async fn run_case(
         if let Err(status) = captured.status {
             return Err(Error::Probe(format!(
                 "the capture in {} failed: {status}: {}",
-                to.name,
+                point.pod,
                 captured.stderr.trim()
             )));
         }
@@ -239,14 +231,16 @@ async fn run_case(
             path: pcap.clone(),
             source,
         })?;
-        let report = meshbench_netlab::analyze_pcap(&pcap, marker.as_bytes())?;
-        let point = format!(
-            "{}'s pod interface ({POD_INTERFACE}, recorded inside the pod through the API server)",
-            to.name
-        );
+        let mut report = meshbench_netlab::analyze_pcap(&pcap, marker.as_bytes())?;
+        if let Some(keep) = &point.only_between {
+            // A node's link carries the node's own traffic too (its kubelet's, say).
+            report
+                .flows
+                .retain(|f| keep.contains(&f.client.ip()) && keep.contains(&f.server.ip()));
+        }
         let wire = evidence(
             &report,
-            point,
+            point.description,
             if same_node { "same-node" } else { "inter-node" },
             &marker,
             WireExpectation::of(mesh, both_enrolled, same_node),
@@ -263,6 +257,71 @@ async fn run_case(
         title: case.title.into(),
         meshed: case.meshed.iter().map(|w| (*w).to_owned()).collect(),
         probes,
+    })
+}
+
+/// Where a probe's path is recorded.
+struct CapturePoint {
+    /// The topology pod the capture is exec'd in.
+    pod: String,
+    /// How `meshbench wire capture` picks its interface.
+    args: Vec<String>,
+    description: String,
+    /// Only the connections between these addresses are the probe's.
+    only_between: Option<Vec<IpAddr>>,
+}
+
+/// Where a probe's path runs encrypted, if anywhere, and can be recorded through the API:
+/// for a node agent carrying it, its calling node's network (the link toward the other
+/// node, or loopback where the agent tunnels to itself), recorded in that node's agent pod;
+/// otherwise the destination pod's own interface, which every byte to the pod crosses.
+fn capture_point(
+    site: &KubeSite<'_>,
+    mesh: Mesh,
+    from: &TopologyPod,
+    to: &TopologyPod,
+    both_enrolled: bool,
+    same_node: bool,
+) -> Result<CapturePoint, Error> {
+    let agent_carries = mesh.enrollment() == Enrollment::AgentPerNode
+        && both_enrolled
+        && (!same_node || mesh.tunnels_within_node());
+    if !agent_carries {
+        return Ok(CapturePoint {
+            pod: to.name.clone(),
+            args: vec!["--interface".into(), POD_INTERFACE.into()],
+            description: format!(
+                "{}'s pod interface ({POD_INTERFACE}, recorded inside the pod through the API server)",
+                to.name
+            ),
+            only_between: None,
+        });
+    }
+    let address = |what: &str, ip: Option<IpAddr>| {
+        ip.ok_or_else(|| Error::Probe(format!("the cluster gave {what} no address")))
+    };
+    let toward = address(&format!("{}'s node", to.name), site.host_ip(&to.name))?;
+    let from_host = address(&format!("{}'s node", from.name), site.host_ip(&from.name))?;
+    let node = &from.workload.node;
+    Ok(CapturePoint {
+        pod: meshbench_kube::node_agent_pod(node),
+        args: vec!["--toward".into(), toward.to_string()],
+        description: if same_node {
+            format!("{node}'s loopback, where its agent tunnels to itself (recorded in its node agent's pod)")
+        } else {
+            format!("{node}'s link toward {toward} (recorded in its node agent's pod)")
+        },
+        only_between: Some(
+            [
+                Some(from_host),
+                Some(toward),
+                site.pod_ip(&from.name),
+                site.pod_ip(&to.name),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        ),
     })
 }
 

@@ -3,6 +3,8 @@
 //! Istio ambient's ztunnel does; a CA service renews the SVIDs. Same-node traffic is either
 //! tunnelled too (ztunnel) or left in plaintext (Cilium's choice).
 
+mod cluster;
+
 use std::net::SocketAddr;
 
 use meshbench_dataplane::{
@@ -84,6 +86,10 @@ impl MeshAdapter for NodeAgent {
 
     fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(enroll(lab, self.same_node_encryption))
+    }
+
+    fn on_cluster(&self) -> Option<&dyn crate::ClusterMesh> {
+        Some(self)
     }
 }
 

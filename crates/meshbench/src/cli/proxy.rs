@@ -32,6 +32,20 @@ pub enum ProxyCommand {
     /// istio-agent is: renews the SVID through the CA service and publishes each version
     /// into a directory, swapped atomically for Envoy's `watched_directory`.
     CertAgent(CertAgentArgs),
+    /// A node agent's capture on a cluster node (run in a pod on the node's network): installs
+    /// the rules that send the node's enrolled pods' connections to the agent, and takes them
+    /// out again when stopped.
+    NodeCapture(NodeCaptureArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeCaptureArgs {
+    /// The capture (YAML, `NodeCaptureFile`).
+    #[arg(long)]
+    config: PathBuf,
+    /// Only check that the capture is installed (exit 0) or not (exit 1): a readiness probe.
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(Debug, Args)]
@@ -399,7 +413,24 @@ pub fn run(command: ProxyCommand) -> anyhow::Result<()> {
         ProxyCommand::Sidecar(a) => sidecar(*a),
         ProxyCommand::NodeAgent(a) => node_agent(a),
         ProxyCommand::CertAgent(a) => cert_agent(a),
+        ProxyCommand::NodeCapture(a) => node_capture(a),
     }
+}
+
+fn node_capture(a: NodeCaptureArgs) -> anyhow::Result<()> {
+    use meshbench_role::RoleConfig;
+    let file = meshbench_netlab::NodeCaptureFile::load(&a.config)
+        .map_err(|e| BadInput(format!("--config: {e}")))?;
+    if a.check {
+        anyhow::ensure!(file.installed(), "the node capture is not installed");
+        return Ok(());
+    }
+    file.install()?;
+    println!("{}", serde_json::to_string(&ReadyEvent::ready(None))?);
+    let runtime = meshbench_workload::runtime(Some(1))?;
+    runtime.block_on(super::workload::shutdown_signal());
+    file.remove();
+    Ok(())
 }
 
 fn cert_agent(a: CertAgentArgs) -> anyhow::Result<()> {

@@ -34,8 +34,12 @@ pub enum WireCommand {
 
 #[derive(Debug, Args)]
 pub struct CaptureArgs {
+    /// The interface to record.
+    #[arg(long, required_unless_present = "toward", conflicts_with = "toward")]
+    interface: Option<String>,
+    /// Record the interface packets to this address leave by (`lo` for a local address).
     #[arg(long)]
-    interface: String,
+    toward: Option<std::net::IpAddr>,
     /// The capture ends once this file exists.
     #[arg(long)]
     stop_file: PathBuf,
@@ -50,14 +54,18 @@ pub struct CaptureArgs {
 pub fn run(command: WireCommand) -> anyhow::Result<()> {
     match command {
         WireCommand::Capture(a) => {
+            let interface = match (&a.interface, a.toward) {
+                (Some(interface), _) => interface.clone(),
+                (None, Some(ip)) => meshbench_netlab::interface_toward(ip)?,
+                (None, None) => unreachable!("clap requires one of them"),
+            };
             let stdout = std::io::stdout().lock();
             let limits = CaptureLimits {
                 max_bytes: a.max_bytes,
                 max_duration: a.max_duration,
             };
-            let interface = a.interface.clone();
             let summary = meshbench_netlab::capture(
-                &a.interface,
+                &interface.clone(),
                 std::io::BufWriter::new(stdout),
                 || a.stop_file.exists(),
                 limits,
