@@ -15,17 +15,20 @@ use serde_json::Value;
 
 const IMAGE: &str = "docker.io/library/meshbench:under-test";
 
-/// The image of the binary under test, built and imported into every node once.
+/// The image of the binary under test, with Envoy where it is installed (`./scripts/test`
+/// installs it), built and imported into every node once.
 fn image() -> &'static str {
     static IMPORTED: OnceLock<()> = OnceLock::new();
     IMPORTED.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let archive = dir.path().join("meshbench.oci.tar");
-        run_ok(
-            Command::new(env!("CARGO_BIN_EXE_meshbench"))
-                .args(["image", "build", "--tag", "meshbench:under-test", "--out"])
-                .arg(&archive),
-        );
+        let mut build = Command::new(env!("CARGO_BIN_EXE_meshbench"));
+        build.args(["image", "build", "--tag", "meshbench:under-test", "--out"]);
+        build.arg(&archive);
+        if meshbench_lab::which("envoy").is_some() {
+            build.arg("--with-envoy");
+        }
+        run_ok(&mut build);
         let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/k8s-lab");
         run_ok(Command::new(lab).arg("load-image").arg(&archive));
     });
@@ -361,56 +364,78 @@ fn verification(out: &Path) -> Value {
 }
 
 #[test]
-fn our_sidecar_passes_e3s_matrix_on_the_cluster_and_no_mesh_fails_it() {
+fn our_data_planes_and_envoy_pass_e3s_matrix_on_the_cluster_and_no_mesh_fails_it() {
     let Some(cluster) = Cluster::get() else {
         return;
     };
+    if require_tool("envoy").is_none() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
-    let verify = |mesh: &str| {
-        let out = dir.path().join(mesh);
+    let verify = |meshes: &str| {
+        let out = dir.path().join(meshes.replace(',', "+"));
         let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
             .args(["verify", "--backend", "kubernetes", "--kubeconfig"])
             .arg(&cluster.kubeconfig)
-            .args(["--image", image(), "--mesh", mesh, "--out"])
+            .args(["--image", image(), "--mesh", meshes, "--out"])
             .arg(&out)
             .output()
             .unwrap();
         (output, verification(&out))
     };
 
-    let (output, report) = verify("meshbench-sidecar");
+    let (output, report) = verify("meshbench-sidecar,meshbench-node-agent,envoy-sidecar");
     assert_success(&output);
     assert_eq!(report["passed"], true);
     assert!(report["platform"]
         .as_str()
         .unwrap()
         .starts_with("kubernetes/"));
-    let mesh = &report["meshes"][0];
-    assert_eq!(mesh["cases"].as_array().unwrap().len(), 6);
-    // Where both ends are enrolled, the capture in the destination pod saw TLS 1.3 only
-    // and never the request's marker; a denial by identity was answered 403.
-    let case_2 = &mesh["cases"][1];
-    for probe in case_2["probes"].as_array().unwrap() {
-        let wire = &probe["wire"];
-        if probe["from"] != "impostor" {
-            assert_eq!(wire["marker_seen"], false, "{probe}");
-            assert!(
-                wire["tls_versions"].to_string().contains("TLSv1.3"),
-                "{probe}"
-            );
+    for mesh in report["meshes"].as_array().unwrap() {
+        assert_eq!(
+            mesh["cases"].as_array().unwrap().len(),
+            6,
+            "{}",
+            mesh["mesh"]
+        );
+        assert!(mesh["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("identity checks are not made"));
+        // Where both ends are enrolled, the recording on the path saw TLS 1.3 only and
+        // never the request's marker.
+        let case_2 = &mesh["cases"][1];
+        for probe in case_2["probes"].as_array().unwrap() {
+            let wire = &probe["wire"];
+            if probe["from"] != "impostor" {
+                assert_eq!(wire["marker_seen"], false, "{probe}");
+                assert!(
+                    wire["tls_versions"].to_string().contains("TLSv1.3"),
+                    "{probe}"
+                );
+            }
         }
     }
-    let denied = case_2["probes"]
+    // The node agent's inter-node path was recorded on the calling node's link, from its
+    // agent's pod, not in the destination pod (where the agent's last leg is in clear).
+    let agent = &report["meshes"][1];
+    assert_eq!(agent["mesh"], "meshbench-node-agent");
+    let across = &agent["cases"][1]["probes"][0];
+    assert!(
+        across["wire"]["capture_point"]
+            .as_str()
+            .unwrap()
+            .contains("node agent's pod"),
+        "{across}"
+    );
+    // Sidecars answer a denial by identity with 403, as Istio's do.
+    let denied = report["meshes"][0]["cases"][1]["probes"]
         .as_array()
         .unwrap()
         .iter()
         .find(|p| p["from"] == "security-checker" && p["to"] == "calculator")
         .unwrap();
     assert_eq!(denied["observed"], "http_403", "{denied}");
-    assert!(mesh["notes"][0]
-        .as_str()
-        .unwrap()
-        .contains("identity checks are not made"));
 
     // Without a mesh, the requests the policy denies go through, in clear.
     let (output, report) = verify("baseline");
