@@ -121,6 +121,8 @@ pub fn state(pod: &Pod) -> PodState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Until {
     Ready,
+    /// Its containers run and it has its address (readiness not awaited).
+    Running,
     /// Run to its end successfully.
     Succeeded,
 }
@@ -140,11 +142,15 @@ pub async fn wait(
             what: format!("watching pod {name}"),
             source: kube::Error::Service(Box::new(e)),
         })? {
+            let status = pod.status.as_ref();
+            let running = status.and_then(|s| s.phase.as_deref()) == Some("Running")
+                && status.and_then(|s| s.pod_ip.as_ref()).is_some();
             match (state(&pod), until) {
                 (PodState::Ready, Until::Ready) | (PodState::Succeeded, Until::Succeeded) => {
                     return Ok(pod)
                 }
-                (PodState::Succeeded, Until::Ready) => {
+                (PodState::Ready | PodState::Pending, Until::Running) if running => return Ok(pod),
+                (PodState::Succeeded, Until::Ready | Until::Running) => {
                     return Err(failed(
                         api,
                         &namespace,
@@ -180,6 +186,7 @@ pub async fn wait(
             pod: name.to_owned(),
             what: match until {
                 Until::Ready => "ready",
+                Until::Running => "running",
                 Until::Succeeded => "finished",
             },
             seconds: timeout.as_secs(),

@@ -44,6 +44,8 @@ const GENERATOR_GRACE: Duration = Duration::from_secs(120);
 const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
 /// How long the generator waits for the service to answer before measuring.
 const TARGET_WAIT: Duration = Duration::from_secs(60);
+/// The file a generator waits for when the path it measures needs its address first.
+const START_GATE: &str = "/tmp/meshbench-start";
 /// How long a service's routes may take to reach every node.
 const ROUTES_TIMEOUT: Duration = Duration::from_secs(90);
 /// meshbench's CA service: the control plane of our own data plane.
@@ -60,8 +62,10 @@ struct Sampled {
 /// A pod meshbench created for a cell.
 #[derive(Debug, Clone)]
 struct CreatedPod {
-    /// The topology's name of the pod.
-    topology_name: String,
+    /// The pod as the topology knows it (a generator's is its client's, renamed).
+    topology: TopologyPod,
+    /// What it runs (`app`, `load-generator`, `node-agent`, ...).
+    role: String,
     namespace: String,
     name: String,
     node: String,
@@ -317,7 +321,8 @@ impl<'a> KubeSite<'a> {
             )
             .collect();
         let created = CreatedPod {
-            topology_name: pod.name.clone(),
+            topology: pod.clone(),
+            role: role.to_owned(),
             namespace,
             name,
             node,
@@ -331,9 +336,19 @@ impl<'a> KubeSite<'a> {
 
     /// Waits, in parallel, until every pod of `pods` is ready, and records their addresses.
     async fn wait_ready(&mut self, pods: &[CreatedPod]) -> Result<(), Error> {
+        self.wait_until(pods, Until::Ready).await
+    }
+
+    /// Waits, in parallel, until every pod of `pods` runs (has its address), and records
+    /// their addresses.
+    async fn wait_running(&mut self, pods: &[CreatedPod]) -> Result<(), Error> {
+        self.wait_until(pods, Until::Running).await
+    }
+
+    async fn wait_until(&mut self, pods: &[CreatedPod], until: Until) -> Result<(), Error> {
         let ready = try_join_all(pods.iter().map(|p| {
             let api = Api::<Pod>::namespaced(self.client(), &p.namespace);
-            async move { pods::wait(&api, &p.name, Until::Ready, READY_TIMEOUT).await }
+            async move { pods::wait(&api, &p.name, until, READY_TIMEOUT).await }
         }))
         .await?;
         for pod in ready {
@@ -405,10 +420,8 @@ impl<'a> KubeSite<'a> {
             )?;
             planned.push((pod, app, additions));
         }
-        let enrolled: Vec<String> = vec![cell.client.name.clone(), cell.server.name.clone()];
-        self.create_apps(planned).await?;
-        self.start_node_agents(cluster, &|pod| enrolled.contains(&pod.name))
-            .await
+        // A mesh's node agents start with the generator, whose address they must know.
+        self.create_apps(planned).await
     }
 
     /// Starts the node agents `cluster` runs (if any) for the apps' pods, now that they
@@ -418,18 +431,17 @@ impl<'a> KubeSite<'a> {
         cluster: &dyn ClusterMesh,
         enrolled: &(dyn Fn(&TopologyPod) -> bool + Sync),
     ) -> Result<(), Error> {
-        let pods = self.topology.pods();
         let mut placed = vec![];
-        for pod in &pods {
-            let Ok(created) = self.created(&pod.name) else {
+        for created in &self.pods {
+            if !matches!(created.role.as_str(), "app" | "load-generator") {
                 continue;
-            };
+            }
             if let (Some(ip), Some(host_ip)) = (created.ip, created.host_ip) {
                 placed.push(PlacedPod {
-                    pod,
+                    pod: &created.topology,
                     ip,
                     host_ip,
-                    enrolled: enrolled(pod),
+                    enrolled: enrolled(&created.topology),
                 });
             }
         }
@@ -526,7 +538,7 @@ impl<'a> KubeSite<'a> {
     /// the policy had nothing to do with.
     pub async fn wait_for_routes(&mut self) -> Result<(), Error> {
         let mut addresses: Vec<String> = self.services.values().map(|a| a.to_string()).collect();
-        if self.pods.iter().any(|p| p.topology_name == CA_WORKLOAD) {
+        if self.pods.iter().any(|p| p.topology.name == CA_WORKLOAD) {
             addresses.push(self.ca_endpoint.to_string());
         }
         let mut probers = vec![];
@@ -589,10 +601,31 @@ impl<'a> KubeSite<'a> {
         Ok(())
     }
 
+    /// Opens the start gate of every generator of `generators` (`wire mark` in each).
+    async fn open_gates(&self, generators: &[CreatedPod]) -> Result<(), Error> {
+        try_join_all(generators.iter().map(|g| {
+            let api = Api::<Pod>::namespaced(self.client(), &g.namespace);
+            let command = ["meshbench", "wire", "mark", START_GATE]
+                .map(str::to_owned)
+                .to_vec();
+            async move {
+                let output =
+                    crate::exec::run(&api, &g.name, APP_CONTAINER, command, ROUTES_TIMEOUT).await?;
+                output.status.map_err(|status| Error::Exec {
+                    pod: g.name.clone(),
+                    command: "meshbench wire mark".into(),
+                    problem: status,
+                })
+            }
+        }))
+        .await?;
+        Ok(())
+    }
+
     fn created(&self, pod: &str) -> Result<&CreatedPod, Error> {
         self.pods
             .iter()
-            .find(|p| p.topology_name == pod)
+            .find(|p| p.topology.name == pod)
             .ok_or_else(|| Error::Unsupported {
                 what: format!("pod {pod}"),
                 why: "the cell has not created it".into(),
@@ -675,6 +708,20 @@ impl<'a> KubeSite<'a> {
             },
             None => PodAdditions::default(),
         };
+        // A node agent captures pods by address, which a generator has only once it runs:
+        // the generators wait at their gate until their node's agent captures them.
+        let agents_for = self.deployed.as_ref().and_then(|cell| {
+            (cell.mesh.enrollment() == meshbench_meshes::Enrollment::AgentPerNode).then(|| {
+                (
+                    cell.mesh,
+                    cell.client.workload.name.clone(),
+                    cell.server.name.clone(),
+                )
+            })
+        });
+        if agents_for.is_some() {
+            spec.start_gate = Some(START_GATE.into());
+        }
         let split = split_load(&spec, self.platform.generators)?;
         let credentials = credentials_of(client, &additions);
         let mut generators = vec![];
@@ -699,6 +746,15 @@ impl<'a> KubeSite<'a> {
                 )
                 .await?;
             generators.push(created);
+        }
+        if let Some((mesh, client_workload, server)) = agents_for {
+            self.wait_running(&generators).await?;
+            let cluster = on_cluster(mesh)?;
+            self.start_node_agents(cluster, &|pod| {
+                pod.workload.name == client_workload || pod.name == server
+            })
+            .await?;
+            self.open_gates(&generators).await?;
         }
         let targets = self
             .pods

@@ -36,6 +36,6 @@ pub use outcome::Outcome;
 pub use recorder::{Recorder, RequestSample, SecondBucket};
 pub use spec::{
     Body, ClientTlsSpec, LoadOutput, LoadSpec, RequestFile, DEFAULT_CONNECTIONS, DEFAULT_DURATION,
-    DEFAULT_TIMEOUT,
+    DEFAULT_TIMEOUT, START_GATE_LIMIT,
 };
 pub use target::Target;

@@ -68,9 +68,18 @@ pub struct LoadSpec {
     /// not measured while it is not.
     #[serde(default, with = "humantime_serde")]
     pub wait_for_target: Option<Duration>,
+    /// Before anything else (probes included), wait until this file exists, for at most
+    /// [`START_GATE_LIMIT`]: how an orchestrator holds a generator back until the path it
+    /// measures is in place (a node agent capturing the generator's pod, which it can only
+    /// do once the pod has its address), and starts several generators together.
+    #[serde(default)]
+    pub start_gate: Option<std::path::PathBuf>,
     #[serde(default)]
     pub output: LoadOutput,
 }
+
+/// The longest a generator waits at its start gate.
+pub const START_GATE_LIMIT: Duration = Duration::from_secs(300);
 
 /// The request every worker sends, as text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -164,6 +173,7 @@ impl LoadSpec {
             max_requests_per_connection: None,
             tls: None,
             wait_for_target: None,
+            start_gate: None,
             output: LoadOutput::default(),
         }
     }
@@ -197,6 +207,7 @@ impl LoadSpec {
             timeout: self.timeout.min(PROBE_TIMEOUT),
             threads: 1,
             wait_for_target: None,
+            start_gate: None,
             output: LoadOutput {
                 quiet: true,
                 ..LoadOutput::default()

@@ -239,12 +239,7 @@ impl NodeCapture {
     /// Every command of the capture in the nat table, in order (`-N CHAIN` creates one).
     pub fn nat_rules(&self) -> Vec<Vec<String>> {
         let owned = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
-        let mut rules = vec![
-            owned(&["-N", NODE_CHAIN]),
-            // First in PREROUTING: the agent must see the address the app dialled, before
-            // the node's service DNAT rewrites it.
-            owned(&["-I", "PREROUTING", "1", "-p", "tcp", "-j", NODE_CHAIN]),
-        ];
+        let mut rules = vec![owned(&["-N", NODE_CHAIN])];
         let outbound = self.outbound_port.to_string();
         for source in &self.sources {
             rules.push(owned(&[
@@ -268,6 +263,18 @@ impl NodeCapture {
                 self.inbound_port,
             ));
         }
+        // The jump last, once the chain is whole (a check of it then means the capture is
+        // in place); first in PREROUTING: the agent must see the address the app dialled,
+        // before the node's service DNAT rewrites it.
+        rules.push(owned(&[
+            "-I",
+            "PREROUTING",
+            "1",
+            "-p",
+            "tcp",
+            "-j",
+            NODE_CHAIN,
+        ]));
         rules
     }
 

@@ -203,7 +203,7 @@ async fn run_case(
         let stopped = site
             .exec(
                 &point.pod,
-                vec!["meshbench".into(), "wire".into(), "stop".into(), stop_file],
+                vec!["meshbench".into(), "wire".into(), "mark".into(), stop_file],
                 CAPTURE_WAIT,
             )
             .await;

@@ -142,6 +142,9 @@ pub fn run(a: LoadArgs) -> anyhow::Result<()> {
         Some(path) => LoadSpec::load(path)?,
         None => a.into_spec()?,
     };
+    if let Some(gate) = &spec.start_gate {
+        wait_at_gate(gate)?;
+    }
     if let Some(limit) = spec.wait_for_target {
         wait_for_target(&spec, limit)?;
     }
@@ -167,6 +170,22 @@ pub fn run(a: LoadArgs) -> anyhow::Result<()> {
     }
     if out.stdout_json {
         println!("{}", serde_json::to_string(&report)?);
+    }
+    Ok(())
+}
+
+/// Waits until `gate` exists (the orchestrator opens it), for at most START_GATE_LIMIT.
+fn wait_at_gate(gate: &std::path::Path) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    while !gate.exists() {
+        if started.elapsed() >= meshbench_loadgen::START_GATE_LIMIT {
+            anyhow::bail!(
+                "start_gate: {} did not appear within {}",
+                gate.display(),
+                humantime::format_duration(meshbench_loadgen::START_GATE_LIMIT)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     Ok(())
 }
@@ -264,6 +283,7 @@ impl LoadArgs {
             max_requests_per_connection: self.max_requests_per_connection,
             tls,
             wait_for_target: self.wait_for_target,
+            start_gate: None,
             output: LoadOutput {
                 json: self.json,
                 samples: self.samples,

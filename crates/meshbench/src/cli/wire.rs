@@ -1,7 +1,8 @@
-//! `meshbench wire capture|stop` and `meshbench call`: what the verifier runs inside pods on
-//! a cluster, through the API server's exec. `capture` records an interface as a pcap on
-//! stdout (no tcpdump in the image) until `stop` creates its stop file; `call` makes one
-//! HTTP request from where it runs (a pod's own app on loopback) and prints the answer.
+//! `meshbench wire capture|reach|mark` and `meshbench call`: what the Kubernetes backend
+//! and the verifier run inside pods, through the API server's exec. `capture` records an
+//! interface as a pcap on stdout (no tcpdump in the image) until `mark` creates its stop
+//! file; `reach` waits until services are routed; `call` makes one HTTP request from where
+//! it runs (a pod's own app on loopback) and prints the answer.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -25,11 +26,9 @@ pub enum WireCommand {
         #[arg(long, default_value = "60s", value_parser = args::positive_duration)]
         within: Duration,
     },
-    /// Create a capture's stop file.
-    Stop {
-        /// The `--stop-file` of the capture to stop.
-        file: PathBuf,
-    },
+    /// Create a file another process waits for: a capture's `--stop-file`, or a load
+    /// generator's `start_gate`.
+    Mark { file: PathBuf },
 }
 
 #[derive(Debug, Args)]
@@ -101,8 +100,8 @@ pub fn run(command: WireCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        WireCommand::Stop { file } => {
-            std::fs::write(&file, b"stop\n")
+        WireCommand::Mark { file } => {
+            std::fs::write(&file, b"marked\n")
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             Ok(())
         }
