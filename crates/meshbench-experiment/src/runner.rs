@@ -393,9 +393,9 @@ impl Runner {
             Application::ZeroTrustApp => {
                 Instrument::Experimenter(self.experimenter_file(id, &entry.url, marker))
             }
-            Application::Echo | Application::CounterChain => {
-                Instrument::Load(self.load_spec(id, entry.url, marker, entry.client_tls))
-            }
+            Application::Echo | Application::CounterChain => Instrument::Load(Box::new(
+                self.load_spec(id, entry.url, marker, entry.client_tls),
+            )),
         };
         site.measure(&client, instrument, profile.sample_interval, marker)
             .await

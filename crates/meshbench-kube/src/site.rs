@@ -970,7 +970,7 @@ impl<'a> Site<'a> for KubeSite<'a> {
         Box::pin(async move {
             match instrument {
                 Instrument::Load(spec) => {
-                    Ok(self.run_generator(client, spec, sample_interval).await?)
+                    Ok(self.run_generator(client, *spec, sample_interval).await?)
                 }
                 Instrument::Experimenter(_) => Err(Error::Unsupported {
                     what: "E3's experimenter".into(),

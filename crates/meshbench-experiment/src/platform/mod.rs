@@ -62,7 +62,7 @@ pub struct Entry {
 
 /// What measures a cell; the site decides where its results are written.
 pub enum Instrument {
-    Load(LoadSpec),
+    Load(Box<LoadSpec>),
     /// E3's experimenter running one experiment (`WorkloadApp::Experimenter` with `once`).
     Experimenter(WorkloadFile),
 }
