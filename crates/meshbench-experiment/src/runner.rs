@@ -391,7 +391,7 @@ impl Runner {
         let marker = self.captures_wire(id).then_some(marker.as_str());
         let instrument = match application {
             Application::ZeroTrustApp => {
-                Instrument::Experimenter(self.experimenter_file(id, &entry.url, marker))
+                Instrument::Experimenter(Box::new(self.experimenter_file(id, &entry.url, marker)))
             }
             Application::Echo | Application::CounterChain => Instrument::Load(Box::new(
                 self.load_spec(id, entry.url, marker, entry.client_tls),

@@ -64,7 +64,7 @@ pub struct Entry {
 pub enum Instrument {
     Load(Box<LoadSpec>),
     /// E3's experimenter running one experiment (`WorkloadApp::Experimenter` with `once`).
-    Experimenter(WorkloadFile),
+    Experimenter(Box<WorkloadFile>),
 }
 
 /// What a cell measured.
