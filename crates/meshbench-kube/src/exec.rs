@@ -127,6 +127,27 @@ pub async fn run(
         .await
 }
 
+/// Runs `command` as [`run`] does; a command that did not succeed is an error naming what
+/// it said.
+pub async fn run_ok(
+    api: &Api<Pod>,
+    pod: &str,
+    container: &str,
+    command: Vec<String>,
+    timeout: Duration,
+) -> Result<ExecOutput, Error> {
+    let what = command.join(" ");
+    let output = run(api, pod, container, command, timeout).await?;
+    match &output.status {
+        Ok(()) => Ok(output),
+        Err(status) => Err(Error::Exec {
+            pod: pod.to_owned(),
+            command: what,
+            problem: format!("{status}: {}", output.stderr.trim()),
+        }),
+    }
+}
+
 impl RunningExec {
     /// Waits (within `timeout`) for the command's end and what it printed.
     pub async fn finish(self, timeout: Duration) -> Result<ExecOutput, Error> {

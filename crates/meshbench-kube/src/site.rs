@@ -576,50 +576,44 @@ impl<'a> KubeSite<'a> {
                     vec![],
                 )
                 .await?;
-            probers.push((pod.name, created));
+            probers.push(created);
         }
-        let created: Vec<CreatedPod> = probers.iter().map(|(_, c)| c.clone()).collect();
-        self.wait_ready(&created).await?;
+        self.wait_ready(&probers).await?;
         let reach: Vec<String> = ["meshbench", "wire", "reach", "--within", "60s"]
             .into_iter()
             .map(str::to_owned)
             .chain(addresses)
             .collect();
-        let site = &*self;
-        try_join_all(probers.iter().map(|(name, _)| {
-            let command = reach.clone();
-            async move {
-                let output = site.exec(name, command, ROUTES_TIMEOUT).await?;
-                output.status.map_err(|status| Error::Exec {
-                    pod: name.clone(),
-                    command: "meshbench wire reach".into(),
-                    problem: format!("{status}: {}", output.stderr.trim()),
-                })
-            }
-        }))
+        try_join_all(
+            probers
+                .iter()
+                .map(|prober| self.exec_in(prober, reach.clone(), ROUTES_TIMEOUT)),
+        )
         .await?;
         Ok(())
     }
 
     /// Opens the start gate of every generator of `generators` (`wire mark` in each).
     async fn open_gates(&self, generators: &[CreatedPod]) -> Result<(), Error> {
-        try_join_all(generators.iter().map(|g| {
-            let api = Api::<Pod>::namespaced(self.client(), &g.namespace);
-            let command = ["meshbench", "wire", "mark", START_GATE]
-                .map(str::to_owned)
-                .to_vec();
-            async move {
-                let output =
-                    crate::exec::run(&api, &g.name, APP_CONTAINER, command, ROUTES_TIMEOUT).await?;
-                output.status.map_err(|status| Error::Exec {
-                    pod: g.name.clone(),
-                    command: "meshbench wire mark".into(),
-                    problem: status,
-                })
-            }
-        }))
+        let mark = ["meshbench", "wire", "mark", START_GATE].map(str::to_owned);
+        try_join_all(
+            generators
+                .iter()
+                .map(|g| self.exec_in(g, mark.to_vec(), ROUTES_TIMEOUT)),
+        )
         .await?;
         Ok(())
+    }
+
+    /// Runs `command` in `pod`'s app container to its successful end.
+    async fn exec_in(
+        &self,
+        pod: &CreatedPod,
+        command: Vec<String>,
+        timeout: Duration,
+    ) -> Result<crate::exec::ExecOutput, Error> {
+        let api = Api::<Pod>::namespaced(self.client(), &pod.namespace);
+        crate::exec::run_ok(&api, &pod.name, APP_CONTAINER, command, timeout).await
     }
 
     fn created(&self, pod: &str) -> Result<&CreatedPod, Error> {
@@ -657,6 +651,16 @@ impl<'a> KubeSite<'a> {
         let created = self.created(pod)?;
         let api = Api::<Pod>::namespaced(self.client(), &created.namespace);
         crate::exec::run(&api, &created.name, APP_CONTAINER, command, timeout).await
+    }
+
+    /// Runs `command` in the app container of topology pod `pod` to its successful end.
+    pub async fn exec_ok(
+        &self,
+        pod: &str,
+        command: Vec<String>,
+        timeout: Duration,
+    ) -> Result<crate::exec::ExecOutput, Error> {
+        self.exec_in(self.created(pod)?, command, timeout).await
     }
 
     /// Starts `command` in the app container of topology pod `pod` and returns once it

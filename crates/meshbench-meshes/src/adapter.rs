@@ -192,6 +192,11 @@ impl Mesh {
         self.0.on_cluster()
     }
 
+    /// Whether it enrolls a whole topology on a cluster (what `verify` needs there).
+    pub fn enrolls_on_cluster(self) -> bool {
+        self.cluster().is_some_and(|c| c.can_enroll())
+    }
+
     /// No mesh: the reference every overhead is measured against.
     pub fn baseline() -> Mesh {
         Mesh(&crate::baseline::Baseline)

@@ -132,6 +132,17 @@ pub fn identity_files(pod: &Pod) -> Vec<String> {
     ]
 }
 
+/// The command that checks a role's state from its config (`meshbench <role> --config F
+/// --check`): a startup probe that holds the next containers back until the role is ready.
+pub(crate) fn check_command<R: meshbench_role::RoleConfig>(
+    config: &std::path::Path,
+) -> Vec<String> {
+    std::iter::once("meshbench".to_owned())
+        .chain(R::command_line(config))
+        .chain(["--check".to_owned()])
+        .collect()
+}
+
 /// How the client reaches the server through the mesh.
 #[derive(Debug, Clone)]
 pub struct ClusterEntry {
@@ -214,8 +225,14 @@ pub trait ClusterMesh: Sync {
         None
     }
 
-    /// How the client reaches the server.
-    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error>;
+    /// How the client reaches the server: by default the service by name in plaintext,
+    /// which the mesh (if any) captures.
+    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error> {
+        Ok(ClusterEntry {
+            url: cell.service_url("http")?,
+            client_tls: None,
+        })
+    }
 
     /// What it adds to `pod`, one of the cell's pods (the client's too).
     fn pod(&self, _cell: &ClusterCell<'_>, _pod: &Pod) -> Result<PodAdditions, Error> {

@@ -74,10 +74,11 @@ pub enum Error {
         path: std::path::PathBuf,
         message: String,
     },
-    #[error("capturing on interface {interface}: {source}")]
+    /// (Not `source`: the message already carries it, and a chain would print it twice.)
+    #[error("capturing on interface {interface}: {cause}")]
     Capture {
         interface: String,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{what} is not possible on the {backend} backend")]
     Unsupported {
@@ -92,6 +93,8 @@ impl InputFault for Error {
             Error::Topology(_) => true,
             Error::Lab(e) => e.is_bad_input(),
             Error::NotPermitted | Error::MissingTool { .. } => true,
+            // An interface that does not exist was named by the user.
+            Error::Capture { cause, .. } => cause.raw_os_error() == Some(libc::ENODEV),
             _ => false,
         }
     }

@@ -61,9 +61,9 @@ pub fn capture(
     limits: CaptureLimits,
     listening: impl FnOnce(),
 ) -> Result<CaptureSummary, Error> {
-    let fail = |source: std::io::Error| Error::Capture {
+    let fail = |cause: std::io::Error| Error::Capture {
         interface: interface.to_owned(),
-        source,
+        cause,
     };
     let socket = PacketSocket::open(interface).map_err(fail)?;
     let header = PcapHeader {
@@ -129,7 +129,7 @@ pub fn capture(
 pub fn interface_toward(ip: std::net::IpAddr) -> Result<String, Error> {
     let fail = |message: String| Error::Capture {
         interface: format!("toward {ip}"),
-        source: std::io::Error::other(message),
+        cause: std::io::Error::other(message),
     };
     if std::net::UdpSocket::bind((ip, 0)).is_ok() {
         return Ok("lo".into());

@@ -27,7 +27,7 @@ use meshbench_topology::{Pod as TopologyPod, Topology};
 use crate::e3::{self, SecurityCase, CASES, PROBES};
 use crate::expect::expect;
 use crate::probe::{observation, probe_request};
-use crate::run::{all_passed, failures, probe_verdict};
+use crate::run::{all_passed, failures, not_verified, probe_verdict};
 use crate::wire::{evidence, WireExpectation};
 use crate::Error;
 
@@ -68,24 +68,19 @@ pub async fn verify_on_cluster(
     let mut meshes = vec![];
     for &mesh in &options.meshes {
         let dir = options.out_dir.join(mesh.name());
-        let cluster = mesh.cluster();
-        if !cluster.is_some_and(|c| c.can_enroll()) {
-            meshes.push(MeshVerification {
-                mesh: mesh.name().into(),
-                description: mesh.description(),
-                cases: vec![],
-                identity: vec![],
-                error: Some(format!(
+        if !mesh.enrolls_on_cluster() {
+            let on_cluster: Vec<&str> = Mesh::all()
+                .filter(|m| m.enrolls_on_cluster())
+                .map(|m| m.name())
+                .collect();
+            meshes.push(not_verified(
+                mesh,
+                format!(
                     "{} cannot enroll E3's application on Kubernetes yet (on a cluster: {})",
                     mesh.name(),
-                    Mesh::all()
-                        .filter(|m| m.cluster().is_some_and(|c| c.can_enroll()))
-                        .map(|m| m.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )),
-                notes: vec![],
-            });
+                    on_cluster.join(", ")
+                ),
+            ));
             continue;
         }
         let mut cases = vec![];
@@ -200,15 +195,14 @@ async fn run_case(
                 PROBE_TIMEOUT,
             )
             .await;
-        let stopped = site
-            .exec(
-                &point.pod,
-                vec!["meshbench".into(), "wire".into(), "mark".into(), stop_file],
-                CAPTURE_WAIT,
-            )
-            .await;
+        // A capture whose stop file was not made would only time out: say why first.
+        site.exec_ok(
+            &point.pod,
+            vec!["meshbench".into(), "wire".into(), "mark".into(), stop_file],
+            CAPTURE_WAIT,
+        )
+        .await?;
         let captured = capture.finish(CAPTURE_WAIT).await?;
-        stopped?;
         let asked = asked?;
         if let Err(status) = asked.status {
             return Err(Error::Probe(format!(

@@ -51,14 +51,7 @@ pub async fn verify(
         let verification =
             match verify_mesh(mesh, &policy, &policy_yaml, options, &dir, progress).await {
                 Ok(v) => v,
-                Err(e) if e.is_unavailable() => MeshVerification {
-                    mesh: mesh.name().into(),
-                    description: mesh.description(),
-                    cases: vec![],
-                    identity: vec![],
-                    error: Some(e.to_string()),
-                    notes: vec![],
-                },
+                Err(e) if e.is_unavailable() => not_verified(mesh, e.to_string()),
                 Err(e) => return Err(e),
             };
         meshes.push(verification);
@@ -227,6 +220,18 @@ pub(crate) fn probe_verdict(
         },
         note,
         wire: Some(wire),
+    }
+}
+
+/// A mesh that could not be verified, and why (nothing else is reported for it).
+pub(crate) fn not_verified(mesh: Mesh, why: String) -> MeshVerification {
+    MeshVerification {
+        mesh: mesh.name().into(),
+        description: mesh.description(),
+        cases: vec![],
+        identity: vec![],
+        error: Some(why),
+        notes: vec![],
     }
 }
 

@@ -2,10 +2,7 @@
 //! of a verification, where every rule that needs a mesh must fail.
 
 use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
-use crate::{
-    ClusterCell, ClusterEntry, ClusterMesh, ClusterSite, Deployment, Error, LabContext,
-    MeshContext, PodAdditions,
-};
+use crate::{ClusterMesh, ClusterSite, Deployment, Error, LabContext, MeshContext, PodAdditions};
 use meshbench_topology::Pod;
 
 pub(crate) struct Baseline;
@@ -58,13 +55,6 @@ impl MeshAdapter for Baseline {
 
 /// Nothing is added to the pods.
 impl ClusterMesh for Baseline {
-    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error> {
-        Ok(ClusterEntry {
-            url: cell.service_url("http")?,
-            client_tls: None,
-        })
-    }
-
     fn can_enroll(&self) -> bool {
         true
     }

@@ -15,10 +15,9 @@ use meshbench_topology::Pod;
 use super::config::{envoy_enrolled, envoy_svid_secret, EnvoyEnrollment, MeshDestination};
 use super::rbac::rbac_filters;
 use super::Envoy;
-use crate::cluster::CONFIG_DIR_IN_POD;
+use crate::cluster::{check_command, CONFIG_DIR_IN_POD};
 use crate::{
-    spiffe_id, AddedContainer, ClusterCell, ClusterEntry, ClusterMesh, ClusterSite, Error,
-    PodAdditions, Ports,
+    spiffe_id, AddedContainer, ClusterCell, ClusterMesh, ClusterSite, Error, PodAdditions, Ports,
 };
 
 /// Where the pod's scratch directory is mounted in the agent's and Envoy's containers.
@@ -27,13 +26,6 @@ const SCRATCH: &str = "/var/run/meshbench";
 const ENVOY_IN_IMAGE: &str = "/usr/local/bin/envoy";
 
 impl ClusterMesh for Envoy {
-    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error> {
-        Ok(ClusterEntry {
-            url: cell.service_url("http")?,
-            client_tls: None,
-        })
-    }
-
     fn pod(&self, cell: &ClusterCell<'_>, pod: &Pod) -> Result<PodAdditions, Error> {
         let server = &cell.server.workload;
         let service = cell
@@ -130,13 +122,7 @@ fn envoy_additions(
             role: "cert-agent",
             ready_port: None,
             // Envoy starts once the SVID is published.
-            ready_command: Some(
-                ["meshbench", "proxy", "cert-agent", "--check", "--config"]
-                    .into_iter()
-                    .map(str::to_owned)
-                    .chain([agent_config.display().to_string()])
-                    .collect(),
-            ),
+            ready_command: Some(check_command::<CertAgentFile>(&agent_config)),
             scratch: Some(SCRATCH),
         },
         AddedContainer {

@@ -18,20 +18,13 @@ use meshbench_role::RoleConfig;
 use meshbench_topology::Pod;
 
 use super::NodeAgent;
-use crate::cluster::CONFIG_DIR_IN_POD;
+use crate::cluster::{check_command, CONFIG_DIR_IN_POD};
 use crate::{
-    identity_files, AddedContainer, ClusterCell, ClusterEntry, ClusterMesh, ClusterSite, Error,
-    NodeAgentPod, PlacedPod, PodAdditions, Ports,
+    identity_files, AddedContainer, ClusterCell, ClusterMesh, ClusterSite, Error, NodeAgentPod,
+    PlacedPod, PodAdditions, Ports,
 };
 
 impl ClusterMesh for NodeAgent {
-    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error> {
-        Ok(ClusterEntry {
-            url: cell.service_url("http")?,
-            client_tls: None,
-        })
-    }
-
     fn can_enroll(&self) -> bool {
         true
     }
@@ -139,11 +132,7 @@ impl ClusterMesh for NodeAgent {
                 args: NodeCaptureFile::command_line(&capture_config),
                 files: [("node-capture.yaml".to_owned(), capture.to_yaml())].into(),
                 capabilities: vec!["NET_ADMIN", "NET_RAW"],
-                ready_command: ["meshbench", "proxy", "node-capture", "--check", "--config"]
-                    .into_iter()
-                    .map(str::to_owned)
-                    .chain([capture_config.display().to_string()])
-                    .collect(),
+                ready_command: check_command::<NodeCaptureFile>(&capture_config),
                 additions: PodAdditions {
                     init: vec![],
                     containers: vec![AddedContainer {

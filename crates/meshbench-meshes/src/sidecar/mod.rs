@@ -16,8 +16,8 @@ use crate::cluster::CONFIG_DIR_IN_POD;
 use crate::configs::IdentityCheck;
 use crate::enroll::app_port;
 use crate::{
-    spiffe_id, AddedContainer, ClusterCell, ClusterEntry, ClusterMesh, ClusterSite, Deployment,
-    Error, LabContext, MeshContext, PodAdditions, Ports,
+    spiffe_id, AddedContainer, ClusterCell, ClusterMesh, ClusterSite, Deployment, Error,
+    LabContext, MeshContext, PodAdditions, Ports,
 };
 use meshbench_dataplane::IdentityFiles;
 use meshbench_role::RoleConfig;
@@ -174,13 +174,6 @@ impl MeshAdapter for OurSidecar {
 /// service. As in the lab's cells, the server's sidecar takes what comes in and the client's
 /// what goes out; any other pod's sidecar does both.
 impl ClusterMesh for OurSidecar {
-    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error> {
-        Ok(ClusterEntry {
-            url: cell.service_url("http")?,
-            client_tls: None,
-        })
-    }
-
     fn pod(&self, cell: &ClusterCell<'_>, pod: &Pod) -> Result<PodAdditions, Error> {
         let file = tuned(self.cluster_file(&cell.site, pod), self.tuning);
         Ok(sidecar_additions(

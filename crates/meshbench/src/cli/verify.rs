@@ -102,7 +102,7 @@ pub(super) fn data_planes() -> Vec<Mesh> {
 fn cluster_data_planes() -> Vec<Mesh> {
     data_planes()
         .into_iter()
-        .filter(|m| m.cluster().is_some_and(|c| c.can_enroll()))
+        .filter(|m| m.enrolls_on_cluster())
         .collect()
 }
 
@@ -123,19 +123,25 @@ fn verify_on_cluster_into(
         run,
     };
     announce(&options.meshes, out_dir);
-    let runtime = tokio::runtime::Runtime::new()?;
     let progress = |line: &str| eprintln!("  {line}");
-    let report = runtime.block_on(async {
+    let report = until_interrupted(out_dir, verify_on_cluster(&options, &progress))?;
+    write_report(out_dir, report)
+}
+
+/// Runs `verification` to its end, or until Ctrl-C drops it; dropping it tears down what
+/// it made (the lab's namespaces and processes, or the cluster's objects).
+fn until_interrupted(
+    out_dir: &Path,
+    verification: impl std::future::Future<Output = Result<VerifyReport, meshbench_verify::Error>>,
+) -> anyhow::Result<VerifyReport> {
+    tokio::runtime::Runtime::new()?.block_on(async {
         tokio::select! {
-            report = verify_on_cluster(&options, &progress) => report.map_err(anyhow::Error::from),
+            report = verification => report.map_err(anyhow::Error::from),
             () = super::workload::shutdown_signal() => {
                 Err(Interrupted(out_dir.display().to_string()).into())
             }
         }
-    });
-    // The platform's and the sites' clean-up runs on their own threads; let them finish.
-    drop(runtime);
-    write_report(out_dir, report?)
+    })
 }
 
 fn announce(meshes: &[Mesh], out_dir: &Path) {
@@ -182,16 +188,7 @@ pub(super) fn verify_into(meshes: Vec<Mesh>, out_dir: &Path) -> anyhow::Result<V
         build: super::build_info(),
     };
     announce(&options.meshes, &out_dir);
-    let runtime = tokio::runtime::Runtime::new()?;
     let progress = |line: &str| eprintln!("  {line}");
-    // Dropping the verification on Ctrl-C tears down its lab (namespaces, processes).
-    let report = runtime.block_on(async {
-        tokio::select! {
-            report = verify(&options, &progress) => report.map_err(anyhow::Error::from),
-            () = super::workload::shutdown_signal() => {
-                Err(Interrupted(out_dir.display().to_string()).into())
-            }
-        }
-    })?;
+    let report = until_interrupted(&out_dir, verify(&options, &progress))?;
     write_report(&out_dir, report)
 }

@@ -53,10 +53,14 @@ pub struct CaptureArgs {
 pub fn run(command: WireCommand) -> anyhow::Result<()> {
     match command {
         WireCommand::Capture(a) => {
-            let interface = match (&a.interface, a.toward) {
-                (Some(interface), _) => interface.clone(),
+            let interface = match (a.interface.clone(), a.toward) {
+                (Some(interface), _) => interface,
                 (None, Some(ip)) => meshbench_netlab::interface_toward(ip)?,
-                (None, None) => unreachable!("clap requires one of them"),
+                (None, None) => {
+                    return Err(
+                        super::BadInput("--interface or --toward is required".into()).into(),
+                    )
+                }
             };
             let stdout = std::io::stdout().lock();
             let limits = CaptureLimits {
@@ -64,7 +68,7 @@ pub fn run(command: WireCommand) -> anyhow::Result<()> {
                 max_duration: a.max_duration,
             };
             let summary = meshbench_netlab::capture(
-                &interface.clone(),
+                &interface,
                 std::io::BufWriter::new(stdout),
                 || a.stop_file.exists(),
                 limits,
