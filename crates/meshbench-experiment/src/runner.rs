@@ -534,6 +534,8 @@ impl Runner {
                     experiment,
                     json: PathBuf::from("load.json"),
                     result: Some(PathBuf::from("experiment.json")),
+                    start_gate: None,
+                    wait_for_calculator: None,
                 }),
             },
         )

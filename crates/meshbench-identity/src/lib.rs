@@ -31,7 +31,7 @@ pub use files::{create_private_dir, write_secret};
 pub use pem::{load_certs, load_private_key};
 pub use published::{PublishedSvid, PUBLISHED_CERT, PUBLISHED_KEY};
 pub use rotation::{rotate_forever, CaClient, DEFAULT_ROTATE_FRACTION, RENEW_TIMEOUT};
-pub use spiffe::{not_after_unix, spiffe_ids_of, SpiffeId};
+pub use spiffe::{not_after_unix, spiffe_ids_of, CertificateSummary, SpiffeId};
 pub use store::{SvidPem, SvidRequest, SvidStore};
 pub use tls::{
     client_config, client_config_for, client_config_with, server_config, server_config_for,

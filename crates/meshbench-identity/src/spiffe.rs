@@ -145,6 +145,34 @@ pub fn not_after_unix(cert: &CertificateDer<'_>) -> Option<i64> {
     Some(parsed.validity().not_after.timestamp())
 }
 
+/// What tells one issued certificate from another: its serial and validity.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CertificateSummary {
+    /// The serial, as colon-separated hex.
+    pub serial: String,
+    /// Validity, in Unix seconds.
+    pub not_before: i64,
+    pub not_after: i64,
+}
+
+impl CertificateSummary {
+    /// `None` for what does not parse as X.509.
+    pub fn of(cert: &CertificateDer<'_>) -> Option<Self> {
+        let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+        let validity = parsed.validity();
+        Some(CertificateSummary {
+            serial: parsed.raw_serial_as_string(),
+            not_before: validity.not_before.timestamp(),
+            not_after: validity.not_after.timestamp(),
+        })
+    }
+
+    /// How long it was issued for, in seconds.
+    pub fn lifetime_secs(&self) -> i64 {
+        self.not_after - self.not_before
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,6 +42,11 @@ pub enum Error {
     },
     #[error(transparent)]
     Mesh(#[from] meshbench_meshes::Error),
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("the {what} is not supported on Kubernetes yet: {why}")]
     Unsupported { what: String, why: String },
 }

@@ -10,6 +10,7 @@
 //! - [`clean`]: removes every object meshbench labelled, for `meshbench lab clean`.
 
 mod clean;
+mod credentials;
 mod error;
 pub mod exec;
 pub mod objects;
@@ -19,6 +20,7 @@ mod site;
 pub mod stats;
 
 pub use clean::clean;
+pub use credentials::BOOTSTRAP_SVID_TTL;
 pub use error::Error;
 pub use platform::{connect, KubeOptions, KubePlatform};
 pub use site::{node_agent_pod, KubeSite};

@@ -34,9 +34,6 @@ pub struct KubeOptions {
     /// Load generator pods each cell's load is split over (at least 1); their reports are
     /// merged exactly.
     pub generators: u32,
-    /// How long the run's SVIDs live (default: the CA's); the verifier makes them short, so
-    /// that they rotate while it checks identities.
-    pub svid_ttl: Option<std::time::Duration>,
 }
 
 /// A cluster, connected.
@@ -54,8 +51,6 @@ pub struct KubePlatform {
     work_dir: PathBuf,
     /// The run's identities (set by `prepare`).
     pki: Option<(ProxyArea, MeshPki)>,
-    /// How long SVIDs live, when not the CA's default.
-    svid_ttl: Option<std::time::Duration>,
 }
 
 impl KubePlatform {
@@ -80,7 +75,6 @@ impl KubePlatform {
             work_dir: options.work_dir.clone(),
             generators: options.generators.max(1),
             pki: None,
-            svid_ttl: options.svid_ttl,
         })
     }
 
@@ -112,7 +106,7 @@ impl KubePlatform {
     }
 
     /// The run's identities.
-    pub(crate) fn pki(&self) -> Result<&MeshPki, Error> {
+    pub fn pki(&self) -> Result<&MeshPki, Error> {
         self.pki
             .as_ref()
             .map(|(_, pki)| pki)
@@ -200,15 +194,10 @@ impl Platform for KubePlatform {
         format!("kubernetes/{} ({})", self.version, self.server)
     }
 
-    fn check(&self, application: Application) -> Result<(), meshbench_experiment::Error> {
-        match application {
-            Application::Echo => Ok(()),
-            _ => Err(meshbench_experiment::Error::Backend {
-                application: application.name(),
-                backend: "kubernetes",
-                why: "only the echo application runs on Kubernetes so far",
-            }),
-        }
+    /// Every application runs on a cluster: E1's echo, E3's application with its
+    /// experimenter in a pod, and E4's counter chain enrolled as a whole.
+    fn check(&self, _application: Application) -> Result<(), meshbench_experiment::Error> {
+        Ok(())
     }
 
     /// A mesh without a Kubernetes flavour yet; the binaries of the rest are in the image.
@@ -240,7 +229,7 @@ impl Platform for KubePlatform {
             let platform_err = |e: Error| meshbench_experiment::Error::Mesh(e.into());
             let area =
                 ProxyArea::create(&self.work_dir).map_err(meshbench_experiment::Error::Mesh)?;
-            let pki = MeshPki::create_with_ttl(&area, topology, policy, self.svid_ttl)
+            let pki = MeshPki::create(&area, topology, policy)
                 .map_err(meshbench_experiment::Error::Mesh)?;
             self.pki = Some((area, pki));
             // The run's own namespace holds meshbench's CA service, whatever the topology's

@@ -82,7 +82,7 @@ impl ClusterCell<'_> {
     /// `pod`'s SVID (the files `MeshPki` wrote for its workload, under `pki/`).
     pub fn svid(pod: &Pod) -> PodSvid {
         let w = &pod.workload;
-        let stem = crate::pki::stem(&w.namespace, &w.service_account);
+        let stem = crate::pki::svid_file_stem(&w.namespace, &w.service_account);
         PodSvid {
             id: spiffe_id(&w.namespace, &w.service_account),
             cert: pki_file(&format!("{stem}.pem")),
@@ -123,7 +123,7 @@ fn pki_file(name: &str) -> PathBuf {
 /// certificate and the policy, by their names in `MeshPki`'s directory.
 pub fn identity_files(pod: &Pod) -> Vec<String> {
     let w = &pod.workload;
-    let stem = crate::pki::stem(&w.namespace, &w.service_account);
+    let stem = crate::pki::svid_file_stem(&w.namespace, &w.service_account);
     vec![
         format!("{stem}.pem"),
         format!("{stem}.key"),

@@ -41,7 +41,7 @@ pub use lab::{
     deploy, Deployment, LabContext, MeshContext, Ports, PROXY_METRICS_DIR_SUFFIX,
     PROXY_METRICS_FILE,
 };
-pub use pki::{spiffe_id, MeshPki, WorkloadSvid, TRUST_DOMAIN};
+pub use pki::{spiffe_id, svid_file_stem, MeshPki, WorkloadSvid, TRUST_DOMAIN};
 pub use sidecar::SidecarTuning;
 
 #[derive(Debug, thiserror::Error)]

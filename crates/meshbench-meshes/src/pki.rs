@@ -66,7 +66,7 @@ impl MeshPki {
                     ..IssueOptions::default()
                 },
             )?;
-            let stem = stem(&w.namespace, &w.service_account);
+            let stem = svid_file_stem(&w.namespace, &w.service_account);
             svid.write(dir, &stem)?;
             let combined = dir.join(format!("{stem}.combined.pem"));
             meshbench_identity::write_secret(
@@ -92,8 +92,28 @@ impl MeshPki {
         })
     }
 
+    /// A new SVID for a workload, living `ttl`, from the run's CA: for platforms that hand
+    /// each pod its credentials when it is created rather than when the run starts.
+    pub fn issue_now(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        ttl: Duration,
+    ) -> Result<meshbench_identity::IssuedSvid, Error> {
+        let ca = CertificateAuthority::load(&self.dir)?;
+        Ok(ca.issue(
+            namespace,
+            service_account,
+            &IssueOptions {
+                dns_names: vec![dns_name(namespace, service_account)],
+                ttl: Some(ttl),
+                ..IssueOptions::default()
+            },
+        )?)
+    }
+
     pub fn svid(&self, namespace: &str, service_account: &str) -> WorkloadSvid {
-        let stem = stem(namespace, service_account);
+        let stem = svid_file_stem(namespace, service_account);
         WorkloadSvid {
             id: spiffe_id(namespace, service_account),
             dns_name: dns_name(namespace, service_account),
@@ -114,6 +134,8 @@ fn dns_name(namespace: &str, service_account: &str) -> String {
     format!("{service_account}.{namespace}.svc")
 }
 
-pub(crate) fn stem(namespace: &str, service_account: &str) -> String {
+/// The name of a workload's SVID files in the identity directory, before `.pem`, `.key`
+/// or `.combined.pem`.
+pub fn svid_file_stem(namespace: &str, service_account: &str) -> String {
     format!("{namespace}.{service_account}")
 }

@@ -9,23 +9,30 @@
 //! through the API and is judged as locally). Every byte between the two pods' proxies
 //! crosses that interface, whichever nodes they are on.
 //!
-//! Identity checks (bad certificates handshaken against a proxy, rotation under load) are not
-//! made on a cluster yet; each mesh's verification says so in its `notes`.
+//! Where every member of E3's application is enrolled, the identity checks follow the probes,
+//! as locally: the case's SVIDs rotate every few seconds (`KubeSite::rotate_svids`), the
+//! checks' certificates go into the Secret of a pod outside the mesh, on the first node, and
+//! each handshake with the calculator's guard is `meshbench wire exchange` exec'd there.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use meshbench_experiment::platform::{Platform, Site};
+use meshbench_identity::ClientTlsFiles;
 use meshbench_kube::{KubeOptions, KubePlatform, KubeSite};
 use meshbench_lab::BuildInfo;
-use meshbench_meshes::{Enrollment, Mesh, Ports};
+use meshbench_meshes::{Enrollment, Mesh, Ports, POD_PKI_DIR};
 use meshbench_policy::Policy;
-use meshbench_results::{CaseVerification, MeshVerification, VerifyReport, SCHEMA_VERSION};
+use meshbench_results::{
+    CaseVerification, IdentityCheck, MeshVerification, VerifyReport, SCHEMA_VERSION,
+};
 use meshbench_topology::{Pod as TopologyPod, Topology};
 
 use crate::e3::{self, SecurityCase, CASES, PROBES};
 use crate::expect::expect;
+use crate::identity::{BoxFuture, ExchangeReport, Guard, GuardAccess, IdentityPlan, ROTATION_TTL};
 use crate::probe::{observation, probe_request};
 use crate::run::{all_passed, failures, not_verified, probe_verdict};
 use crate::wire::{evidence, WireExpectation};
@@ -39,6 +46,12 @@ const CAPTURE_WAIT: Duration = Duration::from_secs(30);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A capture's own bound, should the verifier never stop it.
 const CAPTURE_MAX: &str = "120s";
+/// The pod outside the mesh the identity checks are made from.
+const CHECKER_POD: &str = "meshbench-identity-checker";
+/// Bound on one identity exchange exec'd in the checker (the exchange is bounded at 5 s).
+const EXCHANGE_EXEC_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on the rotation check's 300 requests (about 3 s locally).
+const EXPERIMENT_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct ClusterVerifyOptions {
     pub meshes: Vec<Mesh>,
@@ -84,9 +97,12 @@ pub async fn verify_on_cluster(
             continue;
         }
         let mut cases = vec![];
+        let mut identity = vec![];
         for case in &CASES {
             let case_dir = dir.join(format!("case-{}", case.number));
-            let verification = verify_case(&platform, mesh, case, &policy, &case_dir).await?;
+            let (verification, checks) =
+                verify_case(&platform, mesh, case, &policy, &case_dir).await?;
+            identity.extend(checks);
             progress(&format!(
                 "{}: case {} ({}): {} probes, {} failed",
                 mesh.name(),
@@ -101,14 +117,17 @@ pub async fn verify_on_cluster(
             mesh: mesh.name().into(),
             description: mesh.description(),
             cases,
-            identity: vec![],
+            identity,
             error: None,
             notes: vec![format!(
-                "on Kubernetes ({}): identity checks are not made on a cluster yet; wire \
-                 evidence is recorded through the API server, in the destination pod \
-                 ({POD_INTERFACE}) or, where a node agent carries the path, on the calling \
-                 node's network from its agent's pod",
-                platform.name()
+                "on Kubernetes ({}): wire evidence is recorded through the API server, in the \
+                 destination pod ({POD_INTERFACE}) or, where a node agent carries the path, on \
+                 the calling node's network from its agent's pod; identity checks are made \
+                 from a pod outside the mesh ({CHECKER_POD}), where the pods' first SVIDs live \
+                 {} s and renewed ones {} s",
+                platform.name(),
+                meshbench_kube::BOOTSTRAP_SVID_TTL.as_secs(),
+                ROTATION_TTL.as_secs()
             )],
         });
     }
@@ -133,14 +152,20 @@ async fn verify_case(
     case: &SecurityCase,
     policy: &Policy,
     dir: &Path,
-) -> Result<CaseVerification, Error> {
+) -> Result<(CaseVerification, Vec<IdentityCheck>), Error> {
     std::fs::create_dir_all(dir).map_err(|source| Error::Io {
         path: dir.to_owned(),
         source,
     })?;
     let topology = e3::topology(case);
     let mut site = platform.realize_topology(&topology, dir).await?;
-    let outcome = run_case(&mut site, &topology, mesh, case, policy, dir).await;
+    let identity = case
+        .checks_identities(mesh)
+        .then(|| IdentityPlan::prepare(platform.pki()?, &dir.join("identity"), Some(ROTATION_TTL)));
+    let outcome = match identity.transpose() {
+        Ok(identity) => run_case(&mut site, &topology, mesh, case, policy, dir, identity).await,
+        Err(e) => Err(e),
+    };
     Box::new(site).finish().await;
     outcome
 }
@@ -152,21 +177,21 @@ async fn run_case(
     case: &SecurityCase,
     policy: &Policy,
     dir: &Path,
-) -> Result<CaseVerification, Error> {
+    identity: Option<IdentityPlan>,
+) -> Result<(CaseVerification, Vec<IdentityCheck>), Error> {
     for pod in topology.pods() {
         site.start_app(&pod, &e3::app_file(&pod.workload.name))
             .await?;
+    }
+    if identity.is_some() {
+        // The case's SVIDs rotate while its identities are checked.
+        site.rotate_svids(ROTATION_TTL);
     }
     site.enroll(mesh).await?;
     site.wait_for_routes().await?;
     let mut probes = vec![];
     for (i, probe) in PROBES.iter().enumerate() {
-        let pod = |workload: &str| {
-            topology
-                .first_pod(workload)
-                .ok_or_else(|| Error::Probe(format!("no pod for {workload}")))
-        };
-        let (from, to) = (pod(probe.from)?, pod(probe.to)?);
+        let (from, to) = (e3_pod(topology, probe.from)?, e3_pod(topology, probe.to)?);
         let expected = expect(policy, probe, case.meshed, site.pod_ip(&from.name));
         let marker = format!("mb-verify-marker-{}-{}-{i}", mesh.name(), case.number);
         let both_enrolled = case.meshed.contains(&probe.from) && case.meshed.contains(&probe.to);
@@ -182,19 +207,7 @@ async fn run_case(
             .start_exec(&point.pod, command, "listening on", CAPTURE_WAIT)
             .await?;
         let (path, body) = probe_request(probe, &marker);
-        let asked = site
-            .exec(
-                &from.name,
-                vec![
-                    "meshbench".into(),
-                    "call".into(),
-                    "--json".into(),
-                    body.to_string(),
-                    format!("http://127.0.0.1:{}{path}", Ports::APP),
-                ],
-                PROBE_TIMEOUT,
-            )
-            .await;
+        let asked = ask_app(site, probe.from, path, &body).await;
         // A capture whose stop file was not made would only time out: say why first.
         site.exec_ok(
             &point.pod,
@@ -203,16 +216,7 @@ async fn run_case(
         )
         .await?;
         let captured = capture.finish(CAPTURE_WAIT).await?;
-        let asked = asked?;
-        if let Err(status) = asked.status {
-            return Err(Error::Probe(format!(
-                "{} did not answer {path}: {status}: {}",
-                probe.from,
-                asked.stderr.trim()
-            )));
-        }
-        let reply: serde_json::Value = serde_json::from_slice(&asked.stdout)
-            .map_err(|e| Error::Probe(format!("{}'s answer is not JSON: {e}", probe.from)))?;
+        let reply = asked?;
         if let Err(status) = captured.status {
             return Err(Error::Probe(format!(
                 "the capture in {} failed: {status}: {}",
@@ -246,12 +250,195 @@ async fn run_case(
             wire,
         ));
     }
-    Ok(CaseVerification {
-        case: case.number,
-        title: case.title.into(),
-        meshed: case.meshed.iter().map(|w| (*w).to_owned()).collect(),
-        probes,
+    let checks = match identity {
+        Some(plan) => check_identities(site, topology, mesh, &plan).await?,
+        None => vec![],
+    };
+    Ok((
+        CaseVerification {
+            case: case.number,
+            title: case.title.into(),
+            meshed: case.meshed.iter().map(|w| (*w).to_owned()).collect(),
+            probes,
+        },
+        checks,
+    ))
+}
+
+/// Has `workload`'s own app answer `body` at `path` (`meshbench call`, exec'd in its pod, asks
+/// it over loopback); its JSON answer. An app that does not answer is an error of the
+/// verification itself.
+async fn ask_app(
+    site: &KubeSite<'_>,
+    workload: &str,
+    path: &str,
+    body: &serde_json::Value,
+) -> Result<serde_json::Value, Error> {
+    let pod = e3_pod(site.topology(), workload)?;
+    let asked = site
+        .exec(
+            &pod.name,
+            vec![
+                "meshbench".into(),
+                "call".into(),
+                "--json".into(),
+                body.to_string(),
+                format!("http://127.0.0.1:{}{path}", Ports::APP),
+            ],
+            PROBE_TIMEOUT.max(EXPERIMENT_TIMEOUT),
+        )
+        .await?;
+    if let Err(status) = asked.status {
+        return Err(Error::Probe(format!(
+            "{workload} did not answer {path}: {status}: {}",
+            asked.stderr.trim()
+        )));
+    }
+    serde_json::from_slice(&asked.stdout)
+        .map_err(|e| Error::Probe(format!("{workload}'s answer is not JSON: {e}")))
+}
+
+fn e3_pod(topology: &Topology, workload: &str) -> Result<TopologyPod, Error> {
+    topology
+        .first_pod(workload)
+        .ok_or_else(|| Error::Probe(format!("no pod for {workload}")))
+}
+
+/// The identity checks, from a pod outside the mesh on the first node, given the checks'
+/// certificates in its Secret.
+async fn check_identities(
+    site: &mut KubeSite<'_>,
+    topology: &Topology,
+    mesh: Mesh,
+    plan: &IdentityPlan,
+) -> Result<Vec<IdentityCheck>, Error> {
+    let mut in_pod = BTreeMap::new();
+    let mut secret = BTreeMap::new();
+    for path in plan.files() {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| Error::Probe(format!("{} has no file name", path.display())))?;
+        let bytes = std::fs::read(&path).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        if secret.insert(name.clone(), bytes).is_some() {
+            return Err(Error::Probe(format!(
+                "two of the identity checks' files are named {name}"
+            )));
+        }
+        in_pod.insert(path, Path::new(POD_PKI_DIR).join(name));
+    }
+    site.start_bystander(CHECKER_POD, &topology.nodes[0], secret)
+        .await?;
+    let calculator = e3_pod(topology, e3::CALCULATOR)?;
+    let address = |what: &str, ip: Option<IpAddr>| {
+        ip.ok_or_else(|| Error::Probe(format!("the cluster gave {what} no address")))
+    };
+    let guard = Guard::for_calculator(
+        mesh,
+        address("the calculator", site.pod_ip(&calculator.name))?,
+        address("the calculator's node", site.host_ip(&calculator.name))?,
+    );
+    plan.run(&ClusterAccess {
+        site,
+        guard,
+        in_pod,
     })
+    .await
+}
+
+/// The cluster's access to the calculator's guard: exchanges exec'd in the checker pod.
+struct ClusterAccess<'s, 'p> {
+    site: &'s KubeSite<'p>,
+    guard: Guard,
+    /// Where each of the checks' files is in the checker pod.
+    in_pod: BTreeMap<PathBuf, PathBuf>,
+}
+
+impl ClusterAccess<'_, '_> {
+    fn pod_path(&self, path: &Path) -> Result<String, Error> {
+        self.in_pod
+            .get(path)
+            .map(|p| p.display().to_string())
+            .ok_or_else(|| {
+                Error::Probe(format!(
+                    "{} was not given to the checker pod",
+                    path.display()
+                ))
+            })
+    }
+
+    fn exchange_command(
+        &self,
+        files: &ClientTlsFiles,
+        headers: &[(String, String)],
+    ) -> Result<Vec<String>, Error> {
+        let mut command: Vec<String> = vec!["meshbench".into(), "wire".into(), "exchange".into()];
+        match self.guard {
+            Guard::Sidecar { pod } => command.extend(["--sidecar".into(), pod.to_string()]),
+            Guard::NodeAgent { agent, app } => command.extend([
+                "--node-agent".into(),
+                agent.to_string(),
+                "--app".into(),
+                app.to_string(),
+            ]),
+        }
+        command.extend(["--ca".into(), self.pod_path(&files.ca)?]);
+        if let (Some(cert), Some(key)) = (&files.cert, &files.key) {
+            command.extend([
+                "--cert".into(),
+                self.pod_path(cert)?,
+                "--key".into(),
+                self.pod_path(key)?,
+            ]);
+        }
+        if let Some(id) = &files.expect_server_id {
+            command.extend(["--expect-server-id".into(), id.to_string()]);
+        }
+        for (name, value) in headers {
+            command.extend(["--header".into(), format!("{name}: {value}")]);
+        }
+        Ok(command)
+    }
+}
+
+impl GuardAccess for ClusterAccess<'_, '_> {
+    fn exchange<'a>(
+        &'a self,
+        files: &'a ClientTlsFiles,
+        headers: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<ExchangeReport, Error>> {
+        Box::pin(async move {
+            let command = self.exchange_command(files, headers)?;
+            let out = self
+                .site
+                .exec_ok(CHECKER_POD, command, EXCHANGE_EXEC_TIMEOUT)
+                .await?;
+            serde_json::from_slice(&out.stdout).map_err(|e| {
+                Error::Probe(format!(
+                    "the identity exchange's report is not JSON ({e}): {}",
+                    String::from_utf8_lossy(&out.stdout)
+                ))
+            })
+        })
+    }
+
+    fn run_experiment(
+        &self,
+        body: serde_json::Value,
+    ) -> BoxFuture<'_, Result<serde_json::Value, Error>> {
+        Box::pin(async move {
+            ask_app(
+                self.site,
+                e3::EXPERIMENTER,
+                "/api/experimenter/experiment",
+                &body,
+            )
+            .await
+        })
+    }
 }
 
 /// Where a probe's path is recorded.

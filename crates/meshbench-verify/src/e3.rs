@@ -17,6 +17,17 @@ pub struct SecurityCase {
     pub meshed: &'static [&'static str],
 }
 
+impl SecurityCase {
+    /// Whether `mesh`'s identities are checked in this case: it speaks mTLS and enrolls every
+    /// member of the application (the impostor, never enrolled, aside).
+    pub fn checks_identities(&self, mesh: meshbench_meshes::Mesh) -> bool {
+        mesh.mtls()
+            && MEMBERS
+                .iter()
+                .all(|m| m.workload == IMPOSTOR || self.meshed.contains(&m.workload))
+    }
+}
+
 pub const CASES: [SecurityCase; 6] = [
     SecurityCase {
         number: 1,

@@ -1,12 +1,14 @@
-//! Identity checks against an enrolled destination's proxy: the verifier handshakes with the
-//! calculator's guard itself (its sidecar, or its node's agent over HBONE) (from a node, where no mesh captures its traffic) with a
+//! Identity checks against an enrolled destination's proxy (its sidecar, or its node's agent
+//! over HBONE): the verifier handshakes with the calculator's guard itself, from where no mesh
+//! captures its traffic (a node of the local lab, a pod outside the mesh on a cluster), with a
 //! valid SVID, none, one from another trust domain, an expired one, and a valid SVID of the
 //! wrong workload carrying forged identity headers. Each must be refused except the first;
 //! the handshake also reads the SPIFFE ID the proxy presents, which TLS 1.3 hides from a
-//! wire capture.
+//! wire capture. Then rotation under load: SVIDs living seconds renew while the experimenter
+//! sends a stream of requests to the calculator.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +16,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use meshbench_identity::{
-    client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, SpiffeId,
+    client_config, CertificateAuthority, CertificateSummary, ClientTlsFiles, IssueOptions, SpiffeId,
 };
 use meshbench_loadgen::Outcome;
 use meshbench_meshes::{spiffe_id, Enrollment, Mesh, MeshPki, Ports};
@@ -25,205 +27,287 @@ use rustls_pki_types::ServerName;
 use crate::e3::{APP, CALCULATOR, CHECKER, EXPERIMENTER};
 use crate::Error;
 
+/// SVID lifetime in the case where identities are checked: proxies renew at half of it.
+pub(crate) const ROTATION_TTL: Duration = Duration::from_secs(4);
+/// How long the calculator's guard may take to present an SVID the CA service renewed (on a
+/// cluster its first one lives a minute and is renewed at half of that).
+const RENEWED_SVID_WAIT: Duration = Duration::from_secs(90);
+/// One exchange, from connect to the answer.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What one exchange with the calculator's guard showed; `meshbench wire exchange` prints it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ExchangeReport {
+    /// The outcome class: `http_200`, `http_403`, `tls_handshake`, ...
+    pub outcome: String,
+    /// The SPIFFE ID the guard presented, if the exchange completed.
+    pub server_id: Option<String>,
+    /// The certificate the guard presented, if the exchange completed.
+    pub server_cert: Option<CertificateSummary>,
+}
+
+pub(crate) type BoxFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Where the verifier makes its own exchanges with the calculator's guard, and how it has the
+/// experimenter's app run an experiment: from a node of the local lab, or from a pod outside
+/// the mesh on a cluster.
+pub(crate) trait GuardAccess: Sync {
+    /// One exchange with the guard, presenting `files`' certificate (if any) and `headers`.
+    fn exchange<'a>(
+        &'a self,
+        files: &'a ClientTlsFiles,
+        headers: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<ExchangeReport, Error>>;
+    /// Has the experimenter's own app run the experiment `body`; its result.
+    fn run_experiment(
+        &self,
+        body: serde_json::Value,
+    ) -> BoxFuture<'_, Result<serde_json::Value, Error>>;
+}
+
 struct Attempt {
     name: &'static str,
     description: &'static str,
     files: ClientTlsFiles,
-    headers: Vec<(&'static str, String)>,
+    headers: Vec<(String, String)>,
     expect_allowed: bool,
 }
 
-/// Runs the identity checks against the calculator's proxy. `dir` holds the certificates
-/// made for the checks.
-pub fn identity_checks(
-    net: &LabNetwork,
-    guard: Guard,
-    pki: &MeshPki,
-    dir: &Path,
-) -> Result<Vec<IdentityCheck>, Error> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-        path: dir.to_owned(),
-        source,
-    })?;
-    let calculator_id = SpiffeId::parse(&spiffe_id(APP, CALCULATOR))?;
-    let files = |cert: Option<(std::path::PathBuf, std::path::PathBuf)>| ClientTlsFiles {
-        cert: cert.as_ref().map(|c| c.0.clone()),
-        key: cert.map(|c| c.1),
-        ca: pki.ca.clone(),
-        expect_server_id: Some(calculator_id.clone()),
-    };
-    let lab_ca = CertificateAuthority::load(&pki.dir)?;
-    // Fresh SVIDs from the lab CA: the ones issued at start-up may be short-lived.
-    let svid = |sa: &str| -> Result<_, Error> {
-        let issued = lab_ca.issue(APP, sa, &IssueOptions::default())?;
-        Ok(Some(issued.write(dir, &format!("fresh-{sa}"))?))
-    };
+/// The identity checks, their certificates made before any is tried, so that a cluster's
+/// checking pod can be given them when it is created.
+pub(crate) struct IdentityPlan {
+    attempts: Vec<Attempt>,
+    /// The experimenter's valid SVID, with which the rotation check reads the guard's.
+    rotation_caller: ClientTlsFiles,
+    /// The expired SVID's notAfter.
+    expired_after: time::OffsetDateTime,
+    /// How long the mesh's renewed SVIDs live.
+    svid_ttl: Option<Duration>,
+}
 
-    let foreign_ca = CertificateAuthority::init(&dir.join("other-trust-domain"), "evil.example")?;
-    let foreign = foreign_ca
-        .issue(APP, EXPERIMENTER, &IssueOptions::default())?
-        .write(&dir.join("other-trust-domain"), "experimenter")?;
+impl IdentityPlan {
+    /// Makes the checks' certificates from the run's CA (`pki`) in `dir`; the mesh's SVIDs
+    /// live `svid_ttl` once renewed.
+    pub(crate) fn prepare(
+        pki: &MeshPki,
+        dir: &Path,
+        svid_ttl: Option<Duration>,
+    ) -> Result<Self, Error> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let calculator_id = SpiffeId::parse(&spiffe_id(APP, CALCULATOR))?;
+        let files = |cert: Option<(PathBuf, PathBuf)>| ClientTlsFiles {
+            cert: cert.as_ref().map(|c| c.0.clone()),
+            key: cert.map(|c| c.1),
+            ca: pki.ca.clone(),
+            expect_server_id: Some(calculator_id.clone()),
+        };
+        let lab_ca = CertificateAuthority::load(&pki.dir)?;
+        // Fresh SVIDs from the lab CA: the ones issued at start-up may be short-lived.
+        let svid = |sa: &str| -> Result<_, Error> {
+            let issued = lab_ca.issue(APP, sa, &IssueOptions::default())?;
+            Ok(Some(issued.write(dir, &format!("fresh-{sa}"))?))
+        };
 
-    let short = lab_ca.issue(
-        APP,
-        EXPERIMENTER,
-        &IssueOptions {
-            ttl: Some(Duration::from_secs(1)),
-            ..IssueOptions::default()
-        },
-    )?;
-    let expired_after = short.not_after;
-    let expired = short.write(dir, "expired-experimenter")?;
+        let foreign_ca =
+            CertificateAuthority::init(&dir.join("other-trust-domain"), "evil.example")?;
+        let foreign = foreign_ca
+            .issue(APP, EXPERIMENTER, &IssueOptions::default())?
+            .write(dir, "other-trust-domain-experimenter")?;
 
-    let forged_id = spiffe_id(APP, EXPERIMENTER);
-    let attempts = vec![
-        Attempt {
-            name: "valid-identity",
-            description: "the experimenter's SVID: the one caller the policy allows",
-            files: files(svid(EXPERIMENTER)?),
-            headers: vec![],
-            expect_allowed: true,
-        },
-        Attempt {
-            name: "no-client-certificate",
-            description: "TLS without a client certificate",
-            files: files(None),
-            headers: vec![],
-            expect_allowed: false,
-        },
-        Attempt {
-            name: "other-trust-domain",
-            description: "app/experimenter's name, issued by another trust domain's CA",
-            files: files(Some(foreign)),
-            headers: vec![],
-            expect_allowed: false,
-        },
-        Attempt {
-            name: "expired-certificate",
-            description: "the experimenter's SVID from the lab CA, expired",
-            files: files(Some(expired)),
-            headers: vec![],
-            expect_allowed: false,
-        },
-        Attempt {
-            name: "forged-identity-header",
-            description: "the security checker's valid SVID, claiming the experimenter's \
-                          identity in x-forwarded-client-cert and x-meshbench-identity",
-            files: files(svid(CHECKER)?),
-            headers: vec![
-                (
-                    "x-forwarded-client-cert",
-                    format!("By={};URI={forged_id}", spiffe_id(APP, CALCULATOR)),
-                ),
-                ("x-meshbench-identity", forged_id.clone()),
-            ],
-            expect_allowed: false,
-        },
-    ];
+        let short = lab_ca.issue(
+            APP,
+            EXPERIMENTER,
+            &IssueOptions {
+                ttl: Some(Duration::from_secs(1)),
+                ..IssueOptions::default()
+            },
+        )?;
+        let expired_after = short.not_after;
+        let expired = short.write(dir, "expired-experimenter")?;
 
-    // The short-lived SVID must have expired before it is tried. X.509 stores whole seconds
-    // and a certificate is valid through its notAfter second, so wait past the next one.
-    let expired_at = expired_after + Duration::from_secs(1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while time::OffsetDateTime::now_utc() <= expired_at && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+        let forged_id = spiffe_id(APP, EXPERIMENTER);
+        let attempts = vec![
+            Attempt {
+                name: "valid-identity",
+                description: "the experimenter's SVID: the one caller the policy allows",
+                files: files(svid(EXPERIMENTER)?),
+                headers: vec![],
+                expect_allowed: true,
+            },
+            Attempt {
+                name: "no-client-certificate",
+                description: "TLS without a client certificate",
+                files: files(None),
+                headers: vec![],
+                expect_allowed: false,
+            },
+            Attempt {
+                name: "other-trust-domain",
+                description: "app/experimenter's name, issued by another trust domain's CA",
+                files: files(Some(foreign)),
+                headers: vec![],
+                expect_allowed: false,
+            },
+            Attempt {
+                name: "expired-certificate",
+                description: "the experimenter's SVID from the lab CA, expired",
+                files: files(Some(expired)),
+                headers: vec![],
+                expect_allowed: false,
+            },
+            Attempt {
+                name: "forged-identity-header",
+                description: "the security checker's valid SVID, claiming the experimenter's \
+                              identity in x-forwarded-client-cert and x-meshbench-identity",
+                files: files(svid(CHECKER)?),
+                headers: vec![
+                    (
+                        "x-forwarded-client-cert".into(),
+                        format!("By={};URI={forged_id}", spiffe_id(APP, CALCULATOR)),
+                    ),
+                    ("x-meshbench-identity".into(), forged_id.clone()),
+                ],
+                expect_allowed: false,
+            },
+        ];
+        let caller = lab_ca
+            .issue(APP, EXPERIMENTER, &IssueOptions::default())?
+            .write(dir, "rotation-experimenter")?;
+        Ok(IdentityPlan {
+            attempts,
+            rotation_caller: files(Some(caller)),
+            expired_after,
+            svid_ttl,
+        })
     }
 
-    let mut checks = vec![];
-    for attempt in attempts {
-        let Exchange {
-            outcome, server_id, ..
-        } = exchange_from_node(net, guard, &attempt.files, attempt.headers.clone())?;
-        let allowed = outcome.starts_with("http_2");
-        checks.push(IdentityCheck {
-            name: attempt.name.into(),
-            description: attempt.description.into(),
-            expected: if attempt.expect_allowed {
-                "allowed"
-            } else {
-                "refused"
-            }
-            .into(),
-            observed: outcome,
-            server_id,
-            verdict: if allowed == attempt.expect_allowed {
+    /// Every file the checks present or trust.
+    pub(crate) fn files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = self
+            .attempts
+            .iter()
+            .map(|a| &a.files)
+            .chain([&self.rotation_caller])
+            .flat_map(|f| [f.cert.clone(), f.key.clone(), Some(f.ca.clone())])
+            .flatten()
+            .collect();
+        files.sort();
+        files.dedup();
+        files
+    }
+
+    /// Runs the identity checks against the calculator's guard, then rotation under load.
+    pub(crate) async fn run(&self, access: &dyn GuardAccess) -> Result<Vec<IdentityCheck>, Error> {
+        // The short-lived SVID must have expired before it is tried. X.509 stores whole
+        // seconds and a certificate is valid through its notAfter second, so wait past the
+        // next one.
+        let expired_at = self.expired_after + Duration::from_secs(1);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while time::OffsetDateTime::now_utc() <= expired_at && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut checks = vec![];
+        for attempt in &self.attempts {
+            let ExchangeReport {
+                outcome, server_id, ..
+            } = access.exchange(&attempt.files, &attempt.headers).await?;
+            let allowed = outcome.starts_with("http_2");
+            checks.push(IdentityCheck {
+                name: attempt.name.into(),
+                description: attempt.description.into(),
+                expected: if attempt.expect_allowed {
+                    "allowed"
+                } else {
+                    "refused"
+                }
+                .into(),
+                observed: outcome,
+                server_id,
+                verdict: if allowed == attempt.expect_allowed {
+                    Verdict::Pass
+                } else {
+                    Verdict::Fail
+                },
+            });
+        }
+        checks.push(self.rotation_under_load(access).await?);
+        Ok(checks)
+    }
+
+    /// With SVIDs living a few seconds, the experimenter sends a stream of requests through
+    /// its proxy to the calculator's while both renew their certificates; none may fail, and
+    /// the calculator's proxy must present a renewed certificate afterwards.
+    async fn rotation_under_load(&self, access: &dyn GuardAccess) -> Result<IdentityCheck, Error> {
+        let before = self.renewed_guard_certificate(access).await?;
+        let interactions = 300;
+        let result = access
+            .run_experiment(serde_json::json!({
+                "interactions": interactions,
+                "batchSize": 10,
+                "intervalBetweenBatchesInMilliseconds": 100,
+            }))
+            .await?;
+        let after = access.exchange(&self.rotation_caller, &[]).await?;
+        let succeeded = result["rttsInMilliseconds"]
+            .as_array()
+            .map_or(0, |rtts| rtts.len());
+        let failures = &result["failuresByClass"];
+        let serial = |r: &ExchangeReport| r.server_cert.as_ref().map(|c| c.serial.clone());
+        let renewed = serial(&before).is_some() && serial(&before) != serial(&after);
+        let ttl = self
+            .svid_ttl
+            .map_or_else(|| "the default".to_owned(), |t| format!("{t:?}"));
+        Ok(IdentityCheck {
+            name: "rotation-under-load".into(),
+            description: format!(
+                "{interactions} requests over about 3 s while SVIDs living {ttl} rotate"
+            ),
+            expected: "no failed request; certificate renewed".into(),
+            observed: format!(
+                "{succeeded} of {interactions} succeeded (failures: {failures}); calculator's \
+                 certificate {}",
+                if renewed && serial(&after).is_some() {
+                    "renewed"
+                } else {
+                    "not renewed"
+                }
+            ),
+            server_id: after.server_id.clone(),
+            verdict: if succeeded == interactions && renewed && serial(&after).is_some() {
                 Verdict::Pass
             } else {
                 Verdict::Fail
             },
-        });
+        })
     }
-    Ok(checks)
-}
 
-/// Rotation under load: with SVIDs living a few seconds, the experimenter sends a stream of
-/// requests through its sidecar to the calculator's while both renew their certificates;
-/// none may fail, and the calculator's proxy must present a renewed certificate afterwards.
-pub fn rotation_under_load(
-    net: &LabNetwork,
-    guard: Guard,
-    pki: &MeshPki,
-    dir: &Path,
-) -> Result<IdentityCheck, Error> {
-    let lab_ca = CertificateAuthority::load(&pki.dir)?;
-    let caller = lab_ca
-        .issue(APP, EXPERIMENTER, &IssueOptions::default())?
-        .write(dir, "rotation-experimenter")?;
-    let files = ClientTlsFiles {
-        cert: Some(caller.0),
-        key: Some(caller.1),
-        ca: pki.ca.clone(),
-        expect_server_id: Some(SpiffeId::parse(&spiffe_id(APP, CALCULATOR))?),
-    };
-    let before = exchange_from_node(net, guard, &files, vec![])?;
-    let interactions = 300;
-    let result = crate::probe::ask_app(
-        net,
-        EXPERIMENTER,
-        "/api/experimenter/experiment",
-        serde_json::json!({
-            "interactions": interactions,
-            "batchSize": 10,
-            "intervalBetweenBatchesInMilliseconds": 100,
-        }),
-    )?;
-    let after = exchange_from_node(net, guard, &files, vec![])?;
-    let succeeded = result["rttsInMilliseconds"]
-        .as_array()
-        .map_or(0, |rtts| rtts.len());
-    let failures = &result["failuresByClass"];
-    let renewed = before.server_cert.is_some()
-        && after.server_cert.is_some()
-        && before.server_cert != after.server_cert;
-    let ttl = pki
-        .svid_ttl
-        .map_or_else(|| "the default".to_owned(), |t| format!("{t:?}"));
-    Ok(IdentityCheck {
-        name: "rotation-under-load".into(),
-        description: format!(
-            "{interactions} requests over about 3 s while SVIDs living {ttl} rotate"
-        ),
-        expected: "no failed request; certificate renewed".into(),
-        observed: format!(
-            "{succeeded} of {interactions} succeeded (failures: {failures}); calculator's \
-             certificate {}",
-            if renewed { "renewed" } else { "not renewed" }
-        ),
-        server_id: after.server_id,
-        verdict: if succeeded == interactions && renewed {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
-    })
-}
-
-/// What one exchange with the calculator's proxy showed.
-struct Exchange {
-    outcome: String,
-    server_id: Option<String>,
-    /// The leaf certificate the proxy presented (DER).
-    server_cert: Option<Vec<u8>>,
+    /// What the guard presents once its certificate is one the CA service signed for the
+    /// short lifetime (a cluster's pods start with a longer-lived one, see
+    /// `meshbench_kube::BOOTSTRAP_SVID_TTL`): rotation is judged from there.
+    async fn renewed_guard_certificate(
+        &self,
+        access: &dyn GuardAccess,
+    ) -> Result<ExchangeReport, Error> {
+        let deadline = Instant::now() + RENEWED_SVID_WAIT;
+        loop {
+            let report = access.exchange(&self.rotation_caller, &[]).await?;
+            let lifetime = report.server_cert.as_ref().map(|c| c.lifetime_secs());
+            let short_lived = match (self.svid_ttl, lifetime) {
+                (Some(ttl), Some(lifetime)) => {
+                    lifetime <= i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX) + 1
+                }
+                _ => true,
+            };
+            if short_lived || Instant::now() >= deadline {
+                return Ok(report);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
 }
 
 /// How the verifier reaches the proxy that guards the calculator.
@@ -237,56 +321,92 @@ pub enum Guard {
 }
 
 impl Guard {
+    /// The calculator's guard for `mesh`, its app at `app` on the node at `node_ip`.
+    pub fn for_calculator(mesh: Mesh, app: std::net::IpAddr, node_ip: std::net::IpAddr) -> Guard {
+        let app = SocketAddr::new(app, Ports::APP);
+        match mesh.enrollment() {
+            Enrollment::AgentPerNode => Guard::NodeAgent {
+                agent: SocketAddr::new(node_ip, Ports::HBONE),
+                app,
+            },
+            _ => Guard::Sidecar { pod: app },
+        }
+    }
+
     /// The calculator's guard in `net` for `mesh`.
     pub fn of(mesh: Mesh, net: &LabNetwork) -> Result<Guard, Error> {
         let calculator_pod = net
             .topology()
             .first_pod(CALCULATOR)
             .ok_or_else(|| Error::Probe("no calculator pod".into()))?;
-        let app = SocketAddr::new(net.pod_ip(&calculator_pod.name)?, Ports::APP);
-        Ok(match mesh.enrollment() {
-            Enrollment::AgentPerNode => Guard::NodeAgent {
-                agent: SocketAddr::new(net.node_ip(&calculator_pod.workload.node)?, Ports::HBONE),
-                app,
-            },
-            _ => Guard::Sidecar { pod: app },
+        Ok(Guard::for_calculator(
+            mesh,
+            net.pod_ip(&calculator_pod.name)?,
+            net.node_ip(&calculator_pod.workload.node)?,
+        ))
+    }
+}
+
+/// The local lab's access to the guard: from the first node, where no mesh captures the
+/// verifier's own traffic; the experimenter's app is asked inside its pod.
+pub(crate) struct NodeAccess<'n> {
+    pub net: &'n LabNetwork,
+    pub guard: Guard,
+}
+
+impl GuardAccess for NodeAccess<'_> {
+    fn exchange<'a>(
+        &'a self,
+        files: &'a ClientTlsFiles,
+        headers: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<ExchangeReport, Error>> {
+        Box::pin(async move {
+            let node = self.net.topology().nodes[0].clone();
+            let netns = self.net.netns_of(NetPlace::Node(&node))?;
+            let (guard, files, headers) = (self.guard, files.clone(), headers.to_vec());
+            run_in_netns(&netns, move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a current-thread runtime builds")
+                    .block_on(exchange(guard, &files, &headers))
+            })?
+        })
+    }
+
+    fn run_experiment(
+        &self,
+        body: serde_json::Value,
+    ) -> BoxFuture<'_, Result<serde_json::Value, Error>> {
+        Box::pin(async move {
+            crate::probe::ask_app(self.net, EXPERIMENTER, "/api/experimenter/experiment", body)
         })
     }
 }
 
-/// One exchange with the calculator's guard from the first node, where no mesh captures the
-/// verifier's own traffic.
-fn exchange_from_node(
-    net: &LabNetwork,
+/// One mTLS exchange (`POST /add`) with the calculator's guard, from where this runs,
+/// presenting `files`' certificate and `headers`: its outcome class, and what the guard
+/// presented if the exchange completed. `Err` only for files that cannot be loaded.
+pub async fn exchange(
     guard: Guard,
     files: &ClientTlsFiles,
-    headers: Vec<(&'static str, String)>,
-) -> Result<Exchange, Error> {
-    let node = net.topology().nodes[0].clone();
-    let netns = net.netns_of(NetPlace::Node(&node))?;
+    headers: &[(String, String)],
+) -> Result<ExchangeReport, Error> {
     let alpn: &[&[u8]] = match guard {
         Guard::Sidecar { .. } => &[b"http/1.1"],
         Guard::NodeAgent { .. } => &[b"h2"],
     };
     let config = Arc::new(client_config(files, alpn)?);
-    Ok(run_in_netns(&netns, move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a current-thread runtime builds")
-            .block_on(exchange(guard, config, headers))
-    })?)
+    Ok(exchange_with(guard, config, headers.to_vec()).await)
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// One mTLS exchange (`POST /add`) with the calculator's guard: the outcome class, and the
-/// SPIFFE ID and certificate the guard presented, if the exchange completed.
-async fn exchange(
+async fn exchange_with(
     guard: Guard,
     config: Arc<rustls::ClientConfig>,
-    headers: Vec<(&'static str, String)>,
-) -> Exchange {
+    headers: Vec<(String, String)>,
+) -> ExchangeReport {
     let attempt = async {
         let (connect_to, name) = match guard {
             Guard::Sidecar { pod } => (
@@ -328,29 +448,32 @@ async fn exchange(
         };
         Ok::<_, BoxError>((status, leaf))
     };
-    let failed = |outcome: Outcome| Exchange {
+    let failed = |outcome: Outcome| ExchangeReport {
         outcome: outcome.to_string(),
         server_id: None,
         server_cert: None,
     };
-    match tokio::time::timeout(Duration::from_secs(5), attempt).await {
-        Ok(Ok((status, leaf))) => Exchange {
-            outcome: Outcome::Http(status).to_string(),
-            server_id: leaf.as_ref().and_then(|der| {
-                meshbench_identity::spiffe_ids_of(&der.clone().into())
-                    .into_iter()
-                    .next()
-                    .map(|id| id.to_string())
-            }),
-            server_cert: leaf,
-        },
+    match tokio::time::timeout(EXCHANGE_TIMEOUT, attempt).await {
+        Ok(Ok((status, leaf))) => {
+            let leaf = leaf.map(rustls_pki_types::CertificateDer::from);
+            ExchangeReport {
+                outcome: Outcome::Http(status).to_string(),
+                server_id: leaf.as_ref().and_then(|der| {
+                    meshbench_identity::spiffe_ids_of(der)
+                        .into_iter()
+                        .next()
+                        .map(|id| id.to_string())
+                }),
+                server_cert: leaf.as_ref().and_then(CertificateSummary::of),
+            }
+        }
         Ok(Err(e)) => failed(Outcome::classify(e.as_ref())),
         Err(_) => failed(Outcome::Timeout),
     }
 }
 
 /// `POST /add` to the calculator over an established stream; its status.
-async fn post_add<IO>(io: IO, headers: &[(&'static str, String)]) -> Result<u16, BoxError>
+async fn post_add<IO>(io: IO, headers: &[(String, String)]) -> Result<u16, BoxError>
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -360,7 +483,7 @@ where
         .header("host", format!("{CALCULATOR}.{APP}.svc"))
         .header("content-type", "application/json");
     for (name, value) in headers {
-        request = request.header(*name, value.as_str());
+        request = request.header(name.as_str(), value.as_str());
     }
     let request = request.body(Full::new(Bytes::from_static(
         br#"{"firstNumber": 1, "secondNumber": 2}"#,

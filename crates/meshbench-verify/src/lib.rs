@@ -15,6 +15,7 @@ mod wire;
 pub use cluster::{verify_on_cluster, ClusterVerifyOptions};
 pub use e3::{zero_trust_policy, CASES, PROBES};
 pub use expect::{expect, Expectation};
+pub use identity::{exchange, ExchangeReport, Guard};
 pub use run::{verify, VerifyOptions};
 
 #[derive(Debug, thiserror::Error)]

@@ -19,13 +19,10 @@ use meshbench_workload::WorkloadFile;
 
 use crate::e3::{self, SecurityCase, CASES, PROBES};
 use crate::expect::expect;
-use crate::identity::{identity_checks, rotation_under_load, Guard};
+use crate::identity::{Guard, IdentityPlan, NodeAccess, ROTATION_TTL};
 use crate::probe::run_probe;
 use crate::wire::{capture_point, evidence, WireExpectation};
 use crate::Error;
-
-/// SVID lifetime in the case where identities are checked: proxies renew at half of it.
-const ROTATION_TTL: Duration = Duration::from_secs(4);
 
 pub struct VerifyOptions {
     pub meshes: Vec<Mesh>,
@@ -121,8 +118,7 @@ async fn verify_case(
     })?;
     let topology = e3::topology(case);
     let net = LabNetwork::create_off_runtime(Backend::Netns, &new_lab_id(), &topology).await?;
-    let everything_enrolled = member_names().all(|w| w == e3::IMPOSTOR || case.meshed.contains(&w));
-    let identity_checked = mesh.mtls() && everything_enrolled;
+    let identity_checked = case.checks_identities(mesh);
     // Where identities are checked, SVIDs live seconds, so they rotate during the case.
     let svid_ttl = identity_checked.then_some(ROTATION_TTL);
     // The case's proxy files, where the proxy user can reach them (removed with it).
@@ -169,10 +165,12 @@ async fn verify_case(
     }
     let mut checks = vec![];
     if identity_checked {
-        let identity_dir = dir.join("identity");
-        let guard = Guard::of(mesh, &net)?;
-        checks = identity_checks(&net, guard, &pki, &identity_dir)?;
-        checks.push(rotation_under_load(&net, guard, &pki, &identity_dir)?);
+        let plan = IdentityPlan::prepare(&pki, &dir.join("identity"), pki.svid_ttl)?;
+        let access = NodeAccess {
+            net: &net,
+            guard: Guard::of(mesh, &net)?,
+        };
+        checks = plan.run(&access).await?;
     }
     for component in components {
         component.stop(Duration::from_secs(2)).await;
@@ -190,10 +188,6 @@ async fn verify_case(
         },
         checks,
     ))
-}
-
-fn member_names() -> impl Iterator<Item = &'static str> {
-    e3::MEMBERS.iter().map(|m| m.workload)
 }
 
 /// A probe's verification: what the policy expects, what was observed, and the wire.

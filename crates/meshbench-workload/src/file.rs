@@ -90,9 +90,22 @@ pub enum WorkloadApp {
 #[serde(deny_unknown_fields)]
 pub struct ExperimentOnce {
     pub experiment: serde_json::Map<String, serde_json::Value>,
+    /// Where the load report goes; [`STDOUT`] prints it as one line of JSON (a pod's log).
     pub json: PathBuf,
+    /// Where E3's answer goes; [`STDOUT`] prints it as one line of JSON, after the report.
     pub result: Option<PathBuf>,
+    /// Wait until this file exists before the first request (at most the load generator's
+    /// `START_GATE_LIMIT`): how an orchestrator holds the experimenter back until its path
+    /// is in place.
+    pub start_gate: Option<PathBuf>,
+    /// Wait at most this long until the calculator answers over HTTP (any status) before
+    /// the first request: a cluster's service routes come a moment after its pods.
+    #[serde(default, with = "humantime_serde")]
+    pub wait_for_calculator: Option<Duration>,
 }
+
+/// The path that means standard output in [`ExperimentOnce`].
+pub const STDOUT: &str = "-";
 
 meshbench_role::serde_defaults! {
     no_delay: String = "0s".into(),
@@ -181,9 +194,17 @@ impl RoleConfig for WorkloadFile {
             once: Some(once), ..
         } = &mut self.app
         {
-            resolve(&mut once.json);
+            let resolve_file = |p: &mut PathBuf| {
+                if p.as_os_str() != STDOUT {
+                    resolve(p);
+                }
+            };
+            resolve_file(&mut once.json);
             if let Some(result) = &mut once.result {
-                resolve(result);
+                resolve_file(result);
+            }
+            if let Some(gate) = &mut once.start_gate {
+                resolve(gate);
             }
         }
     }
@@ -223,6 +244,8 @@ mod tests {
                     experiment,
                     json: "load.json".into(),
                     result: None,
+                    start_gate: Some("/tmp/gate".into()),
+                    wait_for_calculator: Some(Duration::from_secs(60)),
                 }),
             },
             WorkloadApp::SecurityChecker {

@@ -25,7 +25,7 @@ pub use client::{Call, Caller, MARKER_HEADER};
 pub use counter::{CountReply, Counter, Hop, COUNT_PATH};
 pub use echo::{Echo, EchoConfig};
 pub use experimenter::{ExperimentResult, Experimenter, Workload, EXPERIMENT_PATH};
-pub use file::{echo_config, grpc_echo_config, ExperimentOnce, WorkloadApp, WorkloadFile};
+pub use file::{echo_config, grpc_echo_config, ExperimentOnce, WorkloadApp, WorkloadFile, STDOUT};
 pub use grpc_echo::{grpc_echo_service, ping_request, proto, GrpcEcho, GrpcEchoConfig};
 pub use http::{Reply, Role, RoleService, HEALTH_PATH};
 pub use mix::{parse_delay, parse_size, parse_status, Mix, MixError};

@@ -175,7 +175,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<()> {
 }
 
 /// Waits until `gate` exists (the orchestrator opens it), for at most START_GATE_LIMIT.
-fn wait_at_gate(gate: &std::path::Path) -> anyhow::Result<()> {
+pub(super) fn wait_at_gate(gate: &std::path::Path) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     while !gate.exists() {
         if started.elapsed() >= meshbench_loadgen::START_GATE_LIMIT {

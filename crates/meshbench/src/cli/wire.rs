@@ -1,7 +1,8 @@
-//! `meshbench wire capture|reach|mark` and `meshbench call`: what the Kubernetes backend
-//! and the verifier run inside pods, through the API server's exec. `capture` records an
-//! interface as a pcap on stdout (no tcpdump in the image) until `mark` creates its stop
-//! file; `reach` waits until services are routed; `call` makes one HTTP request from where
+//! `meshbench wire capture|reach|mark|exchange` and `meshbench call`: what the Kubernetes
+//! backend and the verifier run inside pods, through the API server's exec. `capture` records
+//! an interface as a pcap on stdout (no tcpdump in the image) until `mark` creates its stop
+//! file; `reach` waits until services are routed; `exchange` is one of the verifier's identity
+//! checks against the proxy guarding E3's calculator; `call` makes one HTTP request from where
 //! it runs (a pod's own app on loopback) and prints the answer.
 
 use std::io::Write;
@@ -29,6 +30,41 @@ pub enum WireCommand {
     /// Create a file another process waits for: a capture's `--stop-file`, or a load
     /// generator's `start_gate`.
     Mark { file: PathBuf },
+    /// One mTLS exchange (`POST /add`) with the proxy guarding E3's calculator, as the
+    /// verifier's identity checks make it; prints the outcome, the SPIFFE ID and the
+    /// certificate the proxy presented, as JSON.
+    Exchange(ExchangeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExchangeArgs {
+    /// The calculator's pod address, guarded by its sidecar.
+    #[arg(
+        long,
+        required_unless_present = "node_agent",
+        conflicts_with = "node_agent"
+    )]
+    sidecar: Option<std::net::SocketAddr>,
+    /// The HBONE address of the calculator's node agent (with --app).
+    #[arg(long, requires = "app")]
+    node_agent: Option<std::net::SocketAddr>,
+    /// The calculator's app, tunnelled to through the node agent.
+    #[arg(long)]
+    app: Option<std::net::SocketAddr>,
+    /// The trust bundle the proxy's certificate must chain to.
+    #[arg(long)]
+    ca: PathBuf,
+    /// The client certificate to present (with --key; none without).
+    #[arg(long, requires = "key")]
+    cert: Option<PathBuf>,
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
+    /// Accept only a proxy presenting this SPIFFE ID.
+    #[arg(long)]
+    expect_server_id: String,
+    /// A request header, `name: value` (repeatable).
+    #[arg(long)]
+    header: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -109,7 +145,50 @@ pub fn run(command: WireCommand) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             Ok(())
         }
+        WireCommand::Exchange(a) => exchange(a),
     }
+}
+
+fn exchange(a: ExchangeArgs) -> anyhow::Result<()> {
+    use meshbench_verify::Guard;
+    let guard = match (a.sidecar, a.node_agent, a.app) {
+        (Some(pod), _, _) => Guard::Sidecar { pod },
+        (None, Some(agent), Some(app)) => Guard::NodeAgent { agent, app },
+        _ => {
+            return Err(super::BadInput(
+                "--sidecar, or --node-agent with --app, is required".into(),
+            )
+            .into())
+        }
+    };
+    let expect_server_id =
+        meshbench_identity::SpiffeId::parse(&a.expect_server_id).map_err(|e| {
+            super::BadInput(format!("--expect-server-id {:?}: {e}", a.expect_server_id))
+        })?;
+    let headers = a
+        .header
+        .iter()
+        .map(|h| match h.split_once(':') {
+            Some((name, value)) if !name.trim().is_empty() => {
+                Ok((name.trim().to_owned(), value.trim().to_owned()))
+            }
+            _ => Err(super::BadInput(format!(
+                "--header {h:?}: expected `name: value`"
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let files = meshbench_identity::ClientTlsFiles {
+        cert: a.cert,
+        key: a.key,
+        ca: a.ca,
+        expect_server_id: Some(expect_server_id),
+    };
+    let report = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(meshbench_verify::exchange(guard, &files, &headers))?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
 }
 
 #[derive(Debug, Args)]

@@ -258,6 +258,8 @@ impl WorkloadCommand {
                             .map_err(|e| BadInput(format!("--once: not a JSON object: {e}")))?,
                         json: a.json.expect("clap requires --json with --once"),
                         result: a.result,
+                        start_gate: None,
+                        wait_for_calculator: None,
                     }),
                     None => None,
                 };
@@ -344,13 +346,52 @@ fn experiment_once(
 ) -> anyhow::Result<()> {
     let workload = meshbench_workload::Workload::parse(&once.experiment)
         .map_err(|problem| BadInput(format!("--once: {problem}")))?;
+    if let Some(gate) = &once.start_gate {
+        super::load::wait_at_gate(gate)?;
+    }
     let runtime = meshbench_workload::runtime(Some(1))?;
+    if let Some(limit) = once.wait_for_calculator {
+        runtime.block_on(wait_for_calculator(calculator, limit))?;
+    }
     let result = runtime.block_on(role.run(&workload));
-    meshbench_results::write_json_atomic(&once.json, &result.load_report(&calculator.to_string()))?;
+    write_json_or_print(&once.json, &result.load_report(&calculator.to_string()))?;
     if let Some(path) = &once.result {
-        meshbench_results::write_json_atomic(path, &result)?;
+        write_json_or_print(path, &result)?;
     }
     Ok(())
+}
+
+/// Writes `value` to `path` atomically, or prints it as one line for `-`.
+fn write_json_or_print(
+    path: &std::path::Path,
+    value: &impl serde::Serialize,
+) -> anyhow::Result<()> {
+    if path.as_os_str() == meshbench_workload::STDOUT {
+        println!("{}", serde_json::to_string(value)?);
+    } else {
+        meshbench_results::write_json_atomic(path, value)?;
+    }
+    Ok(())
+}
+
+/// Asks the calculator until it answers over HTTP (any status), for at most `limit`.
+async fn wait_for_calculator(calculator: &Uri, limit: Duration) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + limit;
+    let caller = meshbench_workload::Caller::new(Duration::from_secs(2));
+    loop {
+        let answer = caller.get(calculator).await;
+        if matches!(answer.outcome, meshbench_loadgen::Outcome::Http(_)) {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "wait_for_calculator: {calculator} gave no HTTP answer within {} (last: {})",
+                humantime::format_duration(limit),
+                answer.outcome
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn serve<R: Role>(server: &WorkloadFile, role: R) -> anyhow::Result<()> {

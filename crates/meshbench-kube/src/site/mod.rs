@@ -5,6 +5,8 @@
 //! container sampled from its kubelet while the generator runs, and everything of the cell
 //! deleted when it finishes or is dropped.
 
+mod instrument;
+
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -15,12 +17,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, HostAlias, Pod, Secret, Service};
 use kube::{Api, Client};
 use meshbench_experiment::platform::{ClientServer, Entry, Instrument, Measured, Site, SiteError};
 use meshbench_identity::{CaServerFile, ServerTlsFiles};
-use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_meshes::{
     identity_files, BoxFuture, ClusterCell, ClusterMesh, ClusterSite, Mesh, PlacedPod,
     PodAdditions, Ports, CONFIG_DIR_IN_POD, POD_PKI_DIR,
 };
-use meshbench_results::LoadReport;
 use meshbench_role::RoleConfig;
 use meshbench_topology::{Pod as TopologyPod, Topology, Workload};
 use meshbench_workload::WorkloadFile;
@@ -29,23 +29,12 @@ use crate::clean::{delete_cell, off_runtime};
 use crate::objects::{self, PodPlan, PodShape, Ready, APP_CONTAINER};
 use crate::platform::KubePlatform;
 use crate::pods::{self, Until};
-use crate::stats::{SummarySampler, Target};
 use crate::Error;
 
 /// How long a pod may take to become ready: an image already on the node starts in seconds.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long the generator may overrun its own duration before the cell is failed.
-const GENERATOR_GRACE: Duration = Duration::from_secs(120);
-/// The shortest interval the kubelets' summaries are read at. Reading them is not free (the
-/// API server's proxy, the kubelet, the runtime's stats of every container): read every
-/// 100 ms on this project's two-core test cluster, one cell of two had its load generator
-/// stalled for half a second (its corrected latency showed it). At 500 ms a 2 s window still
-/// gets about four readings.
-const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
-/// How long the generator waits for the service to answer before measuring.
-const TARGET_WAIT: Duration = Duration::from_secs(60);
 /// The file a generator waits for when the path it measures needs its address first.
-const START_GATE: &str = "/tmp/meshbench-start";
+pub(super) const START_GATE: &str = "/tmp/meshbench-start";
 /// How long a service's routes may take to reach every node.
 const ROUTES_TIMEOUT: Duration = Duration::from_secs(90);
 /// meshbench's CA service: the control plane of our own data plane.
@@ -76,9 +65,19 @@ struct CreatedPod {
     host_ip: Option<IpAddr>,
 }
 
-/// The cell's client and server, once its mesh is deployed.
-struct Deployed {
+/// The mesh of the cell, once its apps are enrolled, and how.
+struct Enrolled {
     mesh: Mesh,
+    /// Set when the mesh deployed around a client and a server (`Site::deploy`); otherwise
+    /// every workload of the topology marked `meshed` is enrolled (`Site::enroll`).
+    pair: Option<Pair>,
+    /// The node agents wait for the instrument's pods: they capture pods by address, and
+    /// an enrolled workload has no pod until the instrument runs in it.
+    agents_pending: bool,
+}
+
+/// The client and server a mesh deployed around.
+struct Pair {
     client: TopologyPod,
     server: TopologyPod,
     service: String,
@@ -97,9 +96,12 @@ pub struct KubeSite<'a> {
     ca_endpoint: SocketAddr,
     /// The experiment's policy, for meshes that translate it.
     policy: meshbench_policy::Policy,
+    /// How long the SVIDs meshbench's CA service signs live (`None`: the CA's default); a
+    /// pod's first SVID is then issued as it is created (see [`crate::credentials`]).
+    svid_ttl: Option<Duration>,
     /// Apps to start once the mesh is known.
     apps: Vec<(TopologyPod, WorkloadFile)>,
-    deployed: Option<Deployed>,
+    enrolled: Option<Enrolled>,
     pods: Vec<CreatedPod>,
     finished: bool,
 }
@@ -117,6 +119,7 @@ impl<'a> KubeSite<'a> {
         let mut site = KubeSite {
             platform,
             policy,
+            svid_ttl: None,
             id: meshbench_netlab::new_lab_id(),
             topology: topology.clone(),
             cell_dir: cell_dir.to_owned(),
@@ -124,7 +127,7 @@ impl<'a> KubeSite<'a> {
             services: BTreeMap::new(),
             ca_endpoint: SocketAddr::from((Ipv4Addr::UNSPECIFIED, Ports::CA)),
             apps: vec![],
-            deployed: None,
+            enrolled: None,
             pods: vec![],
             finished: false,
         };
@@ -158,6 +161,18 @@ impl<'a> KubeSite<'a> {
 
     fn client(&self) -> Client {
         self.platform.client.clone()
+    }
+
+    /// Makes the SVIDs of the pods created from now on live `ttl` once renewed, so that the
+    /// mesh's proxies rotate them while traffic flows (the first SVID of each lives
+    /// [`crate::credentials::BOOTSTRAP_SVID_TTL`], the time its pod has to start).
+    pub fn rotate_svids(&mut self, ttl: Duration) {
+        self.svid_ttl = Some(ttl);
+    }
+
+    /// The contents of `names` from the run's identity directory, for a pod's Secret.
+    fn credentials(&self, names: &[String]) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        crate::credentials::secret_data(self.platform.pki()?, &self.topology, self.svid_ttl, names)
     }
 
     /// Applies a service of the cell and returns its cluster IP.
@@ -244,7 +259,7 @@ impl<'a> KubeSite<'a> {
     }
 
     /// Creates `pod` running meshbench with `args` (its config map holding `files` and the
-    /// mesh's files, its secret its credentials), as `role`.
+    /// mesh's files, its secret `credentials`, by file name), as `role`.
     async fn create_pod(
         &mut self,
         pod: &TopologyPod,
@@ -252,7 +267,7 @@ impl<'a> KubeSite<'a> {
         (args, mut files): (Vec<String>, BTreeMap<String, String>),
         shape: PodShape,
         additions: &PodAdditions,
-        credentials: Vec<String>,
+        credentials: BTreeMap<String, Vec<u8>>,
     ) -> Result<CreatedPod, Error> {
         let namespace = self.platform.namespace_for(&pod.workload.namespace);
         let name = format!("{}-{}", pod.name, self.id);
@@ -266,21 +281,12 @@ impl<'a> KubeSite<'a> {
             &objects::config_map(&name, &namespace, run, &self.id, files),
         )
         .await?;
+        let secret_keys: Vec<String> = credentials.keys().cloned().collect();
         if !credentials.is_empty() {
-            let pki = self.platform.pki()?;
-            let mut data = BTreeMap::new();
-            for file in &credentials {
-                let path = pki.dir.join(file);
-                let bytes = std::fs::read(&path).map_err(|e| Error::Unsupported {
-                    what: format!("credentials {}", path.display()),
-                    why: e.to_string(),
-                })?;
-                data.insert(file.clone(), bytes);
-            }
             let secrets = Api::<Secret>::namespaced(self.client(), &namespace);
             objects::apply(
                 &secrets,
-                &objects::secret(&name, &namespace, run, &self.id, data),
+                &objects::secret(&name, &namespace, run, &self.id, credentials),
             )
             .await?;
         }
@@ -303,7 +309,7 @@ impl<'a> KubeSite<'a> {
             shape: &shape,
             host_aliases: self.host_aliases(),
             additions,
-            secret: (!credentials.is_empty()).then(|| (name.as_str(), credentials.clone())),
+            secret: (!secret_keys.is_empty()).then_some((name.as_str(), secret_keys)),
         };
         let pods = Api::<Pod>::namespaced(self.client(), &namespace);
         objects::apply(&pods, &plan.render()).await?;
@@ -368,12 +374,11 @@ impl<'a> KubeSite<'a> {
 
     /// meshbench's CA service, the control plane of our data plane, on the first node.
     async fn start_ca(&mut self) -> Result<(), Error> {
-        let pki = self.platform.pki()?;
         let mut file = CaServerFile::new(
             PathBuf::from(POD_PKI_DIR),
             SocketAddr::from((Ipv4Addr::UNSPECIFIED, Ports::CA)),
         );
-        if let Some(ttl) = pki.svid_ttl {
+        if let Some(ttl) = self.svid_ttl {
             file.ttl = ttl;
         }
         let node = self.topology.nodes[0].clone();
@@ -392,7 +397,7 @@ impl<'a> KubeSite<'a> {
             CaServerFile::command_line(&Path::new(CONFIG_DIR_IN_POD).join("ca.yaml")),
             BTreeMap::from([("ca.yaml".to_owned(), file.to_yaml())]),
         );
-        let credentials = vec!["ca.pem".to_owned(), "ca.key".to_owned()];
+        let credentials = self.credentials(&["ca.pem".to_owned(), "ca.key".to_owned()])?;
         let created = self
             .create_pod(
                 &pod,
@@ -407,11 +412,7 @@ impl<'a> KubeSite<'a> {
     }
 
     /// Creates the apps' pods with what `mesh` adds to them and waits until they are ready.
-    async fn start_apps(
-        &mut self,
-        cluster: &dyn ClusterMesh,
-        cell: &Deployed,
-    ) -> Result<(), Error> {
+    async fn start_apps(&mut self, cluster: &dyn ClusterMesh, cell: &Pair) -> Result<(), Error> {
         let mut planned = vec![];
         for (pod, app) in std::mem::take(&mut self.apps) {
             let additions = cluster.pod(
@@ -472,7 +473,7 @@ impl<'a> KubeSite<'a> {
                     (agent.args.clone(), agent.files.clone()),
                     shape,
                     &agent.additions,
-                    agent.credentials.clone(),
+                    self.credentials(&agent.credentials)?,
                 )
                 .await?,
             );
@@ -492,7 +493,7 @@ impl<'a> KubeSite<'a> {
                 WorkloadFile::command_line(&Path::new(CONFIG_DIR_IN_POD).join("app.yaml")),
                 BTreeMap::from([("app.yaml".to_owned(), app.to_yaml())]),
             );
-            let credentials = credentials_of(&pod, &additions);
+            let credentials = self.credentials(&credentials_of(&pod, &additions))?;
             created.push(
                 self.create_pod(
                     &pod,
@@ -527,8 +528,21 @@ impl<'a> KubeSite<'a> {
             self.start_ca().await?;
         }
         self.create_apps(planned).await?;
-        self.start_node_agents(cluster, &|pod| pod.workload.meshed)
-            .await
+        let agents_pending = self
+            .topology
+            .workloads
+            .iter()
+            .any(|w| w.meshed && !self.pods.iter().any(|p| p.topology.workload.name == w.name));
+        if !agents_pending {
+            self.start_node_agents(cluster, &|pod| pod.workload.meshed)
+                .await?;
+        }
+        self.enrolled = Some(Enrolled {
+            mesh,
+            pair: None,
+            agents_pending,
+        });
+        Ok(())
     }
 
     /// Waits until every service of the site is routed on every node: from a prober pod on
@@ -554,26 +568,14 @@ impl<'a> KubeSite<'a> {
                     meshed: false,
                 },
             };
-            let app = WorkloadFile::new(
-                SocketAddr::from((Ipv4Addr::UNSPECIFIED, Ports::APP)),
-                meshbench_workload::WorkloadApp::Echo {
-                    delay: "0s".into(),
-                    response_size: "0".into(),
-                    status: "200".into(),
-                },
-            );
-            let config = (
-                WorkloadFile::command_line(&Path::new(CONFIG_DIR_IN_POD).join("app.yaml")),
-                BTreeMap::from([("app.yaml".to_owned(), app.to_yaml())]),
-            );
             let created = self
                 .create_pod(
                     &pod,
                     "prober",
-                    config,
+                    idle_app(),
                     PodShape::serving(Ports::APP),
                     &PodAdditions::default(),
-                    vec![],
+                    BTreeMap::new(),
                 )
                 .await?;
             probers.push(created);
@@ -591,6 +593,39 @@ impl<'a> KubeSite<'a> {
         )
         .await?;
         Ok(())
+    }
+
+    /// Starts a pod named `name`, outside any mesh, on the topology's node `node`, with
+    /// `files` in its Secret (at `POD_PKI_DIR`), and waits until it is ready: where the
+    /// verifier makes connections of its own (its identity checks), as `exec` in it.
+    pub async fn start_bystander(
+        &mut self,
+        name: &str,
+        node: &str,
+        files: BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), Error> {
+        let pod = TopologyPod {
+            name: name.to_owned(),
+            workload: Workload {
+                name: name.to_owned(),
+                namespace: meshbench_experiment::NAMESPACE.into(),
+                service_account: "default".into(),
+                node: node.to_owned(),
+                replicas: 1,
+                meshed: false,
+            },
+        };
+        let created = self
+            .create_pod(
+                &pod,
+                "verifier",
+                idle_app(),
+                PodShape::serving(Ports::APP),
+                &PodAdditions::default(),
+                files,
+            )
+            .await?;
+        self.wait_ready(&[created]).await
     }
 
     /// Opens the start gate of every generator of `generators` (`wire mark` in each).
@@ -624,6 +659,11 @@ impl<'a> KubeSite<'a> {
                 what: format!("pod {pod}"),
                 why: "the cell has not created it".into(),
             })
+    }
+
+    /// The cell's topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
     }
 
     /// The address of the node topology pod `pod` runs on, once it is ready.
@@ -685,153 +725,6 @@ impl<'a> KubeSite<'a> {
         .await
     }
 
-    async fn run_generator(
-        &mut self,
-        client: &TopologyPod,
-        mut spec: LoadSpec,
-        sample_interval: Duration,
-    ) -> Result<Measured, Error> {
-        spec.output = meshbench_loadgen::LoadOutput {
-            stdout_json: true,
-            quiet: true,
-            ..Default::default()
-        };
-        // The service's routes reach the nodes a moment after its pods are ready (kube-proxy
-        // programs them on its next sync): a generator started at once timed every request
-        // out, and a cell measured nothing.
-        spec.wait_for_target = Some(TARGET_WAIT);
-        let budget =
-            spec.duration.unwrap_or_default() + spec.warmup.unwrap_or_default() + GENERATOR_GRACE;
-        let additions = match &self.deployed {
-            Some(cell) => match cell.mesh.cluster() {
-                Some(cluster) => cluster.pod(
-                    &self.cluster_cell(&cell.client, &cell.server, &cell.service),
-                    client,
-                )?,
-                None => PodAdditions::default(),
-            },
-            None => PodAdditions::default(),
-        };
-        // A node agent captures pods by address, which a generator has only once it runs:
-        // the generators wait at their gate until their node's agent captures them.
-        let agents_for = self.deployed.as_ref().and_then(|cell| {
-            (cell.mesh.enrollment() == meshbench_meshes::Enrollment::AgentPerNode).then(|| {
-                (
-                    cell.mesh,
-                    cell.client.workload.name.clone(),
-                    cell.server.name.clone(),
-                )
-            })
-        });
-        if agents_for.is_some() {
-            spec.start_gate = Some(START_GATE.into());
-        }
-        let split = split_load(&spec, self.platform.generators)?;
-        let credentials = credentials_of(client, &additions);
-        let mut generators = vec![];
-        for (i, part) in split.iter().enumerate() {
-            let config = (
-                LoadSpec::command_line(&Path::new(CONFIG_DIR_IN_POD).join("load.yaml")),
-                BTreeMap::from([("load.yaml".to_owned(), part.to_yaml())]),
-            );
-            // One generator keeps the client pod's name; several are numbered.
-            let mut pod = client.clone();
-            if split.len() > 1 {
-                pod.name = format!("{}-g{}", client.name, i + 1);
-            }
-            let created = self
-                .create_pod(
-                    &pod,
-                    "load-generator",
-                    config,
-                    PodShape::runs_to_end(),
-                    &additions,
-                    credentials.clone(),
-                )
-                .await?;
-            generators.push(created);
-        }
-        if let Some((mesh, client_workload, server)) = agents_for {
-            self.wait_running(&generators).await?;
-            let cluster = on_cluster(mesh)?;
-            self.start_node_agents(cluster, &|pod| {
-                pod.workload.name == client_workload || pod.name == server
-            })
-            .await?;
-            self.open_gates(&generators).await?;
-        }
-        let targets = self
-            .pods
-            .iter()
-            .flat_map(|p| {
-                p.containers.iter().map(|c| Target {
-                    namespace: p.namespace.clone(),
-                    pod: p.name.clone(),
-                    container: c.container.clone(),
-                    node: p.node.clone(),
-                    component: c.component.clone(),
-                    role: c.role.clone(),
-                })
-            })
-            .collect();
-        let interval = sample_interval.max(MIN_SAMPLE_INTERVAL);
-        let sampler = SummarySampler::start(self.client(), targets, interval);
-        let finished = try_join_all(generators.iter().map(|g| {
-            let api = Api::<Pod>::namespaced(self.client(), &g.namespace);
-            async move { pods::wait(&api, &g.name, Until::Succeeded, budget).await }
-        }))
-        .await;
-        let series = sampler.finish().await;
-        finished?;
-        let mut reports = vec![];
-        for (i, g) in generators.iter().enumerate() {
-            let api = Api::<Pod>::namespaced(self.client(), &g.namespace);
-            let log = pods::log(&api, &g.name, APP_CONTAINER).await?;
-            let stem = match generators.len() {
-                1 => "load-generator".to_owned(),
-                _ => format!("load-generator-g{}", i + 1),
-            };
-            let _ = std::fs::write(self.cell_dir.join(format!("{stem}.log")), &log);
-            let report = report_in_log(&log).ok_or_else(|| Error::Result {
-                pod: g.name.clone(),
-                problem: "no line of it is a meshbench load report".into(),
-            })?;
-            if generators.len() > 1 {
-                let path = self.cell_dir.join(format!("load-g{}.json", i + 1));
-                let _ = meshbench_results::write_json_atomic(&path, &report);
-            }
-            reports.push(report);
-        }
-        let load = meshbench_loadgen::merge_reports(&reports).map_err(|e| Error::Result {
-            pod: generators[0].name.clone(),
-            problem: e.to_string(),
-        })?;
-        let _ = meshbench_results::write_json_atomic(&self.cell_dir.join("load.json"), &load);
-        let generator = &generators[0];
-        let offset = load.window.realtime_offset_ns.ok_or_else(|| Error::Result {
-            pod: generator.name.clone(),
-            problem: "its window has no wall-clock offset, so the nodes' readings cannot be cut to it".into(),
-        })?;
-        let on_wall_clock = |t: u64| (t as i64 + offset).max(0) as u64;
-        let (start, end) = (
-            on_wall_clock(load.window.start_monotonic_ns),
-            on_wall_clock(load.window.end_monotonic_ns),
-        );
-        let resources = series
-            .iter()
-            .map(|(target, s)| {
-                let mut r = s.summarize(start, end);
-                r.node = Some(target.node.clone());
-                r
-            })
-            .collect();
-        Ok(Measured {
-            load,
-            resources,
-            wire: None,
-        })
-    }
-
     fn namespaces(&self) -> Vec<String> {
         self.platform.namespaces()
     }
@@ -842,46 +735,20 @@ pub fn node_agent_pod(node: &str) -> String {
     format!("meshbench-node-agent-{node}")
 }
 
-/// `spec` split over `generators` pods: each sends its share of the rate over its share of
-/// the connections (time-bound models only: the others end after a number of requests that
-/// one instrument counts).
-fn split_load(spec: &LoadSpec, generators: u32) -> Result<Vec<LoadSpec>, Error> {
-    if generators <= 1 {
-        return Ok(vec![spec.clone()]);
-    }
-    let unsupported = |why: String| Error::Unsupported {
-        what: format!("--generators {generators}"),
-        why,
-    };
-    if spec.connections < generators {
-        return Err(unsupported(format!(
-            "the load point has {} connection(s), fewer than the generators",
-            spec.connections
-        )));
-    }
-    let model = |share: u32| match &spec.model {
-        LoadModel::OpenLoop { rps } => Ok(LoadModel::OpenLoop {
-            rps: rps * f64::from(share) / f64::from(spec.connections),
-        }),
-        LoadModel::ClosedLoop => Ok(LoadModel::ClosedLoop),
-        other => Err(unsupported(format!(
-            "the {} model ends after a number of requests, which one generator counts",
-            other.name()
-        ))),
-    };
-    // Connections as evenly as they go; the rate follows the connections, so every
-    // connection keeps the rate it has with one generator.
-    (0..generators)
-        .map(|i| {
-            let share =
-                spec.connections / generators + u32::from(i < spec.connections % generators);
-            Ok(LoadSpec {
-                model: model(share)?,
-                connections: share,
-                ..spec.clone()
-            })
-        })
-        .collect()
+/// An echo app on the app port: what a pod that exists to have commands exec'd in runs.
+fn idle_app() -> (Vec<String>, BTreeMap<String, String>) {
+    let app = WorkloadFile::new(
+        SocketAddr::from((Ipv4Addr::UNSPECIFIED, Ports::APP)),
+        meshbench_workload::WorkloadApp::Echo {
+            delay: "0s".into(),
+            response_size: "0".into(),
+            status: "200".into(),
+        },
+    );
+    (
+        WorkloadFile::command_line(&Path::new(CONFIG_DIR_IN_POD).join("app.yaml")),
+        BTreeMap::from([("app.yaml".to_owned(), app.to_yaml())]),
+    )
 }
 
 /// The run's credentials `pod` is given under `pki/`: its own identity, when its mesh asks.
@@ -943,16 +810,19 @@ impl<'a> Site<'a> for KubeSite<'a> {
             if cluster.needs_ca() {
                 self.start_ca().await?;
             }
-            let deployed = Deployed {
-                mesh,
+            let pair = Pair {
                 client: cell.client.clone(),
                 server: cell.server.clone(),
                 service: cell.service.to_owned(),
             };
             let entry =
                 cluster.entry(&self.cluster_cell(cell.client, cell.server, cell.service))?;
-            self.start_apps(cluster, &deployed).await?;
-            self.deployed = Some(deployed);
+            self.start_apps(cluster, &pair).await?;
+            self.enrolled = Some(Enrolled {
+                mesh,
+                pair: Some(pair),
+                agents_pending: mesh.enrollment() == meshbench_meshes::Enrollment::AgentPerNode,
+            });
             Ok(Entry {
                 url: entry.url,
                 client_tls: entry.client_tls,
@@ -976,11 +846,9 @@ impl<'a> Site<'a> for KubeSite<'a> {
                 Instrument::Load(spec) => {
                     Ok(self.run_generator(client, *spec, sample_interval).await?)
                 }
-                Instrument::Experimenter(_) => Err(Error::Unsupported {
-                    what: "E3's experimenter".into(),
-                    why: "only the load generator runs in pods so far".into(),
-                }
-                .into()),
+                Instrument::Experimenter(file) => Ok(self
+                    .run_experimenter(client, *file, sample_interval)
+                    .await?),
             }
         })
     }
@@ -1031,12 +899,4 @@ fn on_cluster(mesh: Mesh) -> Result<&'static dyn ClusterMesh, Error> {
                 .join(", ")
         ),
     })
-}
-
-/// The load report the generator printed as one line of JSON, after anything it logged.
-fn report_in_log(log: &str) -> Option<LoadReport> {
-    log.lines()
-        .rev()
-        .filter(|l| l.starts_with('{'))
-        .find_map(|l| serde_json::from_str::<LoadReport>(l).ok())
 }

@@ -1,0 +1,380 @@
+//! A cell's instrument on a cluster: the load generator (its load split over `--generators`
+//! pods, their reports merged exactly) or E3's experimenter running its one experiment, each
+//! in pods of the client's workload with what the mesh adds to that workload, run to their
+//! end while the kubelets' summaries of every container of the cell are read; the results
+//! come back in the pods' logs. Where a node agent must capture the instrument's pods, which
+//! have addresses only once they run, they wait at a start gate until their node's agent is
+//! in place.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use meshbench_experiment::platform::Measured;
+use meshbench_lab::SampleSeries;
+use meshbench_loadgen::{LoadModel, LoadSpec};
+use meshbench_meshes::{PodAdditions, CONFIG_DIR_IN_POD};
+use meshbench_results::{ComponentResources, LoadReport};
+use meshbench_role::RoleConfig;
+use meshbench_topology::Pod as TopologyPod;
+use meshbench_workload::{WorkloadApp, WorkloadFile};
+
+use super::{credentials_of, on_cluster, CreatedPod, KubeSite, START_GATE};
+use crate::objects::{PodShape, APP_CONTAINER};
+use crate::pods::{self, Until};
+use crate::stats::{SummarySampler, Target};
+use crate::Error;
+
+/// How long the instrument may overrun its own duration before the cell is failed.
+const INSTRUMENT_GRACE: Duration = Duration::from_secs(120);
+/// The shortest interval the kubelets' summaries are read at. Reading them is not free (the
+/// API server's proxy, the kubelet, the runtime's stats of every container): read every
+/// 100 ms on this project's two-core test cluster, one cell of two had its load generator
+/// stalled for half a second (its corrected latency showed it). At 500 ms a 2 s window still
+/// gets about four readings.
+const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
+/// How long the instrument waits for the service to answer before measuring: the service's
+/// routes reach the nodes a moment after its pods are ready (kube-proxy programs them on its
+/// next sync), and a generator started at once timed every request out.
+const TARGET_WAIT: Duration = Duration::from_secs(60);
+/// How long E3's experiment may take: it ends after a number of requests, not a duration.
+const EXPERIMENT_BUDGET: Duration = Duration::from_secs(600);
+
+/// One of the instrument's pods: its topology pod and its command and config files.
+struct InstrumentPod {
+    pod: TopologyPod,
+    config: (Vec<String>, BTreeMap<String, String>),
+}
+
+/// The instrument's pods, finished: each with its log.
+struct Finished {
+    pods: Vec<(CreatedPod, String)>,
+    series: Vec<(Target, SampleSeries)>,
+}
+
+impl KubeSite<'_> {
+    /// `spec` from the client's workload, over the platform's number of generator pods.
+    pub(super) async fn run_generator(
+        &mut self,
+        client: &TopologyPod,
+        mut spec: LoadSpec,
+        sample_interval: Duration,
+    ) -> Result<Measured, Error> {
+        spec.output = meshbench_loadgen::LoadOutput {
+            stdout_json: true,
+            quiet: true,
+            ..Default::default()
+        };
+        spec.wait_for_target = Some(TARGET_WAIT);
+        if self.instrument_waits_for_agents() {
+            spec.start_gate = Some(START_GATE.into());
+        }
+        let budget = spec.duration.unwrap_or_default() + spec.warmup.unwrap_or_default();
+        let split = split_load(&spec, self.platform.generators)?;
+        let pods = split
+            .iter()
+            .enumerate()
+            .map(|(i, part)| {
+                // One generator keeps the client pod's name; several are numbered.
+                let mut pod = client.clone();
+                if split.len() > 1 {
+                    pod.name = format!("{}-g{}", client.name, i + 1);
+                }
+                InstrumentPod {
+                    pod,
+                    config: (
+                        LoadSpec::command_line(&Path::new(CONFIG_DIR_IN_POD).join("load.yaml")),
+                        BTreeMap::from([("load.yaml".to_owned(), part.to_yaml())]),
+                    ),
+                }
+            })
+            .collect();
+        let finished = self
+            .run_instrument(client, "load-generator", pods, budget, sample_interval)
+            .await?;
+        let several = finished.pods.len() > 1;
+        let mut reports = vec![];
+        for (i, (pod, log)) in finished.pods.iter().enumerate() {
+            let stem = match several {
+                false => "load-generator".to_owned(),
+                true => format!("load-generator-g{}", i + 1),
+            };
+            let _ = std::fs::write(self.cell_dir.join(format!("{stem}.log")), log);
+            let report = report_in_log(log).ok_or_else(|| Error::Result {
+                pod: pod.name.clone(),
+                problem: "no line of it is a meshbench load report".into(),
+            })?;
+            if several {
+                let path = self.cell_dir.join(format!("load-g{}.json", i + 1));
+                let _ = meshbench_results::write_json_atomic(&path, &report);
+            }
+            reports.push(report);
+        }
+        let first = &finished.pods[0].0;
+        let load = meshbench_loadgen::merge_reports(&reports).map_err(|e| Error::Result {
+            pod: first.name.clone(),
+            problem: e.to_string(),
+        })?;
+        let resources = resources_in_window(&finished.series, &load, first)?;
+        let _ = meshbench_results::write_json_atomic(&self.cell_dir.join("load.json"), &load);
+        Ok(Measured {
+            load,
+            resources,
+            wire: None,
+        })
+    }
+
+    /// E3's experimenter running `file`'s one experiment in the client's pod; it prints its
+    /// load report and E3's own answer in its log.
+    pub(super) async fn run_experimenter(
+        &mut self,
+        client: &TopologyPod,
+        mut file: WorkloadFile,
+        sample_interval: Duration,
+    ) -> Result<Measured, Error> {
+        let gate = self.instrument_waits_for_agents();
+        let WorkloadApp::Experimenter {
+            once: Some(once), ..
+        } = &mut file.app
+        else {
+            return Err(Error::Unsupported {
+                what: "an experimenter that serves".into(),
+                why: "the instrument runs one experiment and ends".into(),
+            });
+        };
+        once.json = meshbench_workload::STDOUT.into();
+        once.result = Some(meshbench_workload::STDOUT.into());
+        once.wait_for_calculator = Some(TARGET_WAIT);
+        once.start_gate = gate.then(|| START_GATE.into());
+        let pods = vec![InstrumentPod {
+            pod: client.clone(),
+            config: (
+                WorkloadFile::command_line(&Path::new(CONFIG_DIR_IN_POD).join("app.yaml")),
+                BTreeMap::from([("app.yaml".to_owned(), file.to_yaml())]),
+            ),
+        }];
+        let finished = self
+            .run_instrument(
+                client,
+                "experimenter",
+                pods,
+                EXPERIMENT_BUDGET,
+                sample_interval,
+            )
+            .await?;
+        let (pod, log) = &finished.pods[0];
+        let _ = std::fs::write(self.cell_dir.join("experimenter.log"), log);
+        let load = report_in_log(log).ok_or_else(|| Error::Result {
+            pod: pod.name.clone(),
+            problem: "no line of it is a meshbench load report".into(),
+        })?;
+        // E3's answer: every RTT and the failures by class, as the study kept them.
+        if let Some(answer) = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v.get("rttsInMilliseconds").is_some())
+        {
+            let _ = meshbench_results::write_json_atomic(
+                &self.cell_dir.join("experiment.json"),
+                &answer,
+            );
+        }
+        let resources = resources_in_window(&finished.series, &load, pod)?;
+        let _ = meshbench_results::write_json_atomic(&self.cell_dir.join("load.json"), &load);
+        Ok(Measured {
+            load,
+            resources,
+            wire: None,
+        })
+    }
+
+    /// Whether the instrument must wait for node agents that capture it by its address.
+    fn instrument_waits_for_agents(&self) -> bool {
+        self.enrolled.as_ref().is_some_and(|e| e.agents_pending)
+    }
+
+    /// What the cell's mesh adds to a pod of the client's workload.
+    fn instrument_additions(&self, client: &TopologyPod) -> Result<PodAdditions, Error> {
+        let Some(enrolled) = &self.enrolled else {
+            return Ok(PodAdditions::default());
+        };
+        let Some(cluster) = enrolled.mesh.cluster() else {
+            return Ok(PodAdditions::default());
+        };
+        Ok(match &enrolled.pair {
+            Some(pair) => cluster.pod(
+                &self.cluster_cell(&pair.client, &pair.server, &pair.service),
+                client,
+            )?,
+            None if client.workload.meshed => cluster.enroll_pod(&self.cluster_site(), client)?,
+            None => PodAdditions::default(),
+        })
+    }
+
+    /// Creates the instrument's pods (as `role`, with what the mesh adds to the client's
+    /// workload), starts the node agents that wait for them, and runs them to their end
+    /// (`budget` plus a grace) while every container of the cell is sampled.
+    async fn run_instrument(
+        &mut self,
+        client: &TopologyPod,
+        role: &str,
+        pods: Vec<InstrumentPod>,
+        budget: Duration,
+        sample_interval: Duration,
+    ) -> Result<Finished, Error> {
+        let additions = self.instrument_additions(client)?;
+        let credentials = self.credentials(&credentials_of(client, &additions))?;
+        let mut created = vec![];
+        for InstrumentPod { pod, config } in pods {
+            created.push(
+                self.create_pod(
+                    &pod,
+                    role,
+                    config,
+                    PodShape::runs_to_end(),
+                    &additions,
+                    credentials.clone(),
+                )
+                .await?,
+            );
+        }
+        if let Some(enrolled) = self.enrolled.as_ref().filter(|e| e.agents_pending) {
+            let mesh = enrolled.mesh;
+            let pair = enrolled
+                .pair
+                .as_ref()
+                .map(|p| (p.client.workload.name.clone(), p.server.name.clone()));
+            self.wait_running(&created).await?;
+            let cluster = on_cluster(mesh)?;
+            match pair {
+                Some((client_workload, server)) => {
+                    self.start_node_agents(cluster, &|pod| {
+                        pod.workload.name == client_workload || pod.name == server
+                    })
+                    .await?
+                }
+                None => {
+                    self.start_node_agents(cluster, &|pod| pod.workload.meshed)
+                        .await?
+                }
+            }
+            self.open_gates(&created).await?;
+        }
+        let targets = self
+            .pods
+            .iter()
+            .flat_map(|p| {
+                p.containers.iter().map(|c| Target {
+                    namespace: p.namespace.clone(),
+                    pod: p.name.clone(),
+                    container: c.container.clone(),
+                    node: p.node.clone(),
+                    component: c.component.clone(),
+                    role: c.role.clone(),
+                })
+            })
+            .collect();
+        let interval = sample_interval.max(MIN_SAMPLE_INTERVAL);
+        let sampler = SummarySampler::start(self.client(), targets, interval);
+        let limit = budget + INSTRUMENT_GRACE;
+        let finished = try_join_all(created.iter().map(|p| {
+            let api = Api::<Pod>::namespaced(self.client(), &p.namespace);
+            async move { pods::wait(&api, &p.name, Until::Succeeded, limit).await }
+        }))
+        .await;
+        let series = sampler.finish().await;
+        finished?;
+        let mut logs = vec![];
+        for pod in created {
+            let api = Api::<Pod>::namespaced(self.client(), &pod.namespace);
+            let log = pods::log(&api, &pod.name, APP_CONTAINER).await?;
+            logs.push((pod, log));
+        }
+        Ok(Finished { pods: logs, series })
+    }
+}
+/// `spec` split over `generators` pods: each sends its share of the rate over its share of
+/// the connections (time-bound models only: the others end after a number of requests that
+/// one instrument counts).
+fn split_load(spec: &LoadSpec, generators: u32) -> Result<Vec<LoadSpec>, Error> {
+    if generators <= 1 {
+        return Ok(vec![spec.clone()]);
+    }
+    let unsupported = |why: String| Error::Unsupported {
+        what: format!("--generators {generators}"),
+        why,
+    };
+    if spec.connections < generators {
+        return Err(unsupported(format!(
+            "the load point has {} connection(s), fewer than the generators",
+            spec.connections
+        )));
+    }
+    let model = |share: u32| match &spec.model {
+        LoadModel::OpenLoop { rps } => Ok(LoadModel::OpenLoop {
+            rps: rps * f64::from(share) / f64::from(spec.connections),
+        }),
+        LoadModel::ClosedLoop => Ok(LoadModel::ClosedLoop),
+        other => Err(unsupported(format!(
+            "the {} model ends after a number of requests, which one generator counts",
+            other.name()
+        ))),
+    };
+    // Connections as evenly as they go; the rate follows the connections, so every
+    // connection keeps the rate it has with one generator.
+    (0..generators)
+        .map(|i| {
+            let share =
+                spec.connections / generators + u32::from(i < spec.connections % generators);
+            Ok(LoadSpec {
+                model: model(share)?,
+                connections: share,
+                ..spec.clone()
+            })
+        })
+        .collect()
+}
+
+/// The load report the generator printed as one line of JSON, after anything it logged.
+fn report_in_log(log: &str) -> Option<LoadReport> {
+    log.lines()
+        .rev()
+        .filter(|l| l.starts_with('{'))
+        .find_map(|l| serde_json::from_str::<LoadReport>(l).ok())
+}
+
+/// Every container's resources over the load window. The window is the instrument's
+/// monotonic clock mapped to the wall clock (its `realtime_offset_ns`); the kubelets'
+/// readings are stamped with this machine's wall clock, which the nodes of this project's
+/// cluster share (see ARCHITECTURE.md on aligning the nodes' clocks).
+fn resources_in_window(
+    series: &[(Target, SampleSeries)],
+    load: &LoadReport,
+    instrument: &CreatedPod,
+) -> Result<Vec<ComponentResources>, Error> {
+    let offset = load
+        .window
+        .realtime_offset_ns
+        .ok_or_else(|| Error::Result {
+            pod: instrument.name.clone(),
+            problem:
+                "its window has no wall-clock offset, so the nodes' readings cannot be cut to it"
+                    .into(),
+        })?;
+    let on_wall_clock = |t: u64| (t as i64 + offset).max(0) as u64;
+    let (start, end) = (
+        on_wall_clock(load.window.start_monotonic_ns),
+        on_wall_clock(load.window.end_monotonic_ns),
+    );
+    Ok(series
+        .iter()
+        .map(|(target, s)| {
+            let mut r = s.summarize(start, end);
+            r.node = Some(target.node.clone());
+            r
+        })
+        .collect())
+}
