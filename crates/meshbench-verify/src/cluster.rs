@@ -23,7 +23,7 @@ use meshbench_experiment::platform::{Platform, Site};
 use meshbench_identity::ClientTlsFiles;
 use meshbench_kube::{KubeOptions, KubePlatform, KubeSite};
 use meshbench_lab::BuildInfo;
-use meshbench_meshes::{Enrollment, Mesh, Ports, POD_PKI_DIR};
+use meshbench_meshes::{Enrollment, Mesh, Ports, CONFIG_DIR_IN_POD, POD_PKI_DIR};
 use meshbench_policy::Policy;
 use meshbench_results::{
     CaseVerification, IdentityCheck, MeshVerification, VerifyReport, SCHEMA_VERSION,
@@ -328,7 +328,7 @@ async fn check_identities(
                 "two of the identity checks' files are named {name}"
             )));
         }
-        in_pod.insert(path, Path::new(POD_PKI_DIR).join(name));
+        in_pod.insert(path, Path::new(CONFIG_DIR_IN_POD).join(POD_PKI_DIR).join(name));
     }
     site.start_bystander(CHECKER_POD, &topology.nodes[0], secret)
         .await?;

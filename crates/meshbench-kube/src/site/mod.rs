@@ -434,7 +434,7 @@ impl<'a> KubeSite<'a> {
     ) -> Result<(), Error> {
         let mut placed = vec![];
         for created in &self.pods {
-            if !matches!(created.role.as_str(), "app" | "load-generator") {
+            if !matches!(created.role.as_str(), "app" | "load-generator" | "experimenter") {
                 continue;
             }
             if let (Some(ip), Some(host_ip)) = (created.ip, created.host_ip) {
@@ -596,7 +596,7 @@ impl<'a> KubeSite<'a> {
     }
 
     /// Starts a pod named `name`, outside any mesh, on the topology's node `node`, with
-    /// `files` in its Secret (at `POD_PKI_DIR`), and waits until it is ready: where the
+    /// `files` in its Secret (under `CONFIG_DIR_IN_POD/POD_PKI_DIR`), and waits until it is ready: where the
     /// verifier makes connections of its own (its identity checks), as `exec` in it.
     pub async fn start_bystander(
         &mut self,
