@@ -328,7 +328,10 @@ async fn check_identities(
                 "two of the identity checks' files are named {name}"
             )));
         }
-        in_pod.insert(path, Path::new(CONFIG_DIR_IN_POD).join(POD_PKI_DIR).join(name));
+        in_pod.insert(
+            path,
+            Path::new(CONFIG_DIR_IN_POD).join(POD_PKI_DIR).join(name),
+        );
     }
     site.start_bystander(CHECKER_POD, &topology.nodes[0], secret)
         .await?;

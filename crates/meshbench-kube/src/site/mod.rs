@@ -434,7 +434,10 @@ impl<'a> KubeSite<'a> {
     ) -> Result<(), Error> {
         let mut placed = vec![];
         for created in &self.pods {
-            if !matches!(created.role.as_str(), "app" | "load-generator" | "experimenter") {
+            if !matches!(
+                created.role.as_str(),
+                "app" | "load-generator" | "experimenter"
+            ) {
                 continue;
             }
             if let (Some(ip), Some(host_ip)) = (created.ip, created.host_ip) {
