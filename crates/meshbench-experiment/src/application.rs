@@ -112,7 +112,8 @@ impl Application {
 
     /// The cell's pods and services. Inter-node puts the called workload on the second
     /// node; in the chain counter B goes there, so every hop of the chain crosses nodes.
-    pub fn topology(self, placement: Placement) -> Topology {
+    /// The chain's counters get `replicas` pods each (E4 ran 12); the other applications one.
+    pub fn topology(self, placement: Placement, replicas: u32) -> Topology {
         let far = match placement {
             Placement::IntraNode => "node-1",
             Placement::InterNode => "node-2",
@@ -126,12 +127,12 @@ impl Application {
                 Ports::APP,
             ),
             Application::CounterChain => {
-                let workload = |name: &str, node: &str| Workload {
+                let workload = |name: &str, node: &str, replicas: u32| Workload {
                     name: name.into(),
                     namespace: NAMESPACE.into(),
                     service_account: name.into(),
                     node: node.into(),
-                    replicas: 1,
+                    replicas,
                     meshed: true,
                 };
                 let service = |name: &str| Service {
@@ -144,9 +145,9 @@ impl Application {
                 Topology {
                     nodes: vec!["node-1".into(), "node-2".into()],
                     workloads: vec![
-                        workload(self.client(), "node-1"),
-                        workload(COUNTER_A, "node-1"),
-                        workload(COUNTER_B, far),
+                        workload(self.client(), "node-1", 1),
+                        workload(COUNTER_A, "node-1", replicas.max(1)),
+                        workload(COUNTER_B, far, replicas.max(1)),
                     ],
                     services: vec![service(COUNTER_A), service(COUNTER_B)],
                 }
@@ -211,7 +212,7 @@ mod tests {
         for name in Application::NAMES {
             let app = Application::parse(name).unwrap();
             for placement in [Placement::IntraNode, Placement::InterNode] {
-                app.topology(placement).validate().unwrap();
+                app.topology(placement, 1).validate().unwrap();
             }
             meshbench_policy::Policy::from_yaml(&app.policy_yaml()).unwrap();
         }
@@ -219,7 +220,7 @@ mod tests {
 
     #[test]
     fn the_chain_crosses_nodes_on_every_hop_when_inter_node() {
-        let t = Application::CounterChain.topology(Placement::InterNode);
+        let t = Application::CounterChain.topology(Placement::InterNode, 1);
         let node = |w: &str| t.workload(w).unwrap().node.clone();
         assert_ne!(node(COUNTER_A), node(COUNTER_B));
     }

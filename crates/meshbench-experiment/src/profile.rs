@@ -169,6 +169,8 @@ pub struct Profile {
     pub cooldown: Duration,
     pub request_timeout: Duration,
     pub sample_interval: Duration,
+    /// Pods per called deployment (the counter chain's counters; 1 elsewhere).
+    pub replicas: u32,
     pub server_delay: Duration,
     pub response_bytes: u64,
     /// A POST body of this size with every request (E5's 1 KB payload); 0 for GET.

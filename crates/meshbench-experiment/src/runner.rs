@@ -125,7 +125,7 @@ impl Runner {
         if results_path.exists() {
             return Err(Error::OutputExists { path: results_path });
         }
-        platform.check(profile.application)?;
+        platform.check(&profile)?;
         std::fs::create_dir_all(&options.out_dir).map_err(|source| Error::CreateDir {
             path: options.out_dir.clone(),
             source,
@@ -178,7 +178,7 @@ impl Runner {
                 path: results_path.clone(),
                 problem,
             })?;
-        platform.check(profile.application)?;
+        platform.check(&profile)?;
         result.status = RunStatus::Running;
         result.status_reason = None;
         result.finished_at = None;
@@ -262,7 +262,7 @@ impl Runner {
         let application = profile.application;
         self.platform
             .prepare(
-                &application.topology(Placement::InterNode),
+                &application.topology(Placement::InterNode, profile.replicas),
                 &application.policy_yaml(),
             )
             .await?;
@@ -331,7 +331,10 @@ impl Runner {
             path: cell_dir.clone(),
             source,
         })?;
-        let topology = self.profile.application.topology(id.placement);
+        let topology = self
+            .profile
+            .application
+            .topology(id.placement, self.profile.replicas);
         let place = CellPlace {
             label: &label,
             topology: &topology,
@@ -438,14 +441,19 @@ impl Runner {
             Application::CounterChain => {
                 let mut apps = vec![];
                 for (this, next) in [(COUNTER_A, COUNTER_B), (COUNTER_B, COUNTER_A)] {
-                    let pod = topology.first_pod(this).expect("static topology");
-                    let app = WorkloadApp::Counter {
-                        name: this.to_owned(),
-                        next: Some(format!("http://{}", site.service_host(next)?)),
-                        timeout: profile.request_timeout,
-                    };
-                    let listen = site.app_listen(&pod)?;
-                    apps.push((pod, WorkloadFile::new(listen, app)));
+                    for pod in topology
+                        .pods()
+                        .into_iter()
+                        .filter(|p| p.workload.name == this)
+                    {
+                        let app = WorkloadApp::Counter {
+                            name: this.to_owned(),
+                            next: Some(format!("http://{}", site.service_host(next)?)),
+                            timeout: profile.request_timeout,
+                        };
+                        let listen = site.app_listen(&pod)?;
+                        apps.push((pod, WorkloadFile::new(listen, app)));
+                    }
                 }
                 apps
             }

@@ -25,6 +25,8 @@ const DEFAULT_MAX_OPERAND: u64 = 100;
 const MAX_OPERAND: u64 = 10_000_000_000_000_000;
 /// The longest chain the counter role accepts.
 const MAX_CHAIN: u64 = 10_000;
+/// Pods per deployment: E4 ran 12; a cell's pods are created one API call each.
+const MAX_REPLICAS: u32 = 100;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Scale {
@@ -77,6 +79,9 @@ struct SpecDoc {
     request_timeout: String,
     #[serde(default = "default_sample_interval")]
     sample_interval: String,
+    /// Pods per called deployment (E4: 12 per counter); the counter chain only.
+    #[serde(default = "one")]
+    replicas: u32,
     workload: Option<WorkloadDoc>,
     #[serde(default)]
     outliers: OutliersDoc,
@@ -415,6 +420,21 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
             "must be longer than zero".into(),
         ));
     }
+    if spec.replicas == 0 || spec.replicas > MAX_REPLICAS {
+        return Err(invalid(
+            "replicas",
+            format!("{} is not between 1 and {MAX_REPLICAS}", spec.replicas),
+        ));
+    }
+    if spec.replicas > 1 && application != Application::CounterChain {
+        return Err(invalid(
+            "replicas",
+            format!(
+                "{}: only the counter chain (E4) has replicated deployments",
+                spec.replicas
+            ),
+        ));
+    }
     let server_delay = parse_duration("workload.delay", &workload.delay)?;
     if server_delay > MAX_DELAY {
         return Err(invalid(
@@ -468,6 +488,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
         cooldown: parse_duration("cooldown", &spec.cooldown)?,
         request_timeout,
         sample_interval,
+        replicas: spec.replicas,
         server_delay,
         response_bytes: workload.response_size,
         request_bytes: workload.request_size,
@@ -664,6 +685,41 @@ mod tests {
 
     const E3: &str = "name: t\napplication: zero-trust-app\nscenarios: [baseline]\nload: {model: sequential, points: [{requests: 100, group_size: 10}]}\n";
     const E4: &str = "name: t\napplication: counter-chain\nscenarios: [baseline]\nload: {model: users, points: [{users: 4, requests: 3, services: 8}]}\n";
+
+    #[test]
+    fn replicas_are_the_chains_and_bounded() {
+        assert_eq!(parse_spec(E4, "t", Scale::Local).unwrap().replicas, 1);
+        let twelve = format!("{E4}replicas: 12\n");
+        let e4 = parse_spec(&twelve, "t", Scale::Local).unwrap();
+        assert_eq!(e4.replicas, 12);
+        assert_eq!(
+            e4.application
+                .topology(crate::Placement::InterNode, e4.replicas)
+                .pods()
+                .len(),
+            1 + 12 + 12,
+            "the load generator and 12 pods of each counter"
+        );
+        for (text, words) in [
+            (
+                format!("{E4}replicas: 0\n"),
+                ["replicas", "between 1 and 100"],
+            ),
+            (
+                format!("{E4}replicas: 101\n"),
+                ["replicas", "between 1 and 100"],
+            ),
+            (
+                format!("{MINIMAL}replicas: 2\n"),
+                ["replicas", "counter chain"],
+            ),
+        ] {
+            let e = error(&text);
+            for word in words {
+                assert!(e.contains(word), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn the_studies_applications_take_their_own_load_points() {

@@ -22,5 +22,5 @@ pub mod stats;
 pub use clean::clean;
 pub use credentials::BOOTSTRAP_SVID_TTL;
 pub use error::Error;
-pub use platform::{connect, KubeOptions, KubePlatform};
+pub use platform::{connect, KubeOptions, KubePlatform, ProgressLine};
 pub use site::{node_agent_pod, KubeSite};

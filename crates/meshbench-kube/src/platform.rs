@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use kube::api::ListParams;
 use kube::{Api, Client, Config};
 use meshbench_experiment::platform::{CellPlace, Platform, Site, SiteError};
-use meshbench_experiment::Application;
 use meshbench_meshes::{BoxFuture, Mesh, MeshPki, ProxyArea};
 use meshbench_results::UnavailableScenario;
 use meshbench_topology::Topology;
@@ -22,7 +21,7 @@ use crate::site::KubeSite;
 use crate::Error;
 
 /// Where and how to reach the cluster.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct KubeOptions {
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
@@ -34,7 +33,12 @@ pub struct KubeOptions {
     /// Load generator pods each cell's load is split over (at least 1); their reports are
     /// merged exactly.
     pub generators: u32,
+    /// Told how far a cell of many pods has come (pods applied, ready), one line at a time.
+    pub progress: Option<ProgressLine>,
 }
+
+/// Where progress lines go (the CLI prints them on stderr).
+pub type ProgressLine = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
 /// A cluster, connected.
 pub struct KubePlatform {
@@ -42,6 +46,7 @@ pub struct KubePlatform {
     pub(crate) client: Client,
     pub(crate) image: String,
     pub(crate) generators: u32,
+    pub(crate) progress: Option<ProgressLine>,
     /// Labels every object of the run; part of the run's namespace names.
     run: String,
     server: String,
@@ -74,6 +79,7 @@ impl KubePlatform {
             namespaces: BTreeMap::new(),
             work_dir: options.work_dir.clone(),
             generators: options.generators.max(1),
+            progress: options.progress.clone(),
             pki: None,
         })
     }
@@ -196,7 +202,10 @@ impl Platform for KubePlatform {
 
     /// Every application runs on a cluster: E1's echo, E3's application with its
     /// experimenter in a pod, and E4's counter chain enrolled as a whole.
-    fn check(&self, _application: Application) -> Result<(), meshbench_experiment::Error> {
+    fn check(
+        &self,
+        _profile: &meshbench_experiment::Profile,
+    ) -> Result<(), meshbench_experiment::Error> {
         Ok(())
     }
 

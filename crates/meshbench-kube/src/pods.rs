@@ -127,6 +127,17 @@ pub enum Until {
     Succeeded,
 }
 
+impl Until {
+    /// As progress lines say it: "3 of 24 pods ready".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Until::Ready => "ready",
+            Until::Running => "running",
+            Until::Succeeded => "finished",
+        }
+    }
+}
+
 /// Follows pod `name` until `until`, a failure, or `timeout`.
 pub async fn wait(
     api: &Api<Pod>,

@@ -304,10 +304,11 @@ fn e3s_experimenter_and_e4s_chain_run_on_the_cluster_through_the_mesh() {
         .count();
     assert_eq!(answers, 3);
 
-    // E4: every counter and the load generator enrolled; each request crosses 4 services.
+    // E4: every counter and the load generator enrolled; each request crosses 4 services,
+    // each counter a deployment of two pods behind its service.
     let (r, _) = run(
         "e4",
-        "name: e4-on-cluster\napplication: counter-chain\nscenarios: [meshbench-sidecar, meshbench-node-agent]\nplacements: [inter-node]\nload:\n  model: users\n  points: [{ users: 4, requests: 5, services: 4 }]\nrequest_timeout: 30s\n",
+        "name: e4-on-cluster\napplication: counter-chain\nscenarios: [meshbench-sidecar, meshbench-node-agent]\nplacements: [inter-node]\nload:\n  model: users\n  points: [{ users: 4, requests: 5, services: 4 }]\nrequest_timeout: 30s\nreplicas: 2\n",
     );
     assert_eq!(r["status"], "complete");
     for cell in r["cells"].as_array().unwrap() {
@@ -322,8 +323,22 @@ fn e3s_experimenter_and_e4s_chain_run_on_the_cluster_through_the_mesh() {
             nodes["counter-a-1"], nodes["counter-b-1"],
             "{scenario}: {nodes:?}"
         );
+        assert_eq!(
+            nodes["counter-a-2"], nodes["counter-a-1"],
+            "{scenario}: {nodes:?}"
+        );
+        assert_eq!(
+            nodes["counter-b-2"], nodes["counter-b-1"],
+            "{scenario}: {nodes:?}"
+        );
         if scenario == "meshbench-sidecar" {
-            for pod in ["load-generator-1", "counter-a-1", "counter-b-1"] {
+            for pod in [
+                "load-generator-1",
+                "counter-a-1",
+                "counter-a-2",
+                "counter-b-1",
+                "counter-b-2",
+            ] {
                 assert!(nodes.contains_key(&format!("{pod}-sidecar")), "{nodes:?}");
             }
         }

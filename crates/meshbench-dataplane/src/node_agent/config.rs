@@ -55,7 +55,8 @@ pub struct NodeAgentFile {
     #[serde(default)]
     pub outbound: Vec<OutboundListener>,
     /// Service addresses apps dial and the workload address behind each (kube-proxy's DNAT,
-    /// which the node's capture comes before).
+    /// which the node's capture comes before); a service listed with several endpoints has
+    /// its connections spread over them in turn.
     #[serde(default)]
     pub services: Vec<ServiceEndpoint>,
     /// Listeners for connections the node captures (ztunnel's 15001 and 15006).

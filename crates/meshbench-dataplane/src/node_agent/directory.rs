@@ -39,7 +39,15 @@ pub(crate) struct Directory {
     by_sni: HashMap<String, Arc<LocalEntry>>,
     /// Local workloads by their pod's address: who opened a captured connection.
     by_ip: HashMap<IpAddr, Arc<LocalEntry>>,
-    services: HashMap<SocketAddr, SocketAddr>,
+    services: HashMap<SocketAddr, Endpoints>,
+}
+
+/// A service's pods, taken in turn (kube-proxy picks one at random; the node's capture comes
+/// before its DNAT, so the agent picks instead).
+#[derive(Debug, Default)]
+struct Endpoints {
+    addresses: Vec<SocketAddr>,
+    next: std::sync::atomic::AtomicUsize,
 }
 
 /// The TLS server name that asks an agent for a workload's certificate: the SPIFFE ID's path
@@ -61,12 +69,14 @@ impl Directory {
             by_name: HashMap::new(),
             by_sni: HashMap::new(),
             by_ip: HashMap::new(),
-            services: file
-                .services
-                .iter()
-                .map(|s| (s.address, s.endpoint))
-                .collect(),
+            services: HashMap::new(),
         };
+        for s in &file.services {
+            let endpoints = directory.services.entry(s.address).or_default();
+            if !endpoints.addresses.contains(&s.endpoint) {
+                endpoints.addresses.push(s.endpoint);
+            }
+        }
         for w in &file.workloads {
             let store = Arc::new(SvidStore::from_files(&w.cert, &w.key)?);
             let expected = SpiffeId::for_workload(
@@ -130,9 +140,20 @@ impl Directory {
         self.by_address.get(&address)
     }
 
-    /// The workload address behind `address`: a service's endpoint, or `address` itself.
+    /// The workload address behind `address`: one of a service's endpoints, each in turn, or
+    /// `address` itself.
     pub(crate) fn resolve(&self, address: SocketAddr) -> SocketAddr {
-        self.services.get(&address).copied().unwrap_or(address)
+        let Some(endpoints) = self.services.get(&address) else {
+            return address;
+        };
+        let turn = endpoints
+            .next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        endpoints
+            .addresses
+            .get(turn % endpoints.addresses.len().max(1))
+            .copied()
+            .unwrap_or(address)
     }
 
     /// The local workload whose pod has address `ip`.

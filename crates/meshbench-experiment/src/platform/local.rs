@@ -65,7 +65,15 @@ impl Platform for LocalLab {
         format!("local-lab/{}", self.backend.name())
     }
 
-    fn check(&self, application: Application) -> Result<(), Error> {
+    fn check(&self, profile: &crate::Profile) -> Result<(), Error> {
+        let application = profile.application;
+        if profile.replicas > 1 {
+            return Err(Error::Backend {
+                application: application.name(),
+                backend: self.backend.name(),
+                why: "replicas above 1 need a service that balances between its pods, and the local lab's services reach one pod each; run it with --backend kubernetes",
+            });
+        }
         if application == Application::CounterChain && self.backend != Backend::Netns {
             return Err(Error::Backend {
                 application: application.name(),

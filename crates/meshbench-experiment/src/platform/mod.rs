@@ -80,7 +80,7 @@ pub trait Platform {
     fn name(&self) -> String;
 
     /// Refuses what it cannot run, before anything is written.
-    fn check(&self, application: crate::Application) -> Result<(), Error>;
+    fn check(&self, profile: &crate::Profile) -> Result<(), Error>;
 
     /// Why `mesh` cannot run here, if it cannot: its binary is missing (the local lab), or
     /// it has no flavour for this platform yet. Such a scenario is reported unavailable with

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::future::try_join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, HostAlias, Pod, Secret, Service};
 use kube::{Api, Client};
 use meshbench_experiment::platform::{ClientServer, Entry, Instrument, Measured, Site, SiteError};
@@ -39,6 +40,11 @@ pub(super) const START_GATE: &str = "/tmp/meshbench-start";
 const ROUTES_TIMEOUT: Duration = Duration::from_secs(90);
 /// meshbench's CA service: the control plane of our own data plane.
 const CA_WORKLOAD: &str = "meshbench-ca";
+/// Pods applied at once (each is a config map, a secret and the pod: three API calls).
+const APPLY_CONCURRENCY: usize = 8;
+/// Cells of at least this many pods report their progress, every this many pods.
+const PROGRESS_FROM: usize = 10;
+const PROGRESS_EVERY: usize = 5;
 
 /// A container meshbench created, as the results name it.
 #[derive(Debug, Clone)]
@@ -264,6 +270,24 @@ impl<'a> KubeSite<'a> {
         &mut self,
         pod: &TopologyPod,
         role: &str,
+        config: (Vec<String>, BTreeMap<String, String>),
+        shape: PodShape,
+        additions: &PodAdditions,
+        credentials: BTreeMap<String, Vec<u8>>,
+    ) -> Result<CreatedPod, Error> {
+        let created = self
+            .apply_pod(pod, role, config, shape, additions, credentials)
+            .await?;
+        self.pods.push(created.clone());
+        Ok(created)
+    }
+
+    /// Applies what [`KubeSite::create_pod`] creates, without recording it: several at once.
+    /// (A pod applied but not recorded is still deleted with the cell, by its labels.)
+    async fn apply_pod(
+        &self,
+        pod: &TopologyPod,
+        role: &str,
         (args, mut files): (Vec<String>, BTreeMap<String, String>),
         shape: PodShape,
         additions: &PodAdditions,
@@ -336,7 +360,6 @@ impl<'a> KubeSite<'a> {
             ip: None,
             host_ip: None,
         };
-        self.pods.push(created.clone());
         Ok(created)
     }
 
@@ -352,11 +375,18 @@ impl<'a> KubeSite<'a> {
     }
 
     async fn wait_until(&mut self, pods: &[CreatedPod], until: Until) -> Result<(), Error> {
-        let ready = try_join_all(pods.iter().map(|p| {
-            let api = Api::<Pod>::namespaced(self.client(), &p.namespace);
-            async move { pods::wait(&api, &p.name, until, READY_TIMEOUT).await }
-        }))
-        .await?;
+        let mut waits: FuturesUnordered<_> = pods
+            .iter()
+            .map(|p| {
+                let api = Api::<Pod>::namespaced(self.client(), &p.namespace);
+                async move { pods::wait(&api, &p.name, until, READY_TIMEOUT).await }
+            })
+            .collect();
+        let mut ready = Vec::with_capacity(pods.len());
+        while let Some(pod) = waits.next().await {
+            ready.push(pod?);
+            self.progress(ready.len(), pods.len(), until.describe());
+        }
         for pod in ready {
             let status = pod.status.unwrap_or_default();
             let parse = |ip: Option<String>| ip.and_then(|ip| ip.parse().ok());
@@ -489,7 +519,8 @@ impl<'a> KubeSite<'a> {
         &mut self,
         planned: Vec<(TopologyPod, WorkloadFile, PodAdditions)>,
     ) -> Result<(), Error> {
-        let mut created = vec![];
+        let total = planned.len();
+        let mut applies = vec![];
         for (pod, app, additions) in planned {
             let port = app.listen.port();
             let config = (
@@ -497,19 +528,41 @@ impl<'a> KubeSite<'a> {
                 BTreeMap::from([("app.yaml".to_owned(), app.to_yaml())]),
             );
             let credentials = self.credentials(&credentials_of(&pod, &additions))?;
-            created.push(
-                self.create_pod(
-                    &pod,
-                    "app",
-                    config,
-                    PodShape::serving(port),
-                    &additions,
-                    credentials,
-                )
-                .await?,
-            );
+            applies.push((pod, config, additions, credentials, PodShape::serving(port)));
         }
+        let mut created = Vec::with_capacity(total);
+        {
+            let this = &*self;
+            let mut applying = futures::stream::iter(applies.iter().map(
+                |(pod, config, additions, credentials, shape)| {
+                    this.apply_pod(
+                        pod,
+                        "app",
+                        config.clone(),
+                        shape.clone(),
+                        additions,
+                        credentials.clone(),
+                    )
+                },
+            ))
+            .buffer_unordered(APPLY_CONCURRENCY);
+            while let Some(pod) = applying.next().await {
+                created.push(pod?);
+                this.progress(created.len(), total, "applied");
+            }
+        }
+        self.pods.extend(created.iter().cloned());
         self.wait_ready(&created).await
+    }
+
+    /// Tells the user how far the cell's pods have come, for cells of many pods (E4's
+    /// replicated deployments); a cell of a few says nothing.
+    fn progress(&self, done: usize, total: usize, what: &str) {
+        if total >= PROGRESS_FROM && (done.is_multiple_of(PROGRESS_EVERY) || done == total) {
+            if let Some(report) = &self.platform.progress {
+                report(&format!("cell {}: {done} of {total} pods {what}", self.id));
+            }
+        }
     }
 
     /// Enrolls every meshed workload of the topology in `mesh`, its apps' pods created with

@@ -47,12 +47,17 @@ impl ClusterMesh for NodeAgent {
             .topology
             .services
             .iter()
-            .filter_map(|s| {
-                let endpoint = placed.iter().find(|p| p.pod.workload.name == s.workload)?;
-                Some(ServiceEndpoint {
-                    address: *site.services.get(&s.name)?,
-                    endpoint: SocketAddr::new(endpoint.ip, s.target_port),
-                })
+            .flat_map(|s| {
+                let address = site.services.get(&s.name).copied();
+                placed
+                    .iter()
+                    .filter(move |p| p.pod.workload.name == s.workload)
+                    .filter_map(move |endpoint| {
+                        Some(ServiceEndpoint {
+                            address: address?,
+                            endpoint: SocketAddr::new(endpoint.ip, s.target_port),
+                        })
+                    })
             })
             .collect();
         let enrolled: Vec<&PlacedPod<'_>> = placed.iter().filter(|p| p.enrolled).collect();
@@ -70,6 +75,9 @@ impl ClusterMesh for NodeAgent {
                 SocketAddr::new(first.host_ip, Ports::HBONE),
             );
             file.same_node_encryption = self.same_node_encryption;
+            // One worker thread, as on the local lab: with a thread per core (two on the test
+            // cluster) the agent charged about twice the lab's CPU for the same cell.
+            file.threads = Some(1);
             file.policy = Some(ClusterCell::policy());
             file.ca_endpoint = Some(site.ca_endpoint);
             file.workloads = local
@@ -116,6 +124,9 @@ impl ClusterMesh for NodeAgent {
                         .map(|s| s.address),
                 );
             }
+            // A service with several pods on this node is listed once.
+            destinations.sort();
+            destinations.dedup();
             let capture = NodeCaptureFile {
                 sources: local.iter().map(|p| p.ip).collect(),
                 destinations,

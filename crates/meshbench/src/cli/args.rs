@@ -161,6 +161,7 @@ impl KubeArgs {
     ) -> anyhow::Result<meshbench_kube::KubePlatform> {
         let options = meshbench_kube::KubeOptions {
             generators: self.generators,
+            progress: Some(std::sync::Arc::new(|line: &str| eprintln!("  {line}"))),
             ..self.target.options(work_dir)
         };
         Ok(meshbench_kube::KubePlatform::connect(&options, run).await?)
