@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use meshbench_dataplane::{
     run_node_agent, LocalWorkload, NodeAgentConfig, NodeAgentFile, OutboundListener, ProxyMetrics,
-    RemoteWorkload,
+    RemoteWorkload, ServiceEndpoint,
 };
 use meshbench_fixtures::{closed_loop, e3_policy, local_workload, node_agent_file, TestPki};
 use meshbench_loadgen::{run_load, LoadResult, Outcome};
@@ -143,6 +143,79 @@ fn connections_between_nodes_share_one_mtls_connection_as_http2_streams() {
     );
     // Its tunnels ran over a connection of its own: the checker's SVID, not the experimenter's.
     assert_eq!(sample(&node_b_metrics, INBOUND_HANDSHAKES), 2.0);
+}
+
+/// An echo app answering every request with `status`, to tell a workload's pods apart.
+fn echo_answering(lab: &Lab, status: http::StatusCode) -> SocketAddr {
+    use meshbench_workload::{bind, Echo, EchoConfig, Mix, RoleService, ServeOptions};
+    let server = lab
+        .runtime
+        .block_on(bind(&ServeOptions {
+            listen: ANY.parse().unwrap(),
+            tls: None,
+            drain_timeout: std::time::Duration::from_millis(100),
+        }))
+        .unwrap();
+    let addr = server.local_addr();
+    let config = EchoConfig {
+        status: Mix::always(status),
+        ..EchoConfig::fixed(std::time::Duration::ZERO, 16)
+    };
+    lab.runtime
+        .spawn(server.serve(RoleService::new(Echo::new(&config)), std::future::pending()));
+    addr
+}
+
+#[test]
+fn a_service_of_two_pods_on_another_node_gets_tunnels_to_both() {
+    let lab = Lab::new();
+    // Two pods of the calculator on node b, one SVID for both; they answer 200 and 201.
+    let pods = [
+        echo_answering(&lab, http::StatusCode::OK),
+        echo_answering(&lab, http::StatusCode::CREATED),
+    ];
+    let (node_b, _) = lab.agent(
+        lab.file(
+            "node-b",
+            pods.iter()
+                .map(|&p| lab.workload("calculator", p))
+                .collect(),
+        ),
+        None,
+    );
+    let service: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut node_a = lab.file(
+        "node-a",
+        vec![lab.workload("experimenter", "127.0.0.1:1".parse().unwrap())],
+    );
+    node_a.destinations = pods
+        .iter()
+        .map(|&address| RemoteWorkload {
+            namespace: "app".into(),
+            name: "calculator".into(),
+            service_account: "calculator".into(),
+            address,
+            node_agent: node_b,
+        })
+        .collect();
+    node_a.services = pods
+        .iter()
+        .map(|&endpoint| ServiceEndpoint {
+            address: service,
+            endpoint,
+        })
+        .collect();
+    node_a.outbound = vec![outbound("experimenter", service)];
+    let (_, listeners) = lab.agent(node_a, None);
+
+    // A connection per request, each to the service's next pod.
+    let result = load(listeners[0], 20, Some(1));
+    assert_eq!(
+        outcomes(&result),
+        vec![Outcome::Http(200), Outcome::Http(201)],
+        "{:?}",
+        result.recorder.outcomes
+    );
 }
 
 #[test]

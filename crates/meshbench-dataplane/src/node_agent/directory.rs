@@ -19,7 +19,6 @@ pub(crate) struct LocalEntry {
     pub namespace: String,
     pub name: String,
     pub id: SpiffeId,
-    pub address: SocketAddr,
     pub store: Arc<SvidStore>,
     /// Connections the agent's HBONE port holds open to this app at once: every tunnel is
     /// one, whichever peer and connection it came over (Envoy's per-cluster circuit breaker).
@@ -97,7 +96,6 @@ impl Directory {
                 namespace: w.namespace.clone(),
                 name: w.name.clone(),
                 id: expected,
-                address: w.address,
                 store,
                 app_slots: Arc::new(tokio::sync::Semaphore::new(max_app_connections.max(1))),
             });
@@ -154,6 +152,11 @@ impl Directory {
             .get(turn % endpoints.addresses.len().max(1))
             .copied()
             .unwrap_or(address)
+    }
+
+    /// Whether `address` is a service's, resolved to its pods.
+    pub(crate) fn is_service(&self, address: SocketAddr) -> bool {
+        self.services.contains_key(&address)
     }
 
     /// The local workload whose pod has address `ip`.

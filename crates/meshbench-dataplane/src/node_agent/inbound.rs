@@ -18,7 +18,7 @@ use meshbench_policy::{Peer, Policy, Request as AuthzRequest};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
-use super::directory::{Directory, LocalEntry};
+use super::directory::{Destination, Directory, LocalEntry};
 use super::pool::{CONNECTION_WINDOW, STREAM_WINDOW};
 use crate::l7::{idle, Rewind};
 use crate::metrics::{Direction, ProxyMetrics};
@@ -36,7 +36,10 @@ pub(crate) struct HboneInbound {
 struct Caller {
     id: SpiffeId,
     addr: SocketAddr,
-    destination: Arc<LocalEntry>,
+    /// The identity the caller asked for by SNI: every stream's target must be a local pod
+    /// of it (a workload of several pods on this node has one certificate for all).
+    asked_for: SpiffeId,
+    directory: Arc<Directory>,
     policy: Arc<Policy>,
     metrics: Option<Arc<ProxyMetrics>>,
     limits: Limits,
@@ -89,7 +92,8 @@ impl HboneInbound {
         let caller = Arc::new(Caller {
             id,
             addr: peer_addr,
-            destination,
+            asked_for: destination.id.clone(),
+            directory: self.directory.clone(),
             policy: self.policy.clone(),
             metrics: self.metrics.clone(),
             limits: self.limits,
@@ -147,11 +151,11 @@ async fn tunnel(caller: &Caller, mut request: Request<Incoming>) -> Response<Emp
     else {
         return status(StatusCode::BAD_REQUEST);
     };
-    let destination = &caller.destination;
-    // The certificate the caller asked for and the app it wants must be one workload.
-    if target != destination.address {
-        return status(StatusCode::MISDIRECTED_REQUEST);
-    }
+    // The certificate the caller asked for and the app it wants must be one workload's.
+    let destination: Arc<LocalEntry> = match caller.directory.destination(target) {
+        Some(Destination::Local(entry)) if entry.id == caller.asked_for => entry.clone(),
+        _ => return status(StatusCode::MISDIRECTED_REQUEST),
+    };
     let peer = Peer::Authenticated {
         id: caller.id.clone(),
         source_ip: Some(caller.addr.ip()),

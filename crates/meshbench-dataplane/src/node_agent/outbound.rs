@@ -51,7 +51,7 @@ pub(crate) struct FixedPair {
 
 impl AgentOutbound {
     /// Checks an explicit listener: its source must be a local workload and its destination
-    /// one the agent knows.
+    /// a workload or a service the agent knows.
     pub(crate) fn fixed_pair(&self, listener: &OutboundListener) -> Result<FixedPair, Error> {
         let source = self.directory.local(&listener.source).ok_or_else(|| {
             Error::Config(format!(
@@ -59,7 +59,9 @@ impl AgentOutbound {
                 listener.listen, listener.source
             ))
         })?;
-        if self.directory.destination(listener.destination).is_none() {
+        let known = self.directory.destination(listener.destination).is_some()
+            || self.directory.is_service(listener.destination);
+        if !known {
             return Err(Error::Config(format!(
                 "outbound {}: no workload listens on destination {}",
                 listener.listen, listener.destination
@@ -89,7 +91,9 @@ impl AgentOutbound {
     }
 
     pub(crate) async fn handle_fixed(&self, app: TcpStream, pair: &FixedPair) {
-        self.forward(app, &pair.source, pair.target).await;
+        // A fixed target may be a service's address too.
+        let target = self.directory.resolve(pair.target);
+        self.forward(app, &pair.source, target).await;
     }
 
     /// A connection the node captured from one of its pods.
