@@ -75,8 +75,8 @@ impl ClusterMesh for NodeAgent {
                 SocketAddr::new(first.host_ip, Ports::HBONE),
             );
             file.same_node_encryption = self.same_node_encryption;
-            // One worker thread, as on the local lab: with a thread per core (two on the test
-            // cluster) the agent charged about twice the lab's CPU for the same cell.
+            // One worker thread, as on the local lab, so that the two backends' figures
+            // describe the same agent.
             file.threads = Some(1);
             file.policy = Some(ClusterCell::policy());
             file.ca_endpoint = Some(site.ca_endpoint);
