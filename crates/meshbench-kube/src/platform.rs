@@ -139,9 +139,10 @@ impl KubePlatform {
                 names: cluster_nodes.join(", "),
             });
         }
+        let spare = cluster_nodes.get(need).cloned();
         let nodes: BTreeMap<String, String> =
             topology.nodes.iter().cloned().zip(cluster_nodes).collect();
-        KubeSite::realize(self, topology, dir, nodes).await
+        KubeSite::realize(self, topology, dir, nodes, spare).await
     }
 
     /// The schedulable nodes, by name.

@@ -91,6 +91,17 @@ impl Cluster {
         child
     }
 
+    /// How many nodes the cluster has.
+    fn node_count(&self) -> usize {
+        let output = run_ok(
+            Command::new(&self.kubectl)
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .args(["get", "nodes", "-o", "name"]),
+        );
+        String::from_utf8_lossy(&output.stdout).lines().count()
+    }
+
     /// Every object meshbench labelled, as `kind/name` lines.
     fn leftovers(&self) -> String {
         let output = run_ok(
@@ -172,7 +183,7 @@ fn the_smoke_profile_runs_on_the_cluster_with_per_container_resources_and_nodes(
             load["outcomes"]
         );
         assert!(load["window"]["realtime_offset_ns"].as_i64().is_some());
-        let nodes = nodes_of(cell);
+        let mut nodes = nodes_of(cell);
         let expected: &[&str] = match scenario {
             "meshbench-sidecar" => &[
                 "echo-server-1",
@@ -188,11 +199,17 @@ fn the_smoke_profile_runs_on_the_cluster_with_per_container_resources_and_nodes(
             expected,
             "{scenario}"
         );
-        // Intra-node: every pod on the first node.
+        // Intra-node: every pod measured on the first node; meshbench's CA service on a
+        // node of its own where the cluster has one.
+        let ca = nodes.remove("meshbench-ca");
         assert!(
             nodes.values().all(|n| n == &nodes["echo-server-1"]),
             "{nodes:?}"
         );
+        if let Some(ca) = ca {
+            let spare = cluster.node_count() >= 3;
+            assert_eq!(ca != nodes["echo-server-1"], spare, "{ca} {nodes:?}");
+        }
         for res in cell["resources"].as_array().unwrap() {
             assert_eq!(res["source"], "kubelet-summary");
             assert!(res["samples"].as_u64().unwrap() >= 2, "{res}");
@@ -323,6 +340,25 @@ fn e3s_experimenter_and_e4s_chain_run_on_the_cluster_through_the_mesh() {
             nodes["counter-a-1"], nodes["counter-b-1"],
             "{scenario}: {nodes:?}"
         );
+        // The load generator is no end of the placement: on a node of its own where the
+        // cluster has one (with its node's agent, for the node agent), else beside counter A.
+        let generator = &nodes["load-generator-1"];
+        if cluster.node_count() >= 3 {
+            assert!(
+                generator != &nodes["counter-a-1"] && generator != &nodes["counter-b-1"],
+                "{scenario}: {nodes:?}"
+            );
+        } else {
+            assert_eq!(generator, &nodes["counter-a-1"], "{scenario}: {nodes:?}");
+        }
+        if scenario == "meshbench-node-agent" {
+            let agents: Vec<&String> = nodes
+                .iter()
+                .filter(|(c, _)| c.contains("node-agent"))
+                .map(|(_, n)| n)
+                .collect();
+            assert!(agents.contains(&generator), "{nodes:?}");
+        }
         assert_eq!(
             nodes["counter-a-2"], nodes["counter-a-1"],
             "{scenario}: {nodes:?}"

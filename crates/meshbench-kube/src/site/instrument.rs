@@ -227,8 +227,17 @@ impl KubeSite<'_> {
     ) -> Result<Finished, Error> {
         let additions = self.instrument_additions(client)?;
         let credentials = self.credentials(&credentials_of(client, &additions))?;
+        // Where the instrument is not one end of the placement (E4's chain measures counters),
+        // it runs on a node of its own if the cluster has one.
+        let own_node = match &self.enrolled {
+            Some(enrolled) if enrolled.pair.is_none() => self.spare_node(),
+            _ => None,
+        };
         let mut created = vec![];
-        for InstrumentPod { pod, config } in pods {
+        for InstrumentPod { mut pod, config } in pods {
+            if let Some(node) = &own_node {
+                pod.workload.node = node.clone();
+            }
             created.push(
                 self.create_pod(
                     &pod,

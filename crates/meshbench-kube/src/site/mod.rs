@@ -97,6 +97,10 @@ pub struct KubeSite<'a> {
     cell_dir: PathBuf,
     /// The topology's node -> the cluster's.
     nodes: BTreeMap<String, String>,
+    /// A node the placement does not use, if the cluster has one: meshbench's own pods (its
+    /// CA service, and the load generator where it is not one end of the placement) go there,
+    /// away from the pods measured, as E1 kept its monitoring off the workload nodes.
+    spare: Option<String>,
     /// Each service's address as pods dial it.
     services: BTreeMap<String, SocketAddr>,
     ca_endpoint: SocketAddr,
@@ -114,11 +118,14 @@ pub struct KubeSite<'a> {
 
 impl<'a> KubeSite<'a> {
     /// The cell's site, its services applied.
+    /// `spare` is a schedulable node the topology's nodes were not mapped to, if the cluster
+    /// has one.
     pub(crate) async fn realize(
         platform: &'a KubePlatform,
         topology: &Topology,
         cell_dir: &Path,
         nodes: BTreeMap<String, String>,
+        spare: Option<String>,
     ) -> Result<KubeSite<'a>, Error> {
         let policy = meshbench_policy::Policy::load(&platform.pki()?.policy)
             .map_err(meshbench_meshes::Error::from)?;
@@ -130,6 +137,7 @@ impl<'a> KubeSite<'a> {
             topology: topology.clone(),
             cell_dir: cell_dir.to_owned(),
             nodes,
+            spare,
             services: BTreeMap::new(),
             ca_endpoint: SocketAddr::from((Ipv4Addr::UNSPECIFIED, Ports::CA)),
             apps: vec![],
@@ -174,6 +182,17 @@ impl<'a> KubeSite<'a> {
     /// [`crate::credentials::BOOTSTRAP_SVID_TTL`], the time its pod has to start).
     pub fn rotate_svids(&mut self, ttl: Duration) {
         self.svid_ttl = Some(ttl);
+    }
+
+    /// The spare node as a node of the cell's topology (mapped to itself), once asked for:
+    /// node agents then serve it too.
+    fn spare_node(&mut self) -> Option<String> {
+        let spare = self.spare.clone()?;
+        if !self.topology.nodes.contains(&spare) {
+            self.topology.nodes.push(spare.clone());
+            self.nodes.insert(spare.clone(), spare.clone());
+        }
+        Some(spare)
     }
 
     /// The contents of `names` from the run's identity directory, for a pod's Secret.
@@ -402,7 +421,8 @@ impl<'a> KubeSite<'a> {
         Ok(())
     }
 
-    /// meshbench's CA service, the control plane of our data plane, on the first node.
+    /// meshbench's CA service, the control plane of our data plane: on the spare node where
+    /// there is one, else on the first node.
     async fn start_ca(&mut self) -> Result<(), Error> {
         let mut file = CaServerFile::new(
             PathBuf::from(POD_PKI_DIR),
@@ -411,7 +431,9 @@ impl<'a> KubeSite<'a> {
         if let Some(ttl) = self.svid_ttl {
             file.ttl = ttl;
         }
-        let node = self.topology.nodes[0].clone();
+        let node = self
+            .spare_node()
+            .unwrap_or_else(|| self.topology.nodes[0].clone());
         let pod = TopologyPod {
             name: CA_WORKLOAD.into(),
             workload: Workload {
