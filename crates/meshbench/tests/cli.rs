@@ -75,6 +75,20 @@ fn bad_input_is_named_and_exits_with_code_2() {
         "workload echo --listen 127.0.0.1:0 --tls-cert /nonexistent/cert.pem --tls-key /nonexistent/key.pem",
         "/nonexistent/cert.pem",
     );
+    let exchange = "wire exchange --sidecar 127.0.0.1:9 --ca /nonexistent/ca.pem";
+    let calculator = "spiffe://cluster.local/ns/app/sa/calculator";
+    bad(
+        &format!("{exchange} --expect-server-id calculator"),
+        "--expect-server-id \"calculator\"",
+    );
+    bad(
+        &format!("{exchange} --expect-server-id {calculator} --header x-forged"),
+        "--header \"x-forged\": expected `name: value`",
+    );
+    bad(
+        &format!("{exchange} --expect-server-id {calculator}"),
+        "/nonexistent/ca.pem",
+    );
 }
 
 #[test]
