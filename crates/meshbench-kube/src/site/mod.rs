@@ -1,9 +1,10 @@
 //! One cell on a cluster: its services (and meshbench's CA service) applied when it is
 //! realized, its pods created once the scenario's mesh is known (a pod's containers are
-//! fixed when it is created, so `start_app` only records the app), each with what the mesh
-//! adds (`ClusterMesh`: capture, proxies, credentials), the generator's pod last, every
-//! container sampled from its kubelet while the generator runs, and everything of the cell
-//! deleted when it finishes or is dropped.
+//! fixed when it is created, so `start_app` only records the app; many are applied at once),
+//! each with what the mesh adds (`ClusterMesh`: capture, proxies, credentials), the
+//! instrument's pods last ([`instrument`]), meshbench's own pods on a node the placement does
+//! not use where the cluster has one, the verifier's helpers (probers, a pod outside the mesh
+//! to exec in), and everything of the cell deleted when it finishes or is dropped.
 
 mod instrument;
 
