@@ -89,6 +89,28 @@ pub fn require_netns() -> bool {
         .all(|tool| require_tool(tool).is_some())
 }
 
+/// The local lab's network namespaces on this machine now (names starting `mb-`).
+pub fn lab_namespaces() -> std::collections::BTreeSet<String> {
+    let listing = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("`ip netns list` runs");
+    String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| name.starts_with("mb-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Asserts that no lab namespace exists now that was not there in `before`: what a run left
+/// behind. Labs that were already on the machine (another run, or a killed one awaiting
+/// `meshbench lab clean`) are not the test's to judge.
+pub fn assert_no_lab_left_since(before: &std::collections::BTreeSet<String>) {
+    let left: Vec<String> = lab_namespaces().difference(before).cloned().collect();
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}
+
 /// The lab's own lookup, so that a test skips exactly when the lab would not find the tool.
 pub use meshbench_lab::which;
 

@@ -15,6 +15,10 @@ fn required_tools_present() -> bool {
             .all(|tool| meshbench_testkit::require_tool(tool).is_some())
 }
 
+/// The two tests take turns, so that what one run leaves behind is told apart from the other
+/// run's live lab.
+static ONE_LAB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn role_cpu(cell: &Cell, role: &str) -> Vec<f64> {
     cell.resources
         .iter()
@@ -28,6 +32,8 @@ fn meshes_profile_runs_every_mesh_on_both_placements_and_proves_encryption_on_th
     if !required_tools_present() {
         return;
     }
+    let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let labs_before = meshbench_testkit::lab_namespaces();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("meshes");
     run_ok(
@@ -122,10 +128,8 @@ fn meshes_profile_runs_every_mesh_on_both_placements_and_proves_encryption_on_th
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("On the wire"), "{report}");
     assert!(report.contains("agents + control plane CPU"));
-    // Nothing of the run is left: no namespace, no cgroup.
-    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let listing = String::from_utf8_lossy(&netns.stdout);
-    assert!(!listing.contains("mb-"), "{listing}");
+    // Nothing of the run is left.
+    meshbench_testkit::assert_no_lab_left_since(&labs_before);
 }
 
 #[test]
@@ -133,6 +137,7 @@ fn results_can_go_where_the_proxy_user_cannot_reach() {
     if !required_tools_present() {
         return;
     }
+    let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // A private directory, as `mktemp -d` or a home directory makes: the proxies run as the
     // proxy user, who cannot enter it, and must still get their keys, configs and policy.
     let dir = tempfile::tempdir().unwrap();

@@ -52,21 +52,6 @@ fn passing_verification(meshes: &str) -> (tempfile::TempDir, VerifyReport, Strin
     (dir, report, md)
 }
 
-fn no_lab_left() {
-    let netns = String::from_utf8(
-        Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    assert!(
-        !netns.lines().any(|l| l.starts_with("mb-")),
-        "namespaces left behind: {netns}"
-    );
-}
-
 // One test, so the two runs' labs never overlap and "nothing left behind" is checked against
 // everything this test created.
 #[test]
@@ -74,13 +59,14 @@ fn our_meshes_pass_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
     if !meshbench_testkit::require_netns() || meshbench_testkit::require_tool("tcpdump").is_none() {
         return;
     }
+    let labs_before = meshbench_testkit::lab_namespaces();
     sidecar_mesh_passes_with_proof_on_the_wire();
     node_agent_meshes_pass_and_report_same_node_plaintext();
     envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy();
     proxies_that_cannot_read_identities_are_reported_not_verified();
     without_a_mesh_the_rules_fail_and_the_exit_code_says_so();
     a_run_with_verify_carries_its_verification_in_its_report();
-    no_lab_left();
+    meshbench_testkit::assert_no_lab_left_since(&labs_before);
 }
 
 fn sidecar_mesh_passes_with_proof_on_the_wire() {
