@@ -7,8 +7,8 @@
 //!   request bounces between counters A and B until it has crossed the requested number of
 //!   services; every counter is enrolled in the mesh, so every hop goes through it.
 
-use meshbench_meshes::{enrollable, spiffe_id, Enrollment, Mesh, Ports};
-use meshbench_results::ScenarioConfig;
+use meshbench_meshes::{enrollable, Enrollment, Mesh, Ports};
+use meshbench_results::{ScenarioConfig, SoftwareVersion};
 use meshbench_topology::{e3, Service, Topology, Workload};
 
 use crate::placement::Placement;
@@ -192,10 +192,18 @@ impl Application {
             mtls: mesh.mtls(),
             client_identity: mesh
                 .mtls()
-                .then(|| spiffe_id(self.namespace(), self.client())),
+                .then(|| mesh.workload_identity(self.namespace(), self.client())),
             server_identity: mesh
                 .mtls()
-                .then(|| spiffe_id(self.namespace(), self.server())),
+                .then(|| mesh.workload_identity(self.namespace(), self.server())),
+            software: mesh
+                .software_versions()
+                .into_iter()
+                .map(|(name, version)| SoftwareVersion {
+                    name: name.into(),
+                    version,
+                })
+                .collect(),
         }
     }
 }

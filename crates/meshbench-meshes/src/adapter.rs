@@ -119,6 +119,11 @@ pub trait MeshAdapter: Sync {
         None
     }
 
+    /// Every binary it needs beyond meshbench's own (a control plane and its proxy, say).
+    fn tools(&self) -> Vec<Tool> {
+        self.tool().into_iter().collect()
+    }
+
     fn enrollment(&self) -> Enrollment;
 
     /// Whether client and server talk mutually authenticated TLS.
@@ -143,6 +148,12 @@ pub trait MeshAdapter: Sync {
     }
 
     fn policy(&self) -> PolicySupport;
+
+    /// The SPIFFE ID the mesh gives the workload running as `service_account` in
+    /// `namespace` (ours by default; a third-party control plane names its own).
+    fn workload_identity(&self, namespace: &str, service_account: &str) -> String {
+        crate::spiffe_id(namespace, service_account)
+    }
 
     /// The TLS the server app serves itself under this mesh (only when the app does mTLS).
     fn app_tls(&self, _ctx: &MeshContext<'_>) -> Option<ServerTlsFiles> {
@@ -210,18 +221,28 @@ impl Mesh {
         Mesh::all().map(|m| m.name()).collect()
     }
 
-    /// The binary to run, or why the mesh cannot run here.
+    /// The binary to run, or why the mesh cannot run here: every tool it needs must be
+    /// installed.
     pub fn binary(self) -> Result<Option<PathBuf>, Unavailable> {
-        let Some(tool) = self.tool() else {
-            return Ok(None);
-        };
-        meshbench_netlab::which(tool.binary)
-            .map(Some)
-            .ok_or_else(|| Unavailable {
+        let mut first = None;
+        for tool in self.tools() {
+            let path = meshbench_netlab::which(tool.binary).ok_or_else(|| Unavailable {
                 mesh: self.name().into(),
                 tool: tool.binary.into(),
                 install: tool.install.into(),
-            })
+            })?;
+            first.get_or_insert(path);
+        }
+        Ok(first)
+    }
+
+    /// Each third-party binary it runs with the version it reports (`envoy --version`,
+    /// `consul version`): its first line of output, or why it could not be read.
+    pub fn software_versions(self) -> Vec<(&'static str, String)> {
+        self.tools()
+            .into_iter()
+            .map(|tool| (tool.binary, tool_version(tool)))
+            .collect()
     }
 
     /// Whether `self` can enroll a topology, and if not, why.
@@ -261,6 +282,25 @@ impl Eq for Mesh {}
 impl std::fmt::Debug for Mesh {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Mesh({})", self.name())
+    }
+}
+
+fn tool_version(tool: Tool) -> String {
+    let Some(path) = meshbench_netlab::which(tool.binary) else {
+        return "not installed".into();
+    };
+    match std::process::Command::new(&path)
+        .args(tool.version_args)
+        .output()
+    {
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .chain(String::from_utf8_lossy(&out.stderr).lines())
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| format!("no version from `{}`", path.display())),
+        Err(e) => format!("cannot run `{}`: {e}", path.display()),
     }
 }
 

@@ -20,6 +20,7 @@ mod third_party;
 // One module per mesh, each registered in `registry`.
 mod app_mtls;
 mod baseline;
+mod consul;
 mod envoy;
 mod haproxy;
 mod nginx;
@@ -61,6 +62,12 @@ pub enum Error {
     },
     #[error(transparent)]
     Unavailable(#[from] Unavailable),
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Command {
+        command: String,
+        status: String,
+        stderr: String,
+    },
     #[error("{mesh}: {what} is not supported")]
     Unsupported { mesh: String, what: &'static str },
     #[error("{component}: no {what} in its ready line")]

