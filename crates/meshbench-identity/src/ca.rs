@@ -167,6 +167,25 @@ impl CertificateAuthority {
         self.sign_with_new_key(spiffe_id, params, not_after)
     }
 
+    /// Issues an SVID for `id`, named the way the mesh that trusts this CA names workloads
+    /// (Consul's `/ns/default/dc/dc1/svc/<name>`, say); it must be of this CA's trust domain.
+    pub fn issue_for(&self, id: &SpiffeId, opts: &IssueOptions) -> Result<IssuedSvid, Error> {
+        if id.trust_domain() != self.trust_domain {
+            return Err(Error::InvalidName {
+                field: "SPIFFE ID",
+                value: id.to_string(),
+                reason: format!("is not in this CA's trust domain {}", self.trust_domain),
+            });
+        }
+        let (params, not_after) = self.workload_params(id, opts)?;
+        self.sign_with_new_key(id.clone(), params, not_after)
+    }
+
+    /// The certificate and key files of the CA kept in `dir` (as [`Self::init`] writes them).
+    pub fn files(dir: &Path) -> (PathBuf, PathBuf) {
+        (dir.join(CA_CERT_FILE), dir.join(CA_KEY_FILE))
+    }
+
     /// A fresh key pair, and `params` signed for it.
     fn sign_with_new_key(
         &self,

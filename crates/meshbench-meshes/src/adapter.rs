@@ -19,10 +19,12 @@ use std::pin::Pin;
 
 use meshbench_identity::ServerTlsFiles;
 use meshbench_lab::LabComponent;
+use meshbench_policy::Policy;
+use meshbench_topology::Topology;
 
 use crate::cluster::ClusterMesh;
 use crate::configs::IdentityCheck;
-use crate::{Deployment, Error, LabContext, MeshContext};
+use crate::{Deployment, Error, LabContext, MeshContext, MeshPki};
 
 /// A future an adapter returns (the trait is used as `dyn`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
@@ -68,6 +70,15 @@ pub enum PolicySupport {
     Translated(&'static str),
     /// The data plane cannot express it; the reason.
     Unenforceable(&'static str),
+}
+
+/// What a mesh enforces of a policy ([`MeshAdapter::enforced_policy`]).
+#[derive(Debug, Clone)]
+pub struct EnforcedPolicy {
+    /// The policy as enforced, in our own language.
+    pub policy: Policy,
+    /// Each difference from the policy as written, or how it was expressed, as a sentence.
+    pub notes: Vec<String>,
 }
 
 /// A third-party binary a mesh runs, and how to install it.
@@ -153,6 +164,49 @@ pub trait MeshAdapter: Sync {
     /// `namespace` (ours by default; a third-party control plane names its own).
     fn workload_identity(&self, namespace: &str, service_account: &str) -> String {
         crate::spiffe_id(namespace, service_account)
+    }
+
+    /// The directory of the CA this mesh's proxies trust, as [`CertificateAuthority::init`]
+    /// keeps one: the identity checks issue their certificates from it. Ours by default; a
+    /// control plane with a CA of its own keeps it there once enrolled.
+    ///
+    /// [`CertificateAuthority::init`]: meshbench_identity::CertificateAuthority::init
+    fn ca_dir(&self, pki: &MeshPki) -> PathBuf {
+        pki.dir.clone()
+    }
+
+    /// Whether the mesh's certificates cannot be made to live seconds (a control plane's
+    /// minimum lifetime), so that rotation under load is checked by rotating its CA
+    /// ([`MeshAdapter::rotate_ca`]) rather than by short-lived SVIDs.
+    fn renews_by_ca_rotation(&self) -> bool {
+        false
+    }
+
+    /// Rotates the enrolled mesh's CA to a new root, so that every proxy renews its
+    /// certificate; only meshes that [`MeshAdapter::renews_by_ca_rotation`].
+    fn rotate_ca<'a>(&'a self, _lab: &'a LabContext<'a>) -> BoxFuture<'a, Result<(), Error>> {
+        let mesh = self.name();
+        Box::pin(async move {
+            Err(Error::Unsupported {
+                mesh: mesh.into(),
+                what: "rotating the CA",
+            })
+        })
+    }
+
+    /// Our policy as this mesh enforces it for `topology`'s enrolled workloads, in our own
+    /// language, with what it could not express as written: `verify` expects what this
+    /// returns, so a rule the mesh cannot express is reported, never silently dropped. Meshes
+    /// that read or translate the policy whole keep it as it is.
+    fn enforced_policy(
+        &self,
+        policy: &Policy,
+        _topology: &Topology,
+    ) -> Result<EnforcedPolicy, Error> {
+        Ok(EnforcedPolicy {
+            policy: policy.clone(),
+            notes: vec![],
+        })
     }
 
     /// The TLS the server app serves itself under this mesh (only when the app does mTLS).

@@ -28,8 +28,8 @@ mod node_agent;
 mod sidecar;
 
 pub use adapter::{
-    enrollable, unenforceable, BoxFuture, Enrollment, Mesh, MeshAdapter, PolicySupport, Tool,
-    Unavailable,
+    enrollable, unenforceable, BoxFuture, EnforcedPolicy, Enrollment, Mesh, MeshAdapter,
+    PolicySupport, Tool, Unavailable,
 };
 pub use area::{clean_stale_areas, collect_outputs, ProxyArea, AREAS_ROOT, PRIVATE_SUFFIX};
 pub use cluster::{
@@ -70,6 +70,9 @@ pub enum Error {
     },
     #[error("{mesh}: {what} is not supported")]
     Unsupported { mesh: String, what: &'static str },
+    /// A topology or policy the mesh cannot express, and why.
+    #[error("{mesh} cannot run this: {why}")]
+    Inexpressible { mesh: String, why: String },
     #[error("{component}: no {what} in its ready line")]
     ReadyLine {
         component: String,

@@ -217,6 +217,36 @@ impl Policy {
         self.default_inbound(req.peer)
     }
 
+    /// Whether the source and port conditions of rule `rule` of authorization policy `policy`
+    /// (indices into the file) hold for a connection from `peer` to `port`, as that policy's
+    /// action reads them (an ALLOW needs a positive match, a DENY fails closed). Its method and
+    /// path conditions are left to the caller: what a translation into another mesh's L7 rules
+    /// needs. `None` when the indices name no rule.
+    pub fn rule_admits_source(
+        &self,
+        policy: usize,
+        rule: usize,
+        port: u16,
+        peer: &Peer,
+    ) -> Option<bool> {
+        let compiled = self.authorization.get(policy)?;
+        let mut source_only = compiled.rules.get(rule)?.clone();
+        source_only.methods.clear();
+        source_only.paths.clear();
+        let facts = PeerFacts::of(peer, &self.file.trust_domain);
+        let req = Request {
+            namespace: "",
+            workload: "",
+            port,
+            peer,
+            http: None,
+        };
+        Some(match compiled.action {
+            Action::Allow => allow_rule_matches(&source_only, &req, &facts),
+            Action::Deny => deny_rule_matches(&source_only, &req, &facts),
+        })
+    }
+
     fn default_inbound(&self, peer: &Peer) -> Decision {
         let authenticated = peer.identity().is_some();
         let in_cluster = peer

@@ -411,3 +411,38 @@ mod properties {
         }
     }
 }
+
+/// A translation into another mesh's rules asks rule by rule whether a source may match,
+/// leaving methods and paths to that mesh's L7 matches.
+#[test]
+fn a_rules_source_conditions_are_read_apart_from_its_methods_and_paths() {
+    let policy = Policy::from_yaml(
+        "authorization:\n\
+         \x20 - name: readers\n    namespace: app\n    action: ALLOW\n    rules:\n\
+         \x20     - from: { namespaces: [app] }\n        to: { methods: [GET], ports: [8080] }\n\
+         \x20 - name: no-outsiders\n    namespace: app\n    action: DENY\n    rules:\n\
+         \x20     - from: { not_namespaces: [app] }\n",
+    )
+    .unwrap();
+    let insider = svid("app", "experimenter");
+    let outsider = svid("external", "external-checker");
+    assert_eq!(policy.rule_admits_source(0, 0, 8080, &insider), Some(true));
+    assert_eq!(policy.rule_admits_source(0, 0, 9090, &insider), Some(false));
+    assert_eq!(
+        policy.rule_admits_source(0, 0, 8080, &outsider),
+        Some(false)
+    );
+    assert_eq!(policy.rule_admits_source(1, 0, 8080, &outsider), Some(true));
+    assert_eq!(policy.rule_admits_source(1, 0, 8080, &insider), Some(false));
+    // A DENY fails closed: a peer without an identity matches its identity conditions.
+    assert_eq!(
+        policy.rule_admits_source(1, 0, 8080, &plaintext()),
+        Some(true)
+    );
+    assert_eq!(
+        policy.rule_admits_source(0, 0, 8080, &plaintext()),
+        Some(false)
+    );
+    assert_eq!(policy.rule_admits_source(2, 0, 8080, &insider), None);
+    assert_eq!(policy.rule_admits_source(0, 1, 8080, &insider), None);
+}

@@ -101,8 +101,8 @@ pub fn verify_tables(report: &VerifyReport) -> Vec<Table> {
                 rows: case.probes.iter().map(probe_row).collect(),
             });
         }
-        // On a cluster no identity checks are made yet (the mesh's notes say so): no
-        // empty table.
+        // Identity checks are made only where every member is enrolled: no empty table
+        // where the mesh's notes explain their absence.
         if !mesh.identity.is_empty() || mesh.notes.is_empty() {
             tables.push(identity_table(mesh));
         }

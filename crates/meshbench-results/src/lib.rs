@@ -20,8 +20,7 @@ pub use load::{
 pub use run::{
     Cell, ComponentResources, Environment, HandshakeTimes, LoadPoint, OutlierPolicyConfig,
     RunConfig, RunResult, RunStatus, ScenarioConfig, SoftwareVersion, UnavailableScenario,
-    WireObservation,
-    WorkloadConfig,
+    WireObservation, WorkloadConfig,
 };
 
 pub use verify::{

@@ -98,10 +98,17 @@ pub async fn verify_on_cluster(
         }
         let mut cases = vec![];
         let mut identity = vec![];
+        let mut notes: Vec<String> = vec![];
         for case in &CASES {
             let case_dir = dir.join(format!("case-{}", case.number));
+            let enforced = mesh.enforced_policy(&policy, &e3::topology(case))?;
+            for note in enforced.notes {
+                if !notes.contains(&note) {
+                    notes.push(note);
+                }
+            }
             let (verification, checks) =
-                verify_case(&platform, mesh, case, &policy, &case_dir).await?;
+                verify_case(&platform, mesh, case, &enforced.policy, &case_dir).await?;
             identity.extend(checks);
             progress(&format!(
                 "{}: case {} ({}): {} probes, {} failed",
@@ -113,13 +120,9 @@ pub async fn verify_on_cluster(
             ));
             cases.push(verification);
         }
-        meshes.push(MeshVerification {
-            mesh: mesh.name().into(),
-            description: mesh.description(),
-            cases,
-            identity,
-            error: None,
-            notes: vec![format!(
+        notes.insert(
+            0,
+            format!(
                 "on Kubernetes ({}): wire evidence is recorded through the API server, in the \
                  destination pod ({POD_INTERFACE}) or, where a node agent carries the path, on \
                  the calling node's network from its agent's pod; identity checks are made \
@@ -128,7 +131,15 @@ pub async fn verify_on_cluster(
                 platform.name(),
                 meshbench_kube::BOOTSTRAP_SVID_TTL.as_secs(),
                 ROTATION_TTL.as_secs()
-            )],
+            ),
+        );
+        meshes.push(MeshVerification {
+            mesh: mesh.name().into(),
+            description: mesh.description(),
+            cases,
+            identity,
+            error: None,
+            notes,
         });
     }
     let passed = all_passed(&meshes);
@@ -159,9 +170,14 @@ async fn verify_case(
     })?;
     let topology = e3::topology(case);
     let mut site = platform.realize_topology(&topology, dir).await?;
-    let identity = case
-        .checks_identities(mesh)
-        .then(|| IdentityPlan::prepare(platform.pki()?, &dir.join("identity"), Some(ROTATION_TTL)));
+    let identity = case.checks_identities(mesh).then(|| {
+        IdentityPlan::prepare(
+            mesh,
+            platform.pki()?,
+            &dir.join("identity"),
+            Some(ROTATION_TTL),
+        )
+    });
     let outcome = match identity.transpose() {
         Ok(identity) => run_case(&mut site, &topology, mesh, case, policy, dir, identity).await,
         Err(e) => Err(e),
@@ -344,11 +360,14 @@ async fn check_identities(
         address("the calculator", site.pod_ip(&calculator.name))?,
         address("the calculator's node", site.host_ip(&calculator.name))?,
     );
-    plan.run(&ClusterAccess {
-        site,
-        guard,
-        in_pod,
-    })
+    plan.run(
+        &ClusterAccess {
+            site,
+            guard,
+            in_pod,
+        },
+        None,
+    )
     .await
 }
 

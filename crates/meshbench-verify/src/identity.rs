@@ -32,6 +32,11 @@ pub(crate) const ROTATION_TTL: Duration = Duration::from_secs(4);
 /// How long the calculator's guard may take to present an SVID the CA service renewed (on a
 /// cluster its first one lives a minute and is renewed at half of that).
 const RENEWED_SVID_WAIT: Duration = Duration::from_secs(90);
+/// Requests in each round of the CA rotation check.
+const ROTATION_ROUND: usize = 300;
+/// Rotates a mesh's CA (see `MeshAdapter::rotate_ca`).
+pub(crate) type CaRotation<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), meshbench_meshes::Error>> + 'a>>;
 /// One exchange, from connect to the answer.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -87,9 +92,11 @@ pub(crate) struct IdentityPlan {
 }
 
 impl IdentityPlan {
-    /// Makes the checks' certificates from the run's CA (`pki`) in `dir`; the mesh's SVIDs
-    /// live `svid_ttl` once renewed.
+    /// Makes the checks' certificates in `dir`, from the CA `mesh`'s proxies trust (the run's
+    /// own, or the one its control plane was given) and with the identities it names; the
+    /// mesh's SVIDs live `svid_ttl` once renewed.
     pub(crate) fn prepare(
+        mesh: Mesh,
         pki: &MeshPki,
         dir: &Path,
         svid_ttl: Option<Duration>,
@@ -98,18 +105,29 @@ impl IdentityPlan {
             path: dir.to_owned(),
             source,
         })?;
-        let calculator_id = SpiffeId::parse(&spiffe_id(APP, CALCULATOR))?;
+        let ca_dir = mesh.ca_dir(pki);
+        let (ca_file, _) = CertificateAuthority::files(&ca_dir);
+        let id_of = |sa: &str| SpiffeId::parse(&mesh.workload_identity(APP, sa));
+        let calculator_id = id_of(CALCULATOR)?;
         let files = |cert: Option<(PathBuf, PathBuf)>| ClientTlsFiles {
             cert: cert.as_ref().map(|c| c.0.clone()),
             key: cert.map(|c| c.1),
-            ca: pki.ca.clone(),
+            ca: ca_file.clone(),
             expect_server_id: Some(calculator_id.clone()),
         };
-        let lab_ca = CertificateAuthority::load(&pki.dir)?;
+        let lab_ca = CertificateAuthority::load(&ca_dir)?;
+        let issue = |sa: &str, ttl: Option<Duration>| {
+            lab_ca.issue_for(
+                &id_of(sa)?,
+                &IssueOptions {
+                    ttl,
+                    ..IssueOptions::default()
+                },
+            )
+        };
         // Fresh SVIDs from the lab CA: the ones issued at start-up may be short-lived.
         let svid = |sa: &str| -> Result<_, Error> {
-            let issued = lab_ca.issue(APP, sa, &IssueOptions::default())?;
-            Ok(Some(issued.write(dir, &format!("fresh-{sa}"))?))
+            Ok(Some(issue(sa, None)?.write(dir, &format!("fresh-{sa}"))?))
         };
 
         let foreign_ca =
@@ -118,18 +136,11 @@ impl IdentityPlan {
             .issue(APP, EXPERIMENTER, &IssueOptions::default())?
             .write(dir, "other-trust-domain-experimenter")?;
 
-        let short = lab_ca.issue(
-            APP,
-            EXPERIMENTER,
-            &IssueOptions {
-                ttl: Some(Duration::from_secs(1)),
-                ..IssueOptions::default()
-            },
-        )?;
+        let short = issue(EXPERIMENTER, Some(Duration::from_secs(1)))?;
         let expired_after = short.not_after;
         let expired = short.write(dir, "expired-experimenter")?;
 
-        let forged_id = spiffe_id(APP, EXPERIMENTER);
+        let forged_id = mesh.workload_identity(APP, EXPERIMENTER);
         let attempts = vec![
             Attempt {
                 name: "valid-identity",
@@ -154,7 +165,7 @@ impl IdentityPlan {
             },
             Attempt {
                 name: "expired-certificate",
-                description: "the experimenter's SVID from the lab CA, expired",
+                description: "the experimenter's SVID from the mesh's CA, expired",
                 files: files(Some(expired)),
                 headers: vec![],
                 expect_allowed: false,
@@ -167,16 +178,14 @@ impl IdentityPlan {
                 headers: vec![
                     (
                         "x-forwarded-client-cert".into(),
-                        format!("By={};URI={forged_id}", spiffe_id(APP, CALCULATOR)),
+                        format!("By={calculator_id};URI={forged_id}"),
                     ),
                     ("x-meshbench-identity".into(), forged_id.clone()),
                 ],
                 expect_allowed: false,
             },
         ];
-        let caller = lab_ca
-            .issue(APP, EXPERIMENTER, &IssueOptions::default())?
-            .write(dir, "rotation-experimenter")?;
+        let caller = issue(EXPERIMENTER, None)?.write(dir, "rotation-experimenter")?;
         Ok(IdentityPlan {
             attempts,
             rotation_caller: files(Some(caller)),
@@ -200,8 +209,14 @@ impl IdentityPlan {
         files
     }
 
-    /// Runs the identity checks against the calculator's guard, then rotation under load.
-    pub(crate) async fn run(&self, access: &dyn GuardAccess) -> Result<Vec<IdentityCheck>, Error> {
+    /// Runs the identity checks against the calculator's guard, then rotation under load:
+    /// by short-lived SVIDs, or, given `ca_rotation` (a mesh whose certificates cannot live
+    /// seconds), by rotating the mesh's CA while the requests flow.
+    pub(crate) async fn run(
+        &self,
+        access: &dyn GuardAccess,
+        ca_rotation: Option<CaRotation<'_>>,
+    ) -> Result<Vec<IdentityCheck>, Error> {
         // The short-lived SVID must have expired before it is tried. X.509 stores whole
         // seconds and a certificate is valid through its notAfter second, so wait past the
         // next one.
@@ -234,8 +249,73 @@ impl IdentityPlan {
                 },
             });
         }
-        checks.push(self.rotation_under_load(access).await?);
+        checks.push(match ca_rotation {
+            None => self.rotation_under_load(access).await?,
+            Some(rotate) => self.ca_rotation_under_load(access, rotate).await?,
+        });
         Ok(checks)
+    }
+
+    /// The mesh's CA rotates to a new root, then the experimenter sends rounds of requests
+    /// through its proxy to the calculator's until the calculator's proxy presents a renewed
+    /// certificate (or [`RENEWED_SVID_WAIT`] has passed); none may fail.
+    async fn ca_rotation_under_load(
+        &self,
+        access: &dyn GuardAccess,
+        rotate: CaRotation<'_>,
+    ) -> Result<IdentityCheck, Error> {
+        let before = access.exchange(&self.rotation_caller, &[]).await?;
+        rotate.await?;
+        let deadline = Instant::now() + RENEWED_SVID_WAIT;
+        let (mut sent, mut succeeded, mut failures) = (0, 0, vec![]);
+        let serial = |r: &ExchangeReport| r.server_cert.as_ref().map(|c| c.serial.clone());
+        let after = loop {
+            let result = access
+                .run_experiment(serde_json::json!({
+                    "interactions": ROTATION_ROUND,
+                    "batchSize": 10,
+                    "intervalBetweenBatchesInMilliseconds": 100,
+                }))
+                .await?;
+            sent += ROTATION_ROUND;
+            succeeded += result["rttsInMilliseconds"]
+                .as_array()
+                .map_or(0, |rtts| rtts.len());
+            if result["failuresByClass"]
+                .as_object()
+                .is_some_and(|f| !f.is_empty())
+            {
+                failures.push(result["failuresByClass"].clone());
+            }
+            let after = access.exchange(&self.rotation_caller, &[]).await?;
+            let renewed = serial(&after).is_some() && serial(&before) != serial(&after);
+            if renewed || Instant::now() >= deadline {
+                break after;
+            }
+        };
+        let renewed = serial(&before).is_some()
+            && serial(&after).is_some()
+            && serial(&before) != serial(&after);
+        Ok(IdentityCheck {
+            name: "rotation-under-load".into(),
+            description: format!(
+                "rounds of {ROTATION_ROUND} requests over about 3 s each, from the moment the \
+                 mesh's CA was rotated to a new root until the calculator's proxy presented a \
+                 renewed certificate"
+            ),
+            expected: "no failed request; certificate renewed".into(),
+            observed: format!(
+                "{succeeded} of {sent} succeeded (failures: {}); calculator's certificate {}",
+                serde_json::Value::Array(failures),
+                if renewed { "renewed" } else { "not renewed" }
+            ),
+            server_id: after.server_id.clone(),
+            verdict: if succeeded == sent && renewed {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+        })
     }
 
     /// With SVIDs living a few seconds, the experimenter sends a stream of requests through

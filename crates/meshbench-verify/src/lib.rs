@@ -64,6 +64,7 @@ impl Error {
             Error::Mesh(
                 meshbench_meshes::Error::Unavailable(_)
                     | meshbench_meshes::Error::Unsupported { .. }
+                    | meshbench_meshes::Error::Inexpressible { .. }
             )
         )
     }

@@ -79,10 +79,26 @@ async fn verify_mesh(
     mesh.check_enrollable()?;
     let mut cases = vec![];
     let mut identity = vec![];
+    let mut notes: Vec<String> = vec![];
     for case in &CASES {
         let case_dir = dir.join(format!("case-{}", case.number));
-        let (verification, checks) =
-            verify_case(mesh, case, policy, policy_yaml, options, &case_dir).await?;
+        // What the mesh enforces of the policy, for this case's enrolled workloads: the
+        // expectations follow it, and what it changed is said.
+        let enforced = mesh.enforced_policy(policy, &e3::topology(case))?;
+        for note in enforced.notes {
+            if !notes.contains(&note) {
+                notes.push(note);
+            }
+        }
+        let (verification, checks) = verify_case(
+            mesh,
+            case,
+            &enforced.policy,
+            policy_yaml,
+            options,
+            &case_dir,
+        )
+        .await?;
         let failed = failures(&verification);
         progress(&format!(
             "{}: case {} ({}): {} probes, {failed} failed",
@@ -100,7 +116,7 @@ async fn verify_mesh(
         cases,
         identity,
         error: None,
-        notes: vec![],
+        notes,
     })
 }
 
@@ -119,8 +135,9 @@ async fn verify_case(
     let topology = e3::topology(case);
     let net = LabNetwork::create_off_runtime(Backend::Netns, &new_lab_id(), &topology).await?;
     let identity_checked = case.checks_identities(mesh);
-    // Where identities are checked, SVIDs live seconds, so they rotate during the case.
-    let svid_ttl = identity_checked.then_some(ROTATION_TTL);
+    // Where identities are checked, SVIDs live seconds, so they rotate during the case
+    // (unless the mesh's own CA signs them: it is rotated instead).
+    let svid_ttl = (identity_checked && !mesh.renews_by_ca_rotation()).then_some(ROTATION_TTL);
     // The case's proxy files, where the proxy user can reach them (removed with it).
     let area = ProxyArea::create(dir)?;
     let cell_area = area.private_dir("case")?;
@@ -165,12 +182,13 @@ async fn verify_case(
     }
     let mut checks = vec![];
     if identity_checked {
-        let plan = IdentityPlan::prepare(&pki, &dir.join("identity"), pki.svid_ttl)?;
+        let plan = IdentityPlan::prepare(mesh, &pki, &dir.join("identity"), pki.svid_ttl)?;
         let access = NodeAccess {
             net: &net,
             guard: Guard::of(mesh, &net)?,
         };
-        checks = plan.run(&access).await?;
+        let ca_rotation = mesh.renews_by_ca_rotation().then(|| mesh.rotate_ca(&lab));
+        checks = plan.run(&access, ca_rotation).await?;
     }
     for component in components {
         component.stop(Duration::from_secs(2)).await;

@@ -1,9 +1,10 @@
-//! `meshbench run --backend kubernetes` on the real test cluster (`scripts/k8s-lab`: two
-//! nodes, each with its own containerd and kubelet): the image of this very binary imported
-//! into the nodes, cells whose latency and per-container resources come back with the node
-//! of every pod, placement across nodes, a pod that cannot start ending the run with the
-//! cluster's reason, and nothing labelled by meshbench left behind after a run, a failure or
-//! Ctrl-C.
+//! `meshbench run --backend kubernetes` and `verify --backend kubernetes` on the real test
+//! cluster (`scripts/k8s-lab`: three nodes as `./scripts/test` starts it, each with its own
+//! containerd and kubelet): the image of this very binary imported into the nodes, cells whose
+//! latency and per-container resources come back with the node of every pod, placement across
+//! nodes, E3's and E4's applications, a load split over generator pods, E3's matrix, a pod
+//! that cannot start ending the run with the cluster's reason, and nothing labelled by
+//! meshbench left behind after a run, a failure or Ctrl-C.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,6 +1,7 @@
-//! The local lab's netns backend as a user runs it: every mesh of the `meshes` profile, with
-//! client and server on one node and on two, each component's CPU and memory attributed to
-//! it, and a capture on the inter-node link that proves which traffic was encrypted.
+//! The local lab's netns backend as a user runs it: every mesh of the `meshes` profile (Consul
+//! Connect's control plane included), with client and server on one node and on two, each
+//! component's CPU and memory attributed to it, and a capture on the inter-node link that
+//! proves which traffic was encrypted.
 
 use std::path::Path;
 use std::process::Command;
@@ -10,9 +11,11 @@ use meshbench_testkit::run_ok;
 
 fn required_tools_present() -> bool {
     meshbench_testkit::require_netns()
-        && ["tcpdump", "envoy", "haproxy", "nginx", "setpriv", "taskset"]
-            .iter()
-            .all(|tool| meshbench_testkit::require_tool(tool).is_some())
+        && [
+            "tcpdump", "envoy", "haproxy", "nginx", "consul", "setpriv", "taskset",
+        ]
+        .iter()
+        .all(|tool| meshbench_testkit::require_tool(tool).is_some())
 }
 
 /// The two tests take turns, so that what one run leaves behind is told apart from the other
@@ -66,6 +69,7 @@ fn meshes_profile_runs_every_mesh_on_both_placements_and_proves_encryption_on_th
         "envoy-sidecar",
         "haproxy-sidecar",
         "nginx-sidecar",
+        "consul-connect",
     ];
     for placement in ["intra-node", "inter-node"] {
         for mesh in meshes {
@@ -105,7 +109,8 @@ fn meshes_profile_runs_every_mesh_on_both_placements_and_proves_encryption_on_th
                 proxies.iter().all(|&cpu| cpu > 0.001),
                 "{mesh}: {proxies:?}"
             );
-            if mesh.starts_with("meshbench-") {
+            // Our CA service, or Consul's agent (its CA and xDS server).
+            if mesh.starts_with("meshbench-") || mesh == "consul-connect" {
                 assert_eq!(role_cpu(cell, "control-plane").len(), 1, "{mesh}");
             }
             match (placement, cell.wire.as_ref()) {

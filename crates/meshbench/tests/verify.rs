@@ -4,7 +4,9 @@
 //! unenrolled ones show the marker, bad identities are refused, certificates rotating under
 //! load fail no request; our node agents (same-node traffic encrypted or not) pass too, by
 //! capturing their nodes' traffic both ways, and the unencrypting one has its same-node
-//! plaintext reported; `baseline` (no mesh) fails with exit code 1; nothing is left behind.
+//! plaintext reported; Envoy enrolled as istiod configures it and Consul Connect (its own
+//! control plane, CA and identities, our policy as intentions) pass; `baseline` (no mesh)
+//! fails with exit code 1; nothing is left behind.
 
 use std::path::Path;
 use std::process::Command;
@@ -63,6 +65,7 @@ fn our_meshes_pass_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
     sidecar_mesh_passes_with_proof_on_the_wire();
     node_agent_meshes_pass_and_report_same_node_plaintext();
     envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy();
+    consul_connect_passes_with_our_policy_as_intentions_and_its_own_identities();
     proxies_that_cannot_read_identities_are_reported_not_verified();
     without_a_mesh_the_rules_fail_and_the_exit_code_says_so();
     a_run_with_verify_carries_its_verification_in_its_report();
@@ -216,6 +219,59 @@ fn envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy() {
         .find(|c| c.name == "rotation-under-load")
         .unwrap();
     assert_eq!(rotation.verdict, Verdict::Pass, "{rotation:?}");
+}
+
+/// A real third-party mesh with its control plane: Consul's agent signs the sidecars'
+/// certificates with Consul's SPIFFE IDs, our policy reaches Envoy as intentions enumerated
+/// per pair of services, and the identity checks present certificates of Consul's trust.
+fn consul_connect_passes_with_our_policy_as_intentions_and_its_own_identities() {
+    if meshbench_testkit::require_tool("consul").is_none()
+        || meshbench_testkit::require_tool("envoy").is_none()
+    {
+        return;
+    }
+    let (_dir, report, md) = passing_verification("consul-connect");
+    let mesh = &report.meshes[0];
+    assert!(
+        mesh.notes
+            .iter()
+            .any(|n| n.contains("one intention per pair")),
+        "{:?}",
+        mesh.notes
+    );
+    assert!(md.contains("one intention per pair"), "{md}");
+    let allowed = probe(&report, 2, "experimenter", "calculator");
+    assert_eq!(allowed.observed, "http_200");
+    let wire = allowed.wire.as_ref().unwrap();
+    assert!(wire.tls_connections >= 1 && !wire.marker_seen, "{wire:?}");
+    assert_eq!(wire.tls_versions, ["TLSv1.3"], "{wire:?}");
+    for checker in ["security-checker", "external-checker"] {
+        let denied = probe(&report, 2, checker, "calculator");
+        assert!(!denied.observed_allowed, "{denied:?}");
+    }
+    let impostor = probe(&report, 2, "impostor", "calculator");
+    assert!(!impostor.observed_allowed, "{impostor:?}");
+    // The calculator's sidecar presents the identity Consul gives it.
+    let valid = mesh.identity.iter().find(|c| c.name == "valid-identity");
+    let server_id = valid
+        .and_then(|c| c.server_id.as_deref())
+        .unwrap_or_default();
+    assert!(
+        server_id.starts_with("spiffe://")
+            && server_id.ends_with(".consul/ns/default/dc/dc1/svc/calculator"),
+        "{valid:?}"
+    );
+    // Its CA was rotated under load: the certificate changed and no request failed.
+    let rotation = mesh
+        .identity
+        .iter()
+        .find(|c| c.name == "rotation-under-load")
+        .unwrap();
+    assert_eq!(rotation.verdict, Verdict::Pass, "{rotation:?}");
+    assert!(
+        rotation.description.contains("CA was rotated"),
+        "{rotation:?}"
+    );
 }
 
 fn proxies_that_cannot_read_identities_are_reported_not_verified() {

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use meshbench_identity::CertificateAuthority;
 use meshbench_lab::{LabComponent, Readiness};
 use serde_json::Value;
 
@@ -21,7 +22,6 @@ const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running agent and how to reach it.
 pub(crate) struct ConsulAgent {
-    pub component: LabComponent,
     /// The node the agent runs on, where the CLI runs too.
     node: String,
     consul: PathBuf,
@@ -34,33 +34,59 @@ pub(crate) struct ConsulAgent {
 }
 
 impl ConsulAgent {
-    /// Starts the agent on the lab's first node, with a gRPC certificate from the lab's CA,
-    /// and waits until it leads and its CA answers.
-    pub async fn start(lab: &LabContext<'_>, consul: &Path) -> Result<ConsulAgent, Error> {
+    /// The agent of `lab` (on its first node), whether or not it runs yet.
+    pub fn of(lab: &LabContext<'_>, consul: &Path) -> Result<ConsulAgent, Error> {
         let node = lab.net.topology().nodes[0].clone();
+        let reach = lab.net.node_ip(&node)?;
+        Ok(ConsulAgent {
+            node,
+            consul: consul.to_path_buf(),
+            http_addr: format!("http://{reach}:{}", config::HTTP_PORT),
+            grpc_addr: format!("{reach}:{}", config::GRPC_TLS_PORT),
+            grpc_ca: lab.pki.ca.clone(),
+        })
+    }
+
+    /// Starts the agent on the lab's first node, with a gRPC certificate from the lab's CA
+    /// and, as its Connect CA, a root meshbench made (see [`super::ca_dir`]), and waits until
+    /// it leads and its CA answers. The agent's process is the component.
+    pub async fn start(
+        lab: &LabContext<'_>,
+        consul: &Path,
+    ) -> Result<(ConsulAgent, LabComponent), Error> {
+        let agent = ConsulAgent::of(lab, consul)?;
+        let node = agent.node.clone();
         let bind = lab.net.node_bind_ip(&node)?;
         let reach = lab.net.node_ip(&node)?;
         // The agent's xDS certificate, from the lab's CA, which the sidecars are given to
         // trust (Envoy checks the chain).
         let tls_dir = lab.proxy_dir(&format!("consul-tls{}", crate::PRIVATE_SUFFIX))?;
-        let svid = lab.pki.issue_now("consul", "consul-server", Duration::from_secs(86400))?;
+        let svid = lab
+            .pki
+            .issue_now("consul", "consul-server", Duration::from_secs(86400))?;
         let (grpc_cert, grpc_key) = svid.write(&tls_dir, "consul-server")?;
-        let agent = config::agent_config(&AgentConfig {
+        let public = config::agent_config(&AgentConfig {
             node_name: &node,
             bind,
             advertise: reach,
-            cluster_id: config::CLUSTER_ID,
             grpc_cert: &grpc_cert,
             grpc_key: &grpc_key,
             ca: &lab.pki.ca,
             log_file: &lab.proxy_dir("consul")?.join("consul.log"),
         });
-        let file = lab.write("consul-agent.json", &pretty(&agent))?;
+        let file = lab.write("consul-agent.json", &pretty(&public))?;
+        // The Connect CA's key goes in a file of its own, kept out of the results.
+        let ca = connect_ca(&super::ca_dir(lab.pki))?;
+        let connect = config::connect_config(config::CLUSTER_ID, &ca);
+        let private = tls_dir.join("consul-connect-ca.json");
+        write_private(&private, &pretty(&connect))?;
         let args = vec![
             "agent".to_owned(),
             "-dev".to_owned(),
             "-config-file".to_owned(),
             file.display().to_string(),
+            "-config-file".to_owned(),
+            private.display().to_string(),
         ];
         let component = lab
             .start(
@@ -73,16 +99,41 @@ impl ConsulAgent {
                 Readiness::Listening(config::HTTP_PORT),
             )
             .await?;
-        let agent = ConsulAgent {
-            component,
-            node,
-            consul: consul.to_path_buf(),
-            http_addr: format!("http://{reach}:{}", config::HTTP_PORT),
-            grpc_addr: format!("{reach}:{}", config::GRPC_TLS_PORT),
-            grpc_ca: lab.pki.ca.clone(),
-        };
         agent.wait_for_ca(lab).await?;
-        Ok(agent)
+        Ok((agent, component))
+    }
+
+    /// Replaces the Connect CA's root with a new one of the same trust domain (`consul connect
+    /// ca set-config`): Consul cross-signs, keeps trusting the old root, and every sidecar
+    /// receives a leaf from the new one.
+    pub async fn rotate_ca(&self, lab: &LabContext<'_>) -> Result<(), Error> {
+        let base = super::ca_dir(lab.pki);
+        let mut n = 1;
+        let dir = loop {
+            let dir = base.with_file_name(format!("consul-ca-rotated-{n}"));
+            if !dir.exists() {
+                break dir;
+            }
+            n += 1;
+        };
+        let ca = connect_ca(&dir)?;
+        let file = dir.join("set-config.json");
+        write_private(
+            &file,
+            &pretty(&config::ca_set_config(config::CLUSTER_ID, &ca)),
+        )?;
+        self.run(
+            lab,
+            &[
+                "connect",
+                "ca",
+                "set-config",
+                "-config-file",
+                &file.display().to_string(),
+            ],
+        )
+        .await?;
+        Ok(())
     }
 
     /// Polls until the agent has a leader and its CA has a root: before that, config entries
@@ -211,7 +262,9 @@ impl ConsulAgent {
             if Instant::now() > deadline {
                 return Err(Error::Command {
                     command: format!("consul {} (in pod {pod})", args.join(" ")),
-                    status: format!("the path to {upstream} was not ready after {UPSTREAM_TIMEOUT:?}"),
+                    status: format!(
+                        "the path to {upstream} was not ready after {UPSTREAM_TIMEOUT:?}"
+                    ),
                     stderr: match checked {
                         Ok(out) => out,
                         Err(e) => e.to_string(),
@@ -288,6 +341,40 @@ fn strip_colours(line: &str) -> String {
         }
     }
     out
+}
+
+/// The CA kept in `dir` (made there the first time), as PEM: certificate, key.
+fn connect_ca(dir: &Path) -> Result<config::ConnectCa, Error> {
+    let ca = match CertificateAuthority::load(dir) {
+        Ok(ca) => ca,
+        Err(_) => CertificateAuthority::init(dir, &config::trust_domain(config::CLUSTER_ID))?,
+    };
+    let (_, key_file) = CertificateAuthority::files(dir);
+    let key = std::fs::read_to_string(&key_file).map_err(|source| Error::Io {
+        path: key_file,
+        source,
+    })?;
+    Ok(config::ConnectCa {
+        root_cert: ca.cert_pem().to_owned(),
+        private_key: key,
+    })
+}
+
+/// Writes `contents` readable by its owner only (it holds a CA key).
+fn write_private(path: &Path, contents: &str) -> Result<(), Error> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(contents.as_bytes()))
+        .map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 fn pretty(value: &Value) -> String {

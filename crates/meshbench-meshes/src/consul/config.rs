@@ -26,7 +26,6 @@ pub(crate) struct AgentConfig<'a> {
     pub bind: IpAddr,
     /// The node's address as the other nodes reach it.
     pub advertise: IpAddr,
-    pub cluster_id: &'a str,
     pub grpc_cert: &'a Path,
     pub grpc_key: &'a Path,
     pub ca: &'a Path,
@@ -50,11 +49,47 @@ pub(crate) fn agent_config(agent: &AgentConfig<'_>) -> Value {
                 "verify_incoming": false,
             }
         },
-        "connect": { "enabled": true, "ca_config": { "cluster_id": agent.cluster_id } },
         "disable_update_check": true,
         "log_level": "info",
         "log_file": p(agent.log_file),
     })
+}
+
+/// The root and key of a Connect CA meshbench made, as PEM.
+pub(crate) struct ConnectCa {
+    pub root_cert: String,
+    pub private_key: String,
+}
+
+/// The agent's Connect block: the built-in CA provider with meshbench's root, so that the
+/// identity checks can present certificates of Consul's own trust (an expired one, the wrong
+/// service's) that Consul's API would never issue. Consul signs the sidecars' leaves from it.
+pub(crate) fn connect_config(cluster_id: &str, ca: &ConnectCa) -> Value {
+    json!({
+        "connect": {
+            "enabled": true,
+            "ca_provider": "consul",
+            "ca_config": {
+                "cluster_id": cluster_id,
+                "private_key": ca.private_key,
+                "root_cert": ca.root_cert,
+            },
+        },
+    })
+}
+
+/// `consul connect ca set-config`'s body for a rotation to `ca`'s root.
+pub(crate) fn ca_set_config(cluster_id: &str, ca: &ConnectCa) -> Value {
+    json!({
+        "Provider": "consul",
+        "ClusterID": cluster_id,
+        "Config": { "PrivateKey": ca.private_key, "RootCert": ca.root_cert },
+    })
+}
+
+/// The trust domain Consul derives from its cluster id.
+pub(crate) fn trust_domain(cluster_id: &str) -> String {
+    format!("{cluster_id}.consul")
 }
 
 /// The cluster id (a UUID) of every lab's Consul: it makes the trust domain
@@ -64,28 +99,36 @@ pub(crate) const CLUSTER_ID: &str = "6d657368-6265-4e63-8800-000000000001";
 
 /// The SPIFFE ID Consul gives service `name` in the default namespace of datacenter `dc1`.
 pub(crate) fn consul_spiffe_id(cluster_id: &str, service: &str) -> String {
-    format!("spiffe://{cluster_id}.consul/ns/default/dc/dc1/svc/{service}")
+    format!(
+        "spiffe://{}/ns/default/dc/dc1/svc/{service}",
+        trust_domain(cluster_id)
+    )
 }
 
-/// The mesh-wide entries: TLS 1.3 only both ways (as every other mesh of the lab is run),
-/// HTTP as every service's protocol (L7 intentions and the HTTP proxying our other sidecars
-/// do), and outbound traffic only to the mesh's own services.
-pub(crate) fn mesh_entries() -> Vec<Value> {
-    vec![
-        json!({
-            "Kind": "mesh",
-            "TransparentProxy": { "MeshDestinationsOnly": false },
-            "TLS": {
-                "Incoming": { "TLSMinVersion": "TLSv1_3", "TLSMaxVersion": "TLSv1_3" },
-                "Outgoing": { "TLSMinVersion": "TLSv1_3", "TLSMaxVersion": "TLSv1_3" },
-            },
-        }),
-        json!({
-            "Kind": "proxy-defaults",
-            "Name": "global",
-            "Config": { "protocol": "http" },
-        }),
-    ]
+/// The mesh-wide entry: TLS 1.3 only both ways (as every other mesh of the lab is run), and
+/// outbound traffic to destinations outside the mesh passed through (as Istio's ALLOW_ANY:
+/// E3's meshed callers reach unmeshed services). `permissive` lets a service take plaintext
+/// (Consul refuses `MutualTLSMode: permissive` otherwise).
+pub(crate) fn mesh_entry(permissive: bool) -> Value {
+    json!({
+        "Kind": "mesh",
+        "AllowEnablingPermissiveMutualTLS": permissive,
+        "TransparentProxy": { "MeshDestinationsOnly": false },
+        "TLS": {
+            "Incoming": { "TLSMinVersion": "TLSv1_3", "TLSMaxVersion": "TLSv1_3" },
+            "Outgoing": { "TLSMinVersion": "TLSv1_3", "TLSMaxVersion": "TLSv1_3" },
+        },
+    })
+}
+
+/// HTTP as every service's protocol: what L7 intentions need, and the HTTP proxying our
+/// other sidecars do.
+pub(crate) fn proxy_defaults() -> Value {
+    json!({
+        "Kind": "proxy-defaults",
+        "Name": "global",
+        "Config": { "protocol": "http" },
+    })
 }
 
 /// Service intentions for `destination`: each source with its action, in order. `*` names
@@ -176,10 +219,16 @@ mod tests {
             15001,
         );
         let service = &reg["service"];
-        assert_eq!(service["tagged_addresses"]["virtual"]["address"], "10.96.0.3");
+        assert_eq!(
+            service["tagged_addresses"]["virtual"]["address"],
+            "10.96.0.3"
+        );
         assert_eq!(service["tagged_addresses"]["virtual"]["port"], 80);
         let sidecar = &service["connect"]["sidecar_service"];
-        assert_eq!(sidecar["tagged_addresses"]["virtual"]["address"], "10.96.0.3");
+        assert_eq!(
+            sidecar["tagged_addresses"]["virtual"]["address"],
+            "10.96.0.3"
+        );
         let proxy = &service["connect"]["sidecar_service"]["proxy"];
         assert_eq!(proxy["mode"], "transparent");
         assert_eq!(proxy["transparent_proxy"]["outbound_listener_port"], 15001);

@@ -10,21 +10,29 @@
 
 mod agent;
 pub(crate) mod config;
+mod intentions;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use meshbench_lab::{LabComponent, Readiness};
+use meshbench_policy::Policy;
+use meshbench_topology::Topology;
 
-use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport, Tool};
+use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport, Tool};
 use crate::configs::IdentityCheck;
 use crate::lab::Place;
-use crate::{Deployment, Error, LabContext, MeshContext, Ports};
+use crate::{
+    BoxFuture, Deployment, EnforcedPolicy, Error, LabContext, MeshContext, MeshPki, Ports,
+};
 use agent::ConsulAgent;
 
 /// Consul's release built from the Go module proxy (no registry image here).
 const INSTALL: &str = "export PATH=\"$(dirname \"$(./scripts/consul-build)\"):$PATH\" \
     (builds Consul v1.22.7 from the Go module proxy; ./scripts/test does this)";
+
+/// The scenario's name.
+const NAME: &str = "consul-connect";
 
 pub(crate) struct ConsulConnect;
 
@@ -32,7 +40,7 @@ pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&ConsulConnect];
 
 impl MeshAdapter for ConsulConnect {
     fn name(&self) -> &'static str {
-        "consul-connect"
+        NAME
     }
 
     fn aliases(&self) -> &'static [&'static str] {
@@ -76,9 +84,45 @@ impl MeshAdapter for ConsulConnect {
         config::consul_spiffe_id(config::CLUSTER_ID, service_account)
     }
 
+    fn enforced_policy(
+        &self,
+        policy: &Policy,
+        topology: &Topology,
+    ) -> Result<EnforcedPolicy, Error> {
+        Ok(intentions::translate(policy, topology)?.enforced)
+    }
+
+    fn ca_dir(&self, pki: &MeshPki) -> PathBuf {
+        ca_dir(pki)
+    }
+
+    fn renews_by_ca_rotation(&self) -> bool {
+        true
+    }
+
+    /// Consul's leaves live an hour at least (`LeafCertTTL`'s minimum): their renewal is
+    /// brought about by rotating the CA, as an operator would.
+    fn rotate_ca<'a>(&'a self, lab: &'a LabContext<'a>) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move { ConsulAgent::of(lab, &binary(CONSUL)?)?.rotate_ca(lab).await })
+    }
+
     fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
         Box::pin(deploy_pair(ctx))
     }
+
+    fn can_enroll(&self) -> bool {
+        true
+    }
+
+    fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
+        Box::pin(enroll_topology(lab))
+    }
+}
+
+/// Where the lab keeps the root Consul's Connect CA is given (beside the lab's own CA, out
+/// of the results).
+fn ca_dir(pki: &MeshPki) -> PathBuf {
+    pki.dir.join("consul-ca")
 }
 
 const CONSUL: Tool = Tool::new("consul", INSTALL, &["version"]);
@@ -105,14 +149,17 @@ async fn deploy_pair(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
             what: "transparent proxy mode without capture (use the netns backend)",
         });
     }
-    let agent = ConsulAgent::start(ctx, &consul).await?;
+    let (agent, agent_component) = ConsulAgent::start(ctx, &consul).await?;
     let mut components = vec![];
     let started = async {
         let client = &ctx.client_pod.workload.service_account;
         let server = &ctx.server_pod.workload.service_account;
-        let mut entries = config::mesh_entries();
-        entries.push(config::intentions("*", &[("*", "deny")]));
-        entries.push(config::intentions(server, &[(client, "allow")]));
+        let entries = vec![
+            config::mesh_entry(false),
+            config::proxy_defaults(),
+            config::intentions("*", &[("*", "deny")]),
+            config::intentions(server, &[(client, "allow")]),
+        ];
         agent.write_entries(ctx, "mesh", &entries).await?;
         let service = ctx.net.service_addr(ctx.service)?;
         for (pod, virtual_address) in [(ctx.server_pod, Some(service)), (ctx.client_pod, None)] {
@@ -136,7 +183,7 @@ async fn deploy_pair(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
         ctx.service_url("http")
     }
     .await;
-    components.insert(0, agent.component);
+    components.insert(0, agent_component);
     match started {
         Ok(url) => Ok(Deployment {
             components,
@@ -150,6 +197,63 @@ async fn deploy_pair(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
             Err(e)
         }
     }
+}
+
+/// Every enrolled workload of the lab's topology registered with its sidecar, our policy as
+/// intentions; returns once every sidecar has the upstreams its intentions allow.
+async fn enroll_topology(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Error> {
+    let consul = binary(CONSUL)?;
+    let envoy = binary(crate::envoy::TOOL)?;
+    let topology = lab.net.topology();
+    let policy = Policy::load(&lab.pki.policy)?;
+    let translation = intentions::translate(&policy, topology)?;
+    let (agent, agent_component) = ConsulAgent::start(lab, &consul).await?;
+    let mut components = vec![agent_component];
+    agent
+        .write_entries(lab, "policy", &translation.entries)
+        .await?;
+    let enrolled: Vec<_> = topology
+        .pods()
+        .into_iter()
+        .filter(|p| p.workload.meshed)
+        .collect();
+    for pod in &enrolled {
+        let service = topology
+            .services
+            .iter()
+            .find(|s| s.workload == pod.workload.name);
+        let virtual_address = service.map(|s| lab.net.service_addr(&s.name)).transpose()?;
+        components.push(
+            enroll_pod(
+                lab,
+                &agent,
+                &envoy,
+                pod,
+                &pod.workload.service_account,
+                crate::app_port(lab, pod),
+                virtual_address,
+            )
+            .await?,
+        );
+    }
+    // A sidecar learns an upstream only where an intention lets it call it (Consul infers
+    // transparent upstreams from intentions): wait for exactly those.
+    for pod in &enrolled {
+        for upstream in translation.upstreams_of(&pod.workload.service_account) {
+            let Some(service) = topology.services.iter().find(|s| {
+                topology
+                    .workload(&s.workload)
+                    .is_some_and(|w| w.service_account == upstream && w.meshed)
+            }) else {
+                continue;
+            };
+            let address = lab.net.service_addr(&service.name)?;
+            agent
+                .wait_for_upstream(lab, &pod.name, address.ip())
+                .await?;
+        }
+    }
+    Ok(components)
 }
 
 /// Registers `pod` as service `name` with its sidecar, captures the pod's traffic into it and
