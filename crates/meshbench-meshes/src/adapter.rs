@@ -166,6 +166,13 @@ pub trait MeshAdapter: Sync {
         crate::spiffe_id(namespace, service_account)
     }
 
+    /// Why an enrolled caller's own proxy refuses a call before it leaves the pod, if it
+    /// does: to a service outside the mesh (`to_enrolled` false), or to the caller's own
+    /// service. Most meshes pass the first through (Istio's ALLOW_ANY) and carry the second.
+    fn refuses_outbound(&self, _to_enrolled: bool, _to_own_service: bool) -> Option<&'static str> {
+        None
+    }
+
     /// The directory of the CA this mesh's proxies trust, as [`CertificateAuthority::init`]
     /// keeps one: the identity checks issue their certificates from it. Ours by default; a
     /// control plane with a CA of its own keeps it there once enrolled.
@@ -339,6 +346,13 @@ impl std::fmt::Debug for Mesh {
     }
 }
 
+/// A version line without the binary's path some tools start it with (`/usr/local/bin/envoy
+/// version: <sha>/1.40.0/Clean/RELEASE/BoringSSL`), its spaces collapsed.
+fn version_of_line(line: &str) -> String {
+    let line = line.split_once(" version: ").map_or(line, |(_, v)| v);
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 fn tool_version(tool: Tool) -> String {
     let Some(path) = meshbench_netlab::which(tool.binary) else {
         return "not installed".into();
@@ -352,7 +366,7 @@ fn tool_version(tool: Tool) -> String {
             .chain(String::from_utf8_lossy(&out.stderr).lines())
             .map(str::trim)
             .find(|line| !line.is_empty())
-            .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+            .map(version_of_line)
             .unwrap_or_else(|| format!("no version from `{}`", path.display())),
         Err(e) => format!("cannot run `{}`: {e}", path.display()),
     }
@@ -374,6 +388,15 @@ pub fn unenforceable() -> Vec<Mesh> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_version_line_loses_the_binarys_path() {
+        assert_eq!(
+            version_of_line("/usr/local/bin/envoy  version: abc/1.40.0/Clean/RELEASE/BoringSSL"),
+            "abc/1.40.0/Clean/RELEASE/BoringSSL"
+        );
+        assert_eq!(version_of_line("Consul  v1.22.7"), "Consul v1.22.7");
+    }
 
     #[test]
     fn every_name_and_alias_parses_back_and_names_are_unique() {

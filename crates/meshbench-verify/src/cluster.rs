@@ -31,7 +31,7 @@ use meshbench_results::{
 use meshbench_topology::{Pod as TopologyPod, Topology};
 
 use crate::e3::{self, SecurityCase, CASES, PROBES};
-use crate::expect::expect;
+use crate::expect::expect_through;
 use crate::identity::{BoxFuture, ExchangeReport, Guard, GuardAccess, IdentityPlan, ROTATION_TTL};
 use crate::probe::{observation, probe_request};
 use crate::run::{all_passed, failures, not_verified, probe_verdict};
@@ -208,7 +208,7 @@ async fn run_case(
     let mut probes = vec![];
     for (i, probe) in PROBES.iter().enumerate() {
         let (from, to) = (e3_pod(topology, probe.from)?, e3_pod(topology, probe.to)?);
-        let expected = expect(policy, probe, case.meshed, site.pod_ip(&from.name));
+        let expected = expect_through(mesh, policy, probe, case.meshed, site.pod_ip(&from.name));
         let marker = format!("mb-verify-marker-{}-{}-{i}", mesh.name(), case.number);
         let both_enrolled = case.meshed.contains(&probe.from) && case.meshed.contains(&probe.to);
         let same_node = site.node_of(&from.name) == site.node_of(&to.name);
@@ -258,6 +258,7 @@ async fn run_case(
             if same_node { "same-node" } else { "inter-node" },
             &marker,
             WireExpectation::of(mesh, both_enrolled, same_node),
+            observation(probe, &reply).allowed(),
         );
         probes.push(probe_verdict(
             probe,

@@ -16,6 +16,28 @@ pub struct Expectation {
     pub reason: String,
 }
 
+/// What `probe` should get when `mesh` enrolls the workloads in `meshed`: refused by the
+/// caller's own proxy where the mesh does that (see `MeshAdapter::refuses_outbound`),
+/// otherwise as `policy` (the policy the mesh enforces) decides at the destination.
+pub fn expect_through(
+    mesh: meshbench_meshes::Mesh,
+    policy: &Policy,
+    probe: &Probe,
+    meshed: &[&str],
+    source_ip: Option<IpAddr>,
+) -> Expectation {
+    if meshed.contains(&probe.from) {
+        let own_service = probe.from == probe.to;
+        if let Some(why) = mesh.refuses_outbound(meshed.contains(&probe.to), own_service) {
+            return Expectation {
+                allowed: false,
+                reason: why.to_owned(),
+            };
+        }
+    }
+    expect(policy, probe, meshed, source_ip)
+}
+
 /// What `probe` should get when the workloads in `meshed` are enrolled, under `policy`.
 /// `source_ip` is the caller pod's address (for policies on networks).
 pub fn expect(

@@ -18,7 +18,7 @@ use meshbench_topology::Pod;
 use meshbench_workload::WorkloadFile;
 
 use crate::e3::{self, SecurityCase, CASES, PROBES};
-use crate::expect::expect;
+use crate::expect::expect_through;
 use crate::identity::{Guard, IdentityPlan, NodeAccess, ROTATION_TTL};
 use crate::probe::run_probe;
 use crate::wire::{capture_point, evidence, WireExpectation};
@@ -164,7 +164,7 @@ async fn verify_case(
         let source_ip = topology
             .first_pod(probe.from)
             .and_then(|p| net.pod_ip(&p.name).ok());
-        let expected = expect(policy, probe, case.meshed, source_ip);
+        let expected = expect_through(mesh, policy, probe, case.meshed, source_ip);
         let marker = format!("mb-verify-marker-{}-{}-{i}", mesh.name(), case.number);
         let enrolled = |w: &str| case.meshed.contains(&w);
         let both_enrolled = enrolled(probe.from) && enrolled(probe.to);
@@ -177,7 +177,14 @@ async fn verify_case(
         let observed = run_probe(&net, probe, &marker)?;
         let report = capture.finish(marker.as_bytes())?;
         let expectation = WireExpectation::of(mesh, both_enrolled, path == "same-node");
-        let wire = evidence(&report, point, path, &marker, expectation);
+        let wire = evidence(
+            &report,
+            point,
+            path,
+            &marker,
+            expectation,
+            observed.allowed(),
+        );
         probes.push(probe_verdict(probe, expected, observed, wire));
     }
     let mut checks = vec![];

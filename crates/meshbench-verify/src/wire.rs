@@ -73,12 +73,15 @@ impl WireExpectation {
 }
 
 /// Judges a capture. Connections to the control plane (certificate renewals) are left out.
+/// `observed_allowed`: whether the probe got through; a refused one of which nothing crossed
+/// (the caller's own proxy refused it) leaked nothing.
 pub fn evidence(
     report: &WireReport,
     capture_point: String,
     path: &str,
     marker: &str,
     expectation: WireExpectation,
+    observed_allowed: bool,
 ) -> WireEvidence {
     let report = report.without_port(meshbench_meshes::Ports::CA);
     let tls_connections = report.tls_connections();
@@ -98,6 +101,14 @@ pub fn evidence(
             (_, false) => None,
         };
         (Verdict::Pass, note.map(str::to_owned))
+    } else if connections == 0 && !observed_allowed {
+        (
+            Verdict::Pass,
+            Some(
+                "refused before anything crossed here: nothing to encrypt, nothing leaked"
+                    .to_owned(),
+            ),
+        )
     } else if connections == 0 {
         (
             Verdict::Fail,

@@ -106,14 +106,17 @@ pub(crate) fn consul_spiffe_id(cluster_id: &str, service: &str) -> String {
 }
 
 /// The mesh-wide entry: TLS 1.3 only both ways (as every other mesh of the lab is run), and
-/// outbound traffic to destinations outside the mesh passed through (as Istio's ALLOW_ANY:
-/// E3's meshed callers reach unmeshed services). `permissive` lets a service take plaintext
-/// (Consul refuses `MutualTLSMode: permissive` otherwise).
+/// outbound traffic to mesh destinations only. A sidecar's upstreams are the services its
+/// intentions let it call; with passthrough, a call the intentions deny left the pod in
+/// plaintext (as to a service outside the mesh) and was refused only by the destination's
+/// sidecar, its request readable on the wire: seen in `verify`, so the sidecar drops it
+/// instead. `permissive` lets a service take plaintext (Consul refuses `MutualTLSMode:
+/// permissive` otherwise).
 pub(crate) fn mesh_entry(permissive: bool) -> Value {
     json!({
         "Kind": "mesh",
         "AllowEnablingPermissiveMutualTLS": permissive,
-        "TransparentProxy": { "MeshDestinationsOnly": false },
+        "TransparentProxy": { "MeshDestinationsOnly": true },
         "TLS": {
             "Incoming": { "TLSMinVersion": "TLSv1_3", "TLSMaxVersion": "TLSv1_3" },
             "Outgoing": { "TLSMinVersion": "TLSv1_3", "TLSMaxVersion": "TLSv1_3" },

@@ -37,11 +37,12 @@ pub(crate) struct Translation {
 }
 
 impl Translation {
-    /// The services `source` may call at all: Consul makes them its sidecar's upstreams.
+    /// The services `source` may call at all: Consul makes them its sidecar's upstreams,
+    /// except its own service (a call to it is not an upstream's).
     pub(crate) fn upstreams_of<'a>(&'a self, source: &'a str) -> impl Iterator<Item = &'a str> {
         self.allowed
             .iter()
-            .filter(move |(s, _)| s == source)
+            .filter(move |(s, d)| s == source && d != source)
             .map(|(_, d)| d.as_str())
     }
 }
@@ -402,18 +403,14 @@ mod tests {
         assert_eq!(e[0]["AllowEnablingPermissiveMutualTLS"], true);
         assert_eq!(t.enforced.policy.file(), policy.file());
         let upstreams: Vec<&str> = t.upstreams_of(e3::EXPERIMENTER).collect();
-        // The external checker's namespace is open to every identity.
+        // The external checker's namespace is open to every identity; no service is its own
+        // upstream.
         assert_eq!(
             upstreams,
-            [
-                e3::CALCULATOR,
-                e3::EXPERIMENTER,
-                e3::CHECKER,
-                e3::EXTERNAL_CHECKER
-            ]
+            [e3::CALCULATOR, e3::CHECKER, e3::EXTERNAL_CHECKER]
         );
         let upstreams: Vec<&str> = t.upstreams_of(e3::EXTERNAL_CHECKER).collect();
-        assert_eq!(upstreams, [e3::EXTERNAL_CHECKER]);
+        assert!(upstreams.is_empty(), "{upstreams:?}");
     }
 
     #[test]

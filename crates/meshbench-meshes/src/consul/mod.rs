@@ -92,6 +92,23 @@ impl MeshAdapter for ConsulConnect {
         Ok(intentions::translate(policy, topology)?.enforced)
     }
 
+    fn refuses_outbound(&self, to_enrolled: bool, to_own_service: bool) -> Option<&'static str> {
+        if !to_enrolled {
+            Some(
+                "Consul's transparent sidecars reach mesh destinations only \
+                 (MeshDestinationsOnly): the caller's sidecar drops a call to a service outside \
+                 the mesh",
+            )
+        } else if to_own_service {
+            Some(
+                "Consul makes no service an upstream of itself: the caller's sidecar drops a call \
+                 to its own service",
+            )
+        } else {
+            None
+        }
+    }
+
     fn ca_dir(&self, pki: &MeshPki) -> PathBuf {
         ca_dir(pki)
     }
