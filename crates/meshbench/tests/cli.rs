@@ -89,6 +89,12 @@ fn bad_input_is_named_and_exits_with_code_2() {
         &format!("{exchange} --expect-server-id {calculator}"),
         "/nonexistent/ca.pem",
     );
+    // Neither touches a lab or a cluster: both are refused before.
+    bad(
+        "lab clean --backend kubernetes --lab mine",
+        "--lab names a local lab; it cannot go with --backend kubernetes",
+    );
+    bad("lab clean --backend nomad", "unknown backend \"nomad\"");
 }
 
 #[test]

@@ -444,7 +444,7 @@ fn lab_clean_removes_what_a_killed_run_left_on_the_cluster() {
     assert_ne!(cluster.leftovers(), "");
     let output = run_ok(
         Command::new(env!("CARGO_BIN_EXE_meshbench"))
-            .args(["lab", "clean", "--kubernetes", "--kubeconfig"])
+            .args(["lab", "clean", "--backend", "kubernetes", "--kubeconfig"])
             .arg(&cluster.kubeconfig),
     );
     let said = String::from_utf8_lossy(&output.stdout);

@@ -1,4 +1,4 @@
-//! `meshbench lab ...`: housekeeping of the local lab.
+//! `meshbench lab ...`: housekeeping of the local lab, or of a cluster (`--backend kubernetes`).
 
 use clap::Subcommand;
 
@@ -16,18 +16,31 @@ pub enum LabCommand {
         /// config maps and service accounts elsewhere) and wait until they are gone.
         #[arg(long)]
         kubernetes: bool,
+        /// The same as `--kubernetes` with `kubernetes`; a lab backend (`netns`, `loopback`)
+        /// cleans the local lab, as without it.
+        #[arg(long, value_parser = super::args::backend, conflicts_with = "kubernetes")]
+        backend: Option<super::args::RunBackend>,
         #[command(flatten)]
         cluster: super::args::KubeConnection,
     },
 }
 
 pub fn run(command: LabCommand) -> anyhow::Result<()> {
-    match command {
-        LabCommand::Clean {
-            kubernetes: true,
-            cluster,
-            ..
-        } => {
+    let LabCommand::Clean {
+        lab,
+        kubernetes,
+        backend,
+        cluster,
+    } = command;
+    let kubernetes = kubernetes || backend == Some(super::args::RunBackend::Kubernetes);
+    if kubernetes && lab.is_some() {
+        return Err(super::BadInput(
+            "--lab names a local lab; it cannot go with --backend kubernetes".into(),
+        )
+        .into());
+    }
+    match kubernetes {
+        true => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -45,7 +58,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        LabCommand::Clean { lab, .. } => {
+        false => {
             let report = meshbench_netlab::clean_all(lab.as_deref())?;
             let areas = match lab {
                 None => meshbench_meshes::clean_stale_areas(),
