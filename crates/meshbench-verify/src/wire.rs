@@ -143,3 +143,43 @@ pub fn evidence(
         verdict,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judge(report: &WireReport, observed_allowed: bool) -> WireEvidence {
+        evidence(
+            report,
+            "pod interface".into(),
+            "same-node",
+            "marker",
+            WireExpectation::Encrypted,
+            observed_allowed,
+        )
+    }
+
+    #[test]
+    fn an_enrolled_path_with_nothing_on_the_wire_passes_only_if_the_call_was_refused() {
+        let empty = WireReport::default();
+        // Refused in the caller's own proxy: nothing crossed, nothing leaked.
+        assert_eq!(judge(&empty, false).verdict, Verdict::Pass);
+        // Answered, yet nothing seen: encryption cannot be shown.
+        assert_eq!(judge(&empty, true).verdict, Verdict::Fail);
+        // A refused call that crossed in clear still fails.
+        let clear = WireReport {
+            packets: 4,
+            flows: vec![meshbench_netlab::FlowVerdict {
+                client: "10.0.0.1:40000".parse().unwrap(),
+                server: "10.0.0.2:8080".parse().unwrap(),
+                bytes_to_server: 80,
+                bytes_to_client: 0,
+                tls: false,
+                tls_version: None,
+                cipher_suite: None,
+                marker_seen: true,
+            }],
+        };
+        assert_eq!(judge(&clear, false).verdict, Verdict::Fail);
+    }
+}
