@@ -31,7 +31,7 @@ use meshbench_results::{
 use meshbench_topology::{Pod as TopologyPod, Topology};
 
 use crate::e3::{self, SecurityCase, CASES, PROBES};
-use crate::expect::expect_through;
+use crate::expect::{enforced_in_case, expect_through};
 use crate::identity::{BoxFuture, ExchangeReport, Guard, GuardAccess, IdentityPlan, ROTATION_TTL};
 use crate::probe::{observation, probe_request};
 use crate::run::{all_passed, failures, not_verified, probe_verdict};
@@ -101,14 +101,9 @@ pub async fn verify_on_cluster(
         let mut notes: Vec<String> = vec![];
         for case in &CASES {
             let case_dir = dir.join(format!("case-{}", case.number));
-            let enforced = mesh.enforced_policy(&policy, &e3::topology(case))?;
-            for note in enforced.notes {
-                if !notes.contains(&note) {
-                    notes.push(note);
-                }
-            }
+            let enforced = enforced_in_case(mesh, &policy, case, &mut notes)?;
             let (verification, checks) =
-                verify_case(&platform, mesh, case, &enforced.policy, &case_dir).await?;
+                verify_case(&platform, mesh, case, &enforced, &case_dir).await?;
             identity.extend(checks);
             progress(&format!(
                 "{}: case {} ({}): {} probes, {} failed",

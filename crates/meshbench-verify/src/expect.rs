@@ -16,6 +16,23 @@ pub struct Expectation {
     pub reason: String,
 }
 
+/// The policy `mesh` enforces in `case` (whose enrolled workloads it depends on), its notes
+/// added to `notes` once each: the expectations follow it, and what it changed is said.
+pub fn enforced_in_case(
+    mesh: meshbench_meshes::Mesh,
+    policy: &Policy,
+    case: &crate::e3::SecurityCase,
+    notes: &mut Vec<String>,
+) -> Result<Policy, meshbench_meshes::Error> {
+    let enforced = mesh.enforced_policy(policy, &crate::e3::topology(case))?;
+    for note in enforced.notes {
+        if !notes.contains(&note) {
+            notes.push(note);
+        }
+    }
+    Ok(enforced.policy)
+}
+
 /// What `probe` should get when `mesh` enrolls the workloads in `meshed`: refused by the
 /// caller's own proxy where the mesh does that (see `MeshAdapter::refuses_outbound`),
 /// otherwise as `policy` (the policy the mesh enforces) decides at the destination.

@@ -18,7 +18,7 @@ use meshbench_topology::Pod;
 use meshbench_workload::WorkloadFile;
 
 use crate::e3::{self, SecurityCase, CASES, PROBES};
-use crate::expect::expect_through;
+use crate::expect::{enforced_in_case, expect_through};
 use crate::identity::{Guard, IdentityPlan, NodeAccess, ROTATION_TTL};
 use crate::probe::run_probe;
 use crate::wire::{capture_point, evidence, WireExpectation};
@@ -82,23 +82,9 @@ async fn verify_mesh(
     let mut notes: Vec<String> = vec![];
     for case in &CASES {
         let case_dir = dir.join(format!("case-{}", case.number));
-        // What the mesh enforces of the policy, for this case's enrolled workloads: the
-        // expectations follow it, and what it changed is said.
-        let enforced = mesh.enforced_policy(policy, &e3::topology(case))?;
-        for note in enforced.notes {
-            if !notes.contains(&note) {
-                notes.push(note);
-            }
-        }
-        let (verification, checks) = verify_case(
-            mesh,
-            case,
-            &enforced.policy,
-            policy_yaml,
-            options,
-            &case_dir,
-        )
-        .await?;
+        let enforced = enforced_in_case(mesh, policy, case, &mut notes)?;
+        let (verification, checks) =
+            verify_case(mesh, case, &enforced, policy_yaml, options, &case_dir).await?;
         let failed = failures(&verification);
         progress(&format!(
             "{}: case {} ({}): {} probes, {failed} failed",

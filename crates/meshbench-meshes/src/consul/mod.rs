@@ -304,17 +304,7 @@ async fn enroll_pod(
     let bootstrap = agent.envoy_bootstrap(lab, &id).await?;
     let component = format!("{}-envoy", pod.name);
     let log_dir = lab.proxy_dir(&component)?;
-    let args = vec![
-        "-c".into(),
-        bootstrap.display().to_string(),
-        "--concurrency".into(),
-        "1".into(),
-        "--disable-hot-restart".into(),
-        "--log-level".into(),
-        "warn".into(),
-        "--log-path".into(),
-        log_dir.join("envoy.log").display().to_string(),
-    ];
+    let args = crate::envoy::sidecar_args(&bootstrap, &log_dir);
     // The public listener comes from Consul's xDS once the sidecar's certificate is signed:
     // listening on it means configured.
     let sidecar = lab

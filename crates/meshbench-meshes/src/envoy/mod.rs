@@ -75,20 +75,25 @@ impl PairedProxy for Envoy {
         }
     }
 
-    /// One worker, no hot restart, warnings only, its log in its own directory.
     fn args(&self, config: &Path, dir: &Path) -> Vec<String> {
-        vec![
-            "-c".into(),
-            config.display().to_string(),
-            "--concurrency".into(),
-            "1".into(),
-            "--disable-hot-restart".into(),
-            "--log-level".into(),
-            "warn".into(),
-            "--log-path".into(),
-            dir.join("envoy.log").display().to_string(),
-        ]
+        sidecar_args(config, dir)
     }
+}
+
+/// How every Envoy sidecar of the lab runs: one worker, no hot restart, warnings only, its log
+/// in its own directory `dir`, its configuration (or bootstrap) `config`.
+pub(crate) fn sidecar_args(config: &Path, dir: &Path) -> Vec<String> {
+    vec![
+        "-c".into(),
+        config.display().to_string(),
+        "--concurrency".into(),
+        "1".into(),
+        "--disable-hot-restart".into(),
+        "--log-level".into(),
+        "warn".into(),
+        "--log-path".into(),
+        dir.join("envoy.log").display().to_string(),
+    ]
 }
 
 /// Every meshed pod gets Envoy configured as Istio configures its sidecar (see
