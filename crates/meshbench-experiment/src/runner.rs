@@ -130,6 +130,8 @@ impl Runner {
             path: options.out_dir.clone(),
             source,
         })?;
+        let mut environment = describe_environment(&options.build);
+        environment.cluster_meshes = platform.cluster_meshes();
         let result = RunResult {
             schema_version: SCHEMA_VERSION,
             kind: "meshbench.run".to_owned(),
@@ -137,7 +139,7 @@ impl Runner {
             status_reason: None,
             started_at: timestamp(),
             finished_at: None,
-            environment: describe_environment(&options.build),
+            environment,
             config: profile.describe(&platform.name()),
             cells: Vec::new(),
         };
@@ -184,6 +186,7 @@ impl Runner {
         result.finished_at = None;
         // Re-checked now: a tool installed since may make a scenario available.
         result.config.unavailable.clear();
+        result.environment.cluster_meshes = platform.cluster_meshes();
         Ok(Runner {
             profile,
             options,

@@ -740,8 +740,8 @@ mod tests {
     fn errors_name_the_field_and_the_value() {
         assert_refused(&[
             (
-                MINIMAL.replace("baseline", "istio"),
-                &["scenarios[0]", "\"istio\""],
+                MINIMAL.replace("baseline", "kuma"),
+                &["scenarios[0]", "\"kuma\""],
             ),
             (
                 MINIMAL.replace("rps: 10", "rps: -3"),

@@ -7,12 +7,15 @@
 //! - [`stats`]: per-container CPU and memory from the kubelets' summary API;
 //! - [`KubePlatform`]: the platform seam's Kubernetes side (`Platform`), and `site`, a cell
 //!   on the cluster (`Site`) with what its mesh adds to the pods (`ClusterMesh`);
-//! - [`clean`]: removes every object meshbench labelled, for `meshbench lab clean`.
+//! - [`clean`]: removes every object meshbench labelled, for `meshbench lab clean`;
+//! - [`installed`]: the meshes a cluster already runs (Istio, Linkerd, Cilium, Consul):
+//!   detecting them and applying (or dry-running) their resources.
 
 mod clean;
 mod credentials;
 mod error;
 pub mod exec;
+pub mod installed;
 pub mod objects;
 mod platform;
 pub mod pods;

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use kube::api::ListParams;
 use kube::{Api, Client, Config};
 use meshbench_experiment::platform::{CellPlace, Platform, Site, SiteError};
-use meshbench_meshes::{BoxFuture, Mesh, MeshPki, ProxyArea};
-use meshbench_results::UnavailableScenario;
+use meshbench_meshes::{BoxFuture, Installation, Mesh, MeshPki, ProxyArea};
+use meshbench_results::{MeshInstallation, UnavailableScenario};
 use meshbench_topology::Topology;
 
 use crate::clean::{delete_namespaces, off_runtime};
@@ -56,6 +56,8 @@ pub struct KubePlatform {
     work_dir: PathBuf,
     /// The run's identities (set by `prepare`).
     pki: Option<(ProxyArea, MeshPki)>,
+    /// What detection found of each mesh a cluster may run, by scenario.
+    installed: BTreeMap<&'static str, Installation>,
 }
 
 impl KubePlatform {
@@ -69,6 +71,7 @@ impl KubePlatform {
             .apiserver_version()
             .await
             .map_err(Error::api(format!("reading the version of {server}")))?;
+        let installed = crate::installed::detect_all(&client).await?;
         Ok(KubePlatform {
             config,
             client,
@@ -81,6 +84,7 @@ impl KubePlatform {
             generators: options.generators.max(1),
             progress: options.progress.clone(),
             pki: None,
+            installed,
         })
     }
 
@@ -212,6 +216,23 @@ impl Platform for KubePlatform {
 
     /// A mesh without a Kubernetes flavour yet; the binaries of the rest are in the image.
     fn unavailable(&self, mesh: Mesh) -> Option<UnavailableScenario> {
+        if let Some(installed) = self.installed.get(mesh.name()) {
+            let reason = match &installed.unusable {
+                Some(why) => why.clone(),
+                None => format!(
+                    "{} is installed, but running cells through a mesh the cluster runs is not \
+                     implemented yet: `meshbench mesh check --mesh {}` validates what meshbench \
+                     would apply",
+                    mesh.name(),
+                    mesh.name()
+                ),
+            };
+            return Some(UnavailableScenario {
+                name: mesh.name().to_owned(),
+                reason,
+                install: String::new(),
+            });
+        }
         if mesh.cluster().is_some() {
             return None;
         }
@@ -228,6 +249,21 @@ impl Platform for KubePlatform {
             ),
             install: String::new(),
         })
+    }
+
+    fn cluster_meshes(&self) -> Vec<MeshInstallation> {
+        self.installed
+            .iter()
+            .map(|(scenario, i)| MeshInstallation {
+                scenario: (*scenario).to_owned(),
+                usable: i.unusable.is_none(),
+                version: i.version.clone(),
+                mode: i.mode.clone(),
+                namespace: i.namespace.clone(),
+                revision: i.revision.clone(),
+                reason: i.unusable.clone(),
+            })
+            .collect()
     }
 
     fn prepare<'a>(

@@ -38,5 +38,6 @@ pub fn describe_environment(build: &BuildInfo) -> Environment {
         git_commit: build.git_commit.clone(),
         build_profile: build.profile.clone(),
         command_line: std::env::args().collect(),
+        cluster_meshes: vec![],
     }
 }

@@ -105,11 +105,26 @@ impl Tool {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("mesh {mesh} is unavailable: `{tool}` is not installed; install it with: {install}")]
+#[error("mesh {mesh} is unavailable: {why}")]
 pub struct Unavailable {
     pub mesh: String,
-    pub tool: String,
+    pub why: String,
+    /// The command that installs what is missing (empty when no command can).
     pub install: String,
+}
+
+impl Unavailable {
+    /// `tool` is not on the PATH.
+    pub fn missing_tool(mesh: &str, tool: Tool) -> Self {
+        Unavailable {
+            mesh: mesh.into(),
+            why: format!(
+                "`{}` is not installed; install it with: {}",
+                tool.binary, tool.install
+            ),
+            install: tool.install.into(),
+        }
+    }
 }
 
 /// One scenario of a mesh. See the module's invariants.
@@ -133,6 +148,12 @@ pub trait MeshAdapter: Sync {
     /// Every binary it needs beyond meshbench's own (a control plane and its proxy, say).
     fn tools(&self) -> Vec<Tool> {
         self.tool().into_iter().collect()
+    }
+
+    /// Why the local lab cannot run it whatever is installed, if it cannot (a mesh that
+    /// runs only where a cluster has it installed).
+    fn local_lab(&self) -> Result<(), &'static str> {
+        Ok(())
     }
 
     fn enrollment(&self) -> Enrollment;
@@ -285,13 +306,15 @@ impl Mesh {
     /// The binary to run, or why the mesh cannot run here: every tool it needs must be
     /// installed.
     pub fn binary(self) -> Result<Option<PathBuf>, Unavailable> {
+        self.local_lab().map_err(|why| Unavailable {
+            mesh: self.name().into(),
+            why: why.into(),
+            install: String::new(),
+        })?;
         let mut first = None;
         for tool in self.tools() {
-            let path = meshbench_netlab::which(tool.binary).ok_or_else(|| Unavailable {
-                mesh: self.name().into(),
-                tool: tool.binary.into(),
-                install: tool.install.into(),
-            })?;
+            let path = meshbench_netlab::which(tool.binary)
+                .ok_or_else(|| Unavailable::missing_tool(self.name(), tool))?;
             first.get_or_insert(path);
         }
         Ok(first)

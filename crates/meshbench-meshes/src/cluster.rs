@@ -268,6 +268,12 @@ pub trait ClusterMesh: Sync {
     fn needs_ca(&self) -> bool {
         false
     }
+
+    /// The mesh as the cluster already runs it, when meshbench injects nothing itself (its
+    /// pods are then enrolled by the labels and annotations its translation gives).
+    fn installed(&self) -> Option<&dyn crate::installed::InstalledMesh> {
+        None
+    }
 }
 
 /// The client of an app doing mTLS itself: its SVID, and the server's SPIFFE ID to expect.

@@ -12,7 +12,9 @@ mod cluster;
 pub mod configs;
 mod enroll;
 mod gateway;
+mod installed;
 mod lab;
+mod pairs;
 mod pki;
 mod registry;
 mod third_party;
@@ -20,9 +22,12 @@ mod third_party;
 // One module per mesh, each registered in `registry`.
 mod app_mtls;
 mod baseline;
+mod cilium;
 mod consul;
 mod envoy;
 mod haproxy;
+mod istio;
+mod linkerd;
 mod nginx;
 mod node_agent;
 mod sidecar;
@@ -38,6 +43,10 @@ pub use cluster::{
 };
 pub use enroll::{app_port, enroll};
 pub use gateway::start_gateway;
+pub use installed::{
+    ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh, InstalledSite,
+    MeshEnrollment, Signature, Translation, WORKLOAD_LABEL,
+};
 pub use lab::{
     deploy, Deployment, LabContext, MeshContext, Ports, PROXY_METRICS_DIR_SUFFIX,
     PROXY_METRICS_FILE,

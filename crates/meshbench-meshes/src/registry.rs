@@ -12,4 +12,7 @@ pub(crate) const MODULES: &[&[&dyn MeshAdapter]] = &[
     crate::haproxy::SCENARIOS,
     crate::nginx::SCENARIOS,
     crate::consul::SCENARIOS,
+    crate::istio::SCENARIOS,
+    crate::linkerd::SCENARIOS,
+    crate::cilium::SCENARIOS,
 ];

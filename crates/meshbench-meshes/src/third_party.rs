@@ -128,13 +128,8 @@ impl<P: PairedProxy> MeshAdapter for ThirdParty<P> {
 /// The proxy's binary, or why it cannot run here.
 pub(crate) fn binary<P: PairedProxy>() -> Result<PathBuf, Error> {
     let tool = P::TOOL;
-    meshbench_netlab::which(tool.binary).ok_or_else(|| {
-        Error::Unavailable(Unavailable {
-            mesh: P::NAME.into(),
-            tool: tool.binary.into(),
-            install: tool.install.into(),
-        })
-    })
+    meshbench_netlab::which(tool.binary)
+        .ok_or_else(|| Error::Unavailable(Unavailable::missing_tool(P::NAME, tool)))
 }
 
 /// Starts `proxy` in both pods and captures their traffic into it.

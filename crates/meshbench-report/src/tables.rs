@@ -818,7 +818,11 @@ pub fn header_lines(result: &RunResult) -> Vec<(String, String)> {
     for missing in &cfg.unavailable {
         lines.push((
             format!("unavailable: {}", missing.name),
-            format!("{} (install: {})", missing.reason, missing.install),
+            if missing.install.is_empty() {
+                missing.reason.clone()
+            } else {
+                format!("{} (install: {})", missing.reason, missing.install)
+            },
         ));
     }
     lines

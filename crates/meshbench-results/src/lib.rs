@@ -18,9 +18,9 @@ pub use load::{
     MeasurementWindow, ModelParameters, RequestSample, SecondStats, HISTOGRAM_ENCODING,
 };
 pub use run::{
-    Cell, ComponentResources, Environment, HandshakeTimes, LoadPoint, OutlierPolicyConfig,
-    RunConfig, RunResult, RunStatus, ScenarioConfig, SoftwareVersion, UnavailableScenario,
-    WireObservation, WorkloadConfig,
+    Cell, ComponentResources, Environment, HandshakeTimes, LoadPoint, MeshInstallation,
+    OutlierPolicyConfig, RunConfig, RunResult, RunStatus, ScenarioConfig, SoftwareVersion,
+    UnavailableScenario, WireObservation, WorkloadConfig,
 };
 
 pub use verify::{

@@ -48,6 +48,33 @@ pub struct Environment {
     /// `release` or `debug`: a debug build changes every figure.
     pub build_profile: String,
     pub command_line: Vec<String>,
+    /// On a cluster: each mesh it may run as detection found it (installed or not, its
+    /// version and mode).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_meshes: Vec<MeshInstallation>,
+}
+
+/// A mesh a cluster runs (or not), as meshbench detected it from its CRDs, its control
+/// plane's pods and its configuration.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MeshInstallation {
+    /// The scenario that runs it (`istio`, `istio-ambient`, `linkerd`, `cilium`,
+    /// `consul-connect`).
+    pub scenario: String,
+    /// Whether the scenario can run on the cluster.
+    pub usable: bool,
+    /// From its control plane's image tag.
+    pub version: Option<String>,
+    /// As the mesh names it (`sidecar`, `ambient`, `encryption: wireguard; ...`).
+    pub mode: Option<String>,
+    /// Where its control plane runs.
+    pub namespace: Option<String>,
+    /// Istio's revision, when not the default.
+    pub revision: Option<String>,
+    /// Why the scenario cannot run there.
+    pub reason: Option<String>,
 }
 
 #[serde_with::skip_serializing_none]

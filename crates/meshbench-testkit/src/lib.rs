@@ -78,6 +78,22 @@ pub fn require_cluster() -> Option<PathBuf> {
     None
 }
 
+/// The meshes' CRDs as `scripts/mesh-crds` caches them (`MESHBENCH_MESH_CRDS`, which
+/// `scripts/test` sets). Under CI their absence fails the test; elsewhere it is skipped.
+pub fn require_mesh_crds() -> Option<PathBuf> {
+    let path = std::env::var_os("MESHBENCH_MESH_CRDS").map(PathBuf::from);
+    if let Some(path) = path.filter(|p| p.join("istio").is_dir()) {
+        return Some(path);
+    }
+    let msg = "no mesh CRDs: set MESHBENCH_MESH_CRDS to the directory `scripts/mesh-crds` \
+               prints (scripts/test does)";
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
 /// Whether this test may build network namespaces (root, `ip`, `iptables`). Under CI a
 /// missing privilege or tool fails the test; elsewhere it is skipped with the reason.
 pub fn require_netns() -> bool {

@@ -95,6 +95,44 @@ fn bad_input_is_named_and_exits_with_code_2() {
         "--lab names a local lab; it cannot go with --backend kubernetes",
     );
     bad("lab clean --backend nomad", "unknown backend \"nomad\"");
+    bad("mesh render --mesh nope", "--mesh \"nope\": unknown mesh");
+    bad(
+        "mesh render --mesh meshbench-sidecar",
+        "--mesh meshbench-sidecar: not a mesh a cluster runs",
+    );
+    bad(
+        "mesh render --mesh istio --application nope",
+        "--application \"nope\": unknown",
+    );
+    bad(
+        "mesh render --mesh istio --policy /nonexistent/policy.yaml",
+        "/nonexistent/policy.yaml",
+    );
+}
+
+#[test]
+fn mesh_render_prints_what_a_cluster_running_the_mesh_would_get() {
+    let output = run(&["mesh", "render", "--mesh", "istio"]);
+    assert_success(&output);
+    let yaml = String::from_utf8(output.stdout).unwrap();
+    // E3's policy, as Istio's own resources, and the label that enrolls the namespace.
+    assert!(yaml.contains("kind: AuthorizationPolicy"), "{yaml}");
+    assert!(
+        yaml.contains("- cluster.local/ns/app/sa/experimenter"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("# namespace labels of app: istio-injection=enabled"),
+        "{yaml}"
+    );
+    // Every document parses as YAML with a kind and a name.
+    for doc in yaml.split("\n---\n").skip(1) {
+        let value: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();
+        assert!(
+            value["kind"].is_string() && value["metadata"]["name"].is_string(),
+            "{doc}"
+        );
+    }
 }
 
 #[test]

@@ -630,3 +630,129 @@ fn our_data_planes_and_envoy_pass_e3s_matrix_on_the_cluster_and_no_mesh_fails_it
     assert_eq!(impostor["wire"]["marker_seen"], true);
     assert_eq!(cluster.leftovers(), "");
 }
+
+/// The CRDs of the meshes a cluster runs (Istio's, the Gateway API's, Cilium's, from the Go
+/// modules they publish), installed into the test cluster as an operator would: meshbench
+/// never installs a mesh. Only the schemas: no control plane, no webhook.
+fn install_mesh_crds(cluster: &Cluster, crds: &Path) {
+    let kubectl = || {
+        let mut command = Command::new(&cluster.kubectl);
+        command.arg("--kubeconfig").arg(&cluster.kubeconfig);
+        command
+    };
+    let mut apply = kubectl();
+    apply.args(["apply", "--server-side", "--force-conflicts"]);
+    for mesh in ["istio", "gateway-api", "cilium"] {
+        apply.arg("-f").arg(crds.join(mesh));
+    }
+    run_ok(&mut apply);
+    run_ok(kubectl().args([
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "--all",
+        "--timeout=120s",
+    ]));
+}
+
+#[test]
+fn each_meshs_resources_pass_server_side_dry_run_against_its_own_crds() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let Some(crds) = meshbench_testkit::require_mesh_crds() else {
+        return;
+    };
+    install_mesh_crds(&cluster, &crds);
+    let meshbench = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        (output, stdout)
+    };
+
+    // Schemas without a control plane: installed is not usable.
+    let (output, detected) = meshbench(&["mesh", "detect"]);
+    assert_success(&output);
+    assert!(
+        detected.contains("Istio's CRDs are installed but its control plane is not running"),
+        "{detected}"
+    );
+    assert!(
+        detected.contains("Cilium's CRDs are installed but no Cilium agent"),
+        "{detected}"
+    );
+
+    // E3's policy for each mesh whose CRDs the module proxy serves: every resource accepted
+    // (the CRDs' schemas and validation rules), every pod admitted.
+    for (mesh, kinds) in [
+        ("istio", &["PeerAuthentication", "AuthorizationPolicy"][..]),
+        (
+            "istio-ambient",
+            &["PeerAuthentication", "AuthorizationPolicy"][..],
+        ),
+        ("cilium", &["CiliumNetworkPolicy"][..]),
+    ] {
+        let (output, report) = meshbench(&["mesh", "check", "--mesh", mesh]);
+        assert_success(&output);
+        assert!(!report.contains("REFUSED"), "{mesh}: {report}");
+        for kind in kinds {
+            assert!(
+                report.contains(&format!("accepted  {kind} ")),
+                "{mesh}: {report}"
+            );
+        }
+        assert!(
+            report.contains("pod calculator (enrolled): admitted"),
+            "{mesh}: {report}"
+        );
+    }
+
+    // L7 rules on ambient: a waypoint (a Gateway API Gateway) and policies attached to the
+    // calculator's service there, accepted by the Gateway API's and Istio's CRDs.
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("l7.yaml");
+    std::fs::write(
+        &policy,
+        "authorization:\n\
+         \x20 - name: calc\n    namespace: app\n    workload: calculator\n    action: ALLOW\n    rules:\n\
+         \x20     - from: { principals: [cluster.local/ns/app/sa/experimenter] }\n        to: { methods: [POST], paths: [/api/*] }\n",
+    )
+    .unwrap();
+    let (output, report) = meshbench(&[
+        "mesh",
+        "check",
+        "--mesh",
+        "istio-ambient",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert_success(&output);
+    assert!(report.contains("accepted  Gateway "), "{report}");
+    assert!(report.contains("/mb-calc-calculator"), "{report}");
+    assert!(report.contains("/mb-via-waypoint-calculator"), "{report}");
+
+    // Linkerd's and consul-k8s's CRDs cannot be obtained here: the cluster refuses their
+    // resources, and the check says so and fails.
+    for (mesh, kind) in [
+        ("linkerd", "policy.linkerd.io/v1beta3 Server"),
+        (
+            "consul-connect",
+            "consul.hashicorp.com/v1alpha1 ServiceIntentions",
+        ),
+    ] {
+        let (output, report) = meshbench(&["mesh", "check", "--mesh", mesh]);
+        assert_eq!(output.status.code(), Some(1), "{mesh}: {report}");
+        assert!(
+            report.contains(&format!(
+                "does not serve {kind} (the mesh's CRDs are not installed)"
+            )),
+            "{mesh}: {report}"
+        );
+    }
+    assert_eq!(cluster.leftovers(), "", "the checks' namespaces are gone");
+}

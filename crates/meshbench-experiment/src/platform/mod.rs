@@ -94,6 +94,12 @@ pub trait Platform {
         })
     }
 
+    /// The meshes the platform itself runs, as it detected them (a cluster's Istio, say);
+    /// results record them in their environment.
+    fn cluster_meshes(&self) -> Vec<meshbench_results::MeshInstallation> {
+        vec![]
+    }
+
     /// Sets up what the run's cells share: identities for every workload of `topology` under
     /// `policy`, kept until the platform is dropped.
     fn prepare<'a>(

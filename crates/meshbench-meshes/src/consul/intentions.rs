@@ -17,13 +17,13 @@
 
 use std::collections::BTreeMap;
 
-use meshbench_identity::SpiffeId;
 use meshbench_policy::{
-    Action, DefaultInbound, Pattern, Peer, PeerAuthentication, PeerAuthenticationMode, Policy, Rule,
+    Action, DefaultInbound, Pattern, PeerAuthentication, PeerAuthenticationMode, Policy,
 };
 use meshbench_topology::{Topology, Workload};
 use serde_json::{json, Value};
 
+use crate::pairs::{self, HttpMatch, Outcome, Source};
 use crate::{EnforcedPolicy, Error};
 
 /// What the policy becomes in Consul.
@@ -53,13 +53,6 @@ struct Member<'a> {
     workload: &'a Workload,
     service: String,
     port: u16,
-}
-
-/// What one (source, destination) pair is allowed: everything, nothing, or per request.
-#[derive(Debug, Clone, PartialEq)]
-enum Outcome {
-    L4(Action),
-    L7(Vec<(Action, Value)>),
 }
 
 pub(crate) fn translate(policy: &Policy, topology: &Topology) -> Result<Translation, Error> {
@@ -121,7 +114,12 @@ pub(crate) fn translate(policy: &Policy, topology: &Topology) -> Result<Translat
         }
         let mut sources = vec![];
         for source in &members {
-            let outcome = pair_outcome(policy, source, destination)?;
+            let outcome = pairs::outcome(
+                policy,
+                Source::Enrolled(source.workload),
+                destination.workload,
+                destination.port,
+            )?;
             if outcome != Outcome::L4(Action::Deny) {
                 allowed.push((source.service.clone(), destination.service.clone()));
             }
@@ -184,141 +182,18 @@ fn members(topology: &Topology) -> Result<Vec<Member<'_>>, Error> {
     Ok(members)
 }
 
-/// What `source` may do at `destination` under `policy`: Istio's order (DENY rules, ALLOW
-/// rules, the default inbound policy), each rule's source conditions decided here.
-fn pair_outcome(
-    policy: &Policy,
-    source: &Member<'_>,
-    destination: &Member<'_>,
-) -> Result<Outcome, Error> {
-    let file = policy.file();
-    let (ns, wl) = (&destination.workload.namespace, &destination.workload.name);
-    let peer = Peer::Authenticated {
-        id: SpiffeId::for_workload(
-            &file.trust_domain,
-            &source.workload.namespace,
-            &source.workload.service_account,
-        )?,
-        source_ip: None,
+/// A request match as Consul's intention permissions write it.
+fn http_json(m: &HttpMatch) -> Value {
+    let mut http = match &m.path {
+        Pattern::Exact(p) => json!({ "PathExact": p }),
+        Pattern::Prefix(p) => json!({ "PathPrefix": p }),
+        Pattern::Suffix(s) => json!({ "PathRegex": format!(".*{}", pairs::regex_escape(s)) }),
+        Pattern::Any => json!({ "PathPrefix": "/" }),
     };
-    let selecting = |action: Action| {
-        file.authorization
-            .iter()
-            .enumerate()
-            .filter(move |(_, p)| {
-                p.action == action
-                    && p.namespace.as_deref().is_none_or(|n| n == ns)
-                    && p.workload.as_deref().is_none_or(|n| n == wl)
-            })
-            .flat_map(|(i, p)| {
-                p.rules
-                    .iter()
-                    .enumerate()
-                    .map(move |(r, rule)| (i, r, rule))
-            })
-    };
-    let admits = |i: usize, r: usize| {
-        policy
-            .rule_admits_source(i, r, destination.port, &peer)
-            .unwrap_or(false)
-    };
-    let mut permissions = vec![];
-    for (i, r, rule) in selecting(Action::Deny) {
-        if admits(i, r) {
-            match http_matches(rule) {
-                None => return Ok(Outcome::L4(Action::Deny)),
-                Some(matches) => {
-                    permissions.extend(matches.into_iter().map(|m| (Action::Deny, m)));
-                }
-            }
-        }
+    if !m.methods.is_empty() {
+        http["Methods"] = json!(m.methods);
     }
-    let allow_policies = file.authorization.iter().any(|p| {
-        p.action == Action::Allow
-            && p.namespace.as_deref().is_none_or(|n| n == ns)
-            && p.workload.as_deref().is_none_or(|n| n == wl)
-    });
-    let fallback = if allow_policies {
-        let mut fallback = Action::Deny;
-        for (i, r, rule) in selecting(Action::Allow) {
-            if admits(i, r) {
-                match http_matches(rule) {
-                    None => {
-                        fallback = Action::Allow;
-                        break;
-                    }
-                    Some(matches) => {
-                        permissions.extend(matches.into_iter().map(|m| (Action::Allow, m)));
-                    }
-                }
-            }
-        }
-        fallback
-    } else if file.default_inbound == DefaultInbound::Deny {
-        Action::Deny
-    } else {
-        // Every other default admits a peer with a verified identity.
-        Action::Allow
-    };
-    // Permissions with the fallback's own action change nothing once no permission of the
-    // other action follows them (one before an overlapping one still decides first).
-    while permissions
-        .last()
-        .is_some_and(|(action, _)| *action == fallback)
-    {
-        permissions.pop();
-    }
-    if permissions.is_empty() {
-        return Ok(Outcome::L4(fallback));
-    }
-    permissions.push((fallback, json!({ "PathPrefix": "/" })));
-    Ok(Outcome::L7(permissions))
-}
-
-/// A rule's method and path conditions as Consul HTTP matches (any of them matches), or
-/// `None` when it has none (it matches every request).
-fn http_matches(rule: &Rule) -> Option<Vec<Value>> {
-    let (methods, paths) = (&rule.to.methods, &rule.to.paths);
-    if methods.is_empty() && paths.is_empty() {
-        return None;
-    }
-    let with_methods = |mut m: Value| {
-        if !methods.is_empty() {
-            m["Methods"] = json!(methods);
-        }
-        m
-    };
-    if paths.is_empty() {
-        return Some(vec![with_methods(json!({ "PathPrefix": "/" }))]);
-    }
-    Some(
-        paths
-            .iter()
-            .map(|path| {
-                with_methods(match Pattern::parse(path) {
-                    Some(Pattern::Exact(p)) => json!({ "PathExact": p }),
-                    Some(Pattern::Prefix(p)) => json!({ "PathPrefix": p }),
-                    Some(Pattern::Suffix(s)) => {
-                        json!({ "PathRegex": format!(".*{}", regex_escape(&s)) })
-                    }
-                    // The policy was validated: anything else is `*`.
-                    Some(Pattern::Any) | None => json!({ "PathPrefix": "/" }),
-                })
-            })
-            .collect(),
-    )
-}
-
-/// `text` as a literal in Envoy's RE2 syntax.
-fn regex_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 2);
-    for c in text.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
+    http
 }
 
 fn action_name(action: Action) -> &'static str {
@@ -335,7 +210,7 @@ fn intention_source(service: &str, outcome: Outcome) -> Value {
             "Name": service,
             "Permissions": permissions
                 .into_iter()
-                .map(|(action, http)| json!({ "Action": action_name(action), "HTTP": http }))
+                .map(|(action, m)| json!({ "Action": action_name(action), "HTTP": http_json(&m) }))
                 .collect::<Vec<_>>(),
         }),
     }
@@ -344,7 +219,7 @@ fn intention_source(service: &str, outcome: Outcome) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meshbench_policy::Request;
+    use meshbench_policy::{Peer, Request};
     use meshbench_topology::e3;
 
     fn e3_case(meshed: &[&str]) -> (Policy, Topology) {

@@ -10,6 +10,7 @@
 //! bootstrap Consul generates, and says so in the scenario's description.
 
 mod agent;
+mod cluster;
 pub(crate) mod config;
 mod intentions;
 
@@ -136,6 +137,10 @@ impl MeshAdapter for ConsulConnect {
     fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(enroll_topology(lab))
     }
+
+    fn on_cluster(&self) -> Option<&dyn crate::ClusterMesh> {
+        Some(&cluster::ConsulOnCluster)
+    }
 }
 
 /// Where the lab keeps the root Consul's Connect CA is given (beside the lab's own CA, out
@@ -149,11 +154,7 @@ const CONSUL: Tool = Tool::new("consul", INSTALL, &["version"]);
 /// Where `tool` is, or why the mesh cannot run here.
 fn binary(tool: Tool) -> Result<std::path::PathBuf, Error> {
     meshbench_netlab::which(tool.binary).ok_or_else(|| {
-        Error::Unavailable(crate::Unavailable {
-            mesh: ConsulConnect.name().into(),
-            tool: tool.binary.into(),
-            install: tool.install.into(),
-        })
+        Error::Unavailable(crate::Unavailable::missing_tool(ConsulConnect.name(), tool))
     })
 }
 

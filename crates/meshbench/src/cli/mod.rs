@@ -9,6 +9,7 @@ mod compare;
 mod image;
 mod lab;
 mod load;
+mod mesh;
 mod profiles;
 mod proxy;
 mod report;
@@ -82,6 +83,9 @@ enum Command {
     Wire(wire::WireCommand),
     /// Make one HTTP request and print the answer's body (what `verify` runs in pods).
     Call(wire::CallArgs),
+    /// The meshes a cluster runs: detect them, render or check what meshbench applies.
+    #[command(subcommand)]
+    Mesh(mesh::MeshCommand),
 }
 
 /// Marks an error as the user's input, for exit code 2.
@@ -119,6 +123,7 @@ pub fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Image(cmd) => image::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
+        Command::Mesh(cmd) => mesh::run(cmd),
         Command::Verify(args) => verify::run(args),
         Command::Wire(cmd) => wire::run(cmd),
         Command::Call(args) => wire::call(args),

@@ -1,0 +1,421 @@
+//! Cilium as a cluster runs it: its agent on every node is the data plane (eBPF, an Envoy in
+//! the agent for L7 rules). Its "mutual authentication" is a handshake between the agents
+//! (SPIFFE identities from SPIRE) before a flow is admitted, not TLS on the data path:
+//! encryption is WireGuard or IPsec between nodes, and WireGuard leaves traffic between two
+//! pods of one node in plaintext. So `cilium` is not mTLS here, and verification must expect
+//! plaintext on the wire where the cluster has no encryption.
+//!
+//! Peers are named by labels, not SPIFFE IDs: each destination's rules are decided pair by
+//! pair (`pairs`) and written as a CiliumNetworkPolicy admitting each allowed source by its
+//! namespace and service-account labels with `authentication.mode: required`, per port, or
+//! per request where methods or paths decide (Cilium's L7 rules are allow-only regular
+//! expressions). Plaintext admitted by the policy is admitted from every endpoint
+//! (`fromEntities: all`) or from the cluster networks.
+//!
+//! This kernel has no WireGuard and no IPsec ESP and Cilium's agent needs BPF programs built
+//! for it: the resources are validated against Cilium's CRDs only.
+
+use meshbench_policy::{Action, DefaultInbound, Pattern, Policy};
+use meshbench_topology::{Topology, Workload};
+use serde_json::{json, Value};
+
+use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport};
+use crate::cluster::ClusterMesh;
+use crate::installed::{
+    image_tag, metadata, resource_name, workload_selector, ComponentClass, Documented, Found,
+    FoundPod, Installation, InstalledMesh, InstalledSite, MeshEnrollment, Signature, Translation,
+};
+use crate::pairs::{self, HttpMatch, Outcome, Source};
+use crate::{EnforcedPolicy, Error, MeshContext};
+
+const NAME: &str = "cilium";
+const NAMESPACE_LABEL: &str = "k8s:io.kubernetes.pod.namespace";
+const SERVICE_ACCOUNT_LABEL: &str = "k8s:io.cilium.k8s.policy.serviceaccount";
+const CONFIG: &str = "*/cilium-config";
+
+pub(crate) struct Cilium;
+
+pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&Cilium];
+
+impl MeshAdapter for Cilium {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn description(&self) -> String {
+        "Cilium as installed on the cluster: its agent on each node (eBPF, Envoy for L7); \
+         mutual authentication between agents before a flow (not TLS on the data path), \
+         encryption between nodes as the cluster has it (WireGuard leaves same-node traffic \
+         in plaintext); our policy as CiliumNetworkPolicy with authentication required"
+            .into()
+    }
+
+    fn local_lab(&self) -> Result<(), &'static str> {
+        Err(
+            "it runs only on a cluster where Cilium is installed (meshbench run --backend \
+             kubernetes); its agent needs BPF programs built for the node's kernel",
+        )
+    }
+
+    fn enrollment(&self) -> Enrollment {
+        Enrollment::AgentPerNode
+    }
+
+    fn mtls(&self) -> bool {
+        false
+    }
+
+    fn encrypts_same_node(&self) -> bool {
+        false
+    }
+
+    fn policy(&self) -> PolicySupport {
+        PolicySupport::Translated("CiliumNetworkPolicy with authentication.mode required")
+    }
+
+    fn enforced_policy(
+        &self,
+        policy: &Policy,
+        topology: &Topology,
+    ) -> Result<EnforcedPolicy, Error> {
+        let namespaces = Default::default();
+        let installation = Installation::absent("not asked");
+        let site = InstalledSite {
+            topology,
+            policy,
+            namespaces: &namespaces,
+            installation: &installation,
+        };
+        Ok(translate(&site)?.enforced)
+    }
+
+    fn deploy<'a>(&'a self, _ctx: &'a MeshContext<'a>) -> Deploying<'a> {
+        crate::istio::no_local_deploy(NAME)
+    }
+
+    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
+    }
+}
+
+impl ClusterMesh for Cilium {
+    fn installed(&self) -> Option<&dyn InstalledMesh> {
+        Some(self)
+    }
+}
+
+impl InstalledMesh for Cilium {
+    fn signature(&self) -> Signature {
+        Signature {
+            crds: &[
+                "ciliumnetworkpolicies.cilium.io",
+                "ciliumidentities.cilium.io",
+            ],
+            control_plane: &["io.cilium/app=operator"],
+            node_agents: &["k8s-app=cilium"],
+            config_maps: &[CONFIG],
+        }
+    }
+
+    fn interpret(&self, found: &Found) -> Installation {
+        if found.crds.is_empty() {
+            return Installation::absent(
+                "Cilium is not installed on this cluster (none of its CRDs)",
+            );
+        }
+        if !found.node_agents.iter().any(|p| p.ready) {
+            return Installation::absent(
+                "Cilium's CRDs are installed but no Cilium agent is running",
+            );
+        }
+        let config = found
+            .config_maps
+            .iter()
+            .find(|(k, _)| k.ends_with("/cilium-config"))
+            .map(|(_, data)| data);
+        let on = |key: &str| config.and_then(|c| c.get(key)).map(String::as_str) == Some("true");
+        let encryption = if on("enable-wireguard") {
+            "wireguard"
+        } else if on("enable-ipsec") {
+            "ipsec"
+        } else {
+            "none"
+        };
+        let mutual = on("mesh-auth-mutual-enabled") || on("mesh-auth-enabled");
+        let agent = found.node_agents.iter().find(|p| p.ready);
+        Installation {
+            version: agent.and_then(|p| {
+                p.images
+                    .get("cilium-agent")
+                    .or(p.images.values().next())
+                    .and_then(|i| image_tag(i))
+            }),
+            mode: Some(format!(
+                "encryption: {encryption}; mutual authentication: {}",
+                if mutual { "on" } else { "off" }
+            )),
+            namespace: agent.map(|p| p.namespace.clone()),
+            revision: None,
+            unusable: (!mutual).then(|| {
+                "Cilium's mutual authentication is off (mesh-auth-mutual-enabled): every flow \
+                 a policy requires authentication for would be dropped"
+                    .to_owned()
+            }),
+        }
+    }
+
+    fn translate(&self, site: &InstalledSite<'_>) -> Result<Translation, Error> {
+        translate(site)
+    }
+
+    fn component(&self, pod: &FoundPod, _container: &str) -> Option<ComponentClass> {
+        let label = |k: &str| pod.labels.get(k).map(String::as_str);
+        if label("k8s-app") == Some("cilium") || label("k8s-app") == Some("cilium-envoy") {
+            Some(ComponentClass::NodeAgent)
+        } else if label("io.cilium/app") == Some("operator") {
+            Some(ComponentClass::ControlPlane)
+        } else {
+            None
+        }
+    }
+
+    fn documented(&self) -> Documented {
+        Documented {
+            encrypts_same_node: false,
+            wire: "no TLS: plaintext, or WireGuard (UDP 51871) or IPsec ESP between nodes where \
+                   the cluster enables them; same-node traffic stays plaintext under WireGuard",
+            notes: &[
+                "mutual authentication admits a flow after a handshake between the agents; \
+                 the packets themselves are not authenticated",
+                "Cilium's CPU in the kernel (eBPF, softirq) is charged to no pod",
+            ],
+        }
+    }
+}
+
+fn translate(site: &InstalledSite<'_>) -> Result<Translation, Error> {
+    let policy = site.policy;
+    let file = policy.file();
+    let mut notes = vec![];
+    let mut resources = vec![];
+    let enrolled: Vec<&Workload> = site.enrolled().collect();
+    if enrolled.len() < site.topology.workloads.len() {
+        notes.push(
+            "Cilium manages every pod of the cluster: an unenrolled workload still carries \
+             the identity of its labels and can pass mutual authentication"
+                .into(),
+        );
+    }
+    for destination in &enrolled {
+        let port = site.app_port(destination);
+        let mut ingress = vec![];
+        let mut l4_peers = vec![];
+        let mut denied = vec![];
+        for source in &enrolled {
+            let outcome = pairs::outcome(policy, Source::Enrolled(source), destination, port)?;
+            let peer = json!({ "matchLabels": {
+                NAMESPACE_LABEL: site.namespace(&source.namespace),
+                SERVICE_ACCOUNT_LABEL: source.service_account,
+            } });
+            match outcome {
+                Outcome::L4(Action::Allow) => l4_peers.push(peer),
+                Outcome::L4(Action::Deny) => {
+                    denied.push(format!("{}/{}", source.namespace, source.name))
+                }
+                Outcome::L7(matches) => {
+                    let (rules, note) = http_rules(&matches);
+                    if let Some(note) = note {
+                        notes.push(format!(
+                            "{}/{} from {}/{}: {note}",
+                            destination.namespace, destination.name, source.namespace, source.name
+                        ));
+                    }
+                    let mut to_port = json!({ "ports": [port_json(port)] });
+                    if let Some(rules) = rules {
+                        to_port["rules"] = json!({ "http": rules });
+                    }
+                    ingress.push(json!({
+                        "fromEndpoints": [peer],
+                        "toPorts": [to_port],
+                        "authentication": { "mode": "required" },
+                    }));
+                }
+            }
+        }
+        if !l4_peers.is_empty() {
+            ingress.insert(
+                0,
+                json!({
+                    "fromEndpoints": l4_peers,
+                    "toPorts": [{ "ports": [port_json(port)] }],
+                    "authentication": { "mode": "required" },
+                }),
+            );
+        }
+        let plaintext = pairs::outcome(policy, Source::Unauthenticated, destination, port)?;
+        if plaintext.allows_some() {
+            if !denied.is_empty() {
+                notes.push(format!(
+                    "{}/{}: plaintext is admitted from every endpoint, so {} would be let in",
+                    destination.namespace,
+                    destination.name,
+                    denied.join(", ")
+                ));
+            }
+            let mut rule = if pairs::unauthenticated_from_cluster_networks_only(policy)
+                && !file.cluster_networks.is_empty()
+            {
+                json!({ "fromCIDRSet": file.cluster_networks.iter()
+                    .map(|n| json!({ "cidr": n.to_string() })).collect::<Vec<_>>() })
+            } else {
+                json!({ "fromEntities": ["all"] })
+            };
+            rule["toPorts"] = json!([{ "ports": [port_json(port)] }]);
+            ingress.push(rule);
+        }
+        let ns = site.namespace(&destination.namespace);
+        resources.push(json!({
+            "apiVersion": "cilium.io/v2",
+            "kind": "CiliumNetworkPolicy",
+            "metadata": metadata(&resource_name(&["mb", &destination.name]), Some(ns)),
+            "spec": {
+                "endpointSelector": workload_selector(&destination.name),
+                "enableDefaultDeny": { "ingress": true, "egress": false },
+                "ingress": ingress,
+            },
+        }));
+    }
+    if file.default_inbound == DefaultInbound::ClusterAuthenticated
+        && file.cluster_networks.is_empty()
+    {
+        notes.push(
+            "cluster-authenticated without cluster networks admits plaintext from every \
+             endpoint"
+                .into(),
+        );
+    }
+    Ok(Translation {
+        resources,
+        // Cilium enrolls every pod of the cluster; its policies select the run's.
+        enrollment: MeshEnrollment::default(),
+        enforced: EnforcedPolicy {
+            policy: policy.clone(),
+            notes,
+        },
+    })
+}
+
+fn port_json(port: u16) -> Value {
+    json!({ "port": port.to_string(), "protocol": "TCP" })
+}
+
+/// A per-request outcome as Cilium's allow-only HTTP rules: the requests allowed before any
+/// catch-all, or `None` (every request) when the catch-all allows, with a note where DENY
+/// matches ahead of it cannot be kept.
+fn http_rules(matches: &[(Action, HttpMatch)]) -> (Option<Vec<Value>>, Option<String>) {
+    let fallback_allows = matches.last().is_some_and(|(a, _)| *a == Action::Allow);
+    if fallback_allows {
+        return (
+            None,
+            Some(
+                "Cilium's HTTP rules are allow-only: the DENY rules ahead of an allowed \
+                 catch-all cannot be written, every request is allowed"
+                    .into(),
+            ),
+        );
+    }
+    let mut rules = vec![];
+    let mut denied: Vec<&HttpMatch> = vec![];
+    for (action, m) in matches {
+        match action {
+            Action::Deny => denied.push(m),
+            Action::Allow if !denied.contains(&m) => {
+                let methods: Vec<Option<String>> = if m.methods.is_empty() {
+                    vec![None]
+                } else {
+                    m.methods
+                        .iter()
+                        .map(|x| Some(pairs::regex_escape(x)))
+                        .collect()
+                };
+                for method in methods {
+                    let mut rule = json!({ "path": path_regex(&m.path) });
+                    if let Some(method) = method {
+                        rule["method"] = Value::from(method);
+                    }
+                    rules.push(rule);
+                }
+            }
+            Action::Allow => {}
+        }
+    }
+    let note = denied.iter().any(|d| **d != HttpMatch::any()).then(|| {
+        "Cilium's HTTP rules are allow-only: a DENY that overlaps a later ALLOW is not kept"
+            .to_owned()
+    });
+    (Some(rules), note)
+}
+
+fn path_regex(path: &Pattern) -> String {
+    match path {
+        Pattern::Exact(p) => pairs::regex_escape(p),
+        Pattern::Prefix(p) => format!("{}.*", pairs::regex_escape(p)),
+        Pattern::Suffix(s) => format!(".*{}", pairs::regex_escape(s)),
+        Pattern::Any => "/.*".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshbench_topology::e3;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn e3s_calculator_admits_the_experimenters_labels_with_authentication() {
+        let topology = e3::topology(&[e3::CALCULATOR, e3::EXPERIMENTER], crate::Ports::APP);
+        let policy = Policy::from_yaml(&e3::zero_trust_policy(crate::TRUST_DOMAIN)).unwrap();
+        let namespaces = BTreeMap::new();
+        let installation = Installation::absent("test");
+        let site = InstalledSite {
+            topology: &topology,
+            policy: &policy,
+            namespaces: &namespaces,
+            installation: &installation,
+        };
+        let t = translate(&site).unwrap();
+        let calculator = t
+            .resources
+            .iter()
+            .find(|r| r["metadata"]["name"] == "mb-calculator")
+            .unwrap();
+        assert_eq!(
+            calculator["spec"]["ingress"],
+            json!([{
+                "fromEndpoints": [{ "matchLabels": {
+                    NAMESPACE_LABEL: "app", SERVICE_ACCOUNT_LABEL: "experimenter" } }],
+                "toPorts": [{ "ports": [{ "port": crate::Ports::APP.to_string(), "protocol": "TCP" }] }],
+                "authentication": { "mode": "required" },
+            }])
+        );
+    }
+
+    #[test]
+    fn allowed_requests_become_regular_expressions() {
+        let (rules, note) = http_rules(&[
+            (
+                Action::Allow,
+                HttpMatch {
+                    methods: vec!["GET".into()],
+                    path: Pattern::Prefix("/api/".into()),
+                },
+            ),
+            (Action::Deny, HttpMatch::any()),
+        ]);
+        assert_eq!(
+            rules.unwrap(),
+            [json!({ "path": "/api/.*", "method": "GET" })]
+        );
+        assert!(note.is_none());
+    }
+}
