@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -39,6 +40,26 @@ pub async fn detect(client: &Client, signature: &Signature) -> Result<Found, Err
                 .map(|v| v.name.clone())
                 .collect();
             found.crds.insert((*name).to_owned(), versions);
+        }
+    }
+    let webhooks = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    for name in signature.injector_webhooks {
+        if let Some(config) = webhooks
+            .get_opt(name)
+            .await
+            .map_err(Error::api(format!("reading webhook configuration {name}")))?
+        {
+            let targets = config
+                .webhooks
+                .unwrap_or_default()
+                .into_iter()
+                .map(|w| match (w.client_config.url, w.client_config.service) {
+                    (Some(url), _) => url,
+                    (None, Some(s)) => format!("service {}/{}", s.namespace, s.name),
+                    (None, None) => String::new(),
+                })
+                .collect();
+            found.injector_webhooks.insert((*name).to_owned(), targets);
         }
     }
     let pods = Api::<Pod>::all(client.clone());

@@ -33,6 +33,9 @@ pub struct Signature {
     pub node_agents: &'static [&'static str],
     /// ConfigMaps (`namespace/name`, the namespace `*` for any) whose data tells its mode.
     pub config_maps: &'static [&'static str],
+    /// Its injector's MutatingWebhookConfigurations, by name: where the control plane runs
+    /// outside the cluster (Istio's external control plane), they are what is left of it.
+    pub injector_webhooks: &'static [&'static str],
 }
 
 /// A pod detection found, as the mesh needs to know it.
@@ -55,6 +58,9 @@ pub struct Found {
     pub node_agents: Vec<FoundPod>,
     /// `namespace/name` -> data.
     pub config_maps: BTreeMap<String, BTreeMap<String, String>>,
+    /// Injector webhook configuration name -> where each of its webhooks calls (`url`, or
+    /// `service namespace/name`).
+    pub injector_webhooks: BTreeMap<String, Vec<String>>,
 }
 
 /// A mesh as installed on a cluster: what results record in their environment.

@@ -655,6 +655,33 @@ fn install_mesh_crds(cluster: &Cluster, crds: &Path) {
     ]));
 }
 
+/// istiod running for the test cluster (`scripts/istio-lab`), stopped when dropped.
+struct IstioLab<'a> {
+    cluster: &'a Cluster,
+}
+
+impl IstioLab<'_> {
+    fn script(cluster: &Cluster, action: &str) -> Command {
+        let mut command =
+            Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/istio-lab"));
+        command
+            .arg(action)
+            .env("MESHBENCH_KUBECONFIG", &cluster.kubeconfig);
+        command
+    }
+
+    fn up(cluster: &Cluster) -> IstioLab<'_> {
+        run_ok(&mut IstioLab::script(cluster, "up"));
+        IstioLab { cluster }
+    }
+}
+
+impl Drop for IstioLab<'_> {
+    fn drop(&mut self) {
+        let _ = IstioLab::script(self.cluster, "down").status();
+    }
+}
+
 #[test]
 fn each_meshs_resources_pass_server_side_dry_run_against_its_own_crds() {
     let Some(cluster) = Cluster::get() else {
@@ -735,6 +762,39 @@ fn each_meshs_resources_pass_server_side_dry_run_against_its_own_crds() {
     assert!(report.contains("accepted  Gateway "), "{report}");
     assert!(report.contains("/mb-calc-calculator"), "{report}");
     assert!(report.contains("/mb-via-waypoint-calculator"), "{report}");
+
+    // istiod itself (built from istio.io/istio, run by scripts/istio-lab as Istio's external
+    // control plane): detected, its validating webhook accepting every resource (it fails
+    // closed: a resource it did not answer for is refused), its injector injecting the
+    // enrolled pods. The injected proxy's image cannot be obtained here, so no pod runs.
+    let _istiod = IstioLab::up(&cluster);
+    let (output, detected) = meshbench(&["mesh", "detect"]);
+    assert_success(&output);
+    assert!(
+        detected.contains("istio            installed: mode sidecar; external control plane at https://127.0.0.1:"),
+        "{detected}"
+    );
+    let (output, report) = meshbench(&["mesh", "check", "--mesh", "istio"]);
+    assert_success(&output);
+    assert!(!report.contains("REFUSED"), "{report}");
+    for workload in ["experimenter", "calculator"] {
+        assert!(
+            report.contains(&format!(
+                "pod {workload} (enrolled): admitted, injected istio-init, istio-proxy (sidecar)"
+            )),
+            "{report}"
+        );
+    }
+    let (output, report) = meshbench(&["mesh", "check", "--mesh", "istio-ambient"]);
+    assert_success(&output);
+    assert!(
+        report.contains("without ambient mode (no ztunnel pods)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("pod calculator (enrolled): admitted, nothing injected"),
+        "{report}"
+    );
 
     // Linkerd's and consul-k8s's CRDs cannot be obtained here: the cluster refuses their
     // resources, and the check says so and fails.

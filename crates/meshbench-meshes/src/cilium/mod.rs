@@ -114,6 +114,7 @@ impl InstalledMesh for Cilium {
             control_plane: &["io.cilium/app=operator"],
             node_agents: &["k8s-app=cilium"],
             config_maps: &[CONFIG],
+            injector_webhooks: &[],
         }
     }
 

@@ -37,6 +37,7 @@ impl InstalledMesh for ConsulOnCluster {
             control_plane: &["app=consul,component=server"],
             node_agents: &[],
             config_maps: &[],
+            injector_webhooks: &[],
         }
     }
 

@@ -36,6 +36,8 @@ const SIGNATURE_CRDS: &[&str] = &[
 const ISTIOD: &str = "app=istiod";
 const ZTUNNEL: &str = "app=ztunnel";
 const CNI: &str = "k8s-app=istio-cni-node";
+/// The default revision's injector (Istio's chart names it so).
+const INJECTOR: &str = "istio-sidecar-injector";
 const WAYPOINT_CRD: &str = "gateways.gateway.networking.k8s.io";
 const AMBIENT_CRDS: &[&str] = &[SIGNATURE_CRDS[0], SIGNATURE_CRDS[1], WAYPOINT_CRD];
 
@@ -121,15 +123,20 @@ impl InstalledMesh for IstioSidecar {
             control_plane: &[ISTIOD],
             node_agents: &[ZTUNNEL, CNI],
             config_maps: &[],
+            injector_webhooks: &[INJECTOR],
         }
     }
 
     fn interpret(&self, found: &Found) -> Installation {
         let mut installation = istiod(found);
-        installation.mode = Some(if has_ztunnel(found) {
-            "sidecar (ambient also installed)".into()
+        let mode = if has_ztunnel(found) {
+            "sidecar (ambient also installed)"
         } else {
-            "sidecar".into()
+            "sidecar"
+        };
+        installation.mode = Some(match installation.mode.take() {
+            Some(external) => format!("{mode}; {external}"),
+            None => mode.into(),
         });
         installation
     }
@@ -229,12 +236,16 @@ impl InstalledMesh for IstioAmbient {
             control_plane: &[ISTIOD],
             node_agents: &[ZTUNNEL, CNI],
             config_maps: &[],
+            injector_webhooks: &[INJECTOR],
         }
     }
 
     fn interpret(&self, found: &Found) -> Installation {
         let mut installation = istiod(found);
-        installation.mode = Some("ambient".into());
+        installation.mode = Some(match installation.mode.take() {
+            Some(external) => format!("ambient; {external}"),
+            None => "ambient".into(),
+        });
         if installation.unusable.is_none() {
             if !has_ztunnel(found) {
                 installation.unusable =
@@ -272,8 +283,26 @@ impl InstalledMesh for IstioAmbient {
     }
 }
 
-/// What istiod's pods say of the installation.
+/// What istiod's pods say of the installation; without them, an injector whose webhooks call
+/// a URL is an external control plane (Istio's model for istiod outside the cluster).
 fn istiod(found: &Found) -> Installation {
+    let external = found
+        .injector_webhooks
+        .get(INJECTOR)
+        .and_then(|targets| targets.iter().find(|t| t.starts_with("https://")));
+    if let (true, false, Some(url)) = (
+        found.control_plane.is_empty(),
+        found.crds.is_empty(),
+        external,
+    ) {
+        return Installation {
+            version: None,
+            mode: Some(format!("external control plane at {url}")),
+            namespace: None,
+            revision: None,
+            unusable: None,
+        };
+    }
     if let Err(why) = present(found, "Istio") {
         return Installation::absent(why);
     }
@@ -319,5 +348,67 @@ fn component(pod: &FoundPod, container: &str) -> Option<ComponentClass> {
         Some(ComponentClass::Sidecar)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crds() -> std::collections::BTreeMap<String, Vec<String>> {
+        SIGNATURE_CRDS
+            .iter()
+            .map(|c| ((*c).to_owned(), vec!["v1".to_owned()]))
+            .collect()
+    }
+
+    #[test]
+    fn istiod_is_found_in_its_pods_or_as_an_external_control_plane() {
+        let mut found = Found {
+            crds: crds(),
+            ..Found::default()
+        };
+        let absent = IstioSidecar.interpret(&found);
+        assert!(absent
+            .unusable
+            .unwrap()
+            .contains("control plane is not running"));
+        found.control_plane.push(FoundPod {
+            namespace: "istio-system".into(),
+            name: "istiod-1".into(),
+            labels: [("app".to_owned(), "istiod".to_owned())].into(),
+            images: [(
+                "discovery".to_owned(),
+                "docker.io/istio/pilot:1.31.0".to_owned(),
+            )]
+            .into(),
+            ready: true,
+        });
+        let running = IstioSidecar.interpret(&found);
+        assert_eq!(running.version.as_deref(), Some("1.31.0"));
+        assert_eq!(running.namespace.as_deref(), Some("istio-system"));
+        assert!(running.unusable.is_none());
+        // Ambient needs ztunnel.
+        assert!(IstioAmbient
+            .interpret(&found)
+            .unusable
+            .unwrap()
+            .contains("ztunnel"));
+
+        let external = Found {
+            crds: crds(),
+            injector_webhooks: [(
+                INJECTOR.to_owned(),
+                vec!["https://10.0.0.9:15017/inject".to_owned()],
+            )]
+            .into(),
+            ..Found::default()
+        };
+        let installation = IstioSidecar.interpret(&external);
+        assert!(installation.unusable.is_none());
+        assert_eq!(
+            installation.mode.as_deref(),
+            Some("sidecar; external control plane at https://10.0.0.9:15017/inject")
+        );
     }
 }

@@ -126,6 +126,7 @@ impl InstalledMesh for Linkerd {
             ],
             node_agents: &[],
             config_maps: &[],
+            injector_webhooks: &[],
         }
     }
 
