@@ -49,6 +49,9 @@ pub enum Error {
     },
     #[error("the {what} is not supported on Kubernetes yet: {why}")]
     Unsupported { what: String, why: String },
+    /// The cluster refused what meshbench applied for a mesh it runs.
+    #[error("the cluster refused {what}: {why}")]
+    Refused { what: String, why: String },
 }
 
 fn logs_suffix(logs: &Option<String>) -> String {

@@ -141,13 +141,15 @@ pub struct Applied {
     pub outcome: Result<(), String>,
 }
 
-/// Applies `resources` (each with `apiVersion`, `kind`, `metadata`) labelled as `run`'s;
-/// with `dry_run`, only validated. Each resource's outcome is returned (a refusal is a
-/// finding, not an error); what fails before the API server answers (discovery) is an error.
+/// Applies `resources` (each with `apiVersion`, `kind`, `metadata`) labelled as `run`'s (and
+/// `cell`'s); with `dry_run`, only validated. Each resource's outcome is returned (a refusal
+/// is a finding, not an error); what fails before the API server answers (discovery) is an
+/// error.
 pub async fn apply_resources(
     client: &Client,
     resources: &[Value],
     run: &str,
+    cell: Option<&str>,
     dry_run: bool,
 ) -> Result<Vec<Applied>, Error> {
     let mut discovered: BTreeMap<(String, String), (ApiResource, Scope)> = BTreeMap::new();
@@ -198,6 +200,9 @@ pub async fn apply_resources(
         }
         labels[MANAGED_BY.0] = Value::from(MANAGED_BY.1);
         labels[RUN] = Value::from(run);
+        if let Some(cell) = cell {
+            labels[crate::objects::CELL] = Value::from(cell);
+        }
         let mut params = PatchParams::apply(FIELD_MANAGER).force();
         params.field_validation = Some(ValidationDirective::Strict);
         if dry_run {
@@ -286,18 +291,7 @@ pub async fn check(
     let result = async {
         let ns_api = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
         for ns in &created {
-            let mut namespace = crate::objects::namespace(ns, run);
-            let labels = namespace
-                .metadata
-                .labels
-                .get_or_insert_with(Default::default);
-            if let Some(extra) = translation.enrollment.namespace_labels.get(ns) {
-                labels.extend(extra.clone());
-            }
-            if let Some(extra) = translation.enrollment.namespace_annotations.get(ns) {
-                namespace.metadata.annotations = Some(extra.clone());
-            }
-            crate::objects::apply(&ns_api, &namespace).await?;
+            crate::objects::apply(&ns_api, &crate::objects::namespace(ns, run)).await?;
         }
         for w in &topology.workloads {
             let ns = &namespaces[&w.namespace];
@@ -309,7 +303,7 @@ pub async fn check(
             )
             .await?;
         }
-        let resources = apply_resources(client, &translation.resources, run, true).await?;
+        let resources = apply_resources(client, &translation.resources, run, None, true).await?;
         let mut pods = vec![];
         for w in &topology.workloads {
             pods.push(PodAdmission {
@@ -402,4 +396,30 @@ async fn admit_pod(
             (c.name, class)
         })
         .collect())
+}
+
+/// Deletes `resources` (as [`apply_resources`] took them), those already gone or of a kind
+/// the cluster no longer serves included.
+pub async fn delete_resources(client: &Client, resources: &[Value]) -> Result<(), Error> {
+    for resource in resources {
+        let api_version = resource["apiVersion"].as_str().unwrap_or_default();
+        let kind = resource["kind"].as_str().unwrap_or_default();
+        let name = resource["metadata"]["name"].as_str().unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let Ok((ar, caps)) = kube::discovery::pinned_kind(client, &gvk).await else {
+            continue;
+        };
+        let api: Api<DynamicObject> = match (caps.scope, resource["metadata"]["namespace"].as_str())
+        {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
+            _ => Api::all_with(client.clone(), &ar),
+        };
+        match api.delete(name, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(Error::api(format!("deleting {kind} {name}"))(e)),
+        }
+    }
+    Ok(())
 }

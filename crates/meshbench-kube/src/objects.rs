@@ -28,7 +28,7 @@ pub const RUN: &str = "meshbench.io/run";
 /// The cell an object belongs to (not on objects the run's cells share).
 pub const CELL: &str = "meshbench.io/cell";
 /// The topology's workload a pod runs, which its service selects.
-pub const WORKLOAD: &str = "meshbench.io/workload";
+pub const WORKLOAD: &str = meshbench_meshes::WORKLOAD_LABEL;
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "meshbench";
 /// Where a pod finds its role's config (and, with a mesh, its keys).
@@ -223,14 +223,22 @@ pub struct PodPlan<'a> {
 impl PodPlan<'_> {
     pub fn render(&self) -> Pod {
         let runs_to_end = self.shape.ready == Ready::RunsToEnd;
+        let mut metadata = meta(
+            self.name,
+            Some(self.namespace),
+            self.run,
+            Some(self.cell),
+            &[(WORKLOAD, self.workload)],
+        );
+        // What asks a mesh the cluster runs to enroll the pod; meshbench's own labels win.
+        let mut labels = self.additions.labels.clone();
+        labels.extend(metadata.labels.take().unwrap_or_default());
+        metadata.labels = Some(labels);
+        if !self.additions.annotations.is_empty() {
+            metadata.annotations = Some(self.additions.annotations.clone());
+        }
         Pod {
-            metadata: meta(
-                self.name,
-                Some(self.namespace),
-                self.run,
-                Some(self.cell),
-                &[(WORKLOAD, self.workload)],
-            ),
+            metadata,
             spec: Some(PodSpec {
                 // Affinity, not nodeName: the scheduler then says why a pod cannot be placed.
                 affinity: Some(Affinity {

@@ -88,6 +88,11 @@ impl KubePlatform {
         })
     }
 
+    /// What detection found of `mesh`, a mesh the cluster runs.
+    pub(crate) fn installation(&self, mesh: Mesh) -> Option<&Installation> {
+        self.installed.get(mesh.name())
+    }
+
     /// The run id that labels every object.
     pub fn run_id(&self) -> &str {
         &self.run
@@ -217,19 +222,9 @@ impl Platform for KubePlatform {
     /// A mesh without a Kubernetes flavour yet; the binaries of the rest are in the image.
     fn unavailable(&self, mesh: Mesh) -> Option<UnavailableScenario> {
         if let Some(installed) = self.installed.get(mesh.name()) {
-            let reason = match &installed.unusable {
-                Some(why) => why.clone(),
-                None => format!(
-                    "{} is installed, but running cells through a mesh the cluster runs is not \
-                     implemented yet: `meshbench mesh check --mesh {}` validates what meshbench \
-                     would apply",
-                    mesh.name(),
-                    mesh.name()
-                ),
-            };
-            return Some(UnavailableScenario {
+            return installed.unusable.as_ref().map(|why| UnavailableScenario {
                 name: mesh.name().to_owned(),
-                reason,
+                reason: why.clone(),
                 install: String::new(),
             });
         }

@@ -185,6 +185,10 @@ pub struct PodAdditions {
     pub containers: Vec<AddedContainer>,
     /// Whether the pod is given its workload's identity ([`identity_files`]).
     pub identity: bool,
+    /// Labels and annotations that ask a mesh the cluster runs to enroll the pod (its
+    /// injector's, say).
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// A pod already running on a cluster, with its addresses: what a mesh that configures its

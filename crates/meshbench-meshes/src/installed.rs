@@ -147,13 +147,11 @@ impl InstalledSite<'_> {
     }
 }
 
-/// Labels and annotations that enroll the run's workloads in the mesh (or keep them out).
+/// Labels and annotations that enroll the run's workloads in the mesh (or keep them out),
+/// each on the pods (or services) it concerns, never on a namespace: the run's namespaces
+/// outlive a cell, and the next cell's scenario may be another.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MeshEnrollment {
-    /// Cluster namespace -> labels.
-    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
-    /// Cluster namespace -> annotations.
-    pub namespace_annotations: BTreeMap<String, BTreeMap<String, String>>,
     /// Workload name -> labels of its pods.
     pub pod_labels: BTreeMap<String, BTreeMap<String, String>>,
     /// Workload name -> annotations of its pods.
@@ -163,6 +161,19 @@ pub struct MeshEnrollment {
 }
 
 impl MeshEnrollment {
+    /// What enrolls `workload`'s pods.
+    pub fn additions(&self, workload: &str) -> crate::PodAdditions {
+        crate::PodAdditions {
+            labels: self.pod_labels.get(workload).cloned().unwrap_or_default(),
+            annotations: self
+                .pod_annotations
+                .get(workload)
+                .cloned()
+                .unwrap_or_default(),
+            ..crate::PodAdditions::default()
+        }
+    }
+
     pub(crate) fn label_pods(&mut self, workload: &str, key: &str, value: &str) {
         self.pod_labels
             .entry(workload.to_owned())
@@ -199,8 +210,6 @@ impl Translation {
         }
         let e = &self.enrollment;
         for (what, map) in [
-            ("namespace labels", &e.namespace_labels),
-            ("namespace annotations", &e.namespace_annotations),
             ("pod labels", &e.pod_labels),
             ("pod annotations", &e.pod_annotations),
             ("service labels", &e.service_labels),

@@ -115,14 +115,14 @@ fn mesh_render_prints_what_a_cluster_running_the_mesh_would_get() {
     let output = run(&["mesh", "render", "--mesh", "istio"]);
     assert_success(&output);
     let yaml = String::from_utf8(output.stdout).unwrap();
-    // E3's policy, as Istio's own resources, and the label that enrolls the namespace.
+    // E3's policy, as Istio's own resources, and the label that enrolls the pods.
     assert!(yaml.contains("kind: AuthorizationPolicy"), "{yaml}");
     assert!(
         yaml.contains("- cluster.local/ns/app/sa/experimenter"),
         "{yaml}"
     );
     assert!(
-        yaml.contains("# namespace labels of app: istio-injection=enabled"),
+        yaml.contains("# pod labels of calculator: sidecar.istio.io/inject=true"),
         "{yaml}"
     );
     // Every document parses as YAML with a kind and a name.

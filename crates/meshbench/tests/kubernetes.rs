@@ -785,6 +785,60 @@ fn each_meshs_resources_pass_server_side_dry_run_against_its_own_crds() {
             "{report}"
         );
     }
+    // A run through it: the policy applied as Istio's resources, the pods labelled for
+    // istiod's injector, which injects them; the proxy's image cannot be pulled here, and the
+    // run ends with the cluster's reason, every object of the cell deleted.
+    let spec = dir.path().join("istio.yaml");
+    std::fs::write(
+        &spec,
+        "name: istio-run\nscenarios: [istio]\nload:\n  model: constant-rate\n  points: [{ rps: 50, connections: 2 }]\nduration: 2s\n",
+    )
+    .unwrap();
+    let out = dir.path().join("istio-run");
+    let output = cluster
+        .run(&out, &["--spec", spec.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot start: ErrImagePull")
+            || stderr.contains("cannot start: ImagePullBackOff"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("proxyv2"),
+        "the injected proxy's image: {stderr}"
+    );
+    let result = results(&out);
+    let istio = result["environment"]["cluster_meshes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["scenario"] == "istio")
+        .cloned()
+        .unwrap();
+    assert_eq!(istio["usable"], true, "{istio}");
+    let left = run_ok(
+        Command::new(&cluster.kubectl)
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args([
+                "get",
+                "authorizationpolicies,peerauthentications",
+                "--all-namespaces",
+                "-l",
+                "app.kubernetes.io/managed-by=meshbench",
+                "-o",
+                "name",
+            ]),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "Istio resources left"
+    );
+
     let (output, report) = meshbench(&["mesh", "check", "--mesh", "istio-ambient"]);
     assert_success(&output);
     assert!(

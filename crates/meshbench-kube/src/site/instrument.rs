@@ -201,6 +201,9 @@ impl KubeSite<'_> {
         let Some(enrolled) = &self.enrolled else {
             return Ok(PodAdditions::default());
         };
+        if let Some(installed) = &self.installed {
+            return Ok(installed.enrollment.additions(&client.workload.name));
+        }
         let Some(cluster) = enrolled.mesh.cluster() else {
             return Ok(PodAdditions::default());
         };

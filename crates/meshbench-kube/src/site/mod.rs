@@ -20,8 +20,9 @@ use kube::{Api, Client};
 use meshbench_experiment::platform::{ClientServer, Entry, Instrument, Measured, Site, SiteError};
 use meshbench_identity::{CaServerFile, ServerTlsFiles};
 use meshbench_meshes::{
-    identity_files, BoxFuture, ClusterCell, ClusterMesh, ClusterSite, Mesh, PlacedPod,
-    PodAdditions, Ports, CONFIG_DIR_IN_POD, POD_PKI_DIR,
+    identity_files, BoxFuture, ClusterCell, ClusterMesh, ClusterSite, FoundPod, InstalledMesh,
+    InstalledSite, Mesh, MeshEnrollment, PlacedPod, PodAdditions, Ports, CONFIG_DIR_IN_POD,
+    POD_PKI_DIR,
 };
 use meshbench_role::RoleConfig;
 use meshbench_topology::{Pod as TopologyPod, Topology, Workload};
@@ -113,8 +114,18 @@ pub struct KubeSite<'a> {
     /// Apps to start once the mesh is known.
     apps: Vec<(TopologyPod, WorkloadFile)>,
     enrolled: Option<Enrolled>,
+    /// The mesh the cluster runs, when the cell's scenario is one.
+    installed: Option<InstalledRun>,
     pods: Vec<CreatedPod>,
     finished: bool,
+}
+
+/// A mesh the cluster runs, as a cell uses it: what enrolls each workload's pods, and the
+/// resources applied for the cell's policy (deleted with the cell).
+struct InstalledRun {
+    mesh: &'static dyn InstalledMesh,
+    enrollment: MeshEnrollment,
+    resources: Vec<serde_json::Value>,
 }
 
 impl<'a> KubeSite<'a> {
@@ -143,6 +154,7 @@ impl<'a> KubeSite<'a> {
             ca_endpoint: SocketAddr::from((Ipv4Addr::UNSPECIFIED, Ports::CA)),
             apps: vec![],
             enrolled: None,
+            installed: None,
             pods: vec![],
             finished: false,
         };
@@ -356,20 +368,41 @@ impl<'a> KubeSite<'a> {
             secret: (!secret_keys.is_empty()).then_some((name.as_str(), secret_keys)),
         };
         let pods = Api::<Pod>::namespaced(self.client(), &namespace);
-        objects::apply(&pods, &plan.render()).await?;
+        let admitted = objects::apply(&pods, &plan.render()).await?;
         let sampled = |container: &str, component: String, role: &str| Sampled {
             container: container.to_owned(),
             component,
             role: role.to_owned(),
         };
-        let containers = std::iter::once(sampled(APP_CONTAINER, pod.name.clone(), role))
-            .chain(
-                additions
-                    .containers
-                    .iter()
-                    .map(|c| sampled(c.name, format!("{}-{}", pod.name, c.role), c.role)),
-            )
-            .collect();
+        let mut containers: Vec<Sampled> =
+            std::iter::once(sampled(APP_CONTAINER, pod.name.clone(), role))
+                .chain(
+                    additions
+                        .containers
+                        .iter()
+                        .map(|c| sampled(c.name, format!("{}-{}", pod.name, c.role), c.role)),
+                )
+                .collect();
+        // What a mesh the cluster runs injected (its admission answered with the pod).
+        if let Some(installed) = &self.installed {
+            let found = FoundPod {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                labels: admitted.metadata.labels.clone().unwrap_or_default(),
+                images: BTreeMap::new(),
+                ready: false,
+            };
+            for c in admitted.spec.iter().flat_map(|s| s.containers.iter()) {
+                if containers.iter().any(|known| known.container == c.name) {
+                    continue;
+                }
+                let class = installed
+                    .mesh
+                    .component(&found, &c.name)
+                    .map_or("injected", |k| k.role());
+                containers.push(sampled(&c.name, format!("{}-{class}", pod.name), class));
+            }
+        }
         let created = CreatedPod {
             topology: pod.clone(),
             role: role.to_owned(),
@@ -468,10 +501,13 @@ impl<'a> KubeSite<'a> {
     async fn start_apps(&mut self, cluster: &dyn ClusterMesh, cell: &Pair) -> Result<(), Error> {
         let mut planned = vec![];
         for (pod, app) in std::mem::take(&mut self.apps) {
-            let additions = cluster.pod(
-                &self.cluster_cell(&cell.client, &cell.server, &cell.service),
-                &pod,
-            )?;
+            let additions = match &self.installed {
+                Some(installed) => installed.enrollment.additions(&pod.workload.name),
+                None => cluster.pod(
+                    &self.cluster_cell(&cell.client, &cell.server, &cell.service),
+                    &pod,
+                )?,
+            };
             planned.push((pod, app, additions));
         }
         // A mesh's node agents start with the generator, whose address they must know.
@@ -588,11 +624,80 @@ impl<'a> KubeSite<'a> {
         }
     }
 
+    /// Applies what a mesh the cluster runs needs for the cell (the policy as its resources,
+    /// labelled as the cell's) and keeps what enrolls each workload's pods.
+    async fn install_mesh(
+        &mut self,
+        mesh: Mesh,
+        installed: &'static dyn InstalledMesh,
+    ) -> Result<(), Error> {
+        let installation =
+            self.platform
+                .installation(mesh)
+                .cloned()
+                .ok_or_else(|| Error::Unsupported {
+                    what: format!("mesh {}", mesh.name()),
+                    why: "the cluster was not asked whether it runs it".into(),
+                })?;
+        let namespaces: BTreeMap<String, String> = self
+            .topology
+            .workloads
+            .iter()
+            .map(|w| {
+                (
+                    w.namespace.clone(),
+                    self.platform.namespace_for(&w.namespace),
+                )
+            })
+            .collect();
+        let translation = installed.translate(&InstalledSite {
+            topology: &self.topology,
+            policy: &self.policy,
+            namespaces: &namespaces,
+            installation: &installation,
+        })?;
+        // Recorded before they are applied: whatever was applied goes with the cell.
+        self.installed = Some(InstalledRun {
+            mesh: installed,
+            enrollment: translation.enrollment,
+            resources: translation.resources.clone(),
+        });
+        let applied = crate::installed::apply_resources(
+            &self.client(),
+            &translation.resources,
+            self.platform.run_id(),
+            Some(&self.id),
+            false,
+        )
+        .await?;
+        let refused: Vec<String> = applied
+            .iter()
+            .filter_map(|a| {
+                a.outcome
+                    .as_ref()
+                    .err()
+                    .map(|e| format!("{}: {e}", a.resource))
+            })
+            .collect();
+        if !refused.is_empty() {
+            return Err(Error::Refused {
+                what: format!("{}'s resources for the cell", mesh.name()),
+                why: refused.join("; "),
+            });
+        }
+        for note in &translation.enforced.notes {
+            tracing::info!(mesh = mesh.name(), "{note}");
+        }
+        Ok(())
+    }
+
     /// Enrolls every meshed workload of the topology in `mesh`, its apps' pods created with
     /// what the mesh adds to each.
     async fn enroll_topology(&mut self, mesh: Mesh) -> Result<(), Error> {
         let cluster = on_cluster(mesh)?;
-        if !cluster.can_enroll() {
+        if let Some(installed) = cluster.installed() {
+            self.install_mesh(mesh, installed).await?;
+        } else if !cluster.can_enroll() {
             return Err(Error::Unsupported {
                 what: format!("enrolling a whole topology in {}", mesh.name()),
                 why: "this mesh enrolls only a client and a server on a cluster".into(),
@@ -600,7 +705,10 @@ impl<'a> KubeSite<'a> {
         }
         let mut planned = vec![];
         for (pod, app) in std::mem::take(&mut self.apps) {
-            let additions = cluster.enroll_pod(&self.cluster_site(), &pod)?;
+            let additions = match &self.installed {
+                Some(installed) => installed.enrollment.additions(&pod.workload.name),
+                None => cluster.enroll_pod(&self.cluster_site(), &pod)?,
+            };
             planned.push((pod, app, additions));
         }
         if cluster.needs_ca() {
@@ -807,6 +915,14 @@ impl<'a> KubeSite<'a> {
     fn namespaces(&self) -> Vec<String> {
         self.platform.namespaces()
     }
+
+    /// The resources applied for a mesh the cluster runs, if the cell's scenario is one.
+    fn mesh_resources(&self) -> Vec<serde_json::Value> {
+        self.installed
+            .as_ref()
+            .map(|i| i.resources.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// The topology name of the node agent pod on topology node `node` (meshes with node agents).
@@ -889,6 +1005,9 @@ impl<'a> Site<'a> for KubeSite<'a> {
             if cluster.needs_ca() {
                 self.start_ca().await?;
             }
+            if let Some(installed) = cluster.installed() {
+                self.install_mesh(mesh, installed).await?;
+            }
             let pair = Pair {
                 client: cell.client.clone(),
                 server: cell.server.clone(),
@@ -934,14 +1053,15 @@ impl<'a> Site<'a> for KubeSite<'a> {
 
     fn finish(mut self: Box<Self>) -> BoxFuture<'a, ()> {
         self.finished = true;
-        let (client, run, cell, namespaces) = (
+        let (client, run, cell, namespaces, resources) = (
             self.client(),
             self.platform.run_id().to_owned(),
             self.id.clone(),
             self.namespaces(),
+            self.mesh_resources(),
         );
         Box::pin(async move {
-            if let Err(e) = delete_cell(client, run, cell, namespaces).await {
+            if let Err(e) = delete_everything(client, run, cell, namespaces, resources).await {
                 tracing::warn!(error = %e, "the cell's objects were not all deleted; run `meshbench lab clean --kubernetes`");
             }
         })
@@ -953,16 +1073,30 @@ impl Drop for KubeSite<'_> {
         if self.finished {
             return;
         }
-        let (run, cell, namespaces) = (
+        let (run, cell, namespaces, resources) = (
             self.platform.run_id().to_owned(),
             self.id.clone(),
             self.namespaces(),
+            self.mesh_resources(),
         );
         off_runtime(
-            move |client| delete_cell(client, run, cell, namespaces),
+            move |client| delete_everything(client, run, cell, namespaces, resources),
             self.platform.config().clone(),
         );
     }
+}
+
+/// The cell's objects, and the resources applied for a mesh the cluster runs.
+async fn delete_everything(
+    client: Client,
+    run: String,
+    cell: String,
+    namespaces: Vec<String>,
+    resources: Vec<serde_json::Value>,
+) -> Result<(), Error> {
+    let mesh = crate::installed::delete_resources(&client, &resources).await;
+    delete_cell(client, run, cell, namespaces).await?;
+    mesh
 }
 
 /// `mesh` on a cluster, or why it cannot run there yet.

@@ -317,18 +317,15 @@ fn enroll(site: &InstalledSite<'_>, ambient: bool) -> MeshEnrollment {
             enrollment.label_pods(&w.name, "istio.io/dataplane-mode", mode);
             continue;
         }
-        let inject = if w.meshed { "true" } else { "false" };
-        enrollment.label_pods(&w.name, "sidecar.istio.io/inject", inject);
-        if w.meshed {
-            let (key, value) = match &site.installation.revision {
-                Some(rev) => ("istio.io/rev", rev.as_str()),
-                None => ("istio-injection", "enabled"),
-            };
-            enrollment
-                .namespace_labels
-                .entry(site.namespace(&w.namespace).to_owned())
-                .or_default()
-                .insert(key.into(), value.into());
+        // Istio's injector takes a pod by its own label where its namespace has none (a
+        // revision's by `istio.io/rev`): the run's namespaces then need no label, which would
+        // outlive the cell.
+        match (&site.installation.revision, w.meshed) {
+            (Some(rev), true) => enrollment.label_pods(&w.name, "istio.io/rev", rev),
+            (_, meshed) => {
+                let inject = if meshed { "true" } else { "false" };
+                enrollment.label_pods(&w.name, "sidecar.istio.io/inject", inject);
+            }
         }
     }
     enrollment
@@ -460,8 +457,8 @@ mod tests {
             json!({ "mtls": { "mode": "STRICT" } })
         );
         assert_eq!(
-            t.enrollment.namespace_labels["app"]["istio-injection"],
-            "enabled"
+            t.enrollment.pod_labels[e3::CALCULATOR]["sidecar.istio.io/inject"],
+            "true"
         );
         assert_eq!(
             t.enrollment.pod_labels[e3::IMPOSTOR]["sidecar.istio.io/inject"],

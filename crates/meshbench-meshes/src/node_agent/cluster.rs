@@ -159,6 +159,7 @@ impl ClusterMesh for NodeAgent {
                         scratch: None,
                     }],
                     identity: false,
+                    ..PodAdditions::default()
                 },
                 credentials: credentials.into_iter().collect(),
             });

@@ -275,6 +275,7 @@ fn sidecar_additions(
             scratch: None,
         }],
         identity: true,
+        ..PodAdditions::default()
     }
 }
 
@@ -297,6 +298,7 @@ pub(crate) fn capture_additions(capture: SidecarCapture) -> PodAdditions {
         }],
         containers: vec![],
         identity: false,
+        ..PodAdditions::default()
     }
 }
 
