@@ -49,6 +49,16 @@ pub struct FoundPod {
     pub ready: bool,
 }
 
+impl FoundPod {
+    /// The version in the image tag of its container `container` (or of its first one).
+    pub fn image_version(&self, container: &str) -> Option<String> {
+        self.images
+            .get(container)
+            .or(self.images.values().next())
+            .and_then(|image| image_tag(image))
+    }
+}
+
 /// What detection found on the cluster for one [`Signature`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Found {
@@ -79,6 +89,22 @@ pub struct Installation {
 }
 
 impl Installation {
+    /// A control plane found running in `pod` (if one is), its version from its container
+    /// `container`'s image tag.
+    pub(crate) fn running(
+        pod: Option<&FoundPod>,
+        container: &str,
+        mode: impl Into<String>,
+    ) -> Self {
+        Installation {
+            version: pod.and_then(|p| p.image_version(container)),
+            mode: Some(mode.into()),
+            namespace: pod.map(|p| p.namespace.clone()),
+            revision: None,
+            unusable: None,
+        }
+    }
+
     pub(crate) fn absent(why: impl Into<String>) -> Self {
         Installation {
             version: None,
@@ -281,6 +307,29 @@ pub trait InstalledMesh: Sync {
     fn documented(&self) -> Documented;
 }
 
+/// `mesh`'s translation of `policy` for `topology` placed on no cluster yet: the topology's
+/// own namespace names, the mesh's default revision. What the policy as enforced, `mesh
+/// render` and the golden tests read.
+pub fn translate_unplaced(
+    mesh: &dyn InstalledMesh,
+    policy: &Policy,
+    topology: &Topology,
+) -> Result<Translation, Error> {
+    let installation = Installation {
+        version: None,
+        mode: None,
+        namespace: None,
+        revision: None,
+        unusable: None,
+    };
+    mesh.translate(&InstalledSite {
+        topology,
+        policy,
+        namespaces: &BTreeMap::new(),
+        installation: &installation,
+    })
+}
+
 /// `metadata` for a resource of the run.
 pub(crate) fn metadata(name: &str, namespace: Option<&str>) -> Value {
     let mut meta = serde_json::json!({ "name": name });
@@ -307,7 +356,7 @@ pub(crate) fn resource_name(parts: &[&str]) -> String {
 }
 
 /// The version in an image reference's tag (`docker.io/istio/pilot:1.31.0` -> `1.31.0`).
-pub(crate) fn image_tag(image: &str) -> Option<String> {
+fn image_tag(image: &str) -> Option<String> {
     let without_digest = image.split('@').next()?;
     let last = without_digest.rsplit('/').next()?;
     last.split_once(':').map(|(_, tag)| tag.to_owned())

@@ -44,8 +44,8 @@ pub use cluster::{
 pub use enroll::{app_port, enroll};
 pub use gateway::start_gateway;
 pub use installed::{
-    ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh, InstalledSite,
-    MeshEnrollment, Signature, Translation, WORKLOAD_LABEL,
+    translate_unplaced, ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh,
+    InstalledSite, MeshEnrollment, Signature, Translation, WORKLOAD_LABEL,
 };
 pub use lab::{
     deploy, Deployment, LabContext, MeshContext, Ports, PROXY_METRICS_DIR_SUFFIX,

@@ -4,10 +4,9 @@
 //! mode ambient lacks). A change in what meshbench would apply shows as a diff of
 //! `tests/golden/*.yaml`; regenerate with `MESHBENCH_UPDATE_GOLDEN=1` and review the diff.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use meshbench_meshes::{Installation, InstalledSite, Mesh};
+use meshbench_meshes::{translate_unplaced, Mesh};
 use meshbench_policy::Policy;
 use meshbench_topology::e3;
 
@@ -65,21 +64,9 @@ fn rendered(mesh: &str, policy: &str) -> String {
         meshbench_meshes::Ports::APP,
     );
     let policy = Policy::from_yaml(policy).unwrap();
-    let namespaces = BTreeMap::new();
-    let installation = Installation {
-        version: None,
-        mode: None,
-        namespace: Some("istio-system".into()),
-        revision: None,
-        unusable: None,
-    };
-    let site = InstalledSite {
-        topology: &topology,
-        policy: &policy,
-        namespaces: &namespaces,
-        installation: &installation,
-    };
-    installed.translate(&site).unwrap().to_yaml()
+    translate_unplaced(installed, &policy, &topology)
+        .unwrap()
+        .to_yaml()
 }
 
 #[test]

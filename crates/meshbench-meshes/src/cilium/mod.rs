@@ -22,8 +22,9 @@ use serde_json::{json, Value};
 use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport};
 use crate::cluster::ClusterMesh;
 use crate::installed::{
-    image_tag, metadata, resource_name, workload_selector, ComponentClass, Documented, Found,
-    FoundPod, Installation, InstalledMesh, InstalledSite, MeshEnrollment, Signature, Translation,
+    metadata, resource_name, translate_unplaced, workload_selector, ComponentClass, Documented,
+    Found, FoundPod, Installation, InstalledMesh, InstalledSite, MeshEnrollment, Signature,
+    Translation,
 };
 use crate::pairs::{self, HttpMatch, Outcome, Source};
 use crate::{EnforcedPolicy, Error, MeshContext};
@@ -78,15 +79,7 @@ impl MeshAdapter for Cilium {
         policy: &Policy,
         topology: &Topology,
     ) -> Result<EnforcedPolicy, Error> {
-        let namespaces = Default::default();
-        let installation = Installation::absent("not asked");
-        let site = InstalledSite {
-            topology,
-            policy,
-            namespaces: &namespaces,
-            installation: &installation,
-        };
-        Ok(translate(&site)?.enforced)
+        Ok(translate_unplaced(self, policy, topology)?.enforced)
     }
 
     fn deploy<'a>(&'a self, _ctx: &'a MeshContext<'a>) -> Deploying<'a> {
@@ -144,24 +137,17 @@ impl InstalledMesh for Cilium {
         };
         let mutual = on("mesh-auth-mutual-enabled") || on("mesh-auth-enabled");
         let agent = found.node_agents.iter().find(|p| p.ready);
+        let mode = format!(
+            "encryption: {encryption}; mutual authentication: {}",
+            if mutual { "on" } else { "off" }
+        );
         Installation {
-            version: agent.and_then(|p| {
-                p.images
-                    .get("cilium-agent")
-                    .or(p.images.values().next())
-                    .and_then(|i| image_tag(i))
-            }),
-            mode: Some(format!(
-                "encryption: {encryption}; mutual authentication: {}",
-                if mutual { "on" } else { "off" }
-            )),
-            namespace: agent.map(|p| p.namespace.clone()),
-            revision: None,
             unusable: (!mutual).then(|| {
                 "Cilium's mutual authentication is off (mesh-auth-mutual-enabled): every flow \
                  a policy requires authentication for would be dropped"
                     .to_owned()
             }),
+            ..Installation::running(agent, "cilium-agent", mode)
         }
     }
 
@@ -370,21 +356,12 @@ fn path_regex(path: &Pattern) -> String {
 mod tests {
     use super::*;
     use meshbench_topology::e3;
-    use std::collections::BTreeMap;
 
     #[test]
     fn e3s_calculator_admits_the_experimenters_labels_with_authentication() {
         let topology = e3::topology(&[e3::CALCULATOR, e3::EXPERIMENTER], crate::Ports::APP);
         let policy = Policy::from_yaml(&e3::zero_trust_policy(crate::TRUST_DOMAIN)).unwrap();
-        let namespaces = BTreeMap::new();
-        let installation = Installation::absent("test");
-        let site = InstalledSite {
-            topology: &topology,
-            policy: &policy,
-            namespaces: &namespaces,
-            installation: &installation,
-        };
-        let t = translate(&site).unwrap();
+        let t = translate_unplaced(&Cilium, &policy, &topology).unwrap();
         let calculator = t
             .resources
             .iter()

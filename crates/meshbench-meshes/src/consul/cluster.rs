@@ -12,8 +12,8 @@
 use serde_json::{Map, Value};
 
 use crate::installed::{
-    image_tag, metadata, present, resource_name, ComponentClass, Documented, Found, FoundPod,
-    Installation, InstalledMesh, InstalledSite, MeshEnrollment, Signature, Translation,
+    metadata, present, resource_name, ComponentClass, Documented, Found, FoundPod, Installation,
+    InstalledMesh, InstalledSite, MeshEnrollment, Signature, Translation,
 };
 use crate::Error;
 
@@ -46,18 +46,7 @@ impl InstalledMesh for ConsulOnCluster {
             return Installation::absent(why);
         }
         let server = found.control_plane.iter().find(|p| p.ready);
-        Installation {
-            version: server.and_then(|p| {
-                p.images
-                    .get("consul")
-                    .or(p.images.values().next())
-                    .and_then(|i| image_tag(i))
-            }),
-            mode: Some("connect, transparent proxy".into()),
-            namespace: server.map(|p| p.namespace.clone()),
-            revision: None,
-            unusable: None,
-        }
+        Installation::running(server, "consul", "connect, transparent proxy")
     }
 
     fn translate(&self, site: &InstalledSite<'_>) -> Result<Translation, Error> {

@@ -18,7 +18,7 @@ use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport};
 use crate::cluster::ClusterMesh;
 use crate::configs::IdentityCheck;
 use crate::installed::{
-    image_tag, present, ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh,
+    present, ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh,
     InstalledSite, Signature, Translation,
 };
 use crate::{EnforcedPolicy, Error, MeshContext};
@@ -316,16 +316,9 @@ fn istiod(found: &Found) -> Installation {
         .filter(|r| r.as_str() != "default")
         .cloned();
     Installation {
-        version: istiod.and_then(|p| {
-            p.images
-                .get("discovery")
-                .or(p.images.values().next())
-                .and_then(|i| image_tag(i))
-        }),
         mode: None,
-        namespace: istiod.map(|p| p.namespace.clone()),
         revision,
-        unusable: None,
+        ..Installation::running(istiod, "discovery", "")
     }
 }
 

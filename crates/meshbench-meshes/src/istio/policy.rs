@@ -416,32 +416,22 @@ pub(super) fn by_name(resources: &[Value]) -> std::collections::BTreeMap<String,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::installed::Installation;
+    use crate::installed::{translate_unplaced, InstalledMesh};
     use meshbench_topology::e3;
-    use std::collections::BTreeMap;
 
-    fn site_parts(meshed: &[&str], policy: &str) -> (Topology, Policy, BTreeMap<String, String>) {
-        (
-            e3::topology(meshed, crate::Ports::APP),
-            Policy::from_yaml(policy).unwrap(),
-            BTreeMap::new(),
-        )
+    fn translated(mesh: &dyn InstalledMesh, meshed: &[&str], policy: &str) -> Translation {
+        let topology = e3::topology(meshed, crate::Ports::APP);
+        let policy = Policy::from_yaml(policy).unwrap();
+        translate_unplaced(mesh, &policy, &topology).unwrap()
     }
 
     #[test]
     fn e3s_policy_is_istios_own_and_every_member_is_labelled() {
-        let (topology, policy, namespaces) = site_parts(
+        let t = translated(
+            &super::super::IstioSidecar,
             &[e3::CALCULATOR, e3::EXPERIMENTER],
             &e3::zero_trust_policy(crate::TRUST_DOMAIN),
         );
-        let installation = Installation::absent("test");
-        let site = InstalledSite {
-            topology: &topology,
-            policy: &policy,
-            namespaces: &namespaces,
-            installation: &installation,
-        };
-        let t = translate(&site, false).unwrap();
         let r = by_name(&t.resources);
         assert_eq!(
             r["AuthorizationPolicy/app/mb-calculator-only-from-experimenter"]["spec"],
@@ -469,20 +459,13 @@ mod tests {
 
     #[test]
     fn ambient_sends_l7_rules_to_a_waypoint_that_ztunnel_lets_through() {
-        let (topology, policy, namespaces) = site_parts(
+        let t = translated(
+            &super::super::IstioAmbient,
             &[e3::CALCULATOR, e3::EXPERIMENTER],
             "authorization:\n\
              \x20 - name: calc\n    namespace: app\n    workload: calculator\n    action: ALLOW\n    rules:\n\
              \x20     - from: { principals: [cluster.local/ns/app/sa/experimenter] }\n        to: { methods: [POST] }\n",
         );
-        let installation = Installation::absent("test");
-        let site = InstalledSite {
-            topology: &topology,
-            policy: &policy,
-            namespaces: &namespaces,
-            installation: &installation,
-        };
-        let t = translate(&site, true).unwrap();
         let r = by_name(&t.resources);
         assert!(r.contains_key("Gateway/app/meshbench-waypoint"), "{r:#?}");
         let at_waypoint = &r["AuthorizationPolicy/app/mb-calc-calculator"]["spec"];

@@ -27,9 +27,9 @@ use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport};
 use crate::cluster::ClusterMesh;
 use crate::configs::IdentityCheck;
 use crate::installed::{
-    image_tag, metadata, present, resource_name, workload_selector, ComponentClass, Documented,
-    Found, FoundPod, Installation, InstalledMesh, InstalledSite, MeshEnrollment, Signature,
-    Translation,
+    metadata, present, resource_name, translate_unplaced, workload_selector, ComponentClass,
+    Documented, Found, FoundPod, Installation, InstalledMesh, InstalledSite, MeshEnrollment,
+    Signature, Translation,
 };
 use crate::pairs::{self, HttpMatch, Outcome, Source};
 use crate::{EnforcedPolicy, Error, MeshContext};
@@ -85,15 +85,7 @@ impl MeshAdapter for Linkerd {
         policy: &Policy,
         topology: &Topology,
     ) -> Result<EnforcedPolicy, Error> {
-        let namespaces = BTreeMap::new();
-        let installation = Installation::absent("not asked");
-        let site = InstalledSite {
-            topology,
-            policy,
-            namespaces: &namespaces,
-            installation: &installation,
-        };
-        Ok(translate(&site)?.enforced)
+        Ok(translate_unplaced(self, policy, topology)?.enforced)
     }
 
     fn deploy<'a>(&'a self, _ctx: &'a MeshContext<'a>) -> Deploying<'a> {
@@ -140,18 +132,7 @@ impl InstalledMesh for Linkerd {
                 .map(String::as_str)
                 == Some("destination")
         });
-        Installation {
-            version: destination.and_then(|p| {
-                p.images
-                    .get("destination")
-                    .or(p.images.values().next())
-                    .and_then(|i| image_tag(i))
-            }),
-            mode: Some("sidecar".into()),
-            namespace: destination.map(|p| p.namespace.clone()),
-            revision: None,
-            unusable: None,
-        }
+        Installation::running(destination, "destination", "sidecar")
     }
 
     fn translate(&self, site: &InstalledSite<'_>) -> Result<Translation, Error> {
@@ -464,15 +445,7 @@ mod tests {
             crate::Ports::APP,
         );
         let policy = Policy::from_yaml(&e3::zero_trust_policy(crate::TRUST_DOMAIN)).unwrap();
-        let namespaces = BTreeMap::new();
-        let installation = Installation::absent("test");
-        let site = InstalledSite {
-            topology: &topology,
-            policy: &policy,
-            namespaces: &namespaces,
-            installation: &installation,
-        };
-        let t = translate(&site).unwrap();
+        let t = translate_unplaced(&Linkerd, &policy, &topology).unwrap();
         let mtls = t
             .resources
             .iter()

@@ -135,21 +135,7 @@ fn render(args: &RenderArgs) -> anyhow::Result<()> {
         .cluster()
         .and_then(|c| c.installed())
         .expect("resolved");
-    let namespaces = Default::default();
-    let installation = meshbench_meshes::Installation {
-        version: None,
-        mode: None,
-        namespace: None,
-        revision: None,
-        unusable: None,
-    };
-    let site = meshbench_meshes::InstalledSite {
-        topology: &topology,
-        policy: &policy,
-        namespaces: &namespaces,
-        installation: &installation,
-    };
-    let translation = installed.translate(&site)?;
+    let translation = meshbench_meshes::translate_unplaced(installed, &policy, &topology)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "# {}: {}", mesh.name(), mesh.description())?;
     write!(out, "{}", translation.to_yaml())?;
