@@ -125,6 +125,18 @@ fn mesh_render_prints_what_a_cluster_running_the_mesh_would_get() {
         yaml.contains("# pod labels of calculator: sidecar.istio.io/inject=true"),
         "{yaml}"
     );
+    // What a verification must expect of Istio, said up front.
+    assert!(
+        yaml.contains("# documented: Istio's sidecar hides some denials as connection resets"),
+        "{yaml}"
+    );
+    let cilium = run(&["mesh", "render", "--mesh", "cilium"]);
+    assert_success(&cilium);
+    let cilium = String::from_utf8(cilium.stdout).unwrap();
+    assert!(
+        cilium.contains("same-node traffic NOT encrypted"),
+        "{cilium}"
+    );
     // Every document parses as YAML with a kind and a name.
     for doc in yaml.split("\n---\n").skip(1) {
         let value: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();

@@ -138,8 +138,27 @@ fn render(args: &RenderArgs) -> anyhow::Result<()> {
     let translation = meshbench_meshes::translate_unplaced(installed, &policy, &topology)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "# {}: {}", mesh.name(), mesh.description())?;
+    for line in documented(installed) {
+        writeln!(out, "# {line}")?;
+    }
     write!(out, "{}", translation.to_yaml())?;
     Ok(())
+}
+
+/// What the mesh is documented to do that a reader of its verification must know.
+fn documented(installed: &dyn meshbench_meshes::InstalledMesh) -> Vec<String> {
+    let documented = installed.documented();
+    let same_node = if documented.encrypts_same_node {
+        "encrypted"
+    } else {
+        "NOT encrypted"
+    };
+    std::iter::once(format!(
+        "on the wire: {}; same-node traffic {same_node}",
+        documented.wire
+    ))
+    .chain(documented.notes.iter().map(|n| format!("documented: {n}")))
+    .collect()
 }
 
 /// A cluster refused some of what meshbench would apply.
@@ -220,6 +239,11 @@ fn check(args: &RenderArgs, target: &super::args::KubeTarget) -> anyhow::Result<
     }
     for note in &report.notes {
         println!("  note: {note}");
+    }
+    if let Some(installed) = mesh.cluster().and_then(|c| c.installed()) {
+        for line in documented(installed) {
+            println!("  {line}");
+        }
     }
     match refused {
         0 => Ok(()),
