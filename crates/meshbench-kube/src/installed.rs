@@ -117,6 +117,11 @@ fn found_pod(pod: &Pod) -> FoundPod {
             .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
             .collect(),
         ready,
+        node: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default(),
     }
 }
 

@@ -47,6 +47,8 @@ pub struct FoundPod {
     /// Container name -> image reference.
     pub images: BTreeMap<String, String>,
     pub ready: bool,
+    /// The node it runs on (empty until scheduled).
+    pub node: String,
 }
 
 impl FoundPod {

@@ -288,6 +288,11 @@ impl KubeSite<'_> {
                     role: c.role.clone(),
                 })
             })
+            .chain(
+                self.installed
+                    .iter()
+                    .flat_map(|i| i.targets.iter().cloned()),
+            )
             .collect();
         let interval = sample_interval.max(MIN_SAMPLE_INTERVAL);
         let sampler = SummarySampler::start(self.client(), targets, interval);

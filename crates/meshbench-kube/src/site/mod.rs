@@ -126,6 +126,9 @@ struct InstalledRun {
     mesh: &'static dyn InstalledMesh,
     enrollment: MeshEnrollment,
     resources: Vec<serde_json::Value>,
+    /// The mesh's own pods the cell samples: its control plane, and its node agents on the
+    /// cell's nodes (E1's breakdown).
+    targets: Vec<crate::stats::Target>,
 }
 
 impl<'a> KubeSite<'a> {
@@ -391,6 +394,7 @@ impl<'a> KubeSite<'a> {
                 labels: admitted.metadata.labels.clone().unwrap_or_default(),
                 images: BTreeMap::new(),
                 ready: false,
+                node: node.clone(),
             };
             for c in admitted.spec.iter().flat_map(|s| s.containers.iter()) {
                 if containers.iter().any(|known| known.container == c.name) {
@@ -656,11 +660,15 @@ impl<'a> KubeSite<'a> {
             namespaces: &namespaces,
             installation: &installation,
         })?;
+        let found = crate::installed::detect(&self.client(), &installed.signature()).await?;
+        let cell_nodes: Vec<String> = self.nodes.values().cloned().collect();
+        let targets = mesh_targets(installed, &found, &cell_nodes);
         // Recorded before they are applied: whatever was applied goes with the cell.
         self.installed = Some(InstalledRun {
             mesh: installed,
             enrollment: translation.enrollment,
             resources: translation.resources.clone(),
+            targets,
         });
         let applied = crate::installed::apply_resources(
             &self.client(),
@@ -1086,6 +1094,38 @@ impl Drop for KubeSite<'_> {
     }
 }
 
+/// The containers of a mesh's own pods a cell samples, each under the class the mesh gives
+/// it: its control plane wherever it runs, its node agents on the cell's nodes.
+fn mesh_targets(
+    installed: &dyn InstalledMesh,
+    found: &meshbench_meshes::Found,
+    cell_nodes: &[String],
+) -> Vec<crate::stats::Target> {
+    found
+        .control_plane
+        .iter()
+        .chain(
+            found
+                .node_agents
+                .iter()
+                .filter(|p| cell_nodes.contains(&p.node)),
+        )
+        .flat_map(|p| {
+            p.images.keys().filter_map(move |container| {
+                let class = installed.component(p, container)?;
+                Some(crate::stats::Target {
+                    namespace: p.namespace.clone(),
+                    pod: p.name.clone(),
+                    container: container.clone(),
+                    node: p.node.clone(),
+                    component: format!("{}-{container}", p.name),
+                    role: class.role().to_owned(),
+                })
+            })
+        })
+        .collect()
+}
+
 /// The cell's objects, and the resources applied for a mesh the cluster runs.
 async fn delete_everything(
     client: Client,
@@ -1112,4 +1152,51 @@ fn on_cluster(mesh: Mesh) -> Result<&'static dyn ClusterMesh, Error> {
                 .join(", ")
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, labels: &[(&str, &str)], container: &str, node: &str) -> FoundPod {
+        FoundPod {
+            namespace: "istio-system".into(),
+            name: name.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            images: [(container.to_owned(), "istio/x:1".to_owned())].into(),
+            ready: true,
+            node: node.into(),
+        }
+    }
+
+    #[test]
+    fn the_control_plane_and_the_cells_node_agents_are_sampled_under_their_class() {
+        let ambient = Mesh::parse("istio-ambient")
+            .and_then(|m| m.cluster())
+            .and_then(|c| c.installed())
+            .unwrap();
+        let found = meshbench_meshes::Found {
+            control_plane: vec![pod("istiod-1", &[("app", "istiod")], "discovery", "node-3")],
+            node_agents: vec![
+                pod("ztunnel-a", &[("app", "ztunnel")], "istio-proxy", "node-1"),
+                pod("ztunnel-b", &[("app", "ztunnel")], "istio-proxy", "node-2"),
+            ],
+            ..Default::default()
+        };
+        let targets = mesh_targets(ambient, &found, &["node-1".to_owned()]);
+        let got: Vec<(&str, &str, &str)> = targets
+            .iter()
+            .map(|t| (t.pod.as_str(), t.role.as_str(), t.node.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("istiod-1", "control-plane", "node-3"),
+                ("ztunnel-a", "node-agent", "node-1"),
+            ]
+        );
+    }
 }

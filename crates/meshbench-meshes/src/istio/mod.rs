@@ -376,6 +376,7 @@ mod tests {
             )]
             .into(),
             ready: true,
+            node: "node-1".into(),
         });
         let running = IstioSidecar.interpret(&found);
         assert_eq!(running.version.as_deref(), Some("1.31.0"));
