@@ -11,8 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
-    ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    ValidationDirective,
+    DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, ValidationDirective,
 };
 use kube::discovery::Scope;
 use kube::{Api, Client};
@@ -157,7 +156,6 @@ pub async fn apply_resources(
     cell: Option<&str>,
     dry_run: bool,
 ) -> Result<Vec<Applied>, Error> {
-    let mut discovered: BTreeMap<(String, String), (ApiResource, Scope)> = BTreeMap::new();
     let mut applied = vec![];
     for resource in resources {
         let api_version = resource["apiVersion"].as_str().unwrap_or_default();
@@ -168,35 +166,23 @@ pub async fn apply_resources(
             "{kind} {}{name}",
             namespace.map(|n| format!("{n}/")).unwrap_or_default()
         );
-        let key = (api_version.to_owned(), kind.to_owned());
-        if !discovered.contains_key(&key) {
-            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-            let gvk = GroupVersionKind::gvk(group, version, kind);
-            match kube::discovery::pinned_kind(client, &gvk).await {
-                Ok((ar, caps)) => {
-                    discovered.insert(key.clone(), (ar, caps.scope));
-                }
-                Err(e) => {
-                    let why = match &e {
-                        kube::Error::Api(status) if status.code == 404 => {
-                            "(the mesh's CRDs are not installed)".to_owned()
-                        }
-                        other => format!("({other})"),
-                    };
-                    applied.push(Applied {
-                        resource: label,
-                        outcome: Err(format!(
-                            "the cluster does not serve {api_version} {kind} {why}"
-                        )),
-                    });
-                    continue;
-                }
+        let api = match dynamic_api(client, resource).await {
+            Ok(api) => api,
+            Err(e) => {
+                let why = match &e {
+                    kube::Error::Api(status) if status.code == 404 => {
+                        "(the mesh's CRDs are not installed)".to_owned()
+                    }
+                    other => format!("({other})"),
+                };
+                applied.push(Applied {
+                    resource: label,
+                    outcome: Err(format!(
+                        "the cluster does not serve {api_version} {kind} {why}"
+                    )),
+                });
+                continue;
             }
-        }
-        let (ar, scope) = &discovered[&key];
-        let api: Api<DynamicObject> = match (scope, namespace) {
-            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, ar),
-            _ => Api::all_with(client.clone(), ar),
         };
         let mut object = resource.clone();
         let labels = &mut object["metadata"]["labels"];
@@ -403,22 +389,30 @@ async fn admit_pod(
         .collect())
 }
 
+/// The API of `resource`'s kind (from its `apiVersion` and `kind`, as the cluster serves it),
+/// in its namespace where the kind is namespaced.
+async fn dynamic_api(client: &Client, resource: &Value) -> Result<Api<DynamicObject>, kube::Error> {
+    let api_version = resource["apiVersion"].as_str().unwrap_or_default();
+    let kind = resource["kind"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+    Ok(
+        match (caps.scope, resource["metadata"]["namespace"].as_str()) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
+            _ => Api::all_with(client.clone(), &ar),
+        },
+    )
+}
+
 /// Deletes `resources` (as [`apply_resources`] took them), those already gone or of a kind
 /// the cluster no longer serves included.
 pub async fn delete_resources(client: &Client, resources: &[Value]) -> Result<(), Error> {
     for resource in resources {
-        let api_version = resource["apiVersion"].as_str().unwrap_or_default();
         let kind = resource["kind"].as_str().unwrap_or_default();
         let name = resource["metadata"]["name"].as_str().unwrap_or_default();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        let Ok((ar, caps)) = kube::discovery::pinned_kind(client, &gvk).await else {
+        let Ok(api) = dynamic_api(client, resource).await else {
             continue;
-        };
-        let api: Api<DynamicObject> = match (caps.scope, resource["metadata"]["namespace"].as_str())
-        {
-            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
-            _ => Api::all_with(client.clone(), &ar),
         };
         match api.delete(name, &Default::default()).await {
             Ok(_) => {}

@@ -282,8 +282,6 @@ impl ComponentClass {
 /// among them), each with the sentence the report gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Documented {
-    /// Whether traffic between two pods of one node is encrypted.
-    pub encrypts_same_node: bool,
     /// What the data path between nodes looks like on the wire.
     pub wire: &'static str,
     /// Behaviour a reader must know to judge a verification (may be empty).

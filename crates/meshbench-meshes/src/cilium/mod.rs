@@ -168,7 +168,6 @@ impl InstalledMesh for Cilium {
 
     fn documented(&self) -> Documented {
         Documented {
-            encrypts_same_node: false,
             wire: "no TLS: plaintext, or WireGuard (UDP 51871) or IPsec ESP between nodes where \
                    the cluster enables them; same-node traffic stays plaintext under WireGuard",
             notes: &[

@@ -143,7 +143,6 @@ impl InstalledMesh for ConsulOnCluster {
 
     fn documented(&self) -> Documented {
         Documented {
-            encrypts_same_node: true,
             wire: "TLS 1.3 between Envoy sidecars (the mesh entry pins it), same node or not",
             notes: &[
                 "transparent sidecars reach mesh destinations only: a call the intentions deny \

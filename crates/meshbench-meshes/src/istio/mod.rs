@@ -151,7 +151,6 @@ impl InstalledMesh for IstioSidecar {
 
     fn documented(&self) -> Documented {
         Documented {
-            encrypts_same_node: true,
             wire: "TLS 1.3 between the sidecars (Istio's mTLS), same node or not",
             notes: &[
                 "Istio's sidecar hides some denials as connection resets (E3): a request its \
@@ -270,7 +269,6 @@ impl InstalledMesh for IstioAmbient {
 
     fn documented(&self) -> Documented {
         Documented {
-            encrypts_same_node: true,
             wire: "HBONE (HTTP/2 CONNECT in TLS 1.3 mTLS, port 15008) between ztunnels; \
                    same-node traffic goes through ztunnel and is encrypted too",
             notes: &[

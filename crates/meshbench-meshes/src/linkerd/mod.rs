@@ -154,7 +154,6 @@ impl InstalledMesh for Linkerd {
 
     fn documented(&self) -> Documented {
         Documented {
-            encrypts_same_node: true,
             wire: "TLS 1.3 between linkerd-proxies, same node or not",
             notes: &[
                 "the cluster's default inbound policy (all-unauthenticated unless installed \
@@ -327,17 +326,17 @@ fn translate(site: &InstalledSite<'_>) -> Result<Translation, Error> {
             }
             if grantees.contains(&Grantee::Unauthenticated) {
                 let name = resource_name(&[&target, "plaintext"]);
-                let networks: Vec<Value> = if file.default_inbound
-                    == DefaultInbound::ClusterAuthenticated
-                    && !file.cluster_networks.is_empty()
-                {
-                    file.cluster_networks
-                        .iter()
-                        .map(|n| json!({ "cidr": n.to_string() }))
-                        .collect()
-                } else {
-                    vec![json!({ "cidr": "0.0.0.0/0" }), json!({ "cidr": "::/0" })]
-                };
+                let networks: Vec<Value> =
+                    if pairs::unauthenticated_from_cluster_networks_only(policy)
+                        && !file.cluster_networks.is_empty()
+                    {
+                        file.cluster_networks
+                            .iter()
+                            .map(|n| json!({ "cidr": n.to_string() }))
+                            .collect()
+                    } else {
+                        vec![json!({ "cidr": "0.0.0.0/0" }), json!({ "cidr": "::/0" })]
+                    };
                 resources.push(json!({
                     "apiVersion": format!("{POLICY}/v1alpha1"),
                     "kind": "NetworkAuthentication",

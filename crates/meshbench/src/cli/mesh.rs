@@ -138,7 +138,7 @@ fn render(args: &RenderArgs) -> anyhow::Result<()> {
     let translation = meshbench_meshes::translate_unplaced(installed, &policy, &topology)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "# {}: {}", mesh.name(), mesh.description())?;
-    for line in documented(installed) {
+    for line in documented(mesh, installed) {
         writeln!(out, "# {line}")?;
     }
     write!(out, "{}", translation.to_yaml())?;
@@ -146,9 +146,9 @@ fn render(args: &RenderArgs) -> anyhow::Result<()> {
 }
 
 /// What the mesh is documented to do that a reader of its verification must know.
-fn documented(installed: &dyn meshbench_meshes::InstalledMesh) -> Vec<String> {
+fn documented(mesh: Mesh, installed: &dyn meshbench_meshes::InstalledMesh) -> Vec<String> {
     let documented = installed.documented();
-    let same_node = if documented.encrypts_same_node {
+    let same_node = if mesh.encrypts_same_node() {
         "encrypted"
     } else {
         "NOT encrypted"
@@ -241,7 +241,7 @@ fn check(args: &RenderArgs, target: &super::args::KubeTarget) -> anyhow::Result<
         println!("  note: {note}");
     }
     if let Some(installed) = mesh.cluster().and_then(|c| c.installed()) {
-        for line in documented(installed) {
+        for line in documented(mesh, installed) {
             println!("  {line}");
         }
     }
