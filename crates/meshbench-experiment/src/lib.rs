@@ -17,5 +17,5 @@ pub use placement::Placement;
 pub use profile::{
     builtin_spec, profile_names, LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile,
 };
-pub use runner::{CellId, Progress, RunOptions, Runner};
+pub use runner::{CellId, Progress, RunOptions, Runner, LIVE_SERIES};
 pub use spec::{parse_spec, Scale};

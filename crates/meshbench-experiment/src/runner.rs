@@ -78,7 +78,24 @@ pub struct CellId {
     pub repetition: u32,
 }
 
+/// In a cell's directory while its load runs: one JSON line per second of the window
+/// (`SecondStats`), written by the load generator for watchers.
+pub const LIVE_SERIES: &str = "live.jsonl";
+
 impl CellId {
+    /// The cell's directory under the run's `cells/`.
+    pub fn dir_name(&self) -> String {
+        format!(
+            "{:03}-{}-{}-{}rps-{}c-rep{}",
+            self.index,
+            self.scenario.name(),
+            self.placement.name(),
+            self.load_point.rps,
+            self.load_point.connections,
+            self.repetition
+        )
+    }
+
     pub fn label(&self) -> String {
         format!(
             "{} {} @ {} (rep {})",
@@ -321,15 +338,7 @@ impl Runner {
             error,
         };
         let started_at = timestamp();
-        let cell_dir = self.options.out_dir.join("cells").join(format!(
-            "{:03}-{}-{}-{}rps-{}c-rep{}",
-            id.index,
-            id.scenario.name(),
-            id.placement.name(),
-            id.load_point.rps,
-            id.load_point.connections,
-            id.repetition
-        ));
+        let cell_dir = self.options.out_dir.join("cells").join(id.dir_name());
         std::fs::create_dir_all(&cell_dir).map_err(|source| Error::CreateDir {
             path: cell_dir.clone(),
             source,

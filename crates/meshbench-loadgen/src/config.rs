@@ -169,6 +169,9 @@ pub struct LoadConfig {
     pub threads: usize,
     /// Keep every request's intended time, latency and outcome (E3's list of RTTs).
     pub keep_samples: bool,
+    /// Append each second of the window to this file as one JSON line while the run lasts (a
+    /// preview for watchers; the report's series is exact).
+    pub live: Option<std::path::PathBuf>,
 }
 
 impl LoadConfig {
@@ -187,6 +190,7 @@ impl LoadConfig {
             max_requests_per_connection: None,
             threads: 1,
             keep_samples: false,
+            live: None,
         }
     }
 

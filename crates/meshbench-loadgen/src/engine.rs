@@ -20,6 +20,7 @@ use meshbench_time::{now_ns, tighten_timer_slack, PreciseTimer};
 
 use crate::config::{LoadConfig, LoadModel, Stop, Warmup};
 use crate::connection::{Connection, Connector};
+use crate::live::{LiveSeries, LiveWriter};
 use crate::recorder::{Exchange, Recorder};
 use crate::{Error, Outcome};
 
@@ -100,10 +101,12 @@ pub(crate) struct Plan {
     pub(crate) timeout: Duration,
     pub(crate) max_requests_per_connection: Option<u64>,
     pub(crate) keep_samples: bool,
+    /// Where threads hand finished seconds over while the run lasts (`LoadConfig::live`).
+    pub(crate) live: Option<Arc<LiveSeries>>,
 }
 
 impl Plan {
-    fn new(config: &LoadConfig) -> Self {
+    fn new(config: &LoadConfig, live: Option<Arc<LiveSeries>>) -> Self {
         let start_ns = now_ns() + START_DELAY_NS;
         let ns = |d: Duration| d.as_nanos() as u64;
         let (warmup_ns, warmup_tickets, run_ns, ticket_limit, ns_per_request) = match config.model {
@@ -148,6 +151,7 @@ impl Plan {
             timeout: config.timeout,
             max_requests_per_connection: config.max_requests_per_connection,
             keep_samples: config.keep_samples,
+            live,
         }
     }
 
@@ -222,7 +226,17 @@ pub fn run_load(config: LoadConfig) -> Result<LoadResult, Error> {
     config.validate()?;
     let threads = config.threads.min(config.workers() as usize).max(1);
     let cpu_start = process_cpu_ns();
-    let plan = Arc::new(Plan::new(&config));
+    let series = config
+        .live
+        .as_ref()
+        .map(|_| Arc::new(LiveSeries::default()));
+    let plan = Arc::new(Plan::new(&config, series.clone()));
+    let live = match (&config.live, series) {
+        (Some(path), Some(series)) => {
+            Some(LiveWriter::start(path, plan.window_start_ns, series).map_err(Error::Runtime)?)
+        }
+        _ => None,
+    };
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let plan = plan.clone();
@@ -239,6 +253,9 @@ pub fn run_load(config: LoadConfig) -> Result<LoadResult, Error> {
             .join()
             .map_err(|_| Error::Runtime(std::io::Error::other("a generator thread panicked")))??;
         recorder.merge(thread_recorder);
+    }
+    if let Some(live) = live {
+        live.finish(&recorder.seconds);
     }
     let finished_ns = now_ns();
     let cpu_seconds = (process_cpu_ns() - cpu_start) as f64 / 1e9;
@@ -290,7 +307,9 @@ fn run_thread(
         .build()
         .map_err(Error::Runtime)?;
     let local = tokio::task::LocalSet::new();
-    let recorder = Rc::new(RefCell::new(Recorder::new(plan.keep_samples)));
+    let recorder = Rc::new(RefCell::new(
+        Recorder::new(plan.keep_samples).watched(plan.live.clone()),
+    ));
     local.block_on(&runtime, async {
         let connector = Rc::new(Connector::new(
             config.target.clone(),

@@ -9,53 +9,63 @@ use hdrhistogram::serialization::V2DeflateSerializer;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use crate::config::LoadModel;
-use crate::LoadResult;
+use meshbench_results::LoadReport;
+
+use crate::{LatencyRecorder, LoadResult};
 
 const FORTIO_PERCENTILES: [f64; 6] = [50.0, 75.0, 90.0, 99.0, 99.9, 100.0];
 
-/// Fortio's `HTTPRunnerResults` JSON (durations in seconds), for `fortio report`'s UI.
-pub fn fortio_json(result: &LoadResult, started: SystemTime) -> Value {
-    let config = &result.config;
-    let rec = &result.recorder;
+/// Fortio's `HTTPRunnerResults` JSON (durations in seconds), for `fortio report`'s UI. Built
+/// from the public report, so a run's cells export the same way long after they ran; `None`
+/// when the report's histogram is not one meshbench wrote.
+pub fn fortio_json(report: &LoadReport, started: SystemTime) -> Option<Value> {
+    let histogram = LatencyRecorder::decode(&report.histogram)?;
     let mut ret_codes = serde_json::Map::new();
     let mut socket_errors = 0u64;
-    for (outcome, n) in &rec.outcomes {
-        match outcome {
-            crate::Outcome::Http(code) => {
+    for (outcome, n) in &report.outcomes {
+        match outcome
+            .strip_prefix("http_")
+            .and_then(|code| code.parse::<u16>().ok())
+        {
+            Some(code) => {
                 ret_codes.insert(code.to_string(), json!(n));
             }
-            _ => socket_errors += n,
+            // Fortio files every connection-level failure under -1.
+            None => socket_errors += n,
         }
     }
     if socket_errors > 0 {
-        // Fortio files every connection-level failure under -1.
         ret_codes.insert("-1".to_owned(), json!(socket_errors));
     }
-    let requested_qps = match config.model {
-        LoadModel::OpenLoop { rps } => rps.to_string(),
-        _ => "max".to_owned(),
+    let requested_qps = match report.requested_rps {
+        Some(rps) => rps.to_string(),
+        None => "max".to_owned(),
     };
-    json!({
+    let model = serde_json::to_value(report.model)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let seconds = report.window.seconds.max(0.0);
+    Some(json!({
         "RunType": "HTTP",
-        "Labels": format!("meshbench {}", config.model.name()),
+        "Labels": format!("meshbench {model}"),
         "StartTime": humantime::format_rfc3339_nanos(started).to_string(),
         "RequestedQPS": requested_qps,
-        "RequestedDuration": humantime::format_duration(Duration::from_secs_f64(result.window_seconds())).to_string(),
-        "ActualQPS": result.achieved_rps(),
-        "ActualDuration": (result.window_seconds() * 1e9) as u64,
-        "NumThreads": config.workers(),
+        "RequestedDuration": humantime::format_duration(Duration::from_secs_f64(seconds)).to_string(),
+        "ActualQPS": report.achieved_rps,
+        "ActualDuration": (seconds * 1e9) as u64,
+        "NumThreads": report.connections,
         "Version": format!("meshbench-{}", env!("CARGO_PKG_VERSION")),
-        "DurationHistogram": fortio_histogram(result.recorder.corrected.histogram()),
+        "DurationHistogram": fortio_histogram(histogram.histogram()),
         "Exactly": 0,
         "Jitter": false,
-        "Uniform": matches!(config.model, LoadModel::OpenLoop { .. }),
+        "Uniform": report.requested_rps.is_some(),
         "RetCodes": ret_codes,
-        "URL": config.target.url,
-        "NumConnections": config.workers(),
-        "SocketCount": config.workers(),
+        "URL": report.target,
+        "NumConnections": report.connections,
+        "SocketCount": report.connections,
         "AbortOn": 0,
-    })
+    }))
 }
 
 /// Fortio's histogram object from an HDR histogram of microseconds.

@@ -19,6 +19,7 @@ pub mod export;
 mod grpc;
 mod histogram;
 mod http1;
+mod live;
 mod merge;
 mod outcome;
 mod recorder;

@@ -2,9 +2,11 @@
 //! the hot path); recorders merge exactly when the run ends.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use hdrhistogram::Histogram;
 
+use crate::live::LiveSeries;
 use crate::{LatencyRecorder, Outcome};
 
 /// A request sent this much after its intended time counts as late.
@@ -67,6 +69,8 @@ pub struct Recorder {
     /// Earliest send and latest completion of a measured request (CLOCK_MONOTONIC ns).
     pub first_sent_ns: Option<u64>,
     pub last_done_ns: Option<u64>,
+    /// Where finished seconds go while the run lasts, and the first second not handed over.
+    live: Option<(Arc<LiveSeries>, usize)>,
 }
 
 impl Recorder {
@@ -75,6 +79,12 @@ impl Recorder {
             samples: keep_samples.then(Vec::new),
             ..Recorder::default()
         }
+    }
+
+    /// The same recorder, handing each second it has moved past to `live`.
+    pub(crate) fn watched(mut self, live: Option<Arc<LiveSeries>>) -> Self {
+        self.live = live.map(|series| (series, 0));
+        self
     }
 
     pub(crate) fn record(&mut self, window_start_ns: u64, mut x: Exchange, outcome: Outcome) {
@@ -106,6 +116,14 @@ impl Recorder {
         let second = (x.done_ns.saturating_sub(window_start_ns) / NS_PER_SECOND) as usize;
         if self.seconds.len() <= second {
             self.seconds.resize_with(second + 1, SecondBucket::default);
+        }
+        if let Some((series, handed)) = &mut self.live {
+            if second > *handed {
+                for (s, bucket) in self.seconds.iter().enumerate().take(second).skip(*handed) {
+                    series.hand_over(s, bucket);
+                }
+                *handed = second;
+            }
         }
         let bucket = &mut self.seconds[second];
         if outcome.is_success() {

@@ -141,6 +141,9 @@ pub struct LoadOutput {
     pub fortio_json: Option<PathBuf>,
     /// An HdrHistogram interval log, one histogram per second.
     pub hlog: Option<PathBuf>,
+    /// Each second of the window as one JSON line while the run lasts (`second`,
+    /// `responses`, `failures`, `p50_us`, `p99_us`), for watchers such as `meshbench serve`.
+    pub live: Option<PathBuf>,
     /// Print nothing on success.
     pub quiet: bool,
     /// Print the load report as one line of JSON on stdout, after everything else: how a
@@ -241,9 +244,14 @@ impl RoleConfig for LoadSpec {
             resolve(&mut tls.ca);
         }
         let out = &mut self.output;
-        for path in [&mut out.json, &mut out.fortio_json, &mut out.hlog]
-            .into_iter()
-            .flatten()
+        for path in [
+            &mut out.json,
+            &mut out.fortio_json,
+            &mut out.hlog,
+            &mut out.live,
+        ]
+        .into_iter()
+        .flatten()
         {
             resolve(path);
         }

@@ -288,7 +288,7 @@ fn fortio_export_and_hdr_interval_log_carry_the_run() {
     let result = run_load(config).unwrap();
     let started = SystemTime::now();
 
-    let fortio = meshbench_loadgen::export::fortio_json(&result, started);
+    let fortio = meshbench_loadgen::export::fortio_json(&result.to_report(), started).unwrap();
     assert_eq!(fortio["RunType"], "HTTP");
     assert_eq!(fortio["RequestedQPS"], "300");
     assert_eq!(fortio["RetCodes"]["200"], result.sent());
@@ -392,4 +392,50 @@ fn a_server_that_ends_its_side_after_an_answer_fails_the_next_request_at_once() 
         started.elapsed()
     );
     drop(held_rx);
+}
+
+#[test]
+fn the_live_series_shows_seconds_while_the_load_runs_and_ends_as_the_reports() {
+    let server = echo_server(Duration::ZERO, None);
+    let url = format!("http://{}/", server.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live.jsonl");
+    let mut config = LoadConfig::open_loop(
+        Target::parse(&url).unwrap(),
+        200.0,
+        2,
+        Duration::from_millis(3500),
+    );
+    config.live = Some(live.clone());
+    let run = std::thread::spawn(move || run_load(config).unwrap());
+    // A watcher sees the first second before the run is over.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let lines_while_running = loop {
+        let text = std::fs::read_to_string(&live).unwrap_or_default();
+        if text.lines().count() >= 1 {
+            break !run.is_finished();
+        }
+        assert!(std::time::Instant::now() < deadline, "no live line");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        lines_while_running,
+        "the first second appeared only after the run"
+    );
+    let report = run.join().unwrap().to_report();
+    let lines: Vec<meshbench_results::SecondStats> = std::fs::read_to_string(&live)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), report.time_series.len());
+    for (i, (line, exact)) in lines.iter().zip(&report.time_series).enumerate() {
+        assert_eq!(line.second as usize, i);
+        // A preview may miss a request that finished after its second was handed over.
+        assert!(line.responses <= exact.responses, "{line:?} vs {exact:?}");
+        assert!(
+            line.responses * 10 >= exact.responses * 9,
+            "{line:?} vs {exact:?}"
+        );
+    }
 }

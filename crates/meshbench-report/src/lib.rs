@@ -2,13 +2,15 @@
 //! pooled distributions, tests against the baseline, fits); [`tables`] turns it into table
 //! models (absolute figures, overhead relative to `baseline` as E1's Table I, significance,
 //! distributions); [`markdown`] and [`html`] render the same tables, so both reports always
-//! agree; the HTML adds SVG charts; CSV files export the same figures for other tools.
+//! agree; the HTML adds SVG charts; CSV files export the same figures for other tools, and
+//! [`export`] writes each cell as Fortio and SMP documents.
 
 mod analysis;
 mod charts;
 mod compare;
 mod cost;
 mod csv;
+pub mod export;
 mod html;
 mod markdown;
 mod summary;
@@ -23,6 +25,7 @@ pub use analysis::{Analysis, Comparison, Group, Point};
 pub use charts::{charts, Chart};
 pub use compare::compare_runs;
 pub use cost::{cost_table, Prices};
+pub use export::{write_exports, ExportFormat};
 pub use html::render_html;
 pub use markdown::{render_markdown, render_tables};
 pub use summary::{load_summary, run_summary};

@@ -206,7 +206,7 @@ impl<'a> DirectEngine<'a> {
         let lazy = plan.is_open_loop();
         Ok(DirectEngine {
             connector,
-            recorder: Recorder::new(plan.keep_samples),
+            recorder: Recorder::new(plan.keep_samples).watched(plan.live.clone()),
             plan,
             epoll,
             timer,

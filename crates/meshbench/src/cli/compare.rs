@@ -32,7 +32,7 @@ pub struct CostArgs {
     mem_price: f64,
 }
 
-fn load(path: &Path) -> anyhow::Result<RunResult> {
+pub(super) fn load(path: &Path) -> anyhow::Result<RunResult> {
     let file = if path.is_dir() {
         path.join("results.json")
     } else {

@@ -132,6 +132,10 @@ pub struct LoadArgs {
     /// Write an HdrHistogram interval log, one histogram per second.
     #[arg(long)]
     hlog: Option<PathBuf>,
+    /// Append each second of the window to this file as one JSON line while the load runs (a
+    /// preview for watchers; --json's series is exact).
+    #[arg(long)]
+    live: Option<PathBuf>,
     /// Print nothing on success (results go to the files).
     #[arg(long)]
     quiet: bool,
@@ -157,7 +161,8 @@ pub fn run(a: LoadArgs) -> anyhow::Result<()> {
         meshbench_results::write_json_atomic(path, &report)?;
     }
     if let Some(path) = &out.fortio_json {
-        let fortio = meshbench_loadgen::export::fortio_json(&result, started);
+        let fortio = meshbench_loadgen::export::fortio_json(&report, started)
+            .expect("a report the generator just wrote has its own histogram");
         meshbench_results::write_json_atomic(path, &fortio)?;
     }
     if let Some(path) = &out.hlog {
@@ -289,6 +294,7 @@ impl LoadArgs {
                 samples: self.samples,
                 fortio_json: self.fortio_json,
                 hlog: self.hlog,
+                live: self.live,
                 quiet: self.quiet,
                 stdout_json: false,
             },
@@ -314,6 +320,7 @@ fn load_config(spec: &LoadSpec) -> anyhow::Result<LoadConfig> {
         max_requests_per_connection: spec.max_requests_per_connection,
         threads: spec.threads,
         keep_samples: spec.output.samples,
+        live: spec.output.live.clone(),
     })
 }
 

@@ -6,6 +6,7 @@ mod args;
 mod bench;
 mod ca;
 mod compare;
+mod export;
 mod image;
 mod lab;
 mod load;
@@ -52,6 +53,8 @@ enum Command {
     Compare(compare::CompareArgs),
     /// Turn a run's measured per-pod overhead into monthly and yearly cost (E5's model).
     Cost(compare::CostArgs),
+    /// Write a run's cells as SMP or Fortio result documents, one per cell.
+    Export(export::ExportArgs),
     /// The built-in experiment profiles: list them, or print one's spec.
     #[command(subcommand)]
     Profiles(profiles::ProfilesCommand),
@@ -116,6 +119,7 @@ pub fn main() -> ExitCode {
         Command::Profiles(cmd) => profiles::run(cmd),
         Command::Compare(args) => compare::compare(args),
         Command::Cost(args) => compare::cost(args),
+        Command::Export(args) => export::run(args),
         Command::Load(args) => load::run(*args),
         Command::Workload(cmd) => workload::run(cmd),
         Command::Proxy(cmd) => proxy::run(cmd),
