@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::{Cgroup, ComponentProcess, Error, Launch, ReadyEvent, SampleTarget};
 
+/// The tracing target of the lab's events: a component started (name, role, pid) or failed
+/// (name, role, error).
+pub const LAB_EVENTS: &str = "meshbench::lab";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Readiness {
     /// The component prints a JSON ready line (`meshbench` roles).
@@ -29,6 +33,31 @@ pub struct LabComponent {
 impl LabComponent {
     /// Starts `program args` as `launch` says and waits until it is ready.
     pub async fn start(
+        name: &str,
+        role: &str,
+        launch: &Launch,
+        program: &Path,
+        args: &[String],
+        readiness: Readiness,
+        timeout: Duration,
+    ) -> Result<Self, Error> {
+        // Watchers (`meshbench serve`) show these as the lab's events.
+        let started = Self::start_quietly(name, role, launch, program, args, readiness, timeout)
+            .await
+            .inspect_err(|e| {
+                tracing::warn!(target: LAB_EVENTS, component = name, role, error = %e, "component failed");
+            })?;
+        tracing::info!(
+            target: LAB_EVENTS,
+            component = name,
+            role,
+            pid = started.process.pid().unwrap_or(0),
+            "component started"
+        );
+        Ok(started)
+    }
+
+    async fn start_quietly(
         name: &str,
         role: &str,
         launch: &Launch,

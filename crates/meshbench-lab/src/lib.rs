@@ -13,7 +13,7 @@ mod process;
 mod sampler;
 
 pub use cgroup::{destroy_lab_dir, Cgroup, CgroupFs, CgroupReading};
-pub use component::{LabComponent, Readiness};
+pub use component::{LabComponent, Readiness, LAB_EVENTS};
 pub use environment::{describe_environment, BuildInfo};
 pub use launch::{which, Launch};
 pub use process::{ComponentProcess, ReadyEvent};

@@ -71,6 +71,13 @@ pub(crate) fn page(
     out
 }
 
+/// A table as the HTML report renders it (`meshbench serve` shows the same markup).
+pub fn table_html(table: &Table) -> String {
+    let mut out = String::new();
+    write_table(&mut out, table);
+    out
+}
+
 fn write_table(out: &mut String, table: &Table) {
     let _ = writeln!(out, "<h2>{}</h2>", escape(&table.title));
     if table.rows.is_empty() {
@@ -92,9 +99,11 @@ fn write_table(out: &mut String, table: &Table) {
     out.push_str("</tbody></table>\n");
 }
 
-fn escape(text: &str) -> String {
+/// Text made safe for HTML content and quoted attributes.
+pub fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+        .replace('\'', "&#39;")
 }

@@ -26,7 +26,7 @@ pub use charts::{charts, Chart};
 pub use compare::compare_runs;
 pub use cost::{cost_table, Prices};
 pub use export::{write_exports, ExportFormat};
-pub use html::render_html;
+pub use html::{escape as html_escape, render_html, table_html};
 pub use markdown::{render_markdown, render_tables};
 pub use summary::{load_summary, run_summary};
 pub use verify::{verify_header, verify_tables};

@@ -18,7 +18,7 @@ mod http;
 mod mix;
 mod serve;
 
-pub use analyzer::{Analysis, Analyzer, ANALYZE_PATH};
+pub use analyzer::{rtts_of, Analysis, Analyzer, ANALYZE_PATH};
 pub use calculator::{Calculator, Operation};
 pub use checker::{CheckReport, CheckTarget, SecurityChecker, CHECK_PATH};
 pub use client::{Call, Caller, MARKER_HEADER};

@@ -15,6 +15,7 @@ mod profiles;
 mod proxy;
 mod report;
 mod run;
+mod serve;
 mod verify;
 mod wire;
 mod workload;
@@ -89,6 +90,8 @@ enum Command {
     /// The meshes a cluster runs: detect them, render or check what meshbench applies.
     #[command(subcommand)]
     Mesh(mesh::MeshCommand),
+    /// A web UI and REST API: run, watch, browse, compare, verify, and E3's experimenter.
+    Serve(serve::ServeArgs),
 }
 
 /// Marks an error as the user's input, for exit code 2.
@@ -103,16 +106,11 @@ pub(crate) struct Interrupted(pub String);
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MESHBENCH_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr);
-    match cli.log_format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().init(),
-    }
+    let lab_events = meshbench_serve::LabEvents::new();
+    init_logs(
+        cli.log_format,
+        matches!(cli.command, Command::Serve(_)).then_some(&lab_events),
+    );
     let outcome = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Report(args) => report::run(args),
@@ -131,6 +129,7 @@ pub fn main() -> ExitCode {
         Command::Verify(args) => verify::run(args),
         Command::Wire(cmd) => wire::run(cmd),
         Command::Call(args) => wire::call(args),
+        Command::Serve(args) => serve::run(args, lab_events),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -139,6 +138,25 @@ pub fn main() -> ExitCode {
             ExitCode::from(exit_code(&err))
         }
     }
+}
+
+/// Log lines on stderr (level from MESHBENCH_LOG, default warn); `meshbench serve` also
+/// receives the lab's events, whatever the level, to show them to watchers.
+fn init_logs(format: LogFormat, lab_events: Option<&meshbench_serve::LabEvents>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MESHBENCH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let text = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Text => text.with_filter(filter).boxed(),
+        LogFormat::Json => text.json().with_filter(filter).boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(lab_events.map(|events| events.layer()))
+        .init();
 }
 
 fn exit_code(err: &anyhow::Error) -> u8 {
@@ -169,6 +187,7 @@ fn bad_input(cause: &(dyn std::error::Error + 'static)) -> bool {
         || says::<meshbench_verify::Error>(cause)
         || says::<meshbench_image::Error>(cause)
         || says::<meshbench_kube::Error>(cause)
+        || says::<meshbench_serve::Error>(cause)
 }
 
 /// Facts about this build, recorded with every result.

@@ -1,0 +1,871 @@
+//! The job queue: runs and verifications, one at a time (the lab is one machine), on a worker
+//! thread with its own runtime, as `meshbench run` has. Each job's state is kept for the
+//! pages and the API, and every change is published to watchers (the SSE streams) as a
+//! [`JobEvent`]: status with cells done and ETA, each second of the running cell (tailed from
+//! the load generator's live series), each finished cell, the lab's events, and the end.
+//!
+//! Cancelling a running job is Ctrl-C for it: a run keeps its finished cells and is marked
+//! partial, its reports written; a queued job just leaves the queue.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner, LIVE_SERIES};
+use meshbench_lab::BuildInfo;
+use meshbench_meshes::Mesh;
+use meshbench_netlab::Backend;
+use meshbench_results::{Cell, RunResult, RunStatus, SecondStats, UnavailableScenario};
+use serde::Serialize;
+use tokio::sync::{broadcast, Notify};
+
+use crate::events::LabEvents;
+
+/// Jobs waiting at most; one more is refused.
+pub const QUEUE_LIMIT: usize = 16;
+/// Events a job keeps for a page opened later (older ones are dropped).
+const EVENT_LOG_LIMIT: usize = 500;
+/// Seconds of the running cell a job keeps.
+const LIVE_LIMIT: usize = 3_600;
+/// Published events a slow watcher may fall behind by before it misses some.
+const WATCH_BACKLOG: usize = 4_096;
+/// How often the running cell's live series is read.
+const TAIL_EVERY: Duration = Duration::from_millis(250);
+/// Finished jobs remembered (their results stay on disk regardless).
+const FINISHED_LIMIT: usize = 200;
+
+pub struct WorkerOptions {
+    pub results_dir: PathBuf,
+    pub exe: PathBuf,
+    pub build: BuildInfo,
+    pub lab_events: LabEvents,
+}
+
+/// What a job does.
+#[derive(Debug, Clone)]
+pub enum JobRequest {
+    Run {
+        profile: Box<Profile>,
+        backend: Backend,
+        pin: bool,
+    },
+    Verify {
+        meshes: Vec<Mesh>,
+    },
+}
+
+impl JobRequest {
+    fn kind(&self) -> &'static str {
+        match self {
+            JobRequest::Run { .. } => "run",
+            JobRequest::Verify { .. } => "verify",
+        }
+    }
+
+    /// The start of the job's directory name.
+    fn name(&self) -> String {
+        match self {
+            JobRequest::Run { profile, .. } => profile.name.clone(),
+            JobRequest::Verify { .. } => "verify".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    Queued,
+    Running,
+    Complete,
+    Partial,
+    Failed,
+    Cancelled,
+}
+
+impl JobStatus {
+    pub fn finished(self) -> bool {
+        !matches!(self, JobStatus::Queued | JobStatus::Running)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Complete => "complete",
+            JobStatus::Partial => "partial",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One second of the running cell, as the live view shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LiveSecond {
+    pub cell: String,
+    pub second: u32,
+    /// Responses in that second.
+    pub achieved_rps: u64,
+    pub failures: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+impl LiveSecond {
+    fn of(cell: &str, s: &SecondStats) -> LiveSecond {
+        LiveSecond {
+            cell: cell.to_owned(),
+            second: s.second,
+            achieved_rps: s.responses,
+            failures: s.failures,
+            p50_ms: s.p50_us as f64 / 1e3,
+            p99_ms: s.p99_us as f64 / 1e3,
+        }
+    }
+}
+
+/// A line of a job's event log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogLine {
+    /// Seconds since the job started.
+    pub at: f64,
+    /// `info`, `warn` or `cell`.
+    pub level: String,
+    pub text: String,
+}
+
+/// A job as the API answers it.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobSnapshot {
+    pub id: String,
+    /// `run` or `verify`.
+    pub kind: &'static str,
+    pub status: JobStatus,
+    /// Cells (a run) or cases (a verification) finished, of all.
+    pub done: usize,
+    pub total: usize,
+    pub eta_seconds: Option<f64>,
+    /// The cell (or mesh) being measured.
+    pub current: Option<String>,
+    /// Why it failed, or was partial.
+    pub reason: Option<String>,
+    /// The running cell's seconds so far.
+    pub live: Vec<LiveSecond>,
+    pub log: Vec<LogLine>,
+}
+
+/// What watchers receive, tagged by `type`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum JobEvent {
+    Status {
+        status: JobStatus,
+        done: usize,
+        total: usize,
+        eta_seconds: Option<f64>,
+        current: Option<String>,
+    },
+    Second(LiveSecond),
+    Log(LogLine),
+    Done {
+        status: JobStatus,
+        reason: Option<String>,
+    },
+}
+
+impl JobEvent {
+    /// The SSE event name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobEvent::Status { .. } => "status",
+            JobEvent::Second(_) => "second",
+            JobEvent::Log(_) => "log",
+            JobEvent::Done { .. } => "done",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the queue is full ({QUEUE_LIMIT} jobs wait); try again when one has run")]
+    QueueFull,
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    NotFound,
+    AlreadyFinished,
+    /// It was waiting; it will not run.
+    Dequeued,
+    /// It is stopping; it ends partial, with its finished cells.
+    Stopping,
+}
+
+struct Job {
+    request: JobRequest,
+    snapshot: JobSnapshot,
+    cancel: Arc<Notify>,
+    started: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Inner {
+    jobs: HashMap<String, Job>,
+    /// Every job id in submission order.
+    order: Vec<String>,
+    queue: VecDeque<String>,
+    shutting_down: bool,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    wake: Condvar,
+    events: broadcast::Sender<(String, JobEvent)>,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    results_dir: PathBuf,
+}
+
+/// The queue; cloning shares it.
+#[derive(Clone)]
+pub struct Jobs {
+    shared: Arc<Shared>,
+}
+
+impl Jobs {
+    /// Starts the worker thread.
+    pub fn start(options: WorkerOptions) -> Jobs {
+        let jobs = Jobs {
+            shared: Arc::new(Shared {
+                inner: Mutex::new(Inner::default()),
+                wake: Condvar::new(),
+                events: broadcast::channel(WATCH_BACKLOG).0,
+                worker: Mutex::new(None),
+                results_dir: options.results_dir.clone(),
+            }),
+        };
+        let worker = jobs.clone();
+        let handle = std::thread::Builder::new()
+            .name("meshbench-jobs".into())
+            .spawn(move || worker.work(options))
+            .expect("spawning the job worker thread");
+        *jobs.shared.worker.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        jobs
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock left plain data behind; keep serving it.
+        self.shared.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a job; answers its id (its directory under the results directory).
+    pub fn submit(&self, request: JobRequest) -> Result<String, SubmitError> {
+        let mut inner = self.lock();
+        if inner.shutting_down {
+            return Err(SubmitError::ShuttingDown);
+        }
+        if inner.queue.len() >= QUEUE_LIMIT {
+            return Err(SubmitError::QueueFull);
+        }
+        let id = self.fresh_id(&inner, &request.name());
+        let total = match &request {
+            JobRequest::Run { profile, .. } => profile.cells(),
+            JobRequest::Verify { meshes } => meshes.len() * meshbench_verify::CASES.len(),
+        };
+        let snapshot = JobSnapshot {
+            id: id.clone(),
+            kind: request.kind(),
+            status: JobStatus::Queued,
+            done: 0,
+            total,
+            eta_seconds: None,
+            current: None,
+            reason: None,
+            live: vec![],
+            log: vec![],
+        };
+        inner.jobs.insert(
+            id.clone(),
+            Job {
+                request,
+                snapshot,
+                cancel: Arc::new(Notify::new()),
+                started: None,
+            },
+        );
+        inner.order.push(id.clone());
+        inner.queue.push_back(id.clone());
+        forget_old(&mut inner);
+        drop(inner);
+        self.shared.wake.notify_all();
+        Ok(id)
+    }
+
+    /// `<name>-<UTC time>`, made unique against the results directory and other jobs.
+    fn fresh_id(&self, inner: &Inner, name: &str) -> String {
+        let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+            .to_string()
+            .replace(':', "");
+        let base: String = format!("{name}-{stamp}")
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .take(100)
+            .collect();
+        let taken =
+            |id: &str| inner.jobs.contains_key(id) || self.shared.results_dir.join(id).exists();
+        let mut id = base.clone();
+        let mut n = 2;
+        while taken(&id) {
+            id = format!("{base}-{n}");
+            n += 1;
+        }
+        id
+    }
+
+    pub fn cancel(&self, id: &str) -> CancelOutcome {
+        let mut inner = self.lock();
+        let Some(job) = inner.jobs.get_mut(id) else {
+            return CancelOutcome::NotFound;
+        };
+        match job.snapshot.status {
+            JobStatus::Queued => {
+                job.snapshot.status = JobStatus::Cancelled;
+                job.snapshot.reason = Some("cancelled before it started".to_owned());
+                inner.queue.retain(|q| q != id);
+                drop(inner);
+                self.publish(
+                    id,
+                    JobEvent::Done {
+                        status: JobStatus::Cancelled,
+                        reason: Some("cancelled before it started".to_owned()),
+                    },
+                );
+                CancelOutcome::Dequeued
+            }
+            JobStatus::Running => {
+                // A stored permit: the run sees it even if it is between two awaits.
+                job.cancel.notify_one();
+                drop(inner);
+                self.log(
+                    id,
+                    "warn",
+                    "cancel requested: stopping after the lab is torn down",
+                );
+                CancelOutcome::Stopping
+            }
+            _ => CancelOutcome::AlreadyFinished,
+        }
+    }
+
+    pub fn snapshot(&self, id: &str) -> Option<JobSnapshot> {
+        self.lock().jobs.get(id).map(|j| j.snapshot.clone())
+    }
+
+    /// Every job remembered, newest first.
+    pub fn list(&self) -> Vec<JobSnapshot> {
+        let inner = self.lock();
+        inner
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| inner.jobs.get(id))
+            .map(|j| j.snapshot.clone())
+            .collect()
+    }
+
+    /// Whether a job is measuring now.
+    pub fn busy(&self) -> bool {
+        self.lock()
+            .jobs
+            .values()
+            .any(|j| j.snapshot.status == JobStatus::Running)
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<(String, JobEvent)> {
+        self.shared.events.subscribe()
+    }
+
+    /// Cancels everything and waits for the worker to finish the running job.
+    pub fn shut_down(&self) {
+        let ids: Vec<String> = {
+            let mut inner = self.lock();
+            inner.shutting_down = true;
+            inner.order.clone()
+        };
+        for id in ids {
+            self.cancel(&id);
+        }
+        self.shared.wake.notify_all();
+        let worker = self
+            .shared
+            .worker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(worker) = worker {
+            let _ = worker.join();
+        }
+    }
+
+    fn publish(&self, id: &str, event: JobEvent) {
+        // Nobody watching is fine.
+        let _ = self.shared.events.send((id.to_owned(), event));
+    }
+
+    fn update(&self, id: &str, change: impl FnOnce(&mut JobSnapshot, Option<Instant>)) {
+        let event = {
+            let mut inner = self.lock();
+            let Some(job) = inner.jobs.get_mut(id) else {
+                return;
+            };
+            change(&mut job.snapshot, job.started);
+            let s = &job.snapshot;
+            JobEvent::Status {
+                status: s.status,
+                done: s.done,
+                total: s.total,
+                eta_seconds: s.eta_seconds,
+                current: s.current.clone(),
+            }
+        };
+        self.publish(id, event);
+    }
+
+    fn log(&self, id: &str, level: &str, text: &str) {
+        let line = {
+            let mut inner = self.lock();
+            let Some(job) = inner.jobs.get_mut(id) else {
+                return;
+            };
+            let line = LogLine {
+                at: job.started.map_or(0.0, |s| s.elapsed().as_secs_f64()),
+                level: level.to_owned(),
+                text: text.to_owned(),
+            };
+            let log = &mut job.snapshot.log;
+            if log.len() >= EVENT_LOG_LIMIT {
+                log.remove(0);
+            }
+            log.push(line.clone());
+            line
+        };
+        self.publish(id, JobEvent::Log(line));
+    }
+
+    fn second(&self, id: &str, second: LiveSecond) {
+        {
+            let mut inner = self.lock();
+            let Some(job) = inner.jobs.get_mut(id) else {
+                return;
+            };
+            let live = &mut job.snapshot.live;
+            if live.len() >= LIVE_LIMIT {
+                live.remove(0);
+            }
+            live.push(second.clone());
+        }
+        self.publish(id, JobEvent::Second(second));
+    }
+
+    fn finish(&self, id: &str, status: JobStatus, reason: Option<String>) {
+        self.update(id, |s, _| {
+            s.status = status;
+            s.reason = reason.clone();
+            s.current = None;
+            s.eta_seconds = None;
+        });
+        self.publish(id, JobEvent::Done { status, reason });
+    }
+
+    /// The next job to run, or `None` when shutting down.
+    fn next(&self) -> Option<(String, JobRequest, Arc<Notify>)> {
+        let mut inner = self.lock();
+        loop {
+            if inner.shutting_down {
+                return None;
+            }
+            if let Some(id) = inner.queue.pop_front() {
+                let job = inner.jobs.get_mut(&id).expect("queued jobs are known");
+                job.snapshot.status = JobStatus::Running;
+                job.started = Some(Instant::now());
+                return Some((id, job.request.clone(), job.cancel.clone()));
+            }
+            inner = self
+                .shared
+                .wake
+                .wait(inner)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn work(&self, options: WorkerOptions) {
+        while let Some((id, request, cancel)) = self.next() {
+            self.update(&id, |_, _| {});
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    self.finish(&id, JobStatus::Failed, Some(format!("no runtime: {e}")));
+                    continue;
+                }
+            };
+            let (status, reason) = runtime.block_on(async {
+                let lab = self.forward_lab_events(&id, &options.lab_events);
+                let outcome = match request {
+                    JobRequest::Run {
+                        profile,
+                        backend,
+                        pin,
+                    } => {
+                        self.run(&id, *profile, backend, pin, &options, &cancel)
+                            .await
+                    }
+                    JobRequest::Verify { meshes } => {
+                        self.verify(&id, meshes, &options, &cancel).await
+                    }
+                };
+                lab.abort();
+                outcome
+            });
+            // The lab's processes are gone with the runtime's tasks.
+            drop(runtime);
+            self.finish(&id, status, reason);
+        }
+    }
+
+    fn forward_lab_events(&self, id: &str, events: &LabEvents) -> tokio::task::JoinHandle<()> {
+        let mut receiver = events.subscribe();
+        let (jobs, id) = (self.clone(), id.to_owned());
+        tokio::spawn(async move {
+            loop {
+                match receiver.recv().await {
+                    Ok(event) => jobs.log(&id, event.level, &event.text),
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        jobs.log(&id, "warn", &format!("{n} lab events were dropped"));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        })
+    }
+
+    async fn run(
+        &self,
+        id: &str,
+        profile: Profile,
+        backend: Backend,
+        pin: bool,
+        options: &WorkerOptions,
+        cancel: &Notify,
+    ) -> (JobStatus, Option<String>) {
+        let out_dir = options.results_dir.join(id);
+        let run_options = RunOptions {
+            out_dir: out_dir.clone(),
+            exe: options.exe.clone(),
+            build: options.build.clone(),
+            backend,
+            pin,
+            capture_link: false,
+        };
+        let estimate = profile.estimated_duration();
+        let cells = profile.cells();
+        let runner = match Runner::new(profile, run_options) {
+            Ok(runner) => runner,
+            Err(e) => return (JobStatus::Failed, Some(e.to_string())),
+        };
+        self.update(id, |s, _| {
+            s.total = cells;
+            s.eta_seconds = Some(estimate.as_secs_f64());
+        });
+        self.log(
+            id,
+            "info",
+            &format!(
+                "running {cells} cells on the {} backend, about {}",
+                backend.name(),
+                humantime::format_duration(Duration::from_secs(estimate.as_secs()))
+            ),
+        );
+        let progress = JobProgress {
+            jobs: self.clone(),
+            id: id.to_owned(),
+            out_dir: out_dir.clone(),
+            tail: Mutex::new(None),
+            started: Instant::now(),
+            cell_estimate: estimate.as_secs_f64() / cells.max(1) as f64,
+            finished: Mutex::new(0),
+        };
+        let outcome = runner.run(&progress, cancel.notified()).await;
+        progress.stop_tail();
+        // As `meshbench run` does: reports from whatever is on disk, finished or not.
+        let written = read_results(&out_dir);
+        if let Ok(result) = &written {
+            if let Err(e) = meshbench_report::write_reports(&out_dir, result) {
+                self.log(id, "warn", &format!("reports not written: {e}"));
+            }
+        }
+        match (outcome, written) {
+            (Ok(result), _) if result.status == RunStatus::Complete => (JobStatus::Complete, None),
+            (Ok(result), _) => (JobStatus::Partial, result.status_reason),
+            (Err(e), Ok(_)) => (JobStatus::Partial, Some(e.to_string())),
+            (Err(e), Err(_)) => (JobStatus::Failed, Some(e.to_string())),
+        }
+    }
+
+    async fn verify(
+        &self,
+        id: &str,
+        meshes: Vec<Mesh>,
+        options: &WorkerOptions,
+        cancel: &Notify,
+    ) -> (JobStatus, Option<String>) {
+        let out_dir = options.results_dir.join(id);
+        if let Err(e) = std::fs::create_dir_all(&out_dir) {
+            return (
+                JobStatus::Failed,
+                Some(format!("{}: {e}", out_dir.display())),
+            );
+        }
+        let verify_options = meshbench_verify::VerifyOptions {
+            meshes,
+            out_dir: out_dir.clone(),
+            exe: options.exe.clone(),
+            build: options.build.clone(),
+        };
+        let progress = |line: &str| {
+            self.log(id, "info", line);
+            self.update(id, |s, _| s.done = (s.done + 1).min(s.total));
+        };
+        let report = tokio::select! {
+            report = meshbench_verify::verify(&verify_options, &progress) => report,
+            () = cancel.notified() => {
+                return (JobStatus::Cancelled, Some("cancelled; the lab was torn down".to_owned()));
+            }
+        };
+        let report = match report {
+            Ok(report) => report,
+            Err(e) => return (JobStatus::Failed, Some(e.to_string())),
+        };
+        let written = meshbench_results::write_json_atomic(&out_dir.join("verify.json"), &report)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                meshbench_report::write_verify_reports(&out_dir, &report).map_err(|e| e.to_string())
+            });
+        match written {
+            Err(e) => (JobStatus::Failed, Some(e)),
+            Ok(()) if report.passed => (JobStatus::Complete, Some("every verdict passed".into())),
+            Ok(()) => (JobStatus::Complete, Some("some verdicts failed".into())),
+        }
+    }
+}
+
+fn read_results(dir: &Path) -> Result<RunResult, meshbench_results::Error> {
+    meshbench_results::read_json(&dir.join("results.json"))
+}
+
+/// Drops the oldest finished jobs beyond [`FINISHED_LIMIT`].
+fn forget_old(inner: &mut Inner) {
+    let finished: Vec<String> = inner
+        .order
+        .iter()
+        .filter(|id| {
+            inner
+                .jobs
+                .get(*id)
+                .is_some_and(|j| j.snapshot.status.finished())
+        })
+        .cloned()
+        .collect();
+    if finished.len() > FINISHED_LIMIT {
+        for id in &finished[..finished.len() - FINISHED_LIMIT] {
+            inner.jobs.remove(id);
+        }
+        let jobs = &inner.jobs;
+        inner.order.retain(|id| jobs.contains_key(id));
+    }
+}
+
+/// The running cell's live series and the task that reads it.
+type RunningTail = (Arc<Mutex<LiveTail>>, tokio::task::JoinHandle<()>);
+
+/// The runner's progress, published as the job's.
+struct JobProgress {
+    jobs: Jobs,
+    id: String,
+    out_dir: PathBuf,
+    tail: Mutex<Option<RunningTail>>,
+    started: Instant,
+    cell_estimate: f64,
+    finished: Mutex<usize>,
+}
+
+impl JobProgress {
+    fn stop_tail(&self) {
+        let tail = self.tail.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((tail, task)) = tail {
+            task.abort();
+            // The generator appends its last seconds as it exits: read them.
+            let lines = tail.lock().unwrap_or_else(|p| p.into_inner()).read_new();
+            for second in lines {
+                self.jobs.second(&self.id, second);
+            }
+        }
+    }
+}
+
+impl Progress for JobProgress {
+    fn scenario_unavailable(&self, scenario: &UnavailableScenario) {
+        self.jobs.log(
+            &self.id,
+            "warn",
+            &format!("skipping {}: {}", scenario.name, scenario.reason),
+        );
+    }
+
+    fn cell_started(&self, cell: &CellId) {
+        self.stop_tail();
+        let label = cell.label();
+        self.jobs.update(&self.id, |s, _| {
+            s.total = s.done + cell.total + 1 - cell.index;
+            s.current = Some(label.clone());
+            s.live.clear();
+        });
+        self.jobs
+            .log(&self.id, "info", &format!("cell {} started", label));
+        let path = self
+            .out_dir
+            .join("cells")
+            .join(cell.dir_name())
+            .join(LIVE_SERIES);
+        let tail = Arc::new(Mutex::new(LiveTail::new(path, label)));
+        let (jobs, id, reader) = (self.jobs.clone(), self.id.clone(), tail.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(TAIL_EVERY).await;
+                let lines = reader.lock().unwrap_or_else(|p| p.into_inner()).read_new();
+                for second in lines {
+                    jobs.second(&id, second);
+                }
+            }
+        });
+        *self.tail.lock().unwrap_or_else(|p| p.into_inner()) = Some((tail, task));
+    }
+
+    fn cell_finished(&self, cell: &CellId, result: &Cell) {
+        self.stop_tail();
+        let finished = {
+            let mut n = self.finished.lock().unwrap_or_else(|p| p.into_inner());
+            *n += 1;
+            *n
+        };
+        let per_cell = self.started.elapsed().as_secs_f64() / finished as f64;
+        let estimate = self.cell_estimate;
+        self.jobs.update(&self.id, |s, _| {
+            s.done += 1;
+            let remaining = s.total.saturating_sub(s.done) as f64;
+            // Measured cells take the setup and teardown the estimate leaves out.
+            s.eta_seconds = Some(remaining * per_cell.max(estimate));
+        });
+        self.jobs.log(
+            &self.id,
+            "cell",
+            &format!(
+                "[{}/{}] {}: achieved {:.1} rps, p50 {:.3} ms, p99 {:.3} ms, {} not 2xx",
+                cell.index,
+                cell.total,
+                cell.label(),
+                result.load.achieved_rps,
+                result.load.latency.p50_us as f64 / 1e3,
+                result.load.latency.p99_us as f64 / 1e3,
+                meshbench_report::tables::error_count(result),
+            ),
+        );
+    }
+}
+
+/// Reads the lines the load generator appended since the last read.
+struct LiveTail {
+    path: PathBuf,
+    cell: String,
+    offset: u64,
+    partial: String,
+}
+
+/// The most a read takes at once (a second's line is under 100 bytes).
+const TAIL_READ_LIMIT: u64 = 1 << 20;
+
+impl LiveTail {
+    fn new(path: PathBuf, cell: String) -> Self {
+        LiveTail {
+            path,
+            cell,
+            offset: 0,
+            partial: String::new(),
+        }
+    }
+
+    fn read_new(&mut self) -> Vec<LiveSecond> {
+        let Ok(mut file) = std::fs::File::open(&self.path) else {
+            return vec![];
+        };
+        if file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return vec![];
+        }
+        let mut text = String::new();
+        let Ok(read) = file.take(TAIL_READ_LIMIT).read_to_string(&mut text) else {
+            return vec![];
+        };
+        self.offset += read as u64;
+        self.partial.push_str(&text);
+        let Some(end) = self.partial.rfind('\n') else {
+            return vec![];
+        };
+        let complete: String = self.partial.drain(..=end).collect();
+        complete
+            .lines()
+            .filter_map(|line| serde_json::from_str::<SecondStats>(line).ok())
+            .map(|s| LiveSecond::of(&self.cell, &s))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_reads_whole_lines_only_and_each_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LIVE_SERIES);
+        let mut tail = LiveTail::new(path.clone(), "cell".into());
+        assert!(tail.read_new().is_empty(), "no file yet");
+        std::fs::write(
+            &path,
+            "{\"second\":0,\"responses\":100,\"failures\":1,\"p50_us\":250,\"p99_us\":900}\n{\"second\":1,",
+        )
+        .unwrap();
+        let first = tail.read_new();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].achieved_rps, 100);
+        assert_eq!(first[0].p99_ms, 0.9);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("\"responses\":90,\"failures\":0,\"p50_us\":300,\"p99_us\":1000}\n");
+        std::fs::write(&path, text).unwrap();
+        let second = tail.read_new();
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].second, 1);
+        assert!(tail.read_new().is_empty());
+    }
+}

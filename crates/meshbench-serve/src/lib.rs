@@ -1,0 +1,136 @@
+//! `meshbench serve`: a web UI and a REST API over the same library code as the CLI, so the two
+//! cannot disagree. Runs (queued one at a time, since the lab is one machine), their live
+//! progress over server-sent events, reports and downloads (results, CSVs, Fortio and SMP
+//! documents), comparisons, costs, verifications, and E3's experimenter frontend.
+//!
+//! Module map: [`catalog`] reads the results directory (runs, their files, verifications);
+//! [`jobs`] queues and runs runs and verifications on a worker thread and publishes their
+//! progress; [`events`] carries the lab's events from tracing to the running job; [`api`]
+//! answers JSON; [`pages`] renders HTML (plain forms that work without JavaScript; `static/`
+//! adds live progress and E3's client); [`guard`] holds the security rules (bearer token or
+//! login cookie, CSRF, origin checks, size limits); [`openapi`] describes the API; [`e3`] runs
+//! E3's experimenter against a calculator the server starts.
+//!
+//! Limits (defaults): a spec or any request body 1 MiB (an E3 result to analyze 8 MiB); a
+//! request head must arrive within 60 s; at most [`jobs::QUEUE_LIMIT`] queued jobs; an E3
+//! experiment at most [`e3::MAX_INTERACTIONS`] requests, one at a time, and none while a job
+//! measures.
+
+mod api;
+pub mod catalog;
+mod e3;
+pub mod events;
+mod guard;
+pub mod jobs;
+mod openapi;
+mod pages;
+mod state;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use events::LabEvents;
+use meshbench_lab::BuildInfo;
+
+/// How `meshbench serve` is set up.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    /// The results directory `run` writes to; runs started here go there too.
+    pub results_dir: PathBuf,
+    /// Required for any listen address but loopback: a bearer token, also accepted as the
+    /// cookie the login page sets.
+    pub token: Option<String>,
+    /// The meshbench binary, started once per lab component.
+    pub exe: PathBuf,
+    pub build: BuildInfo,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "--listen {listen}: serving beyond loopback needs --token (a bearer token every request \
+         must carry); or listen on 127.0.0.1"
+    )]
+    TokenRequired { listen: SocketAddr },
+    #[error("--token: must be at least {min} characters of printable ASCII without spaces")]
+    WeakToken { min: usize },
+    #[error("--results {path}: {source}")]
+    Results {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("starting a server: {0}")]
+    Bind(#[from] meshbench_workload::Error),
+}
+
+impl meshbench_role::InputFault for Error {
+    fn is_bad_input(&self) -> bool {
+        match self {
+            Error::TokenRequired { .. } | Error::WeakToken { .. } | Error::Results { .. } => true,
+            Error::Bind(e) => e.is_bad_input(),
+        }
+    }
+}
+
+/// A bound server: the address is known, nothing is served yet.
+pub struct Server {
+    bound: meshbench_workload::BoundServer,
+    state: Arc<state::AppState>,
+}
+
+/// How long shutdown waits for open requests (event streams included) before dropping them.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Server {
+    /// Checks the options, starts the job worker and E3's calculator, and binds the listener.
+    pub async fn bind(options: ServeOptions, lab_events: LabEvents) -> Result<Server, Error> {
+        guard::check_exposure(options.listen, options.token.as_deref())?;
+        std::fs::create_dir_all(&options.results_dir).map_err(|source| Error::Results {
+            path: options.results_dir.clone(),
+            source,
+        })?;
+        let results_dir =
+            std::path::absolute(&options.results_dir).map_err(|source| Error::Results {
+                path: options.results_dir.clone(),
+                source,
+            })?;
+        let calculator = e3::Calculator::start().await?;
+        let jobs = jobs::Jobs::start(jobs::WorkerOptions {
+            results_dir: results_dir.clone(),
+            exe: options.exe.clone(),
+            build: options.build.clone(),
+            lab_events,
+        });
+        let bound = meshbench_workload::bind(&meshbench_workload::ServeOptions {
+            listen: options.listen,
+            tls: None,
+            drain_timeout: DRAIN_TIMEOUT,
+        })
+        .await?;
+        let state = Arc::new(state::AppState::new(
+            results_dir,
+            options.token,
+            jobs,
+            calculator,
+        ));
+        Ok(Server { bound, state })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.bound.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves; a running job is then cancelled as Ctrl-C cancels a
+    /// CLI run (finished cells kept, the run marked partial), and waited for.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let router = api::router(self.state.clone());
+        let service = hyper_util::service::TowerToHyperService::new(router);
+        self.bound.serve(service, shutdown).await;
+        let jobs = self.state.jobs.clone();
+        let _ = tokio::task::spawn_blocking(move || jobs.shut_down()).await;
+    }
+}
