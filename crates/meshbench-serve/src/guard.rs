@@ -5,12 +5,13 @@
 //!   carries it: `Authorization: Bearer <token>`, or the `meshbench_token` cookie the login
 //!   page sets (HttpOnly, SameSite=Strict). Without it: 401 (JSON for the API, the login page
 //!   for pages).
-//! - **CSRF.** A request that changes something (any method but GET and HEAD) must come from
-//!   this server's own pages or from a script: it carries the server's CSRF token (the
-//!   `x-csrf-token` header or the `csrf` form field), or it is JSON or bearer-authenticated,
-//!   which a browser cannot send across origins without a preflight this server never
-//!   answers. And a browser request whose `Origin` or `Sec-Fetch-Site` says another site is
-//!   refused outright, on loopback too (a web page may post to 127.0.0.1).
+//! - **CSRF.** A POST (the one method that changes something and that another site's page can
+//!   send without a CORS preflight; DELETE cannot be sent across origins without one, which
+//!   this server never answers) must come from this server's own pages or from a script: it
+//!   carries the server's CSRF token (the `x-csrf-token` header or the `csrf` form field), or
+//!   it is JSON or bearer-authenticated. And a browser request whose `Origin` or
+//!   `Sec-Fetch-Site` says another site is refused outright, on loopback too (a web page may
+//!   post to 127.0.0.1).
 //! - **Paths.** Run ids and file names are matched against what the results directory
 //!   lists ([`crate::catalog`]); nothing from a request is joined to a path unchecked.
 
@@ -111,7 +112,7 @@ pub async fn middleware(
     if let Some(why) = cross_site(req.headers()) {
         return crate::api::ApiError::new(StatusCode::FORBIDDEN, why).into_response();
     }
-    let changes = !matches!(*req.method(), Method::GET | Method::HEAD);
+    let changes = *req.method() == Method::POST;
     if changes && !path_exempt_from_csrf(&path) && !csrf_safe(&state, req.headers()) {
         // A form's field is checked by its handler, which has read the body.
         if !is_form(req.headers()) {

@@ -1,0 +1,226 @@
+//! `meshbench serve` as a child process, and a small HTTP client for it (tests of the API and
+//! of the browser UI share this).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+/// A running `meshbench serve` over its own results directory.
+pub struct Serve {
+    child: Child,
+    pub url: String,
+    pub results: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Serve {
+    /// Serves a fresh results directory on loopback, with `args` added.
+    pub fn start(args: &[&str]) -> Serve {
+        let dir = tempfile::tempdir().unwrap();
+        let results = dir.path().join("results");
+        let mut serve = Serve::start_in(&results, args);
+        serve._dir = Some(dir);
+        serve
+    }
+
+    pub fn start_in(results: &Path, args: &[&str]) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--results"])
+            .arg(results)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ready: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("no ready line from meshbench serve ({e}): {line:?}"));
+        Serve {
+            child,
+            url: ready["url"].as_str().unwrap().trim_end_matches('/').to_owned(),
+            results: results.to_owned(),
+            _dir: None,
+        }
+    }
+
+    /// Puts a copy of the schema's example results into the results directory as run `id`.
+    pub fn add_example_run(&self, id: &str) {
+        let dir = self.results.join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let example = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../meshbench-results/schema/example-results-v1.json"
+        );
+        std::fs::copy(example, dir.join("results.json")).unwrap();
+        let result: meshbench_results::RunResult =
+            meshbench_results::read_json(&dir.join("results.json")).unwrap();
+        meshbench_report::write_reports(&dir, &result).unwrap();
+    }
+
+    /// Stops the server as Ctrl-C would and waits for it.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_child(&self.child),
+            rustix::process::Signal::TERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "meshbench serve did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.stop();
+        }
+    }
+}
+
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {} {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One request; `headers` as (name, value).
+pub fn request(
+    method: Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Answer {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client: Client<_, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let mut builder = Request::builder().method(method).uri(url);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let response = tokio::time::timeout(
+            Duration::from_secs(60),
+            client.request(builder.body(Full::new(body.into())).unwrap()),
+        )
+        .await
+        .expect("the server answers within a minute")
+        .unwrap();
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    })
+}
+
+pub fn get(url: &str) -> Answer {
+    request(Method::GET, url, &[], Bytes::new())
+}
+
+pub fn post_json(url: &str, body: &serde_json::Value) -> Answer {
+    request(
+        Method::POST,
+        url,
+        &[("content-type", "application/json")],
+        serde_json::to_vec(body).unwrap(),
+    )
+}
+
+/// Server-sent events of `url` until `until` says stop or `timeout` passes: (event, data).
+pub fn events(
+    url: &str,
+    timeout: Duration,
+    mut until: impl FnMut(&str, &serde_json::Value) -> bool,
+) -> Vec<(String, serde_json::Value)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client: Client<_, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let response = client
+            .request(Request::get(url).body(Full::new(Bytes::new())).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/event-stream",
+            "an event stream"
+        );
+        let mut body = response.into_body();
+        let mut seen = vec![];
+        let mut buffer = String::new();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let frame = tokio::time::timeout_at(deadline, body.frame())
+                .await
+                .unwrap_or_else(|_| panic!("no end of events within {timeout:?}; saw {seen:?}"));
+            let Some(frame) = frame else { return seen };
+            let Ok(data) = frame.unwrap().into_data() else {
+                continue;
+            };
+            buffer.push_str(&String::from_utf8_lossy(&data));
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let mut name = String::from("message");
+                let mut payload = String::new();
+                for line in block.lines() {
+                    if let Some(n) = line.strip_prefix("event: ") {
+                        name = n.to_owned();
+                    } else if let Some(d) = line.strip_prefix("data: ") {
+                        payload.push_str(d);
+                    }
+                }
+                if payload.is_empty() {
+                    continue;
+                }
+                let value: serde_json::Value = serde_json::from_str(&payload).unwrap();
+                let stop = until(&name, &value);
+                seen.push((name, value));
+                if stop {
+                    return seen;
+                }
+            }
+        }
+    })
+}
