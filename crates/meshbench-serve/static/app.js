@@ -69,7 +69,7 @@
       for (const [key, colour] of [["p50_ms", "#2454a6"], ["p99_ms", "#d9822b"]]) {
         const points = seconds.map((s, i) => `${x(i)},${y(s[key])}`).join(" ");
         chart.append(svgNode("polyline", { points, fill: "none", stroke: colour, "stroke-width": 2 }));
-        chart.append(svgNode("text", { x: w - 60, y: key === "p50_ms" ? 20 : 34, fill: colour }, key.replace("_ms", "")));
+        chart.append(svgNode("text", { x: w - 60, y: key === "p50_ms" ? 20 : 34, style: `fill: ${colour}` }, key.replace("_ms", "")));
       }
     };
     const addSecond = (s) => {
@@ -255,7 +255,9 @@
         ["max", "max"], ["p99.9", "p999"], ["max / p99", "max_over_p99"]];
       for (const [label, key] of names) {
         const row = node("tr");
-        row.append(node("th", label), node("td", s[key] === undefined || s[key] === null ? "" : String(s[key])));
+        const v = s[key];
+        const shown = v === undefined || v === null ? "" : key === "count" ? String(v) : key === "max_over_p99" ? v.toFixed(2) : v.toFixed(3);
+        row.append(node("th", label), node("td", shown));
         row.firstChild.scope = "row";
         rows.append(row);
       }

@@ -37,19 +37,33 @@ fn a_run_started_over_the_api_streams_its_progress_and_serves_its_files() {
         Duration::from_secs(120),
         |name, _| name == "done",
     );
-    let named = |n: &'static str| seen.iter().filter(move |(name, _)| name == n).map(|(_, v)| v);
+    let named = |n: &'static str| {
+        seen.iter()
+            .filter(move |(name, _)| name == n)
+            .map(|(_, v)| v)
+    };
     assert_eq!(named("snapshot").count(), 1, "a snapshot first: {seen:?}");
     let done = named("done").next().unwrap();
     assert_eq!(done["status"], "complete", "{seen:?}");
     // Each cell's seconds arrive while it runs, with its achieved rate and latency.
     let seconds: Vec<_> = named("second").collect();
     assert!(seconds.len() >= 2, "{seen:?}");
-    assert!(seconds.iter().all(|s| s["achieved_rps"].as_u64().unwrap() > 0));
-    assert!(seconds.iter().all(|s| s["p99_ms"].as_f64().unwrap() >= s["p50_ms"].as_f64().unwrap()));
+    assert!(seconds
+        .iter()
+        .all(|s| s["achieved_rps"].as_u64().unwrap() > 0));
+    assert!(seconds
+        .iter()
+        .all(|s| s["p99_ms"].as_f64().unwrap() >= s["p50_ms"].as_f64().unwrap()));
     let last_status = named("status").last().unwrap();
-    assert_eq!((last_status["done"].as_u64(), last_status["total"].as_u64()), (Some(4), Some(4)));
+    assert_eq!(
+        (last_status["done"].as_u64(), last_status["total"].as_u64()),
+        (Some(4), Some(4))
+    );
     assert!(
-        named("log").any(|l| l["text"].as_str().unwrap().starts_with("component started: ")),
+        named("log").any(|l| l["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("component started: ")),
         "the lab's events: {seen:?}"
     );
 
@@ -74,11 +88,17 @@ fn a_run_started_over_the_api_streams_its_progress_and_serves_its_files() {
         .iter()
         .map(|f| f["name"].as_str().unwrap())
         .collect();
-    let fortio = names.iter().find(|n| n.starts_with("export/fortio/")).unwrap();
+    let fortio = names
+        .iter()
+        .find(|n| n.starts_with("export/fortio/"))
+        .unwrap();
     let fortio = file(fortio).json();
     assert!(fortio["DurationHistogram"]["Count"].as_u64().unwrap() > 0);
     assert_eq!(fortio["RequestedQPS"], "200");
-    let smp = names.iter().find(|n| n.starts_with("export/smp/") && n.contains("meshbench-sidecar")).unwrap();
+    let smp = names
+        .iter()
+        .find(|n| n.starts_with("export/smp/") && n.contains("meshbench-sidecar"))
+        .unwrap();
     let smp = file(smp).json();
     assert!(smp["result"]["latenciesMs"]["p99"].as_f64().unwrap() > 0.0);
     assert_eq!(smp["meshConfig"]["sidecar"]["count"], 2, "{smp}");
@@ -107,8 +127,16 @@ fn cancelling_keeps_the_finished_cells_and_marks_the_run_partial() {
     let queued = start(json!({"profile": "smoke", "backend": "loopback"}));
     assert_ne!(running, queued);
     // The lab is one machine: the second waits.
-    assert_eq!(get(&format!("{}/api/runs/{queued}", serve.url)).json()["job"]["status"], "queued");
-    let dequeued = request(Method::DELETE, &format!("{}/api/runs/{queued}", serve.url), &[], Bytes::new());
+    assert_eq!(
+        get(&format!("{}/api/runs/{queued}", serve.url)).json()["job"]["status"],
+        "queued"
+    );
+    let dequeued = request(
+        Method::DELETE,
+        &format!("{}/api/runs/{queued}", serve.url),
+        &[],
+        Bytes::new(),
+    );
     assert_eq!(dequeued.status, StatusCode::ACCEPTED);
     assert_eq!(dequeued.json()["status"], "cancelled");
 
@@ -117,7 +145,12 @@ fn cancelling_keeps_the_finished_cells_and_marks_the_run_partial() {
         Duration::from_secs(60),
         |name, value| name == "status" && value["done"].as_u64().unwrap() >= 1,
     );
-    let stopping = request(Method::DELETE, &format!("{}/api/runs/{running}", serve.url), &[], Bytes::new());
+    let stopping = request(
+        Method::DELETE,
+        &format!("{}/api/runs/{running}", serve.url),
+        &[],
+        Bytes::new(),
+    );
     assert_eq!(stopping.status, StatusCode::ACCEPTED, "{}", stopping.text());
     let seen = events(
         &format!("{}/api/runs/{running}/events", serve.url),
@@ -130,12 +163,27 @@ fn cancelling_keeps_the_finished_cells_and_marks_the_run_partial() {
     assert_eq!(run["status_reason"], "interrupted");
     let cells = run["cells_done"].as_u64().unwrap();
     assert!((1..6).contains(&cells), "{run}");
-    let report = get(&format!("{}/api/runs/{running}/files/report.html", serve.url));
-    assert_eq!(report.status, StatusCode::OK, "a partial run has its report");
+    let report = get(&format!(
+        "{}/api/runs/{running}/files/report.html",
+        serve.url
+    ));
+    assert_eq!(
+        report.status,
+        StatusCode::OK,
+        "a partial run has its report"
+    );
     // Cancelling what has ended is a conflict, not a success.
-    let again = request(Method::DELETE, &format!("{}/api/runs/{running}", serve.url), &[], Bytes::new());
+    let again = request(
+        Method::DELETE,
+        &format!("{}/api/runs/{running}", serve.url),
+        &[],
+        Bytes::new(),
+    );
     assert_eq!(again.status, StatusCode::CONFLICT);
-    assert_eq!(get(&format!("{}/api/runs/{queued}", serve.url)).json()["job"]["status"], "cancelled");
+    assert_eq!(
+        get(&format!("{}/api/runs/{queued}", serve.url)).json()["job"]["status"],
+        "cancelled"
+    );
 }
 
 #[test]
@@ -145,24 +193,41 @@ fn every_endpoint_the_openapi_description_lists_exists() {
     let document = get(&format!("{}/api/openapi.json", serve.url)).json();
     assert_eq!(document["openapi"], "3.1.0");
     let paths = document["paths"].as_object().unwrap();
-    for required in ["/api/profiles", "/api/runs", "/api/runs/{id}", "/api/runs/{id}/events",
-        "/api/runs/{id}/files/{name}", "/api/verify", "/api/compare"] {
+    for required in [
+        "/api/profiles",
+        "/api/runs",
+        "/api/runs/{id}",
+        "/api/runs/{id}/events",
+        "/api/runs/{id}/files/{name}",
+        "/api/verify",
+        "/api/compare",
+    ] {
         assert!(paths.contains_key(required), "{required}");
     }
     for (path, operations) in paths {
         let url = format!(
             "{}{}",
             serve.url,
-            path.replace("{id}", "example")
-                .replace("{name}", if path.starts_with("/api/profiles") { "smoke" } else { "results.json" })
+            path.replace("{id}", "example").replace(
+                "{name}",
+                if path.starts_with("/api/profiles") {
+                    "smoke"
+                } else {
+                    "results.json"
+                }
+            )
         );
         for method in operations.as_object().unwrap().keys() {
             // Bodies that are refused, so the walk starts nothing.
             let (method, body) = match method.as_str() {
                 "get" => (Method::GET, json!(null)),
                 "delete" => (Method::DELETE, json!(null)),
-                "post" if path == "/api/runs" => (Method::POST, json!({"profile": "no-such-profile"})),
-                "post" if path == "/api/verify" => (Method::POST, json!({"meshes": ["no-such-mesh"]})),
+                "post" if path == "/api/runs" => {
+                    (Method::POST, json!({"profile": "no-such-profile"}))
+                }
+                "post" if path == "/api/verify" => {
+                    (Method::POST, json!({"meshes": ["no-such-mesh"]}))
+                }
                 "post" => (Method::POST, json!({"interactions": 0})),
                 other => panic!("unexpected method {other} for {path}"),
             };
@@ -175,13 +240,21 @@ fn every_endpoint_the_openapi_description_lists_exists() {
             } else {
                 request(method.clone(), &url, &[], Bytes::new())
             };
-            assert_ne!(answer.status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            assert_ne!(
+                answer.status,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path}"
+            );
             assert!(
                 !answer.text().contains("no such endpoint"),
                 "{method} {path}: {}",
                 answer.text()
             );
-            assert!(answer.status.as_u16() < 500, "{method} {path}: {}", answer.text());
+            assert!(
+                answer.status.as_u16() < 500,
+                "{method} {path}: {}",
+                answer.text()
+            );
         }
     }
 }
@@ -192,14 +265,22 @@ fn bad_requests_get_400_naming_the_field_with_the_clis_message() {
     let runs = format!("{}/api/runs", serve.url);
     let refused = |body: serde_json::Value, field: &str| {
         let answer = post_json(&runs, &body);
-        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}: {}", answer.text());
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{body}: {}",
+            answer.text()
+        );
         let error = answer.json();
         assert_eq!(error["field"], field, "{error}");
         error["error"].as_str().unwrap().to_owned()
     };
     assert!(refused(json!({"profile": "nope"}), "profile").starts_with("unknown profile \"nope\""));
-    assert!(refused(json!({"profile": "smoke", "scenarios": ["istio"]}), "scenarios")
-        .starts_with("--scenarios: the profile has no \"istio\""));
+    assert!(refused(
+        json!({"profile": "smoke", "scenarios": ["istio"]}),
+        "scenarios"
+    )
+    .starts_with("--scenarios: the profile has no \"istio\""));
     refused(json!({"profile": "smoke", "duration": "soon"}), "duration");
     refused(json!({"profile": "smoke", "backend": "vm"}), "backend");
     refused(json!({"profile": "smoke", "colour": "blue"}), "colour");
@@ -210,9 +291,10 @@ fn bad_requests_get_400_naming_the_field_with_the_clis_message() {
         .args(["profiles", "show", "smoke"])
         .output()
         .unwrap();
-    let spec = String::from_utf8(builtin.stdout)
-        .unwrap()
-        .replacen("- { rps: 400,", "- { rps: fast,", 1);
+    let spec =
+        String::from_utf8(builtin.stdout)
+            .unwrap()
+            .replacen("- { rps: 400,", "- { rps: fast,", 1);
     let from_api = refused(json!({"spec": spec}), "spec");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mine.yaml");
@@ -226,13 +308,27 @@ fn bad_requests_get_400_naming_the_field_with_the_clis_message() {
     let cli_error = String::from_utf8_lossy(&cli.stderr);
     let problem = from_api.strip_prefix("spec: ").unwrap();
     assert!(problem.starts_with("load.points[1].rps"), "{from_api}");
-    assert!(cli_error.contains(problem), "CLI: {cli_error}\nAPI: {from_api}");
+    assert!(
+        cli_error.contains(problem),
+        "CLI: {cli_error}\nAPI: {from_api}"
+    );
 
-    let not_json = request(Method::POST, &runs, &[("content-type", "application/json")], "{\"profile\":");
+    let not_json = request(
+        Method::POST,
+        &runs,
+        &[("content-type", "application/json")],
+        "{\"profile\":",
+    );
     assert_eq!(not_json.status, StatusCode::BAD_REQUEST);
-    assert!(not_json.json()["error"].as_str().unwrap().starts_with("invalid JSON body"));
+    assert!(not_json.json()["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("invalid JSON body"));
     let huge = json!({"spec": "#".repeat(2 << 20)});
-    assert_eq!(post_json(&runs, &huge).status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        post_json(&runs, &huge).status,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
     let nothing = get(&format!("{}/api/runs", serve.url)).json();
     assert_eq!(nothing, json!([]), "no bad request started a run");
 }
@@ -252,29 +348,60 @@ fn hostile_paths_and_cross_site_requests_reach_nothing() {
     ] {
         let answer = get(&format!("{}{path}", serve.url));
         assert!(
-            matches!(answer.status, StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST),
+            matches!(
+                answer.status,
+                StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST
+            ),
             "{path}: {}",
             answer.status
         );
-        assert!(!answer.text().contains("secret\n") && answer.text() != "secret", "{path}");
+        assert!(
+            !answer.text().contains("secret\n") && answer.text() != "secret",
+            "{path}"
+        );
     }
     let runs = format!("{}/api/runs", serve.url);
     // A page of another site cannot start a run: its form posts are not JSON and carry no
     // CSRF token, and its origin is not this server's.
-    let form = request(Method::POST, &format!("{}/runs/example/cancel", serve.url),
-        &[("content-type", "application/x-www-form-urlencoded")], "x=1");
+    let form = request(
+        Method::POST,
+        &format!("{}/runs/example/cancel", serve.url),
+        &[("content-type", "application/x-www-form-urlencoded")],
+        "x=1",
+    );
     assert_eq!(form.status, StatusCode::FORBIDDEN, "{}", form.text());
-    let plain = request(Method::POST, &runs, &[("content-type", "text/plain")], "{\"profile\":\"smoke\"}");
+    let plain = request(
+        Method::POST,
+        &runs,
+        &[("content-type", "text/plain")],
+        "{\"profile\":\"smoke\"}",
+    );
     assert_eq!(plain.status, StatusCode::FORBIDDEN);
-    let foreign = request(Method::POST, &runs,
-        &[("content-type", "application/json"), ("origin", "https://evil.example")],
-        "{\"profile\":\"no-such\"}");
+    let foreign = request(
+        Method::POST,
+        &runs,
+        &[
+            ("content-type", "application/json"),
+            ("origin", "https://evil.example"),
+        ],
+        "{\"profile\":\"no-such\"}",
+    );
     assert_eq!(foreign.status, StatusCode::FORBIDDEN);
-    let fetch = request(Method::POST, &runs,
-        &[("content-type", "application/json"), ("sec-fetch-site", "cross-site")],
-        "{\"profile\":\"no-such\"}");
+    let fetch = request(
+        Method::POST,
+        &runs,
+        &[
+            ("content-type", "application/json"),
+            ("sec-fetch-site", "cross-site"),
+        ],
+        "{\"profile\":\"no-such\"}",
+    );
     assert_eq!(fetch.status, StatusCode::FORBIDDEN);
-    assert_eq!(get(&runs).json().as_array().unwrap().len(), 1, "only the example");
+    assert_eq!(
+        get(&runs).json().as_array().unwrap().len(),
+        1,
+        "only the example"
+    );
 }
 
 #[test]
@@ -291,27 +418,51 @@ fn beyond_loopback_a_token_is_required_and_checked() {
     let serve = Serve::start(&["--token", token]);
     let runs = format!("{}/api/runs", serve.url);
     assert_eq!(get(&runs).status, StatusCode::UNAUTHORIZED);
-    assert!(get(&runs).json()["error"].as_str().unwrap().contains("token"));
-    let wrong = request(Method::GET, &runs, &[("authorization", "Bearer not-the-token-at-all")], Bytes::new());
+    assert!(get(&runs).json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("token"));
+    let wrong = request(
+        Method::GET,
+        &runs,
+        &[("authorization", "Bearer not-the-token-at-all")],
+        Bytes::new(),
+    );
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     let bearer = format!("Bearer {token}");
-    let right = request(Method::GET, &runs, &[("authorization", &bearer)], Bytes::new());
+    let right = request(
+        Method::GET,
+        &runs,
+        &[("authorization", &bearer)],
+        Bytes::new(),
+    );
     assert_eq!(right.status, StatusCode::OK);
     let page = get(&format!("{}/", serve.url));
     assert_eq!(page.status, StatusCode::UNAUTHORIZED);
     assert!(page.text().contains("id=\"token\""), "the login page");
 
     // The login page sets a cookie that then stands for the token.
-    let login = request(Method::POST, &format!("{}/login", serve.url),
-        &[("content-type", "application/x-www-form-urlencoded")], format!("token={token}"));
+    let login = request(
+        Method::POST,
+        &format!("{}/login", serve.url),
+        &[("content-type", "application/x-www-form-urlencoded")],
+        format!("token={token}"),
+    );
     assert_eq!(login.status, StatusCode::SEE_OTHER);
     let cookie = login.headers["set-cookie"].to_str().unwrap().to_owned();
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
     let pair = cookie.split(';').next().unwrap();
     let with_cookie = request(Method::GET, &runs, &[("cookie", pair)], Bytes::new());
     assert_eq!(with_cookie.status, StatusCode::OK);
-    let bad_login = request(Method::POST, &format!("{}/login", serve.url),
-        &[("content-type", "application/x-www-form-urlencoded")], "token=guess");
+    let bad_login = request(
+        Method::POST,
+        &format!("{}/login", serve.url),
+        &[("content-type", "application/x-www-form-urlencoded")],
+        "token=guess",
+    );
     assert_eq!(bad_login.status, StatusCode::UNAUTHORIZED);
     assert!(bad_login.headers.get("set-cookie").is_none());
 }

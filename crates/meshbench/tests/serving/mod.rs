@@ -49,7 +49,11 @@ impl Serve {
             .unwrap_or_else(|e| panic!("no ready line from meshbench serve ({e}): {line:?}"));
         Serve {
             child,
-            url: ready["url"].as_str().unwrap().trim_end_matches('/').to_owned(),
+            url: ready["url"]
+                .as_str()
+                .unwrap()
+                .trim_end_matches('/')
+                .to_owned(),
             results: results.to_owned(),
             _dir: None,
         }
@@ -128,8 +132,7 @@ pub fn request(
         .build()
         .unwrap();
     runtime.block_on(async {
-        let client: Client<_, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build_http();
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
         let mut builder = Request::builder().method(method).uri(url);
         for (name, value) in headers {
             builder = builder.header(*name, *value);
@@ -175,8 +178,7 @@ pub fn events(
         .build()
         .unwrap();
     runtime.block_on(async {
-        let client: Client<_, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build_http();
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
         let response = client
             .request(Request::get(url).body(Full::new(Bytes::new())).unwrap())
             .await
