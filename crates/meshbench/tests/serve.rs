@@ -54,7 +54,7 @@ fn a_run_started_over_the_api_streams_its_progress_and_serves_its_files() {
     assert!(seconds
         .iter()
         .all(|s| s["p99_ms"].as_f64().unwrap() >= s["p50_ms"].as_f64().unwrap()));
-    let last_status = named("status").last().unwrap();
+    let last_status = named("status").next_back().unwrap();
     assert_eq!(
         (last_status["done"].as_u64(), last_status["total"].as_u64()),
         (Some(4), Some(4))
