@@ -102,3 +102,17 @@ fn unknown_fields_are_rejected_so_typos_do_not_pass_silently() {
     value["environment"]["cpu_modle"] = serde_json::json!("typo");
     assert!(serde_json::from_value::<RunResult>(value).is_err());
 }
+
+#[test]
+fn example_verification_of_this_version_parses_and_round_trips() {
+    // Recorded from `meshbench verify --mesh meshbench-sidecar` on the netns lab.
+    let example = schema_dir().join(format!("example-verify-v{SCHEMA_VERSION}.json"));
+    let parsed: meshbench_results::VerifyReport = read_json(&example).expect("example parses");
+    assert_eq!(parsed.schema_version, SCHEMA_VERSION);
+    assert!(parsed.passed);
+    assert_eq!(parsed.meshes[0].mesh, "meshbench-sidecar");
+    assert!(parsed.meshes[0].cases.iter().all(|c| !c.probes.is_empty()));
+    let again: meshbench_results::VerifyReport =
+        serde_json::from_value(serde_json::to_value(&parsed).unwrap()).unwrap();
+    assert_eq!(again, parsed);
+}

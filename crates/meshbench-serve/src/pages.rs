@@ -881,7 +881,11 @@ fn mesh_matrix(mesh: &MeshVerification) -> String {
                 "<tr><th scope=\"row\">{}. {}<br><span class=\"hint\">meshed: {}</span></th>",
                 case.case,
                 esc(&case.title),
-                esc(&case.meshed.join(", "))
+                if case.meshed.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    esc(&case.meshed.join(", "))
+                }
             );
             for (from, to) in &probes {
                 let Some(p) = case.probes.iter().find(|p| &p.from == from && &p.to == to) else {
@@ -902,12 +906,16 @@ fn mesh_matrix(mesh: &MeshVerification) -> String {
                 if let Some(w) = &p.wire {
                     let _ = write!(
                         evidence,
-                        "<dt>wire ({})</dt><dd class=\"verdict-{}\">{} of {} connections TLS {}; marker {}; encryption {}{}</dd>",
+                        "<dt>wire ({})</dt><dd class=\"verdict-{}\">{} of {} connections TLS{}; marker {}; encryption {}{}</dd>",
                         esc(&w.capture_point),
                         verdict_class(w.verdict),
                         w.tls_connections,
                         w.connections,
-                        esc(&w.tls_versions.join(", ")),
+                        if w.tls_versions.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", esc(&w.tls_versions.join(", ")))
+                        },
                         if w.marker_seen { "seen in clear" } else { "not seen" },
                         if w.encryption_expected { "expected" } else { "not expected" },
                         w.note.as_ref().map(|n| format!("; {}", esc(n))).unwrap_or_default(),

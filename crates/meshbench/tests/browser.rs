@@ -620,3 +620,105 @@ fn without_a_token_beyond_loopback_it_refuses_and_with_one_it_asks_for_it() {
         browser.close().await;
     });
 }
+
+#[test]
+fn a_verification_is_started_from_the_form_and_a_matrix_shows_each_verdict() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !meshbench_testkit::require_netns() {
+        return;
+    }
+    let serve = Serve::start(&[]);
+    // A verification recorded on this lab, as the results directory would hold it.
+    let recorded = serve.results.join("verify-recorded");
+    std::fs::create_dir_all(&recorded).unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../meshbench-results/schema/example-verify-v1.json"
+        ),
+        recorded.join("verify.json"),
+    )
+    .unwrap();
+    runtime().block_on(async {
+        let Some(browser) = Browser::open("verify").await else {
+            return;
+        };
+        browser.goto(&format!("{}/verify", serve.url)).await;
+        browser
+            .find("#mesh-meshbench-sidecar")
+            .await
+            .click()
+            .await
+            .unwrap();
+        browser.find("#start-verify").await.click().await.unwrap();
+        // A real verification starts (its lab comes up), then is cancelled: a full one
+        // takes minutes per mesh.
+        browser
+            .until(
+                "the verification's lab events",
+                Duration::from_secs(60),
+                || async {
+                    let log = browser
+                        .client
+                        .find(Locator::Css("#log"))
+                        .await
+                        .ok()?
+                        .text()
+                        .await
+                        .ok()?;
+                    log.contains("component started").then_some(())
+                },
+            )
+            .await;
+        browser.screenshot("verifying").await;
+        browser.find("#cancel").await.click().await.unwrap();
+        browser
+            .until(
+                "the cancelled verification",
+                Duration::from_secs(60),
+                || async {
+                    let status = browser
+                        .client
+                        .find(Locator::Css("#status"))
+                        .await
+                        .ok()?
+                        .text()
+                        .await
+                        .ok()?;
+                    (status == "cancelled").then_some(())
+                },
+            )
+            .await;
+
+        browser.goto(&format!("{}/verify", serve.url)).await;
+        browser
+            .find("a[href='/verify/verify-recorded']")
+            .await
+            .click()
+            .await
+            .unwrap();
+        let matrix = browser.find("table.matrix").await;
+        let passes = browser.count("table.matrix td.verdict-pass").await;
+        assert!(passes >= 6, "{passes} passing cells");
+        assert_eq!(browser.count("table.matrix td.verdict-fail").await, 0);
+        let first = matrix
+            .find(Locator::Css("td.verdict-pass details"))
+            .await
+            .unwrap();
+        first
+            .find(Locator::Css("summary"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let evidence = first.text().await.unwrap();
+        assert!(
+            evidence.contains("expected") && evidence.contains("observed"),
+            "{evidence}"
+        );
+        assert!(browser.text("#identity").await.contains("Identity checks"));
+        browser.screenshot("matrix").await;
+        browser.close().await;
+    });
+}
