@@ -321,4 +321,30 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert!(doc["result"]["latenciesMs"]["p99"].is_number());
     }
+
+    proptest::proptest! {
+        /// Whatever a request names, a file is served only if the run lists it.
+        #[test]
+        fn a_name_is_served_only_if_listed(name in "(\\.\\./|/|%2[Ff]|results\\.json|report\\.html|export/(smp|fortio)/|[a-z0-9.-]{0,12}){0,4}") {
+            let dir = tempfile::tempdir().unwrap();
+            for written in ["results.json", "report.html", "secret.txt"] {
+                std::fs::write(dir.path().join(written), "x").unwrap();
+            }
+            let example: RunResult = meshbench_results::read_json(Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../meshbench-results/schema/example-results-v1.json"
+            )))
+            .unwrap();
+            let listed = run_files(dir.path(), &example).iter().any(|f| f.name == name);
+            proptest::prop_assert_eq!(read_file(dir.path(), &example, &name).is_some(), listed);
+        }
+
+        #[test]
+        fn a_valid_id_is_one_directory_below(id in "\\PC{0,20}") {
+            if valid_id(&id) {
+                proptest::prop_assert!(!id.contains('/') && !id.contains('\\') && !id.starts_with('.'));
+                proptest::prop_assert_eq!(Path::new(&id).components().count(), 1);
+            }
+        }
+    }
 }

@@ -178,11 +178,17 @@ fn cross_site(headers: &HeaderMap) -> Option<String> {
             return Some("cross-site requests are refused".to_owned());
         }
     }
-    let origin = headers.get(header::ORIGIN)?.to_str().ok()?;
+    // An origin that cannot be read, or no host to compare it with, is not this server.
+    let origin = headers.get(header::ORIGIN)?;
+    let Ok(origin) = origin.to_str() else {
+        return Some("an unreadable Origin header is refused".to_owned());
+    };
     if origin == "null" {
         return Some("requests from an opaque origin are refused".to_owned());
     }
-    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return Some(format!("origin {origin} with no Host to compare it with"));
+    };
     let origin_host = origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"))
@@ -243,5 +249,24 @@ mod tests {
         assert!(same_secret("abc", "abc"));
         assert!(!same_secret("abc", "abd"));
         assert!(!same_secret("abc", "abcd"));
+    }
+
+    proptest::proptest! {
+        /// Any header a client sends is read without a panic, and another site is never
+        /// taken for this one.
+        #[test]
+        fn headers_from_anyone_are_read_safely(cookie_text in "\\PC{0,60}", origin in "\\PC{0,40}") {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, "127.0.0.1:8090".parse().unwrap());
+            if let Ok(value) = cookie_text.parse() {
+                headers.insert(header::COOKIE, value);
+            }
+            let _ = cookie(&headers, TOKEN_COOKIE);
+            if let Ok(value) = origin.parse() {
+                headers.insert(header::ORIGIN, value);
+                let ours = origin == "http://127.0.0.1:8090" || origin == "https://127.0.0.1:8090" || origin == "127.0.0.1:8090";
+                proptest::prop_assert_eq!(cross_site(&headers).is_none(), ours);
+            }
+        }
     }
 }

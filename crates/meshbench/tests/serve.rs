@@ -466,3 +466,68 @@ fn beyond_loopback_a_token_is_required_and_checked() {
     assert_eq!(bad_login.status, StatusCode::UNAUTHORIZED);
     assert!(bad_login.headers.get("set-cookie").is_none());
 }
+
+#[test]
+fn cost_and_compare_answer_what_the_cli_prints() {
+    let serve = Serve::start(&[]);
+    serve.add_example_run("example");
+    let cost = get(&format!(
+        "{}/api/runs/example/cost?pods=500&cpu_price=25&mem_price=3",
+        serve.url
+    ));
+    assert_eq!(cost.status, StatusCode::OK, "{}", cost.text());
+    let table = &cost.json()["table"];
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args([
+            "cost",
+            "--pods",
+            "500",
+            "--cpu-price",
+            "25",
+            "--mem-price",
+            "3",
+        ])
+        .arg(serve.results.join("example"))
+        .output()
+        .unwrap();
+    meshbench_testkit::assert_success(&cli);
+    let printed = String::from_utf8_lossy(&cli.stdout);
+    let rows = table["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for row in rows {
+        let cells: Vec<&str> = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        assert!(
+            printed.contains(&format!("| {} |", cells.join(" | "))),
+            "{cells:?} in {printed}"
+        );
+    }
+    let bad = get(&format!(
+        "{}/api/runs/example/cost?pods=many&cpu_price=25&mem_price=3",
+        serve.url
+    ));
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad.json()["field"], "pods");
+
+    let compared = get(&format!("{}/api/compare?a=example&b=example", serve.url)).json();
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .arg("compare")
+        .arg(serve.results.join("example"))
+        .arg(serve.results.join("example"))
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&cli.stdout);
+    for table in compared["tables"].as_array().unwrap() {
+        assert!(
+            printed.contains(table["title"].as_str().unwrap()),
+            "{table}"
+        );
+    }
+    let missing = get(&format!("{}/api/compare?a=example&b=nope", serve.url));
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    assert_eq!(missing.json()["field"], "b");
+}
