@@ -28,7 +28,7 @@ pub use cost::{cost_table, Prices};
 pub use export::{write_exports, ExportFormat};
 pub use html::{escape as html_escape, render_html, table_html};
 pub use markdown::{render_markdown, render_tables};
-pub use summary::{load_summary, run_summary};
+pub use summary::{cell_line, load_summary, run_summary};
 pub use verify::{verify_header, verify_tables};
 
 #[derive(Debug, thiserror::Error)]

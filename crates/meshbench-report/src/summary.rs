@@ -80,6 +80,23 @@ pub fn load_summary(r: &LoadReport) -> String {
     out
 }
 
+/// The line a finished cell gets while a run goes on (`meshbench run`'s progress, `serve`'s
+/// event log): `[index/total] label: achieved ..., p50 ..., p99 ..., N not 2xx`.
+pub fn cell_line(
+    index: usize,
+    total: usize,
+    label: &str,
+    cell: &meshbench_results::Cell,
+) -> String {
+    format!(
+        "[{index}/{total}] {label}: achieved {:.1} rps, p50 {:.3} ms, p99 {:.3} ms, {} not 2xx",
+        cell.load.achieved_rps,
+        cell.load.latency.p50_us as f64 / 1e3,
+        cell.load.latency.p99_us as f64 / 1e3,
+        tables::error_count(cell),
+    )
+}
+
 /// What `meshbench run` prints at the end: the absolute and overhead tables.
 pub fn run_summary(result: &RunResult) -> String {
     let analysis = crate::Analysis::of(result);

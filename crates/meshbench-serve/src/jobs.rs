@@ -781,16 +781,7 @@ impl Progress for JobProgress {
         self.jobs.log(
             &self.id,
             "cell",
-            &format!(
-                "[{}/{}] {}: achieved {:.1} rps, p50 {:.3} ms, p99 {:.3} ms, {} not 2xx",
-                cell.index,
-                cell.total,
-                cell.label(),
-                result.load.achieved_rps,
-                result.load.latency.p50_us as f64 / 1e3,
-                result.load.latency.p99_us as f64 / 1e3,
-                meshbench_report::tables::error_count(result),
-            ),
+            &meshbench_report::cell_line(cell.index, cell.total, &cell.label(), result),
         );
     }
 }

@@ -122,6 +122,31 @@ impl Browser {
         }
     }
 
+    /// The text of `css` now, if the page has it.
+    async fn text_now(&self, css: &str) -> Option<String> {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()
+    }
+
+    /// Polls the text of `css` until `done` accepts it, for at most `limit`.
+    async fn until_text(
+        &self,
+        what: &str,
+        limit: Duration,
+        css: &str,
+        done: impl Fn(&str) -> bool,
+    ) {
+        self.until(what, limit, || async {
+            self.text_now(css).await.filter(|t| done(t)).map(|_| ())
+        })
+        .await
+    }
+
     /// A file that appeared in the download directory (the browser's download finished).
     async fn downloaded(&self, suffix: &str) -> PathBuf {
         let dir = self.downloads.path().to_owned();
@@ -201,21 +226,15 @@ fn the_smoke_profile_from_the_form_reaches_100_percent_and_shows_its_report() {
         // Watch the progress until it says 100%; the page reloads with the report after.
         let deadline = Instant::now() + Duration::from_secs(180);
         loop {
-            let text = match browser.client.find(Locator::Css("#progress-text")).await {
-                Ok(element) => element.text().await.unwrap_or_default(),
-                Err(_) => String::new(),
-            };
+            let text = browser.text_now("#progress-text").await.unwrap_or_default();
             if !seen_live && browser.count("#live tbody tr").await > 1 {
                 seen_live = true;
                 browser.screenshot("progress").await;
             }
-            if let Ok(log) = browser.client.find(Locator::Css("#log")).await {
-                seen_events |= log
-                    .text()
-                    .await
-                    .unwrap_or_default()
-                    .contains("component started");
-            }
+            seen_events |= browser
+                .text_now("#log")
+                .await
+                .is_some_and(|log| log.contains("component started"));
             if let Some(p) = progress_of(&text) {
                 highest = highest.max(p);
             }
@@ -233,17 +252,11 @@ fn the_smoke_profile_from_the_form_reaches_100_percent_and_shows_its_report() {
         assert!(seen_events, "the lab's events were shown");
         // The page reloads itself once the run is done: downloads and the report appear.
         browser
-            .until(
+            .until_text(
                 "the finished run's page",
                 Duration::from_secs(20),
-                || async {
-                    browser
-                        .client
-                        .find(Locator::Css("#downloads"))
-                        .await
-                        .ok()
-                        .map(|_| ())
-                },
+                "#downloads",
+                |_| true,
             )
             .await;
         assert_eq!(browser.text("#status").await, "complete");
@@ -415,20 +428,11 @@ fn an_e3_experiment_is_run_downloaded_loaded_back_and_analyzed() {
         browser.find("#op-division").await.click().await.unwrap();
         browser.find("#e3-run").await.click().await.unwrap();
         browser
-            .until(
+            .until_text(
                 "the experiment's result",
                 Duration::from_secs(60),
-                || async {
-                    let median = browser
-                        .client
-                        .find(Locator::Css("#e3-median"))
-                        .await
-                        .ok()?
-                        .text()
-                        .await
-                        .ok()?;
-                    (!median.is_empty()).then_some(())
-                },
+                "#e3-median",
+                |median| !median.is_empty(),
             )
             .await;
         assert_eq!(browser.count("#e3-rtts li").await, 50);
@@ -459,16 +463,8 @@ fn an_e3_experiment_is_run_downloaded_loaded_back_and_analyzed() {
             .await
             .unwrap();
         browser
-            .until("the loaded result", PAGE_WAIT, || async {
-                let title = browser
-                    .client
-                    .find(Locator::Css("#e3-title"))
-                    .await
-                    .ok()?
-                    .text()
-                    .await
-                    .ok()?;
-                (title == "Result: browser test").then_some(())
+            .until_text("the loaded result", PAGE_WAIT, "#e3-title", |title| {
+                title == "Result: browser test"
             })
             .await;
         assert_eq!(browser.count("#e3-rtts li").await, 50);
@@ -536,17 +532,11 @@ fn a_cancelled_run_is_marked_partial_with_its_finished_cells() {
             .await;
         browser.find("#cancel").await.click().await.unwrap();
         browser
-            .until(
+            .until_text(
                 "the cancelled run's page",
                 Duration::from_secs(60),
-                || async {
-                    browser
-                        .client
-                        .find(Locator::Css("#downloads"))
-                        .await
-                        .ok()
-                        .map(|_| ())
-                },
+                "#downloads",
+                |_| true,
             )
             .await;
         assert_eq!(browser.text("#status").await, "partial");
@@ -604,16 +594,8 @@ fn without_a_token_beyond_loopback_it_refuses_and_with_one_it_asks_for_it() {
         browser.find("#token").await.send_keys(token).await.unwrap();
         browser.find("#login").await.click().await.unwrap();
         browser
-            .until("the runs page", PAGE_WAIT, || async {
-                let main = browser
-                    .client
-                    .find(Locator::Css("main"))
-                    .await
-                    .ok()?
-                    .text()
-                    .await
-                    .ok()?;
-                main.contains("No runs yet").then_some(())
+            .until_text("the runs page", PAGE_WAIT, "main", |main| {
+                main.contains("No runs yet")
             })
             .await;
         browser.screenshot("signed-in").await;
@@ -654,39 +636,21 @@ fn a_verification_is_started_from_the_form_and_a_matrix_shows_each_verdict() {
         // A real verification starts (its lab comes up), then is cancelled: a full one
         // takes minutes per mesh.
         browser
-            .until(
+            .until_text(
                 "the verification's lab events",
                 Duration::from_secs(60),
-                || async {
-                    let log = browser
-                        .client
-                        .find(Locator::Css("#log"))
-                        .await
-                        .ok()?
-                        .text()
-                        .await
-                        .ok()?;
-                    log.contains("component started").then_some(())
-                },
+                "#log",
+                |log| log.contains("component started"),
             )
             .await;
         browser.screenshot("verifying").await;
         browser.find("#cancel").await.click().await.unwrap();
         browser
-            .until(
+            .until_text(
                 "the cancelled verification",
                 Duration::from_secs(60),
-                || async {
-                    let status = browser
-                        .client
-                        .find(Locator::Css("#status"))
-                        .await
-                        .ok()?
-                        .text()
-                        .await
-                        .ok()?;
-                    (status == "cancelled").then_some(())
-                },
+                "#status",
+                |status| status == "cancelled",
             )
             .await;
 

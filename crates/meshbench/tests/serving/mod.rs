@@ -120,6 +120,17 @@ impl Answer {
     }
 }
 
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn client() -> Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
 /// One request; `headers` as (name, value).
 pub fn request(
     method: Method,
@@ -127,19 +138,14 @@ pub fn request(
     headers: &[(&str, &str)],
     body: impl Into<Bytes>,
 ) -> Answer {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    runtime().block_on(async {
         let mut builder = Request::builder().method(method).uri(url);
         for (name, value) in headers {
             builder = builder.header(*name, *value);
         }
         let response = tokio::time::timeout(
             Duration::from_secs(60),
-            client.request(builder.body(Full::new(body.into())).unwrap()),
+            client().request(builder.body(Full::new(body.into())).unwrap()),
         )
         .await
         .expect("the server answers within a minute")
@@ -173,13 +179,8 @@ pub fn events(
     timeout: Duration,
     mut until: impl FnMut(&str, &serde_json::Value) -> bool,
 ) -> Vec<(String, serde_json::Value)> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-        let response = client
+    runtime().block_on(async {
+        let response = client()
             .request(Request::get(url).body(Full::new(Bytes::new())).unwrap())
             .await
             .unwrap();
