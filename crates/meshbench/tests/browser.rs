@@ -122,6 +122,17 @@ impl Browser {
         }
     }
 
+    /// Starts a built-in profile from the new-run form, with the form's defaults.
+    async fn start_from_the_form(&self, url: &str, profile: &str) {
+        self.goto(&format!("{url}/runs/new")).await;
+        self.find("#profile")
+            .await
+            .select_by_value(profile)
+            .await
+            .unwrap();
+        self.find("#start").await.click().await.unwrap();
+    }
+
     /// The text of `css` now, if the page has it.
     async fn text_now(&self, css: &str) -> Option<String> {
         self.client
@@ -211,14 +222,7 @@ fn the_smoke_profile_from_the_form_reaches_100_percent_and_shows_its_report() {
         let Some(browser) = Browser::open("smoke-run").await else {
             return;
         };
-        browser.goto(&format!("{}/runs/new", serve.url)).await;
-        browser
-            .find("#profile")
-            .await
-            .select_by_value("smoke")
-            .await
-            .unwrap();
-        browser.find("#start").await.click().await.unwrap();
+        browser.start_from_the_form(&serve.url, "smoke").await;
         browser.find("#progress-section").await;
         let mut seen_live = false;
         let mut seen_events = false;
@@ -507,14 +511,7 @@ fn a_cancelled_run_is_marked_partial_with_its_finished_cells() {
         let Some(browser) = Browser::open("cancel").await else {
             return;
         };
-        browser.goto(&format!("{}/runs/new", serve.url)).await;
-        browser
-            .find("#profile")
-            .await
-            .select_by_value("smoke")
-            .await
-            .unwrap();
-        browser.find("#start").await.click().await.unwrap();
+        browser.start_from_the_form(&serve.url, "smoke").await;
         browser
             .until("a finished cell", Duration::from_secs(120), || async {
                 let text = browser
