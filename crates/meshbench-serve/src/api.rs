@@ -23,7 +23,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::broadcast;
 
 use crate::catalog::{self, RunSummary};
-use crate::jobs::{CancelOutcome, JobEvent, JobRequest, JobSnapshot, SubmitError};
+use crate::jobs::{CancelOutcome, JobEvent, JobRequest, JobSnapshot, RunTarget, SubmitError};
 use crate::state::AppState;
 
 /// Any request body: a spec, a form.
@@ -186,7 +186,7 @@ pub struct NewRun {
 }
 
 /// Turns a new-run request into a job, or the error at its field, with the CLI's messages.
-pub fn job_of(new: &NewRun) -> Result<JobRequest, ApiError> {
+pub fn job_of(new: &NewRun, cluster: bool) -> Result<JobRequest, ApiError> {
     use meshbench_experiment::Error as E;
     let at = |e: E| -> ApiError {
         let field = match &e {
@@ -239,18 +239,25 @@ pub fn job_of(new: &NewRun) -> Result<JobRequest, ApiError> {
     profile
         .select(&names(&new.scenarios), &names(&new.placements))
         .map_err(at)?;
-    let backend = match new.backend.as_deref().filter(|s| !s.is_empty()) {
-        None => Backend::default_here(),
-        Some(name) => name.parse::<Backend>().map_err(|_| {
+    let target = match new.backend.as_deref().filter(|s| !s.is_empty()) {
+        None => RunTarget::Lab(Backend::default_here()),
+        Some("kubernetes" | "k8s") if cluster => RunTarget::Kubernetes,
+        Some("kubernetes" | "k8s") => {
+            return Err(ApiError::field(
+                "backend",
+                "--backend kubernetes: this server was started without a cluster (meshbench serve --kubeconfig FILE)",
+            ))
+        }
+        Some(name) => name.parse::<Backend>().map(RunTarget::Lab).map_err(|_| {
             ApiError::field(
                 "backend",
-                format!("unknown backend {name:?}; known: netns, loopback (a cluster run starts from the CLI)"),
+                format!("unknown backend {name:?}; known: netns, loopback, kubernetes"),
             )
         })?,
     };
     Ok(JobRequest::Run {
         profile: Box::new(profile),
-        backend,
+        target,
         pin: new.pin,
     })
 }
@@ -287,7 +294,7 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
 
 async fn create_run(State(state): Shared, body: axum::body::Bytes) -> Result<Response, ApiError> {
     let new: NewRun = json_body(&body)?;
-    let id = submit(&state, job_of(&new)?)?;
+    let id = submit(&state, job_of(&new, state.cluster)?)?;
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/api/runs/{id}"))],

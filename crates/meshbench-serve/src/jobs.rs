@@ -41,6 +41,24 @@ pub struct WorkerOptions {
     pub exe: PathBuf,
     pub build: BuildInfo,
     pub lab_events: LabEvents,
+    /// The cluster a run with `RunTarget::Kubernetes` goes to.
+    pub kube: Option<meshbench_kube::KubeOptions>,
+}
+
+/// Where a run's cells happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunTarget {
+    Lab(Backend),
+    Kubernetes,
+}
+
+impl RunTarget {
+    pub fn name(self) -> &'static str {
+        match self {
+            RunTarget::Lab(backend) => backend.name(),
+            RunTarget::Kubernetes => "kubernetes",
+        }
+    }
 }
 
 /// What a job does.
@@ -48,7 +66,7 @@ pub struct WorkerOptions {
 pub enum JobRequest {
     Run {
         profile: Box<Profile>,
-        backend: Backend,
+        target: RunTarget,
         pin: bool,
     },
     Verify {
@@ -526,10 +544,10 @@ impl Jobs {
                 let outcome = match request {
                     JobRequest::Run {
                         profile,
-                        backend,
+                        target,
                         pin,
                     } => {
-                        self.run(&id, *profile, backend, pin, &options, &cancel)
+                        self.run(&id, *profile, target, pin, &options, &cancel)
                             .await
                     }
                     JobRequest::Verify { meshes } => {
@@ -565,7 +583,7 @@ impl Jobs {
         &self,
         id: &str,
         profile: Profile,
-        backend: Backend,
+        target: RunTarget,
         pin: bool,
         options: &WorkerOptions,
         cancel: &Notify,
@@ -575,13 +593,24 @@ impl Jobs {
             out_dir: out_dir.clone(),
             exe: options.exe.clone(),
             build: options.build.clone(),
-            backend,
+            // The local lab's network backend; a cluster has its own network.
+            backend: match target {
+                RunTarget::Lab(backend) => backend,
+                RunTarget::Kubernetes => Backend::default_here(),
+            },
             pin,
             capture_link: false,
         };
         let estimate = profile.estimated_duration();
         let cells = profile.cells();
-        let runner = match Runner::new(profile, run_options) {
+        let runner = match target {
+            RunTarget::Lab(_) => Runner::new(profile, run_options),
+            RunTarget::Kubernetes => match self.connect(id, &out_dir, options).await {
+                Ok(platform) => Runner::on(Box::new(platform), profile, run_options),
+                Err(e) => return (JobStatus::Failed, Some(e)),
+            },
+        };
+        let runner = match runner {
             Ok(runner) => runner,
             Err(e) => return (JobStatus::Failed, Some(e.to_string())),
         };
@@ -594,7 +623,7 @@ impl Jobs {
             "info",
             &format!(
                 "running {cells} cells on the {} backend, about {}",
-                backend.name(),
+                target.name(),
                 humantime::format_duration(Duration::from_secs(estimate.as_secs()))
             ),
         );
@@ -622,6 +651,31 @@ impl Jobs {
             (Err(e), Ok(_)) => (JobStatus::Partial, Some(e.to_string())),
             (Err(e), Err(_)) => (JobStatus::Failed, Some(e.to_string())),
         }
+    }
+
+    /// The cluster serve was given, for run `id`: every object it creates is labelled with
+    /// the run, its identities kept in the run's directory, its progress lines in the log.
+    async fn connect(
+        &self,
+        id: &str,
+        out_dir: &Path,
+        options: &WorkerOptions,
+    ) -> Result<meshbench_kube::KubePlatform, String> {
+        let Some(kube) = &options.kube else {
+            return Err(
+                "backend kubernetes: serve was started without a cluster (--kubeconfig)".into(),
+            );
+        };
+        std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+        let (jobs, job) = (self.clone(), id.to_owned());
+        let kube = meshbench_kube::KubeOptions {
+            work_dir: out_dir.to_owned(),
+            progress: Some(Arc::new(move |line: &str| jobs.log(&job, "info", line))),
+            ..kube.clone()
+        };
+        meshbench_kube::KubePlatform::connect(&kube, &meshbench_netlab::new_lab_id())
+            .await
+            .map_err(|e| e.to_string())
     }
 
     async fn verify(

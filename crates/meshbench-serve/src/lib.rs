@@ -36,7 +36,7 @@ pub use events::LabEvents;
 use meshbench_lab::BuildInfo;
 
 /// How `meshbench serve` is set up.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServeOptions {
     pub listen: SocketAddr,
     /// The results directory `run` writes to; runs started here go there too.
@@ -47,6 +47,9 @@ pub struct ServeOptions {
     /// The meshbench binary, started once per lab component.
     pub exe: PathBuf,
     pub build: BuildInfo,
+    /// The cluster runs may choose (`backend: kubernetes`), when serve was given one; each
+    /// run gets its own `work_dir` and its progress lines go to the job's log.
+    pub kube: Option<meshbench_kube::KubeOptions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +107,7 @@ impl Server {
             exe: options.exe.clone(),
             build: options.build.clone(),
             lab_events,
+            kube: options.kube.clone(),
         });
         let bound = meshbench_workload::bind(&meshbench_workload::ServeOptions {
             listen: options.listen,
@@ -116,6 +120,7 @@ impl Server {
             options.token,
             jobs,
             calculator,
+            options.kube.is_some(),
         ));
         Ok(Server { bound, state })
     }

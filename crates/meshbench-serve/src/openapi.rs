@@ -58,7 +58,7 @@ pub fn describe() -> Value {
                         "placements": {"type": "array", "items": {"type": "string"}},
                         "duration": {"type": "string", "examples": ["2s"]},
                         "warmup": {"type": "string", "examples": ["500ms"]},
-                        "backend": {"enum": ["netns", "loopback"]},
+                        "backend": {"enum": ["netns", "loopback", "kubernetes"], "description": "kubernetes when serve was given a cluster (--kubeconfig)"},
                         "pin": {"type": "boolean"}
                     }
                 },

@@ -324,7 +324,7 @@ fn render_new_run(state: &AppState, form: &RunForm, error: Option<&ApiError>) ->
          <label for=\"scale\">Scale</label>\
          <select id=\"scale\" name=\"scale\"{scale_aria}><option value=\"local\"{local_sel}>local (sized for this machine)</option><option value=\"original\"{orig_sel}>original (the study's loads)</option></select>{scale_err}\
          <label for=\"backend\">Backend</label>\
-         <select id=\"backend\" name=\"backend\"{back_aria}>{netns}{loopback}</select>{back_err}\
+         <select id=\"backend\" name=\"backend\"{back_aria}>{netns}{loopback}{kubernetes}</select>{back_err}\
          <label class=\"check\"><input type=\"checkbox\" id=\"pin\" name=\"pin\" value=\"1\"{pin}> Pin the load generator to CPU 0 and the system under test to the others</label>\
          </fieldset>\
          <p>One run measures at a time; a run started while another measures waits in the queue.</p>\
@@ -340,6 +340,11 @@ fn render_new_run(state: &AppState, form: &RunForm, error: Option<&ApiError>) ->
         orig_sel = if scale == "original" { " selected" } else { "" },
         netns = backend_option("netns", "netns (nodes and pods as network namespaces; needs root)"),
         loopback = backend_option("loopback", "loopback (pods on 127.x addresses)"),
+        kubernetes = if state.cluster {
+            backend_option("kubernetes", "kubernetes (the cluster serve was given)")
+        } else {
+            String::new()
+        },
         pin = if new.pin { " checked" } else { "" },
     );
     let status = if error.is_some() {
@@ -409,7 +414,7 @@ async fn submit_run(State(state): Shared, mut multipart: Multipart) -> Response 
         form.spec_text = upload;
     }
     form.new.spec = Some(form.spec_text.clone());
-    let submitted = api::job_of(&form.new).and_then(|job| api::submit(&state, job));
+    let submitted = api::job_of(&form.new, state.cluster).and_then(|job| api::submit(&state, job));
     match submitted {
         Ok(id) => Redirect::to(&format!("/runs/{id}")).into_response(),
         Err(e) => render_new_run(&state, &form, Some(&e)),

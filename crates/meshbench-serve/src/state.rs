@@ -17,6 +17,8 @@ pub struct AppState {
     pub calculator: Calculator,
     /// One E3 experiment at a time: two would measure each other.
     pub e3_running: tokio::sync::Mutex<()>,
+    /// Whether runs may go to a cluster (serve was given one).
+    pub cluster: bool,
 }
 
 impl AppState {
@@ -25,6 +27,7 @@ impl AppState {
         token: Option<String>,
         jobs: Jobs,
         calculator: Calculator,
+        cluster: bool,
     ) -> Self {
         AppState {
             results_dir,
@@ -33,6 +36,7 @@ impl AppState {
             jobs,
             calculator,
             e3_running: tokio::sync::Mutex::new(()),
+            cluster,
         }
     }
 }

@@ -6,6 +6,8 @@
 //! that cannot start ending the run with the cluster's reason, and nothing labelled by
 //! meshbench left behind after a run, a failure or Ctrl-C.
 
+mod serving;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -222,6 +224,59 @@ fn the_smoke_profile_runs_on_the_cluster_with_per_container_resources_and_nodes(
         }
     }
     assert_eq!(cluster.leftovers(), "", "objects left after a run");
+}
+
+#[test]
+fn a_run_started_from_the_web_ui_goes_to_the_cluster_and_streams_the_clusters_progress() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_owned();
+    let serve = serving::Serve::start(&["--kubeconfig", &kubeconfig, "--image", image()]);
+    let created = serving::post_json(
+        &format!("{}/api/runs", serve.url),
+        &serde_json::json!({"profile": "smoke", "backend": "kubernetes",
+                            "scenarios": ["baseline"], "duration": "1s"}),
+    );
+    assert_eq!(
+        created.status,
+        http::StatusCode::CREATED,
+        "{}",
+        created.text()
+    );
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let seen = serving::events(
+        &format!("{}/api/runs/{id}/events", serve.url),
+        Duration::from_secs(300),
+        |name, _| name == "done",
+    );
+    assert_eq!(seen.last().unwrap().1["status"], "complete", "{seen:?}");
+    // The cluster's own progress (pods applied, ready) is the job's log.
+    let logged: Vec<&str> = seen
+        .iter()
+        .filter(|(name, _)| name == "log")
+        .filter_map(|(_, v)| v["text"].as_str())
+        .collect();
+    assert!(
+        logged
+            .iter()
+            .any(|l| l.contains("running 2 cells on the kubernetes backend")),
+        "{logged:?}"
+    );
+    let run = serving::get(&format!("{}/api/runs/{id}", serve.url)).json();
+    assert!(
+        run["platform"]
+            .as_str()
+            .unwrap()
+            .starts_with("kubernetes/v1."),
+        "{run}"
+    );
+    assert_eq!(run["cells_done"], 2);
+    assert_eq!(
+        cluster.leftovers(),
+        "",
+        "objects left after a run from the UI"
+    );
 }
 
 #[test]

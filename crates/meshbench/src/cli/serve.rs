@@ -19,6 +19,16 @@ pub struct ServeArgs {
     /// sets); at least 16 characters. Also read from MESHBENCH_TOKEN.
     #[arg(long, env = "MESHBENCH_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Let runs go to this cluster too (`backend: kubernetes`), with --context and --image as
+    /// `meshbench run --backend kubernetes` takes them.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig's context (default: its current one).
+    #[arg(long, requires = "kubeconfig")]
+    context: Option<String>,
+    /// The meshbench image every pod runs.
+    #[arg(long, requires = "kubeconfig", default_value = concat!("docker.io/library/meshbench:", env!("CARGO_PKG_VERSION")))]
+    image: String,
 }
 
 pub fn run(a: ServeArgs, lab_events: LabEvents) -> anyhow::Result<()> {
@@ -34,6 +44,12 @@ pub fn run(a: ServeArgs, lab_events: LabEvents) -> anyhow::Result<()> {
                 token: a.token,
                 exe: std::env::current_exe()?,
                 build: super::build_info(),
+                kube: a.kubeconfig.map(|kubeconfig| meshbench_kube::KubeOptions {
+                    kubeconfig: Some(kubeconfig),
+                    context: a.context,
+                    image: a.image,
+                    ..Default::default()
+                }),
             },
             lab_events,
         )
