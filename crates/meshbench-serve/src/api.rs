@@ -404,6 +404,15 @@ async fn events(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let slot = crate::state::WatcherSlot::take(&state.watchers).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{} event streams are open already",
+                crate::state::MAX_WATCHERS
+            ),
+        )
+    })?;
     // Subscribe before the snapshot, so nothing between the two is missed.
     let receiver = state.jobs.subscribe();
     let (first, finished): (Vec<Event>, bool) = match state.jobs.snapshot(&id) {
@@ -435,9 +444,10 @@ async fn events(
             )
         }
     };
+    // The slot goes with the stream: dropped when the watcher leaves or the job ends.
     let rest = futures::stream::unfold(
-        (receiver, id, finished),
-        |(mut receiver, id, ended)| async move {
+        (receiver, id, finished, slot),
+        |(mut receiver, id, ended, slot)| async move {
             if ended {
                 return None;
             }
@@ -445,7 +455,7 @@ async fn events(
                 match receiver.recv().await {
                     Ok((job, event)) if job == id => {
                         let ended = matches!(event, JobEvent::Done { .. });
-                        return Some((sse(event.name(), &event), (receiver, id, ended)));
+                        return Some((sse(event.name(), &event), (receiver, id, ended, slot)));
                     }
                     Ok(_) => continue,
                     // A slow watcher misses some seconds; the next status catches it up.

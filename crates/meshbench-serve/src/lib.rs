@@ -5,16 +5,16 @@
 //!
 //! Module map: [`catalog`] reads the results directory (runs, their files, verifications);
 //! [`jobs`] queues and runs runs and verifications on a worker thread and publishes their
-//! progress; [`events`] carries the lab's events from tracing to the running job; [`api`]
-//! answers JSON; [`pages`] renders HTML (plain forms that work without JavaScript; `static/`
-//! adds live progress and E3's client); [`guard`] holds the security rules (bearer token or
-//! login cookie, CSRF, origin checks, size limits); [`openapi`] describes the API; [`e3`] runs
+//! progress; [`events`] carries the lab's events from tracing to the running job; `api`
+//! answers JSON; `pages` renders HTML (plain forms that work without JavaScript; `static/`
+//! adds live progress and E3's client); `guard` holds the security rules (bearer token or
+//! login cookie, CSRF, origin checks, size limits); `openapi` describes the API; `e3` runs
 //! E3's experimenter against a calculator the server starts.
 //!
 //! Limits (defaults): a spec or any request body 1 MiB (an E3 result to analyze 8 MiB); a
-//! request head must arrive within 60 s; at most [`jobs::QUEUE_LIMIT`] queued jobs; an E3
-//! experiment at most [`e3::MAX_INTERACTIONS`] requests, one at a time, and none while a job
-//! measures.
+//! request head must arrive within 60 s; at most [`jobs::QUEUE_LIMIT`] queued jobs and
+//! [`state::MAX_WATCHERS`] open event streams (64); an E3 experiment at most
+//! `e3::MAX_INTERACTIONS` requests (100,000), one at a time, and none while a job measures.
 
 mod api;
 pub mod catalog;
@@ -24,7 +24,7 @@ mod guard;
 pub mod jobs;
 mod openapi;
 mod pages;
-mod state;
+pub mod state;
 
 use std::future::Future;
 use std::net::SocketAddr;
