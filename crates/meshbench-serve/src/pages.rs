@@ -544,21 +544,29 @@ fn progress_section(state: &AppState, job: &JobSnapshot, cancel: &str) -> String
             esc(&line.text)
         );
     }
-    let unit = if job.kind == "verify" {
-        "cases"
+    let verify = job.kind == "verify";
+    let unit = if verify { "cases" } else { "cells" };
+    // A verification has no load to chart; cancelling it keeps nothing (its verdicts are
+    // written once every case is done).
+    let live = if verify {
+        ""
     } else {
-        "cells"
+        "<div class=\"live\"><svg id=\"live-chart\" viewBox=\"0 0 600 160\" role=\"img\" aria-label=\"the running cell's p50 and p99 per second\"></svg>\
+         <table id=\"live\"><caption>The running cell, per second</caption><thead><tr><th scope=\"col\">Second</th><th scope=\"col\">Achieved rps</th><th scope=\"col\">p50 ms</th><th scope=\"col\">p99 ms</th><th scope=\"col\">Failures</th></tr></thead><tbody></tbody></table></div>"
+    };
+    let cancel_label = if verify {
+        "Cancel (the verification is abandoned and its lab torn down)"
+    } else {
+        "Cancel (finished cells are kept)"
     };
     format!(
         "<section id=\"progress-section\" data-events=\"/api/runs/{id}/events\" data-unit=\"{unit}\" aria-live=\"polite\">\
          <h2>Progress</h2>\
          <p><progress id=\"progress\" max=\"{total}\" value=\"{done}\">{percent}%</progress> \
          <span id=\"progress-text\">{done}/{total} {unit} ({percent}%)</span> <span id=\"eta\">{eta}</span></p>\
-         <p id=\"current\">{current}</p>\
-         <div class=\"live\"><svg id=\"live-chart\" viewBox=\"0 0 600 160\" role=\"img\" aria-label=\"the running cell's p50 and p99 per second\"></svg>\
-         <table id=\"live\"><caption>The running cell, per second</caption><thead><tr><th scope=\"col\">Second</th><th scope=\"col\">Achieved rps</th><th scope=\"col\">p50 ms</th><th scope=\"col\">p99 ms</th><th scope=\"col\">Failures</th></tr></thead><tbody></tbody></table></div>\
+         <p id=\"current\">{current}</p>{live}\
          <h3>Lab events</h3><ol id=\"log\" class=\"log\">{log}</ol>\
-         <form method=\"post\" action=\"{cancel}\">{csrf}<button type=\"submit\" id=\"cancel\" class=\"danger\">Cancel (finished {unit} are kept)</button></form>\
+         <form method=\"post\" action=\"{cancel}\">{csrf}<button type=\"submit\" id=\"cancel\" class=\"danger\">{cancel_label}</button></form>\
          </section>",
         id = esc(&job.id),
         total = job.total,

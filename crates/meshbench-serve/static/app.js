@@ -73,6 +73,7 @@
       }
     };
     const addSecond = (s) => {
+      if (!liveRows) return;
       if (seconds.length && seconds[0].cell !== s.cell) seconds = [];
       seconds.push(s);
       if (seconds.length > 600) seconds.shift();
@@ -97,7 +98,7 @@
       setStatus(job.status);
       setProgress(job.done, job.total, job.eta_seconds, job.current);
       seconds = [];
-      liveRows.replaceChildren();
+      if (liveRows) liveRows.replaceChildren();
       for (const s of job.live || []) addSecond(s);
       log.replaceChildren();
       for (const line of job.log || []) addLog(line);
@@ -247,6 +248,12 @@
         showError(analysis.error, analysis.field);
         return;
       }
+      const csv = await (await ask("csv")).text();
+      if (csvUrl) URL.revokeObjectURL(csvUrl);
+      csvUrl = URL.createObjectURL(new Blob([csv], { type: "text/csv" }));
+      const link = document.getElementById("e3-csv");
+      link.href = csvUrl;
+      link.download = ((current.label || "experiment").replace(/[^A-Za-z0-9._-]+/g, "-")) + "-analysis.csv";
       const rows = document.querySelector("#e3-stats tbody");
       rows.replaceChildren();
       const s = analysis.summary || {};
@@ -261,12 +268,6 @@
         row.firstChild.scope = "row";
         rows.append(row);
       }
-      const csv = await (await ask("csv")).text();
-      if (csvUrl) URL.revokeObjectURL(csvUrl);
-      csvUrl = URL.createObjectURL(new Blob([csv], { type: "text/csv" }));
-      const link = document.getElementById("e3-csv");
-      link.href = csvUrl;
-      link.download = ((current.label || "experiment").replace(/[^A-Za-z0-9._-]+/g, "-")) + "-analysis.csv";
       document.getElementById("e3-analysis").hidden = false;
     });
   }

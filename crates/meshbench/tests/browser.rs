@@ -164,11 +164,19 @@ impl Browser {
         self.until(&format!("a download ending in {suffix}"), PAGE_WAIT, || {
             let dir = dir.clone();
             async move {
-                std::fs::read_dir(&dir)
+                // Chromium writes a `.crdownload` and names the file when it is complete.
+                let files: Vec<PathBuf> = std::fs::read_dir(&dir)
                     .unwrap()
                     .flatten()
                     .map(|e| e.path())
-                    .find(|p| p.to_string_lossy().ends_with(suffix))
+                    .collect();
+                let busy = files
+                    .iter()
+                    .any(|p| p.to_string_lossy().ends_with(".crdownload"));
+                files.into_iter().filter(|_| !busy).find(|p| {
+                    p.to_string_lossy().ends_with(suffix)
+                        && std::fs::metadata(p).is_ok_and(|m| m.len() > 0)
+                })
             }
         })
         .await
@@ -640,6 +648,11 @@ fn a_verification_is_started_from_the_form_and_a_matrix_shows_each_verdict() {
                 |log| log.contains("component started"),
             )
             .await;
+        assert_eq!(
+            browser.count("#live").await,
+            0,
+            "a verification has no load to chart"
+        );
         browser.screenshot("verifying").await;
         browser.find("#cancel").await.click().await.unwrap();
         browser
