@@ -439,13 +439,13 @@ impl Jobs {
         let _ = self.shared.events.send((id.to_owned(), event));
     }
 
-    fn update(&self, id: &str, change: impl FnOnce(&mut JobSnapshot, Option<Instant>)) {
+    fn update(&self, id: &str, change: impl FnOnce(&mut JobSnapshot)) {
         let event = {
             let mut inner = self.lock();
             let Some(job) = inner.jobs.get_mut(id) else {
                 return;
             };
-            change(&mut job.snapshot, job.started);
+            change(&mut job.snapshot);
             let s = &job.snapshot;
             JobEvent::Status {
                 status: s.status,
@@ -495,7 +495,7 @@ impl Jobs {
     }
 
     fn finish(&self, id: &str, status: JobStatus, reason: Option<String>) {
-        self.update(id, |s, _| {
+        self.update(id, |s| {
             s.status = status;
             s.reason = reason.clone();
             s.current = None;
@@ -527,7 +527,7 @@ impl Jobs {
 
     fn work(&self, options: WorkerOptions) {
         while let Some((id, request, cancel)) = self.next() {
-            self.update(&id, |_, _| {});
+            self.update(&id, |_| {});
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .enable_all()
@@ -614,7 +614,7 @@ impl Jobs {
             Ok(runner) => runner,
             Err(e) => return (JobStatus::Failed, Some(e.to_string())),
         };
-        self.update(id, |s, _| {
+        self.update(id, |s| {
             s.total = cells;
             s.eta_seconds = Some(estimate.as_secs_f64());
         });
@@ -700,7 +700,7 @@ impl Jobs {
         };
         let progress = |line: &str| {
             self.log(id, "info", line);
-            self.update(id, |s, _| s.done = (s.done + 1).min(s.total));
+            self.update(id, |s| s.done = (s.done + 1).min(s.total));
         };
         let report = tokio::select! {
             report = meshbench_verify::verify(&verify_options, &progress) => report,
@@ -791,7 +791,7 @@ impl Progress for JobProgress {
     fn cell_started(&self, cell: &CellId) {
         self.stop_tail();
         let label = cell.label();
-        self.jobs.update(&self.id, |s, _| {
+        self.jobs.update(&self.id, |s| {
             s.total = s.done + cell.total + 1 - cell.index;
             s.current = Some(label.clone());
             s.live.clear();
@@ -826,7 +826,7 @@ impl Progress for JobProgress {
         };
         let per_cell = self.started.elapsed().as_secs_f64() / finished as f64;
         let estimate = self.cell_estimate;
-        self.jobs.update(&self.id, |s, _| {
+        self.jobs.update(&self.id, |s| {
             s.done += 1;
             let remaining = s.total.saturating_sub(s.done) as f64;
             // Measured cells take the setup and teardown the estimate leaves out.
