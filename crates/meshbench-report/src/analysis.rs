@@ -1,16 +1,26 @@
 //! The analysis behind every report: cells grouped by (placement, load point, scenario), the
 //! declared outlier policy applied, latency distributions pooled from the cells' HDR
-//! histograms, every scenario compared with the baseline at the same point (Mann-Whitney U,
-//! Cliff's delta, bootstrap interval of the median difference), means across repetitions with
-//! Student-t intervals, and memory-vs-connections fits. Computed once; tables and charts only
-//! read it.
+//! histograms, every scenario compared with the baseline at the same point, figures across
+//! repetitions with intervals that stay above zero, and memory-vs-connections fits. Computed
+//! once; tables and charts only read it.
+//!
+//! Which interval each figure carries:
+//! - across repetitions (p50, p99, achieved rate): the geometric mean with a log-scale
+//!   Student-t interval, or where a value is zero the mean with a percentile bootstrap;
+//! - against the baseline, "significant": a moving block bootstrap over the generator's
+//!   per-second series of the difference in per-second median (and p99), since requests
+//!   within a run are not independent; where a side has fewer than three seconds, the i.i.d.
+//!   bootstrap of the pooled median difference with Mann-Whitney U, and the report says so;
+//! - Mann-Whitney U, Cliff's delta and the pooled median difference are shown as
+//!   descriptions of every request, not as the test.
 
 use std::collections::BTreeSet;
 
 use meshbench_results::{Cell, ComponentResources, LoadPoint, RunResult};
 use meshbench_stats::{
-    bootstrap_median_difference, linear_fit, mann_whitney, mean_confidence_interval, Distribution,
-    Interval, LinearFit, MannWhitney,
+    block_bootstrap_difference, bootstrap_median_difference, linear_fit, mann_whitney,
+    positive_interval, BlockInterval, Distribution, Interval, LinearFit, MannWhitney,
+    PositiveMethod, SecondValue,
 };
 
 pub const BASELINE: &str = "baseline";
@@ -59,13 +69,34 @@ pub struct Group<'a> {
     pub dropped: Vec<u32>,
     /// Every kept request's latency (µs), pooled over repetitions.
     pub latency: Distribution,
-    /// Across repetitions (two or more): means with 95% intervals.
-    pub p50_ms: Option<Interval>,
-    pub p99_ms: Option<Interval>,
-    pub achieved_rps: Option<Interval>,
+    /// Across repetitions (two or more), with 95% intervals that stay above zero (see the
+    /// module's header for which).
+    pub p50_ms: Option<(Interval, PositiveMethod)>,
+    pub p99_ms: Option<(Interval, PositiveMethod)>,
+    pub achieved_rps: Option<(Interval, PositiveMethod)>,
 }
 
 impl Group<'_> {
+    /// Each cell's per-second series of one quantile (`p50_us` or `p99_us`), in µs.
+    pub fn seconds(
+        &self,
+        quantile: fn(&meshbench_results::SecondStats) -> u64,
+    ) -> Vec<Vec<SecondValue>> {
+        self.cells
+            .iter()
+            .map(|c| {
+                c.load
+                    .time_series
+                    .iter()
+                    .map(|s| SecondValue {
+                        value: quantile(s) as f64,
+                        responses: s.responses,
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     pub fn mean(&self, f: impl Fn(&Cell) -> f64) -> f64 {
         if self.cells.is_empty() {
             return 0.0;
@@ -101,15 +132,57 @@ impl Group<'_> {
 pub struct Comparison {
     pub point: Point,
     pub scenario: String,
+    /// Every request as a sample: a description, since requests are not independent.
     pub test: MannWhitney,
-    /// median(scenario) - median(baseline), ms.
+    /// median(scenario) - median(baseline) of every request pooled, ms, with its i.i.d.
+    /// bootstrap interval.
     pub median_difference_ms: Interval,
+    /// Difference of the per-second median and p99 (ms), averaged over seconds, with block
+    /// bootstrap intervals; `None` where a side has fewer than three seconds.
+    pub per_second_median_ms: Option<BlockInterval>,
+    pub per_second_p99_ms: Option<BlockInterval>,
+}
+
+/// What "significant" rested on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// The block bootstrap interval of the per-second median difference, at 95%.
+    Blocks { block_seconds: usize },
+    /// Too few seconds for blocks: Mann-Whitney U and the i.i.d. interval, both at 5%,
+    /// which take every request as independent and so call small differences significant.
+    Independent,
+}
+
+impl Basis {
+    pub fn describe(self) -> String {
+        match self {
+            Basis::Blocks { block_seconds } => {
+                format!("block bootstrap, {block_seconds}-s blocks")
+            }
+            Basis::Independent => "i.i.d.: too few seconds for blocks".to_owned(),
+        }
+    }
 }
 
 impl Comparison {
-    /// Different by the test and by the interval, both at 5%.
+    /// Whether the difference is real, and on what that rests.
+    pub fn significance(&self) -> (bool, Basis) {
+        match &self.per_second_median_ms {
+            Some(blocks) => (
+                blocks.interval.excludes_zero(),
+                Basis::Blocks {
+                    block_seconds: blocks.block_seconds,
+                },
+            ),
+            None => (
+                self.test.significant(ALPHA) && self.median_difference_ms.excludes_zero(),
+                Basis::Independent,
+            ),
+        }
+    }
+
     pub fn significant(&self) -> bool {
-        self.test.significant(ALPHA) && self.median_difference_ms.excludes_zero()
+        self.significance().0
     }
 }
 
@@ -162,7 +235,7 @@ impl<'a> Analysis<'a> {
                 }
                 let across = |f: &dyn Fn(&Cell) -> f64| {
                     let values: Vec<f64> = cells.iter().map(|c| f(c)).collect();
-                    mean_confidence_interval(&values, LEVEL)
+                    positive_interval(&values, LEVEL, BOOTSTRAP_SEED)
                 };
                 groups.push(Group {
                     point: point.clone(),
@@ -299,17 +372,32 @@ pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
         LEVEL,
         BOOTSTRAP_SEED,
     )?;
-    let ms = |us: f64| us / 1e3;
+    let ms = |us: Interval| Interval {
+        estimate: us.estimate / 1e3,
+        low: us.low / 1e3,
+        high: us.high / 1e3,
+        level: us.level,
+    };
+    let per_second = |quantile: fn(&meshbench_results::SecondStats) -> u64| {
+        block_bootstrap_difference(
+            &a.seconds(quantile),
+            &b.seconds(quantile),
+            BOOTSTRAP_ITERATIONS,
+            LEVEL,
+            BOOTSTRAP_SEED,
+        )
+        .map(|d| BlockInterval {
+            interval: ms(d.interval),
+            ..d
+        })
+    };
     Some(Comparison {
         point: b.point.clone(),
         scenario: b.scenario.clone(),
         test,
-        median_difference_ms: Interval {
-            estimate: ms(difference.estimate),
-            low: ms(difference.low),
-            high: ms(difference.high),
-            level: difference.level,
-        },
+        median_difference_ms: ms(difference),
+        per_second_median_ms: per_second(|s| s.p50_us),
+        per_second_p99_ms: per_second(|s| s.p99_us),
     })
 }
 

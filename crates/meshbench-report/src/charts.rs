@@ -601,23 +601,29 @@ fn throughput(analysis: &Analysis, palette: &Palette) -> Vec<Chart> {
     let unpaced = |p: &&crate::analysis::Point| p.load.rps == 0.0 && p.load.group_size.is_none();
     for point in analysis.points().into_iter().filter(unpaced) {
         let groups: Vec<&Group> = analysis.at(point).collect();
+        // The interval's own centre (the geometric mean) where there is one, so the bar sits
+        // inside its line.
+        let centre = |g: &Group| {
+            g.achieved_rps
+                .map_or_else(|| g.mean(|c| c.load.achieved_rps), |(i, _)| i.estimate)
+        };
         let base = groups
             .iter()
             .find(|g| g.scenario == crate::analysis::BASELINE)
-            .map(|g| g.mean(|c| c.load.achieved_rps));
-        // (label, mean, 95% interval across repetitions)
+            .map(|g| centre(g));
+        // (label, centre, 95% interval across repetitions)
         type Bar = (String, f64, Option<(f64, f64)>);
         let bars: Vec<Bar> = groups
             .iter()
             .map(|g| {
-                let mean = g.mean(|c| c.load.achieved_rps);
+                let mean = centre(g);
                 let label = match base {
                     Some(b) if b > 0.0 => {
                         format!("{} ({:.0}% of baseline)", g.scenario, mean / b * 100.0)
                     }
                     _ => g.scenario.clone(),
                 };
-                (label, mean, g.achieved_rps.map(|i| (i.low, i.high)))
+                (label, mean, g.achieved_rps.map(|(i, _)| (i.low, i.high)))
             })
             .collect();
         let n = bars.len();
@@ -633,7 +639,7 @@ fn throughput(analysis: &Analysis, palette: &Palette) -> Vec<Chart> {
                 .build_cartesian_2d(0.0..x_max.max(1.0), -0.5..n as f64 - 0.5)?;
             chart
                 .configure_mesh()
-                .x_desc("achieved requests/s (bar: mean; line: 95% interval across repetitions)")
+                .x_desc("achieved requests/s (bar: geometric mean of the repetitions; line: its 95% log-scale interval)")
                 .y_labels(n)
                 .y_label_formatter(&|y| category(&names, *y))
                 .disable_y_mesh()

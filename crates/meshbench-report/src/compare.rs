@@ -1,12 +1,20 @@
 //! `meshbench compare A B`: the same (placement, load point, scenario) in two result sets, B
-//! against A: latency tested on every request (Mann-Whitney U, Cliff's delta, bootstrap
-//! interval of the median difference), throughput and resources side by side. For a new
+//! against A: latency tested by a block bootstrap over the per-second series (described on
+//! every request too: Mann-Whitney U, Cliff's delta, the pooled median difference),
+//! throughput and resources side by side. For a new
 //! version against the last, or this machine against another.
 
 use meshbench_results::RunResult;
 
 use crate::analysis::{compare, Analysis};
 use crate::tables::{figures, Table};
+
+fn signed(interval: &meshbench_stats::Interval) -> String {
+    format!(
+        "{:+.3} [{:+.3}, {:+.3}]",
+        interval.estimate, interval.low, interval.high
+    )
+}
 
 /// Tables comparing `b` with `a`; groups present in only one are listed, not dropped silently.
 pub fn compare_runs(a: &RunResult, b: &RunResult) -> Vec<Table> {
@@ -35,15 +43,21 @@ pub fn compare_runs(a: &RunResult, b: &RunResult) -> Vec<Table> {
                 c.scenario.clone(),
                 format!("{:.3}", group_a.latency.quantile(0.5).unwrap_or(0.0) / 1e3),
                 format!("{:.3}", group_b.latency.quantile(0.5).unwrap_or(0.0) / 1e3),
-                format!(
-                    "{:+.3} [{:+.3}, {:+.3}]",
-                    c.median_difference_ms.estimate,
-                    c.median_difference_ms.low,
-                    c.median_difference_ms.high
-                ),
+                signed(&c.median_difference_ms),
+                c.per_second_median_ms
+                    .map_or("-".to_owned(), |b| signed(&b.interval)),
+                c.per_second_p99_ms
+                    .map_or("-".to_owned(), |b| signed(&b.interval)),
                 crate::tables::p_value(c.test.p_value),
                 format!("{:+.3} ({})", c.test.cliffs_delta, c.test.magnitude()),
-                if c.significant() { "yes" } else { "no" }.to_owned(),
+                {
+                    let (significant, basis) = c.significance();
+                    format!(
+                        "{} ({})",
+                        if significant { "yes" } else { "no" },
+                        basis.describe()
+                    )
+                },
             ]);
         }
         let find = |figures: &[crate::tables::Figures]| {
@@ -93,8 +107,8 @@ pub fn compare_runs(a: &RunResult, b: &RunResult) -> Vec<Table> {
     }
     let mut tables = vec![
         Table {
-            title: "Latency, B against A (every request; Mann-Whitney U two-sided, alpha 0.05; Cliff's delta > 0: B slower)".into(),
-            headers: ["load", "scenario", "A median ms", "B median ms", "B - A median ms [95% CI]", "p", "Cliff's delta", "significant"]
+            title: "Latency, B against A: significant when the block bootstrap's 95% interval of the per-second median difference excludes zero (seconds resampled in blocks, as requests within a run are not independent); the pooled difference, Mann-Whitney U and Cliff's delta (> 0: B slower) describe every request".into(),
+            headers: ["load", "scenario", "A median ms", "B median ms", "B - A pooled median ms [95% i.i.d. CI]", "B - A per-second median ms [95% block CI]", "B - A per-second p99 ms [95% block CI]", "p (Mann-Whitney)", "Cliff's delta", "significant"]
                 .map(String::from)
                 .to_vec(),
             rows: latency,

@@ -92,10 +92,18 @@ pub fn comparisons(analysis: &Analysis) -> String {
             "magnitude",
             "n_baseline",
             "n_scenario",
+            "per_second_median_difference_ms",
+            "per_second_median_ci_low_ms",
+            "per_second_median_ci_high_ms",
+            "per_second_p99_difference_ms",
+            "per_second_p99_ci_low_ms",
+            "per_second_p99_ci_high_ms",
+            "block_seconds",
             "significant",
+            "significance_basis",
         ],
         analysis.comparisons.iter().map(|c| {
-            vec![
+            let mut row = vec![
                 c.scenario.clone(),
                 c.point.placement.clone(),
                 c.point.load.rps.to_string(),
@@ -110,8 +118,23 @@ pub fn comparisons(analysis: &Analysis) -> String {
                 c.test.magnitude().to_owned(),
                 c.test.n_a.to_string(),
                 c.test.n_b.to_string(),
-                c.significant().to_string(),
-            ]
+            ];
+            let blocks = |b: &Option<meshbench_stats::BlockInterval>| match b {
+                Some(b) => [b.interval.estimate, b.interval.low, b.interval.high]
+                    .map(|v| v.to_string())
+                    .to_vec(),
+                None => vec![String::new(); 3],
+            };
+            row.extend(blocks(&c.per_second_median_ms));
+            row.extend(blocks(&c.per_second_p99_ms));
+            let (significant, basis) = c.significance();
+            row.push(
+                c.per_second_median_ms
+                    .map_or_else(String::new, |b| b.block_seconds.to_string()),
+            );
+            row.push(significant.to_string());
+            row.push(basis.describe());
+            row
         }),
     )
 }

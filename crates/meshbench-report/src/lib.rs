@@ -21,7 +21,7 @@ use std::path::Path;
 
 use meshbench_results::{RunResult, VerifyReport};
 
-pub use analysis::{Analysis, Comparison, Group, Point};
+pub use analysis::{Analysis, Basis, Comparison, Group, Point};
 pub use charts::{charts, Chart};
 pub use compare::compare_runs;
 pub use cost::{cost_table, Prices};

@@ -4,10 +4,10 @@
 
 use meshbench_results::{Cell, HandshakeTimes, LoadPoint, RunResult};
 
-use meshbench_stats::Interval;
+use meshbench_stats::{BlockInterval, Interval, PositiveMethod};
 
 pub use crate::analysis::BASELINE;
-use crate::analysis::{fmt_num, Analysis, Point, ALPHA};
+use crate::analysis::{fmt_num, Analysis, Point};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Table {
@@ -533,34 +533,51 @@ pub(crate) fn p_value(p: f64) -> String {
     }
 }
 
-/// Every scenario against the baseline at the same point, on the whole latency distribution.
+/// Every scenario against the baseline at the same point. "Significant" rests on the block
+/// bootstrap of the per-second series where there are enough seconds; the pooled figures
+/// describe every request.
 pub fn significance_table(analysis: &Analysis) -> Option<Table> {
+    let blocks =
+        |b: &Option<BlockInterval>| b.as_ref().map_or("-".to_owned(), |b| ci(&b.interval, 3));
     let rows: Vec<Vec<String>> = analysis
         .comparisons
         .iter()
         .map(|c| {
+            let (significant, basis) = c.significance();
             vec![
                 c.point.label(),
                 c.scenario.clone(),
+                blocks(&c.per_second_median_ms),
+                blocks(&c.per_second_p99_ms),
                 ci(&c.median_difference_ms, 3),
                 p_value(c.test.p_value),
                 format!("{:+.3} ({})", c.test.cliffs_delta, c.test.magnitude()),
                 format!("{} / {}", c.test.n_a, c.test.n_b),
-                if c.significant() { "yes" } else { "no" }.to_owned(),
+                format!(
+                    "{} ({})",
+                    if significant { "yes" } else { "no" },
+                    basis.describe()
+                ),
             ]
         })
         .collect();
     (!rows.is_empty()).then(|| Table {
-        title: format!(
-            "Latency against baseline: is the difference significant? (Mann-Whitney U two-sided, alpha {ALPHA}; \
-             Cliff's delta > 0 means slower than baseline; bootstrap 95% interval of the median difference; \
-             requests within a run are not independent, so read small effects with care)"
-        ),
+        title:
+            "Latency against baseline: is the difference significant? Requests within a run are \
+                not independent, so the test is a moving block bootstrap over the load generator's \
+                per-second series (blocks of consecutive seconds, length chosen from the series, \
+                Politis-White): the difference of the per-second median and p99, averaged over \
+                seconds, with 95% intervals; significant when the median's interval excludes zero. \
+                The pooled median difference (i.i.d. bootstrap), Mann-Whitney U and Cliff's delta \
+                (> 0: slower than baseline) describe every request as if independent."
+                .to_owned(),
         headers: [
             "load",
             "scenario",
-            "median difference ms [95% CI]",
-            "p",
+            "per-second median difference ms [95% block CI]",
+            "per-second p99 difference ms [95% block CI]",
+            "pooled median difference ms [95% i.i.d. CI]",
+            "p (Mann-Whitney)",
             "Cliff's delta",
             "requests (baseline / scenario)",
             "significant",
@@ -571,8 +588,18 @@ pub fn significance_table(analysis: &Analysis) -> Option<Table> {
     })
 }
 
-/// Means across repetitions with 95% Student-t intervals, where there are two or more.
+/// Across repetitions, where there are two or more: geometric means with 95% log-scale
+/// Student-t intervals, which stay above zero as latencies and rates do (the mean with a
+/// percentile bootstrap where a value was zero, marked).
 pub fn repetition_table(analysis: &Analysis) -> Option<Table> {
+    let cell = |figure: &Option<(Interval, PositiveMethod)>, decimals: usize| {
+        figure.as_ref().map(|(interval, method)| match method {
+            PositiveMethod::LogScaleT => ci(interval, decimals),
+            PositiveMethod::BootstrapMean => {
+                format!("{} (mean, bootstrap)", ci(interval, decimals))
+            }
+        })
+    };
     let rows: Vec<Vec<String>> = analysis
         .groups
         .iter()
@@ -581,14 +608,14 @@ pub fn repetition_table(analysis: &Analysis) -> Option<Table> {
                 g.point.label(),
                 g.scenario.clone(),
                 g.cells.len().to_string(),
-                ci(g.achieved_rps.as_ref()?, 1),
-                ci(g.p50_ms.as_ref()?, 3),
-                ci(g.p99_ms.as_ref()?, 3),
+                cell(&g.achieved_rps, 1)?,
+                cell(&g.p50_ms, 3)?,
+                cell(&g.p99_ms, 3)?,
             ])
         })
         .collect();
     (!rows.is_empty()).then(|| Table {
-        title: "Across repetitions (mean [95% CI])".to_owned(),
+        title: "Across repetitions (geometric mean [95% log-scale t interval])".to_owned(),
         headers: [
             "load",
             "scenario",

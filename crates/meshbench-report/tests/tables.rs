@@ -1,9 +1,13 @@
 //! The report's tables must show the results' own figures: absolute values per scenario and
 //! the overhead of each scenario against baseline at the same load point.
 
-use meshbench_report::tables::{absolute_table, figures, fit_table, overhead_table};
+use meshbench_report::tables::{
+    absolute_table, figures, fit_table, overhead_table, significance_table,
+};
+use meshbench_report::Basis;
 use meshbench_report::{render_html, render_markdown, Analysis};
-use meshbench_results::{read_json, ComponentResources, LoadPoint, RunResult};
+use meshbench_results::{read_json, ComponentResources, LoadPoint, RunResult, SecondStats};
+use meshbench_stats::PositiveMethod;
 
 fn example() -> RunResult {
     let path = concat!(
@@ -170,7 +174,7 @@ fn the_outlier_policy_drops_the_repetitions_with_the_highest_baseline_maximum() 
     );
     let md = render_markdown(&result, &analysis, None);
     assert!(md.contains("Repetitions dropped by the outlier policy"));
-    assert!(md.contains("Across repetitions (mean [95% CI])"));
+    assert!(md.contains("Across repetitions (geometric mean [95% log-scale t interval])"));
 }
 
 #[test]
@@ -253,6 +257,105 @@ fn comparing_a_run_with_itself_finds_no_difference() {
     let tables = meshbench_report::compare_runs(&result, &result);
     assert_eq!(tables.len(), 2, "every group is in both");
     for row in &tables[0].rows {
-        assert_eq!(row.last().unwrap(), "no", "{row:?}");
+        assert!(row.last().unwrap().starts_with("no ("), "{row:?}");
+    }
+}
+
+/// Per-second series that wander a little around `p50_us` (the same pattern for every cell,
+/// shifted), as a run's seconds do.
+fn seconds(p50_us: u64) -> Vec<SecondStats> {
+    let wander = [
+        0, 30, 55, 20, -10, -35, -20, 5, 40, 60, 25, -5, -30, -45, -15, 10,
+    ];
+    wander
+        .iter()
+        .cycle()
+        .take(30)
+        .enumerate()
+        .map(|(second, w)| SecondStats {
+            second: second as u32,
+            responses: 400,
+            failures: 0,
+            p50_us: (p50_us as i64 + w) as u64,
+            p99_us: (3 * p50_us as i64 + 3 * w) as u64,
+        })
+        .collect()
+}
+
+#[test]
+fn significance_rests_on_the_per_second_series_not_on_every_request() {
+    let mut result = example();
+    // The same seconds for both scenarios: whatever their pooled requests say, the block
+    // bootstrap finds nothing.
+    for cell in &mut result.cells {
+        cell.load.time_series = seconds(500);
+    }
+    let analysis = Analysis::of(&result);
+    let c = &analysis.comparisons[0];
+    let blocks = c.per_second_median_ms.expect("30 seconds a side");
+    assert_eq!(blocks.interval.estimate, 0.0);
+    assert_eq!(
+        c.significance(),
+        (
+            false,
+            Basis::Blocks {
+                block_seconds: blocks.block_seconds
+            }
+        )
+    );
+
+    // 200 µs slower every second: significant, by about that much.
+    for cell in &mut result.cells {
+        if cell.scenario != "baseline" {
+            cell.load.time_series = seconds(700);
+        }
+    }
+    let analysis = Analysis::of(&result);
+    let c = &analysis.comparisons[0];
+    let median = c.per_second_median_ms.unwrap().interval;
+    assert!((median.estimate - 0.2).abs() < 1e-9, "{median:?}");
+    assert!(median.low > 0.0, "{median:?}");
+    assert!(c.significant());
+    let p99 = c.per_second_p99_ms.unwrap().interval;
+    assert!((p99.estimate - 0.6).abs() < 1e-9, "{p99:?}");
+    let table = significance_table(&analysis).unwrap();
+    assert!(
+        table.rows[0]
+            .last()
+            .unwrap()
+            .starts_with("yes (block bootstrap"),
+        "{:?}",
+        table.rows[0]
+    );
+
+    // Results without per-second series (older ones) fall back, and say so.
+    let older = example();
+    let analysis = Analysis::of(&older);
+    let (_, basis) = analysis.comparisons[0].significance();
+    assert_eq!(basis, Basis::Independent);
+}
+
+#[test]
+fn no_interval_across_repetitions_reaches_below_zero() {
+    // Three repetitions, one with a slow tail: a Student-t interval of the p99 would go
+    // below zero here.
+    let mut result = repeated(0);
+    result.cells.retain(|c| c.repetition <= 3);
+    for cell in &mut result.cells {
+        cell.load.latency.p99_us = [900, 1_000, 4_000][cell.repetition as usize - 1];
+        cell.load.achieved_rps = [0.0, 10.0, 12.0][cell.repetition as usize - 1];
+    }
+    let analysis = Analysis::of(&result);
+    for g in &analysis.groups {
+        for (interval, _) in [&g.p50_ms, &g.p99_ms, &g.achieved_rps]
+            .into_iter()
+            .flatten()
+        {
+            assert!(interval.low >= 0.0, "{}: {interval:?}", g.scenario);
+        }
+        let (p99, method) = g.p99_ms.unwrap();
+        assert_eq!(method, PositiveMethod::LogScaleT);
+        assert!(p99.low > 0.0 && p99.high > 4.0, "{p99:?}");
+        assert_eq!(g.achieved_rps.unwrap().1, PositiveMethod::BootstrapMean);
     }
 }

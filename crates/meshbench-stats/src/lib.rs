@@ -2,12 +2,18 @@
 //! so every figure meshbench prints is computed one way: the analyzer role, reports and
 //! comparisons all call into it.
 
+mod block;
 mod compare;
 mod describe;
 mod distribution;
 mod fit;
+mod positive;
 
+pub use block::{
+    block_bootstrap_difference, block_length, BlockInterval, SecondValue, MIN_SECONDS,
+};
 pub use compare::{bootstrap_median_difference, mann_whitney, Interval, MannWhitney};
 pub use describe::{percentile, Summary};
 pub use distribution::{DecodeError, Distribution};
 pub use fit::{linear_fit, mean_confidence_interval, LinearFit};
+pub use positive::{positive_interval, PositiveMethod};
