@@ -38,6 +38,7 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../profiles/zero-trust-app.yaml"),
     ),
     ("scale-chain", include_str!("../profiles/scale-chain.yaml")),
+    ("capacity", include_str!("../profiles/capacity.yaml")),
 ];
 
 pub fn profile_names() -> Vec<&'static str> {
@@ -66,6 +67,15 @@ pub enum LoadKind {
     Sequential,
     /// Concurrent users, each sending its requests back to back (apache ab, E4).
     Users,
+    /// Constant rates chosen by a search for the highest that meets an objective.
+    Capacity,
+}
+
+/// The capacity model's objective and search.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CapacityPlan {
+    pub slo: meshbench_stats::capacity::Slo,
+    pub search: meshbench_stats::capacity::SearchSettings,
 }
 
 impl LoadKind {
@@ -76,12 +86,16 @@ impl LoadKind {
             LoadKind::ClosedLoop => "closed-loop",
             LoadKind::Sequential => "sequential",
             LoadKind::Users => "users",
+            LoadKind::Capacity => "capacity",
         }
     }
 
     /// Whether a cell runs for a duration (else it ends after its requests).
     pub fn time_bound(self) -> bool {
-        matches!(self, LoadKind::ConstantRate | LoadKind::ClosedLoop)
+        matches!(
+            self,
+            LoadKind::ConstantRate | LoadKind::ClosedLoop | LoadKind::Capacity
+        )
     }
 }
 
@@ -176,6 +190,10 @@ pub struct Profile {
     /// A POST body of this size with every request (E5's 1 KB payload); 0 for GET.
     pub request_bytes: u64,
     pub outliers: OutlierPolicy,
+    /// The capacity model's objective and search.
+    pub capacity: Option<CapacityPlan>,
+    /// The study's published findings, which the report checks against the run.
+    pub findings: Vec<meshbench_results::Claim>,
 }
 
 impl Profile {
@@ -260,8 +278,13 @@ impl Profile {
             .unwrap_or(0)
     }
 
+    /// Cells the run has; for the capacity model, the most it can have (every search
+    /// using all its steps).
     pub fn cells(&self) -> usize {
-        let runs: u32 = self.load_points.iter().map(|p| p.repetitions).sum();
+        let runs: u32 = match &self.capacity {
+            Some(plan) => self.load_points.len() as u32 * plan.search.max_steps,
+            None => self.load_points.iter().map(|p| p.repetitions).sum(),
+        };
         self.scenarios.len() * self.placements.len() * runs as usize
     }
 
@@ -310,11 +333,19 @@ impl Profile {
                 LoadKind::ClosedLoop => LoadModel::ClosedLoop,
                 LoadKind::Sequential => LoadModel::Sequential,
                 LoadKind::Users => LoadModel::Users,
+                LoadKind::Capacity => LoadModel::OpenLoopConstantRate,
             },
             application: self.application.name().to_owned(),
-            load_points: self.load_points.iter().map(PointPlan::point).collect(),
+            // The capacity model's points are the rates its searches visit, added as they go.
+            load_points: match self.capacity {
+                Some(_) => vec![],
+                None => self.load_points.iter().map(PointPlan::point).collect(),
+            },
             repetitions: self.max_repetitions(),
-            repetitions_per_point: self.load_points.iter().map(|p| p.repetitions).collect(),
+            repetitions_per_point: match self.capacity {
+                Some(_) => vec![],
+                None => self.load_points.iter().map(|p| p.repetitions).collect(),
+            },
             duration_seconds: self.duration.as_secs_f64(),
             warmup_seconds: self.warmup.as_secs_f64(),
             cooldown_seconds: self.cooldown.as_secs_f64(),
@@ -331,6 +362,11 @@ impl Profile {
                 drop_highest_baseline_max: self.outliers.drop_highest_baseline_max,
             },
             spec: Some(self.spec.clone()),
+            pinned: None,
+            capacity: self
+                .capacity
+                .map(|plan| meshbench_stats::capacity::to_config(&plan.slo, &plan.search)),
+            findings: self.findings.clone(),
         }
     }
 }

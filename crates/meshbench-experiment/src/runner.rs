@@ -22,8 +22,8 @@ use meshbench_loadgen::{Body, ClientTlsSpec, LoadModel, LoadSpec, RequestFile};
 use meshbench_meshes::Mesh;
 use meshbench_netlab::Backend;
 use meshbench_results::{
-    read_json, write_json_atomic, Cell, LoadPoint, RunResult, RunStatus, UnavailableScenario,
-    SCHEMA_VERSION,
+    read_json, write_json_atomic, Cell, LoadPoint, RunConfig, RunResult, RunStatus,
+    UnavailableScenario, SCHEMA_VERSION,
 };
 use meshbench_topology::{Pod, Topology};
 use meshbench_workload::{ExperimentOnce, WorkloadApp, WorkloadFile};
@@ -33,8 +33,9 @@ use crate::placement::Placement;
 use crate::platform::{
     CellPlace, ClientServer, Entry, Instrument, LocalLab, Measured, Platform, Site,
 };
-use crate::profile::LoadPlan;
+use crate::profile::{CapacityPlan, LoadPlan};
 use crate::{Error, LoadKind, PointPlan, Profile};
+use meshbench_stats::capacity::{next_step, trial_of, Next, Trial};
 
 /// Where and how a run happens; what it runs is the [`Profile`].
 #[derive(Debug, Clone)]
@@ -157,7 +158,10 @@ impl Runner {
             started_at: timestamp(),
             finished_at: None,
             environment,
-            config: profile.describe(&platform.name()),
+            config: RunConfig {
+                pinned: platform.pins().then_some(options.pin),
+                ..profile.describe(&platform.name())
+            },
             cells: Vec::new(),
         };
         Ok(Runner {
@@ -287,6 +291,9 @@ impl Runner {
             )
             .await?;
         let total = profile.cells() / profile.scenarios.len().max(1) * scenarios.len();
+        if let Some(plan) = profile.capacity {
+            return self.run_searches(progress, &scenarios, plan, total).await;
+        }
         let mut index = 0;
         for repetition in 1..=profile.max_repetitions() {
             let points = profile
@@ -331,6 +338,85 @@ impl Runner {
         Ok(())
     }
 
+    /// The capacity model: one search per (point, placement, scenario), each asked for its
+    /// next rate from the cells it has so far (so a resumed run carries on where it
+    /// stopped). The searches take turns, a step each, scenarios innermost, so drift spreads
+    /// over all of them as it does in a grid. `total` is an upper bound: searches end when
+    /// they converge.
+    async fn run_searches(
+        &mut self,
+        progress: &dyn Progress,
+        scenarios: &[Mesh],
+        plan: CapacityPlan,
+        total: usize,
+    ) -> Result<(), Error> {
+        let profile = self.profile.clone();
+        let mut index = self.result.cells.len();
+        loop {
+            let mut measured = false;
+            for point in &profile.load_points {
+                for &placement in &profile.placements {
+                    for &scenario in scenarios {
+                        let history: Vec<Trial> = self
+                            .result
+                            .cells
+                            .iter()
+                            .filter(|c| {
+                                c.scenario == scenario.name()
+                                    && c.placement.as_deref() == Some(placement.name())
+                                    && c.load_point.connections == point.plan.connections
+                            })
+                            .map(trial_of)
+                            .collect();
+                        let Next::Measure { rps, attempt } =
+                            next_step(&plan.slo, &plan.search, &history).0
+                        else {
+                            continue;
+                        };
+                        index += 1;
+                        let plan_at = LoadPlan {
+                            model: meshbench_loadgen::LoadModel::OpenLoop { rps },
+                            ..point.plan.clone()
+                        };
+                        let load_point = plan_at.describe();
+                        let visited = &mut self.result.config.load_points;
+                        if !visited.contains(&load_point) {
+                            visited.push(load_point);
+                            visited.sort_by(|a, b| {
+                                (a.connections, a.rps)
+                                    .partial_cmp(&(b.connections, b.rps))
+                                    .unwrap_or(std::cmp::Ordering::Equal)
+                            });
+                        }
+                        let id = CellId {
+                            index,
+                            total: total.max(index),
+                            scenario,
+                            placement,
+                            load_point,
+                            plan: plan_at,
+                            repetition: attempt,
+                        };
+                        progress.cell_started(&id);
+                        let cell = self.run_cell(&id).await?;
+                        progress.cell_finished(&id, &cell);
+                        self.result.cells.push(cell);
+                        self.result.config.repetitions =
+                            self.result.config.repetitions.max(attempt);
+                        write_json_atomic(&self.results_path, &self.result)?;
+                        if !profile.cooldown.is_zero() {
+                            tokio::time::sleep(profile.cooldown).await;
+                        }
+                        measured = true;
+                    }
+                }
+            }
+            if !measured {
+                return Ok(());
+            }
+        }
+    }
+
     async fn run_cell(&self, id: &CellId) -> Result<Cell, Error> {
         let label = id.label();
         let cell_err = |error: meshbench_meshes::Error| Error::Cell {
@@ -369,6 +455,7 @@ impl Runner {
             resources: measured.resources,
             wire: measured.wire,
             handshakes,
+            machines: measured.machines,
         })
     }
 

@@ -14,8 +14,10 @@ use meshbench_meshes::Mesh;
 
 use crate::application::Application;
 use crate::placement::Placement;
-use crate::profile::{LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile};
+use crate::profile::{CapacityPlan, LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile};
 use crate::Error;
+use meshbench_results::{Claim, ClaimCheck};
+use meshbench_stats::capacity::{SearchSettings, Slo};
 
 /// The longest server delay and the biggest response the echo role accepts.
 const MAX_DELAY: Duration = Duration::from_secs(60);
@@ -85,6 +87,9 @@ struct SpecDoc {
     workload: Option<WorkloadDoc>,
     #[serde(default)]
     outliers: OutliersDoc,
+    /// The study's published findings, checked by the report against each run.
+    #[serde(default)]
+    findings: Vec<Claim>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +97,30 @@ struct SpecDoc {
 struct LoadDoc {
     model: String,
     points: Vec<PointDoc>,
+    /// The capacity model's objective.
+    slo: Option<SloDoc>,
+    /// The capacity model's search (defaults: `SearchSettings::default`).
+    search: Option<SearchDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SloDoc {
+    /// A duration: `5ms`.
+    p99: String,
+    /// A share of the requests due: `0.1%` (the default).
+    errors: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchDoc {
+    start: Option<f64>,
+    max: Option<f64>,
+    min: Option<f64>,
+    /// `10%`.
+    precision: Option<String>,
+    max_steps: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -315,15 +344,26 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
         "closed-loop" => LoadKind::ClosedLoop,
         "sequential" => LoadKind::Sequential,
         "users" => LoadKind::Users,
+        "capacity" => LoadKind::Capacity,
         other => {
             return Err(invalid(
                 "load.model",
                 format!(
-                    "unknown model {other:?}; known: constant-rate, closed-loop, sequential, users"
+                    "unknown model {other:?}; known: constant-rate, closed-loop, sequential, users, capacity"
                 ),
             ))
         }
     };
+    let capacity = capacity_plan(&spec.load, model)?;
+    if capacity.is_some() && spec.repetitions != 1 {
+        return Err(invalid(
+            "repetitions",
+            format!(
+                "{}: the capacity search measures a rate again itself where its verdict is close; run the spec again to repeat the whole search",
+                spec.repetitions
+            ),
+        ));
+    }
     if application == Application::ZeroTrustApp && model != LoadKind::Sequential {
         return Err(invalid(
             "load.model",
@@ -473,6 +513,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
             ));
         }
     }
+    validate_findings(&spec.findings)?;
     Ok(Profile {
         name: spec.name,
         description: spec.description.trim().to_owned(),
@@ -495,7 +536,170 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
         outliers: OutlierPolicy {
             drop_highest_baseline_max: drop,
         },
+        capacity,
+        findings: spec.findings,
     })
+}
+
+/// A finding's check names known scenarios (a scenario the spec does not run is reported
+/// "not checked", so trimming a profile's scenarios keeps its findings valid) and sensible
+/// thresholds.
+fn validate_findings(findings: &[Claim]) -> Result<(), Invalid> {
+    for (i, claim) in findings.iter().enumerate() {
+        let field = |name: &str| format!("findings[{i}].{name}");
+        if claim.statement.trim().is_empty() {
+            return Err((field("statement"), "must say the finding in words".into()));
+        }
+        for name in claim.check.scenarios() {
+            if Mesh::parse(name).is_none() {
+                return Err((
+                    field("check"),
+                    format!(
+                        "unknown scenario {name:?}; known: {}",
+                        Mesh::names().join(", ")
+                    ),
+                ));
+            }
+        }
+        match &claim.check {
+            ClaimCheck::AtMost { max_percent, .. }
+                if !(max_percent.is_finite() && *max_percent >= 0.0) =>
+            {
+                return Err((
+                    field("check.max_percent"),
+                    format!("{max_percent} is not a percentage of at least 0"),
+                ));
+            }
+            ClaimCheck::Ordering { order, .. } if order.len() < 2 => {
+                return Err((
+                    field("check.order"),
+                    "an ordering needs at least two scenarios".into(),
+                ));
+            }
+            ClaimCheck::Linear { min_r_squared, .. } if !(0.0..=1.0).contains(min_r_squared) => {
+                return Err((
+                    field("check.min_r_squared"),
+                    format!("{min_r_squared} is not between 0 and 1"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The capacity model's objective and search; `None` for the other models, which may not
+/// set them.
+fn capacity_plan(load: &LoadDoc, model: LoadKind) -> Result<Option<CapacityPlan>, Invalid> {
+    let invalid = |field: &str, problem: String| (field.to_owned(), problem);
+    if model != LoadKind::Capacity {
+        for (field, set) in [
+            ("load.slo", load.slo.is_some()),
+            ("load.search", load.search.is_some()),
+        ] {
+            if set {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "only the capacity model searches against an objective, not {}",
+                        model.spec_name()
+                    ),
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    let slo = load.slo.as_ref().ok_or_else(|| {
+        invalid(
+            "load.slo",
+            "the capacity model needs an objective, e.g. {p99: 5ms, errors: 0.1%}".into(),
+        )
+    })?;
+    let p99 = parse_duration("load.slo.p99", &slo.p99)?;
+    if p99.is_zero() {
+        return Err(invalid("load.slo.p99", "must be longer than zero".into()));
+    }
+    let error_rate = match &slo.errors {
+        Some(text) => parse_share("load.slo.errors", text)?,
+        None => 0.001,
+    };
+    let search = load.search.as_ref();
+    let defaults = SearchSettings::default();
+    let rate = |field: &str, value: Option<f64>, default: f64| match value {
+        Some(v) if v.is_finite() && v >= 1.0 => Ok(v),
+        Some(v) => Err(invalid(field, format!("{v} is not a rate of at least 1"))),
+        None => Ok(default),
+    };
+    let start = rate(
+        "load.search.start",
+        search.and_then(|s| s.start),
+        defaults.start_rps,
+    )?;
+    let max = rate(
+        "load.search.max",
+        search.and_then(|s| s.max),
+        defaults.max_rps,
+    )?;
+    let min = rate(
+        "load.search.min",
+        search.and_then(|s| s.min),
+        defaults.min_rps,
+    )?;
+    if !(min <= start && start <= max) {
+        return Err(invalid(
+            "load.search.start",
+            format!("{start} is not between min {min} and max {max}"),
+        ));
+    }
+    let precision = match search.and_then(|s| s.precision.as_deref()) {
+        Some(text) => parse_share("load.search.precision", text)?,
+        None => defaults.precision,
+    };
+    if !(0.001..=1.0).contains(&precision) {
+        return Err(invalid(
+            "load.search.precision",
+            "must be between 0.1% and 100%".into(),
+        ));
+    }
+    let max_steps = search
+        .and_then(|s| s.max_steps)
+        .unwrap_or(defaults.max_steps);
+    if !(2..=100).contains(&max_steps) {
+        return Err(invalid(
+            "load.search.max_steps",
+            format!("{max_steps} is not between 2 and 100"),
+        ));
+    }
+    Ok(Some(CapacityPlan {
+        slo: Slo {
+            p99_ms: p99.as_secs_f64() * 1e3,
+            error_rate,
+        },
+        search: SearchSettings {
+            start_rps: start,
+            max_rps: max,
+            min_rps: min,
+            precision,
+            max_steps,
+            ..defaults
+        },
+    }))
+}
+
+/// A share written `0.1%`, or as a fraction (`0.001`).
+fn parse_share(field: &str, text: &str) -> Result<f64, Invalid> {
+    let trimmed = text.trim();
+    let value = match trimmed.strip_suffix('%') {
+        Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
+        None => trimmed.parse::<f64>(),
+    };
+    match value {
+        Ok(v) if v.is_finite() && (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err((
+            field.to_owned(),
+            format!("{text:?} is not a share such as 0.1% (between 0% and 100%)"),
+        )),
+    }
 }
 
 /// One load point, checked against the model and the application; errors name the point's
@@ -519,6 +723,7 @@ fn load_point(
     // Closed loop keeps `rps` here so the match below can say why it has no rate.
     let own_fields: &[&str] = match model {
         LoadKind::ConstantRate | LoadKind::ClosedLoop => &["rps", "connections"],
+        LoadKind::Capacity => &["connections"],
         LoadKind::Sequential => &["requests", "group_size", "group_interval"],
         LoadKind::Users => &["users", "requests"],
     };
@@ -556,6 +761,12 @@ fn load_point(
                 }
                 (_, None) => M::ClosedLoop,
             };
+            let connections = doc.connections.ok_or_else(|| needed("connections"))?;
+            point.connections = at_least_one("connections", connections.into())? as u32;
+        }
+        LoadKind::Capacity => {
+            // The search sets each cell's rate; until then the point is its connections.
+            point.model = M::OpenLoop { rps: 0.0 };
             let connections = doc.connections.ok_or_else(|| needed("connections"))?;
             point.connections = at_least_one("connections", connections.into())? as u32;
         }
@@ -832,5 +1043,78 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no original scale"), "{e}");
+    }
+
+    const CAPACITY: &str = "name: t\nscenarios: [baseline]\nload: {model: capacity, slo: {p99: 5ms, errors: 0.1%}, points: [{connections: 16}]}\nduration: 2s\n";
+
+    #[test]
+    fn a_capacity_spec_gets_its_objective_and_the_search_defaults() {
+        let p = parse_spec(CAPACITY, "t", Scale::Local).unwrap();
+        let plan = p.capacity.unwrap();
+        assert_eq!(plan.slo.p99_ms, 5.0);
+        assert!((plan.slo.error_rate - 0.001).abs() < 1e-12);
+        assert_eq!(plan.search, SearchSettings::default());
+        assert_eq!(p.load_points[0].plan.connections, 16);
+        // Cells are at most every search's whole budget.
+        assert_eq!(p.cells(), SearchSettings::default().max_steps as usize);
+        let config = p.describe("local-lab/loopback");
+        assert!(
+            config.load_points.is_empty(),
+            "the searches add their rates"
+        );
+        assert_eq!(config.capacity.unwrap().slo_p99_ms, 5.0);
+        let tuned = CAPACITY.replace(
+            "points:",
+            "search: {start: 500, max: 8000, precision: 5%, max_steps: 20}, points:",
+        );
+        let search = parse_spec(&tuned, "t", Scale::Local)
+            .unwrap()
+            .capacity
+            .unwrap()
+            .search;
+        assert_eq!(
+            (
+                search.start_rps,
+                search.max_rps,
+                search.precision,
+                search.max_steps
+            ),
+            (500.0, 8000.0, 0.05, 20)
+        );
+    }
+
+    #[test]
+    fn capacity_mistakes_name_their_field() {
+        let cases: Vec<(String, &[&str])> = vec![
+            (
+                CAPACITY.replace("slo: {p99: 5ms, errors: 0.1%}, ", ""),
+                &["load.slo", "needs an objective"],
+            ),
+            (
+                CAPACITY.replace("p99: 5ms", "p99: soon"),
+                &["load.slo.p99", "soon"],
+            ),
+            (
+                CAPACITY.replace("errors: 0.1%", "errors: 150%"),
+                &["load.slo.errors", "150%"],
+            ),
+            (
+                CAPACITY.replace("{connections: 16}", "{rps: 100, connections: 16}"),
+                &["load.points[0].rps", "capacity"],
+            ),
+            (
+                CAPACITY.replace("points:", "search: {start: 5, min: 10}, points:"),
+                &["load.search.start", "between"],
+            ),
+            (
+                format!("{CAPACITY}repetitions: 3\n"),
+                &["repetitions", "run the spec again"],
+            ),
+            (
+                MINIMAL.replace("points:", "slo: {p99: 5ms}, points:"),
+                &["load.slo", "only the capacity model"],
+            ),
+        ];
+        assert_refused(&cases);
     }
 }

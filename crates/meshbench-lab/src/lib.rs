@@ -9,6 +9,7 @@ mod cgroup;
 mod component;
 mod environment;
 mod launch;
+mod machine;
 mod process;
 mod sampler;
 
@@ -16,8 +17,11 @@ pub use cgroup::{destroy_lab_dir, Cgroup, CgroupFs, CgroupReading};
 pub use component::{LabComponent, Readiness, LAB_EVENTS};
 pub use environment::{describe_environment, BuildInfo};
 pub use launch::{which, Launch};
+pub use machine::{
+    parse_cpu_mhz, parse_proc_stat, read_cpu_mhz, read_machine_sample, MachineSample, MachineSeries,
+};
 pub use process::{ComponentProcess, ReadyEvent};
-pub use sampler::{sample_process, ResourceSampler, Sample, SampleSeries, SampleTarget};
+pub use sampler::{sample_process, ResourceSampler, Sample, SampleSeries, SampleTarget, Sampled};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

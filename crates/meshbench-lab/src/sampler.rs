@@ -5,7 +5,7 @@
 //!
 //! Figures are cut to a measurement window afterwards: cumulative CPU time is interpolated at
 //! the window's edges, so the mean CPU covers exactly the window no matter how the sampling
-//! ticks fall.
+//! ticks fall. The whole machine's counters are read on the same ticks (see `machine`).
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -14,6 +14,7 @@ use std::time::Duration;
 use meshbench_results::ComponentResources;
 use meshbench_time::now_ns;
 
+use crate::machine::{read_cpu_mhz, read_machine_sample, MachineSeries};
 use crate::Cgroup;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,7 +59,14 @@ pub struct SampleSeries {
 
 pub struct ResourceSampler {
     stop: mpsc::Sender<()>,
-    thread: JoinHandle<Vec<SampleSeries>>,
+    thread: JoinHandle<Sampled>,
+}
+
+/// What a sampling run read: each component's series and the machine's.
+#[derive(Debug, Clone)]
+pub struct Sampled {
+    pub components: Vec<SampleSeries>,
+    pub machine: MachineSeries,
 }
 
 impl ResourceSampler {
@@ -73,7 +81,7 @@ impl ResourceSampler {
         ResourceSampler { stop, thread }
     }
 
-    pub fn finish(self) -> Vec<SampleSeries> {
+    pub fn finish(self) -> Sampled {
         let _ = self.stop.send(());
         self.thread.join().expect("sampler thread does not panic")
     }
@@ -83,7 +91,9 @@ fn sample_loop(
     targets: Vec<SampleTarget>,
     interval: Duration,
     stopped: mpsc::Receiver<()>,
-) -> Vec<SampleSeries> {
+) -> Sampled {
+    let mut machine = MachineSeries::default();
+    machine.mhz.extend(read_cpu_mhz());
     let ticks_per_second = rustix::param::clock_ticks_per_second();
     let page_size = rustix::param::page_size() as u64;
     let mut series: Vec<(SampleSeries, Option<Cgroup>)> = targets
@@ -113,6 +123,7 @@ fn sample_loop(
     };
     loop {
         sample_all(&mut series);
+        machine.samples.extend(read_machine_sample());
         match stopped.recv_timeout(interval) {
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             _ => break,
@@ -120,7 +131,12 @@ fn sample_loop(
     }
     // One last sample so the window's end is bracketed.
     sample_all(&mut series);
-    series.into_iter().map(|(s, _)| s).collect()
+    machine.samples.extend(read_machine_sample());
+    machine.mhz.extend(read_cpu_mhz());
+    Sampled {
+        components: series.into_iter().map(|(s, _)| s).collect(),
+        machine,
+    }
 }
 
 fn read_cgroup(group: &Cgroup, page_size: u64) -> Option<Sample> {
@@ -310,8 +326,14 @@ mod tests {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
         }
         let (end, cpu_end) = (now_ns(), process_cpu_ns());
-        let series = sampler.finish();
-        let summary = series[0].summarize(start, end);
+        let sampled = sampler.finish();
+        let summary = sampled.components[0].summarize(start, end);
+        // The machine was at least as busy as this process, over the same window.
+        let machine = sampled.machine.summarize(start, end, 2).unwrap();
+        assert!(
+            machine.busy_cores() >= summary.cpu_cores_mean - 0.15,
+            "{machine:?} against {summary:?}"
+        );
         // What the kernel charged this process over the window (the test process may run
         // other tests too, and a busy machine gives the spinning thread less than a core).
         let charged = (cpu_end - cpu_start) as f64 / (end - start) as f64;

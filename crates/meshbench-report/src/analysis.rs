@@ -25,10 +25,10 @@ use meshbench_stats::{
 
 pub const BASELINE: &str = "baseline";
 pub const ALPHA: f64 = 0.05;
-const LEVEL: f64 = 0.95;
-const BOOTSTRAP_ITERATIONS: usize = 2000;
+pub(crate) const LEVEL: f64 = 0.95;
+pub(crate) const BOOTSTRAP_ITERATIONS: usize = 2000;
 /// Fixed, so regenerating a report gives the same intervals.
-const BOOTSTRAP_SEED: u64 = 0x6d65_7368;
+pub(crate) const BOOTSTRAP_SEED: u64 = 0x6d65_7368;
 /// Roles of the mesh's own processes: what a mesh adds in memory.
 pub const MESH_ROLES: [&str; 3] = ["sidecar", "node-agent", "control-plane"];
 
@@ -203,6 +203,10 @@ pub struct Analysis<'a> {
     pub fits: Vec<ConnectionFit>,
     /// Cells whose latency histogram could not be read (kept out of distributions).
     pub unreadable: Vec<String>,
+    /// The capacity model's searches, replayed from the cells (empty for other models).
+    pub searches: Vec<crate::capacity::Search>,
+    /// The capacity model's p99 objective, ms.
+    pub slo_p99_ms: Option<f64>,
 }
 
 impl<'a> Analysis<'a> {
@@ -256,6 +260,8 @@ impl<'a> Analysis<'a> {
             comparisons,
             fits,
             unreadable,
+            searches: crate::capacity::searches(result),
+            slo_p99_ms: result.config.capacity.map(|c| c.slo_p99_ms),
         }
     }
 

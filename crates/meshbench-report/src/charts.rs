@@ -1,8 +1,9 @@
 //! The report's charts, drawn with plotters as SVG text and inlined in report.html (so the
 //! page stays one offline file): latency against load, latency CDFs on a log scale, box plots
 //! (min, Q1, median, Q3, p99, max), histograms, CPU and memory per component class,
-//! closed-loop throughput, and memory against connections with its fitted line. Each scenario
-//! keeps one colour in every chart.
+//! closed-loop throughput, memory against connections with its fitted line, and the capacity
+//! model's latency-against-load curves with the objective and each knee. Each scenario keeps
+//! one colour in every chart.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -23,7 +24,7 @@ type DrawResult = Result<(), Box<dyn std::error::Error>>;
 /// Every chart the analysis supports, in report order.
 pub fn charts(analysis: &Analysis) -> Vec<Chart> {
     let palette = Palette::of(analysis);
-    let mut out = vec![];
+    let mut out = capacity_curves(analysis, &palette);
     for placement in analysis.placements() {
         for pick in [Pick::P50, Pick::P99] {
             out.extend(latency_vs_load(analysis, &palette, placement, pick));
@@ -261,6 +262,103 @@ fn latency_lines(
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft)
     })
+}
+
+/// The capacity model: per (placement, connections), each search's p99 (the median of a
+/// rate's tries) against the rate, both axes log-scaled, with the objective as a dashed line,
+/// each knee as a ring and each capacity as a square.
+fn capacity_curves(analysis: &Analysis, palette: &Palette) -> Vec<Chart> {
+    let Some(slo) = analysis.slo_p99_ms else {
+        return vec![];
+    };
+    let mut keys: Vec<(&str, u32)> = vec![];
+    for s in &analysis.searches {
+        if !keys.contains(&(s.placement.as_str(), s.connections)) {
+            keys.push((s.placement.as_str(), s.connections));
+        }
+    }
+    keys.into_iter()
+        .filter_map(|(placement, connections)| {
+            let searches: Vec<&crate::capacity::Search> = analysis
+                .searches
+                .iter()
+                .filter(|s| s.placement == placement && s.connections == connections)
+                .filter(|s| !s.curve.is_empty())
+                .collect();
+            let points = searches.iter().flat_map(|s| s.curve.iter());
+            let (mut x_min, mut x_max, mut y_min, mut y_max) = (f64::INFINITY, 0.0_f64, slo, slo);
+            for &(x, y) in points {
+                x_min = x_min.min(x);
+                x_max = x_max.max(x);
+                if y > 0.0 {
+                    y_min = y_min.min(y);
+                    y_max = y_max.max(y);
+                }
+            }
+            if searches.is_empty() || x_max <= 0.0 {
+                return None;
+            }
+            let title = format!(
+                "p99 against offered load, capacity search ({connections} connections, {})",
+                or_all(placement)
+            );
+            render(title.clone(), 440, |root| {
+                let mut chart = builder(root, &title, 18, 60).build_cartesian_2d(
+                    (x_min * 0.8..x_max * 1.25).log_scale(),
+                    (y_min * 0.8..y_max * 1.25).log_scale(),
+                )?;
+                chart
+                    .configure_mesh()
+                    .x_desc("requested rate (requests/s, log scale)")
+                    .y_desc("p99 latency (ms, log scale; median of a rate's tries)")
+                    .x_labels(8)
+                    .x_label_formatter(&|v| format!("{v:.0}"))
+                    .y_label_formatter(&|v| format!("{v:.2}"))
+                    .draw()?;
+                let objective = [(x_min * 0.8, slo), (x_max * 1.25, slo)];
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        objective,
+                        6,
+                        4,
+                        BLACK.stroke_width(1),
+                    ))?
+                    .label(format!("objective: p99 {slo} ms"))
+                    .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+                for search in &searches {
+                    let color = palette.color(&search.scenario);
+                    let line: Vec<(f64, f64)> =
+                        search.curve.iter().copied().filter(|p| p.1 > 0.0).collect();
+                    chart
+                        .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
+                        .label(search.scenario.clone())
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                        });
+                    chart.draw_series(line.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
+                    if let Some(knee) = search.knee.and_then(|i| search.curve.get(i)) {
+                        chart.draw_series(std::iter::once(Circle::new(
+                            *knee,
+                            8,
+                            color.stroke_width(2),
+                        )))?;
+                    }
+                    if let Some(capacity) = search.capacity.meets_at {
+                        if let Some(point) = search.curve.iter().find(|p| p.0 == capacity) {
+                            chart.draw_series(std::iter::once(Rectangle::new(
+                                [
+                                    (point.0 * 0.97, point.1 * 0.93),
+                                    (point.0 * 1.03, point.1 * 1.07),
+                                ],
+                                color.filled(),
+                            )))?;
+                        }
+                    }
+                }
+                legend(&mut chart, SeriesLabelPosition::UpperLeft)
+            })
+        })
+        .collect()
 }
 
 fn or_all(placement: &str) -> &str {

@@ -6,15 +6,18 @@
 //! [`export`] writes each cell as Fortio and SMP documents.
 
 mod analysis;
+pub mod capacity;
 mod charts;
 mod compare;
 mod cost;
 mod csv;
 pub mod export;
+pub mod findings;
 mod html;
 mod markdown;
 mod summary;
 pub mod tables;
+pub mod trust;
 mod verify;
 
 use std::path::Path;

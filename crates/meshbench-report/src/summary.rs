@@ -81,28 +81,38 @@ pub fn load_summary(r: &LoadReport) -> String {
 }
 
 /// The line a finished cell gets while a run goes on (`meshbench run`'s progress, `serve`'s
-/// event log): `[index/total] label: achieved ..., p50 ..., p99 ..., N not 2xx`.
+/// event log): `[index/total] label: achieved ..., p50 ..., p99 ..., N not 2xx`, then one
+/// indented `noisy: ...` line per noise flag of the cell.
 pub fn cell_line(
     index: usize,
     total: usize,
     label: &str,
     cell: &meshbench_results::Cell,
 ) -> String {
-    format!(
+    let mut line = format!(
         "[{index}/{total}] {label}: achieved {:.1} rps, p50 {:.3} ms, p99 {:.3} ms, {} not 2xx",
         cell.load.achieved_rps,
         cell.load.latency.p50_us as f64 / 1e3,
         cell.load.latency.p99_us as f64 / 1e3,
         tables::error_count(cell),
-    )
+    );
+    for flag in crate::trust::cell_flags(cell) {
+        let _ = write!(line, "\n    noisy: {flag}");
+    }
+    line
 }
 
-/// What `meshbench run` prints at the end: the absolute and overhead tables.
+/// What `meshbench run` prints at the end: the noise flags, if any, then the absolute,
+/// overhead, significance and fit tables.
 pub fn run_summary(result: &RunResult) -> String {
     let analysis = crate::Analysis::of(result);
     let figures = tables::figures(&analysis);
     let mut out = String::new();
     let tables = [
+        crate::findings::findings_table(result, &analysis),
+        crate::trust::noise_table(result, &analysis),
+        tables::capacity_sentences(result, &analysis),
+        crate::capacity::capacity_table(result, &analysis.searches),
         Some(tables::absolute_table(&figures)),
         Some(tables::overhead_table(&figures)),
         tables::significance_table(&analysis),

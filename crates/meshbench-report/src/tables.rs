@@ -71,7 +71,7 @@ pub fn error_count(cell: &Cell) -> u64 {
 const SHARED_ROLES: [&str; 2] = ["node-agent", "control-plane"];
 
 #[derive(Clone, Copy, PartialEq)]
-enum Side {
+pub(crate) enum Side {
     Client,
     Server,
 }
@@ -80,7 +80,7 @@ enum Side {
 /// pod of the load generator (whatever application makes the requests: `meshbench load`,
 /// E3's experimenter) with its proxy (`<pod>-sidecar`); the server is every other pod's app
 /// and proxy (the echo server, the calculator, E4's counters).
-fn side(cell: &Cell, side: Side) -> (f64, f64) {
+pub(crate) fn side(cell: &Cell, side: Side) -> (f64, f64) {
     let client_pods: Vec<&str> = cell
         .resources
         .iter()
@@ -439,16 +439,44 @@ pub fn wire_table(result: &RunResult) -> Option<Table> {
 /// Every table of a run's report, in report order: Markdown and HTML render this one list.
 pub fn report_tables(result: &RunResult, analysis: &Analysis) -> Vec<Table> {
     let figures = figures(analysis);
-    let mut tables = vec![absolute_table(&figures), overhead_table(&figures)];
+    let mut tables: Vec<Table> = crate::findings::findings_table(result, analysis)
+        .into_iter()
+        .collect();
+    tables.extend(crate::trust::noise_table(result, analysis));
+    tables.extend(capacity_tables(result, analysis));
+    tables.extend([absolute_table(&figures), overhead_table(&figures)]);
     tables.extend(significance_table(analysis));
     tables.extend(repetition_table(analysis));
     tables.push(distribution_table(analysis));
     tables.extend(fit_table(analysis));
     tables.extend(outlier_table(analysis));
-    tables.extend([component_table(result), outcome_table(result)]);
+    tables.extend([
+        component_table(result),
+        crate::trust::unattributed_table(analysis),
+        outcome_table(result),
+    ]);
     tables.extend(wire_table(result));
     tables.extend(handshake_table(analysis));
     tables
+}
+
+/// The capacity model's sentences, capacities and steps (none for other models).
+pub fn capacity_tables(result: &RunResult, analysis: &Analysis) -> Vec<Table> {
+    let searches = &analysis.searches;
+    let mut tables: Vec<Table> = capacity_sentences(result, analysis).into_iter().collect();
+    tables.extend(crate::capacity::capacity_table(result, searches));
+    tables.extend(crate::capacity::steps_table(searches));
+    tables
+}
+
+/// Each scenario's capacity against the baseline's, in a sentence.
+pub fn capacity_sentences(result: &RunResult, analysis: &Analysis) -> Option<Table> {
+    let sentences = crate::capacity::sentences(result, &analysis.searches);
+    (!sentences.is_empty()).then(|| Table {
+        title: "Capacity, in a sentence".to_owned(),
+        headers: vec!["finding".to_owned()],
+        rows: sentences.into_iter().map(|s| vec![s]).collect(),
+    })
 }
 
 /// E5's TLS handshake time, per proxy and direction, from our proxies' own histograms over

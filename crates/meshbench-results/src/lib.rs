@@ -6,21 +6,23 @@
 //! JSON Schema in `schema/` is checked by a test so that any change to a field is deliberate.
 
 mod bench;
+mod claims;
 mod io;
 mod load;
 mod run;
 mod verify;
 
 pub use bench::{BenchMeasurement, BenchRatio, BenchReport, Pacing};
+pub use claims::{Claim, ClaimAxis, ClaimCheck, ClaimMetric};
 pub use io::{read_json, write_json_atomic, Error};
 pub use load::{
     is_success_outcome, EncodedHistogram, GeneratorStats, LatencySummary, LoadModel, LoadReport,
     MeasurementWindow, ModelParameters, RequestSample, SecondStats, HISTOGRAM_ENCODING,
 };
 pub use run::{
-    Cell, ComponentResources, Environment, HandshakeTimes, LoadPoint, MeshInstallation,
-    OutlierPolicyConfig, RunConfig, RunResult, RunStatus, ScenarioConfig, SoftwareVersion,
-    UnavailableScenario, WireObservation, WorkloadConfig,
+    CapacityConfig, Cell, ComponentResources, Environment, HandshakeTimes, LoadPoint, MachineCpu,
+    MeshInstallation, OutlierPolicyConfig, RunConfig, RunResult, RunStatus, ScenarioConfig,
+    SoftwareVersion, UnavailableScenario, WireObservation, WorkloadConfig,
 };
 
 pub use verify::{

@@ -124,6 +124,39 @@ pub struct RunConfig {
     pub outliers: OutlierPolicyConfig,
     /// The experiment spec (YAML) as run, so the document describes itself.
     pub spec: Option<String>,
+    /// Whether the load generator had a CPU of its own (`--pin`); absent where pinning does
+    /// not apply (a cluster) or in results from before it was recorded.
+    #[serde(default)]
+    pub pinned: Option<bool>,
+    /// The capacity model's objective and search: each cell is then one step of a search
+    /// for the highest constant rate that meets the objective, `load_points` lists the rates
+    /// it visited, and a cell's `repetition` is its try at that rate.
+    #[serde(default)]
+    pub capacity: Option<CapacityConfig>,
+    /// The findings of the profile's study, checked by the report against this run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<crate::Claim>,
+}
+
+/// The capacity model: the objective, and how the search for the highest rate that meets it
+/// goes (meshbench-stats' `capacity` module).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityConfig {
+    pub slo_p99_ms: f64,
+    /// Failed or never-sent requests as a share of those due.
+    pub slo_error_rate: f64,
+    pub start_rps: f64,
+    pub max_rps: f64,
+    pub min_rps: f64,
+    /// The search stops when the rate that missed is within this share above the one that met.
+    pub precision: f64,
+    pub max_steps: u32,
+    /// A p99 within this share of the objective is measured again, up to `max_tries` times.
+    pub close: f64,
+    pub max_tries: u32,
+    /// The share of the requested rate a cell must achieve to meet the objective.
+    pub sustained: f64,
 }
 
 fn local_scale() -> String {
@@ -264,6 +297,47 @@ pub struct Cell {
     /// TLS handshakes our proxies timed (their own histograms, read when they stopped).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handshakes: Vec<HandshakeTimes>,
+    /// The whole machine's CPU over the same window (one entry per machine: the local lab's
+    /// one, or each Kubernetes node that exposes it), so CPU no component was charged for
+    /// (the kernel's network processing in softirq, other processes) shows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machines: Vec<MachineCpu>,
+}
+
+/// A machine's CPU over a cell's load window, by state, in cores (mean over the window; the
+/// states add up to `cpus`).
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MachineCpu {
+    /// Where the figures come from: `/proc/stat`.
+    pub source: String,
+    /// The Kubernetes node; absent for the local lab's machine.
+    pub node: Option<String>,
+    /// Logical CPUs.
+    pub cpus: u32,
+    pub user_cores: f64,
+    pub nice_cores: f64,
+    pub system_cores: f64,
+    /// Hardware interrupts and softirqs (the kernel's network receive and transmit work,
+    /// charged to no process or cgroup).
+    pub irq_cores: f64,
+    pub softirq_cores: f64,
+    pub iowait_cores: f64,
+    pub idle_cores: f64,
+    /// Time the hypervisor ran something else while this machine wanted the CPU.
+    pub steal_cores: f64,
+    /// The lowest and highest CPU frequency read (MHz), across CPUs, at the window's start
+    /// and end; absent where the machine does not expose it.
+    pub mhz_min: Option<f64>,
+    pub mhz_max: Option<f64>,
+}
+
+impl MachineCpu {
+    /// Cores doing anything: user, nice, system, irq and softirq.
+    pub fn busy_cores(&self) -> f64 {
+        self.user_cores + self.nice_cores + self.system_cores + self.irq_cores + self.softirq_cores
+    }
 }
 
 /// One proxy's TLS handshakes in one direction over its whole life in the cell (E5's

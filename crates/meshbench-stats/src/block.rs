@@ -85,6 +85,68 @@ pub fn block_bootstrap_difference(
     })
 }
 
+/// One side's per-second statistic (the response-weighted mean of its per-second values,
+/// over one series per cell) with the spread a block bootstrap gives it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockEstimate {
+    pub estimate: f64,
+    pub standard_error: f64,
+    /// Independent blocks less one: how well the spread is known.
+    pub degrees_of_freedom: f64,
+    pub block_seconds: usize,
+    pub seconds: usize,
+}
+
+/// [`BlockEstimate`] of one side; `None` with fewer than [`MIN_SECONDS`] seconds.
+pub fn block_bootstrap_estimate(
+    series: &[Vec<SecondValue>],
+    iterations: usize,
+    seed: u64,
+) -> Option<BlockEstimate> {
+    let side = Side::new(series)?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let draws: Vec<f64> = (0..iterations.max(2))
+        .map(|_| side.resample(&mut rng))
+        .collect();
+    Some(BlockEstimate {
+        estimate: side.statistic_of_all(),
+        standard_error: variance(&draws).sqrt(),
+        degrees_of_freedom: (side.seconds as f64 / side.block as f64 - 1.0).max(1.0),
+        block_seconds: side.block,
+        seconds: side.seconds,
+    })
+}
+
+/// The interval at `level` of sum(coefficient x estimate) over independent sides (separate
+/// cells): standard errors add in quadrature and the degrees of freedom follow
+/// Welch-Satterthwaite, as in [`block_bootstrap_difference`]. `None` without terms.
+pub fn combined_interval(terms: &[(f64, BlockEstimate)], level: f64) -> Option<Interval> {
+    if terms.is_empty() {
+        return None;
+    }
+    let estimate: f64 = terms.iter().map(|(c, e)| c * e.estimate).sum();
+    let parts: Vec<(f64, f64)> = terms
+        .iter()
+        .map(|(c, e)| ((c * e.standard_error).powi(2), e.degrees_of_freedom))
+        .collect();
+    let variance: f64 = parts.iter().map(|(v, _)| v).sum();
+    let df = if variance > 0.0 {
+        variance.powi(2) / parts.iter().map(|(v, df)| v * v / df).sum::<f64>()
+    } else {
+        parts.iter().map(|(_, df)| df).sum()
+    };
+    let t = StudentsT::new(0.0, 1.0, df.max(1.0))
+        .ok()?
+        .inverse_cdf(0.5 + level / 2.0);
+    let half = t * variance.sqrt();
+    Some(Interval {
+        estimate,
+        low: estimate - half,
+        high: estimate + half,
+        level,
+    })
+}
+
 /// The block length for the mean of `segments` (one series per cell): Politis and White's
 /// automatic choice for the circular or moving block bootstrap. The autocorrelations are
 /// read up to the first lag after which K_N of them in a row are negligible (within
@@ -258,6 +320,44 @@ mod tests {
     use rand_distr::{Distribution as _, Normal};
 
     use super::*;
+
+    #[test]
+    fn a_combination_of_one_side_is_that_side_and_two_sides_widen_it() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let noise = Normal::new(0.0, 1.0).unwrap();
+        let side = |mean: f64, rng: &mut StdRng| -> Vec<Vec<SecondValue>> {
+            vec![(0..60)
+                .map(|_| SecondValue {
+                    value: mean + noise.sample(rng),
+                    responses: 100,
+                })
+                .collect()]
+        };
+        // Independent seconds: the 95% interval of one side covers the true mean about 95%
+        // of the time.
+        let covered = (0..200)
+            .filter(|i| {
+                let e = block_bootstrap_estimate(&side(10.0, &mut rng), 300, *i).unwrap();
+                let alone = combined_interval(&[(1.0, e)], 0.95).unwrap();
+                assert_eq!(alone.estimate, e.estimate);
+                alone.low < 10.0 && 10.0 < alone.high
+            })
+            .count();
+        assert!((176..=198).contains(&covered), "covered {covered} of 200");
+        let (a, b) = (side(10.0, &mut rng), side(12.0, &mut rng));
+        let ea = block_bootstrap_estimate(&a, 500, 1).unwrap();
+        let eb = block_bootstrap_estimate(&b, 500, 1).unwrap();
+        let mean = a[0].iter().map(|s| s.value).sum::<f64>() / 60.0;
+        assert!((ea.estimate - mean).abs() < 1e-9, "{ea:?}");
+        // 60 seconds of unit noise: the mean's standard error is near 1/sqrt(60).
+        assert!((0.06..0.25).contains(&ea.standard_error), "{ea:?}");
+        let alone = combined_interval(&[(1.0, ea)], 0.95).unwrap();
+        let difference = combined_interval(&[(-1.0, ea), (1.0, eb)], 0.95).unwrap();
+        assert!(difference.low > 0.0, "2 apart is clear: {difference:?}");
+        assert!(difference.high - difference.low > alone.high - alone.low);
+        assert_eq!(combined_interval(&[], 0.95), None);
+        assert_eq!(block_bootstrap_estimate(&[vec![]], 10, 1), None);
+    }
 
     fn series(values: &[f64]) -> Vec<SecondValue> {
         values

@@ -3,6 +3,7 @@
 //! comparisons all call into it.
 
 mod block;
+pub mod capacity;
 mod compare;
 mod describe;
 mod distribution;
@@ -10,7 +11,8 @@ mod fit;
 mod positive;
 
 pub use block::{
-    block_bootstrap_difference, block_length, BlockInterval, SecondValue, MIN_SECONDS,
+    block_bootstrap_difference, block_bootstrap_estimate, block_length, combined_interval,
+    BlockEstimate, BlockInterval, SecondValue, MIN_SECONDS,
 };
 pub use compare::{bootstrap_median_difference, mann_whitney, Interval, MannWhitney};
 pub use describe::{percentile, Summary};

@@ -65,6 +65,10 @@ impl Platform for LocalLab {
         format!("local-lab/{}", self.backend.name())
     }
 
+    fn pins(&self) -> bool {
+        true
+    }
+
     fn check(&self, profile: &crate::Profile) -> Result<(), Error> {
         let application = profile.application;
         if profile.replicas > 1 {
@@ -313,7 +317,7 @@ impl<'a> Site<'a> for LocalSite<'a> {
             let sampler = ResourceSampler::start(targets, sample_interval);
             // The generator's cgroup goes with the cell's `LabCgroups` guard.
             let finished = generator.process.wait_success().await;
-            let series = sampler.finish();
+            let sampled = sampler.finish();
             for component in self.components.drain(..).rev() {
                 component.stop(STOP_GRACE).await;
             }
@@ -340,14 +344,22 @@ impl<'a> Site<'a> for LocalSite<'a> {
                     "the load generator's result is missing or invalid: {e}"
                 )),
             })?;
-            let resources = series
+            let (start, end) = (load.window.start_monotonic_ns, load.window.end_monotonic_ns);
+            let resources = sampled
+                .components
                 .iter()
-                .map(|s| s.summarize(load.window.start_monotonic_ns, load.window.end_monotonic_ns))
+                .map(|s| s.summarize(start, end))
                 .collect();
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
             Ok(Measured {
                 load,
                 resources,
                 wire,
+                machines: sampled
+                    .machine
+                    .summarize(start, end, cpus)
+                    .into_iter()
+                    .collect(),
             })
         })
     }

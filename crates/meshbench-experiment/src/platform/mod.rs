@@ -25,7 +25,9 @@ use std::path::Path;
 use meshbench_identity::{ClientTlsFiles, ServerTlsFiles};
 use meshbench_loadgen::LoadSpec;
 use meshbench_meshes::{BoxFuture, Mesh};
-use meshbench_results::{ComponentResources, LoadReport, UnavailableScenario, WireObservation};
+use meshbench_results::{
+    ComponentResources, LoadReport, MachineCpu, UnavailableScenario, WireObservation,
+};
 use meshbench_topology::{Pod, Topology};
 use meshbench_workload::WorkloadFile;
 
@@ -72,6 +74,8 @@ pub struct Measured {
     pub load: LoadReport,
     pub resources: Vec<ComponentResources>,
     pub wire: Option<WireObservation>,
+    /// The whole machine's CPU over the load window (each node's, on a cluster).
+    pub machines: Vec<MachineCpu>,
 }
 
 /// Where a run's cells happen.
@@ -81,6 +85,12 @@ pub trait Platform {
 
     /// Refuses what it cannot run, before anything is written.
     fn check(&self, profile: &crate::Profile) -> Result<(), Error>;
+
+    /// Whether `--pin` means something here (the local lab's CPUs); results record it so a
+    /// report can say when pinning would have helped.
+    fn pins(&self) -> bool {
+        false
+    }
 
     /// Why `mesh` cannot run here, if it cannot: its binary is missing (the local lab), or
     /// it has no flavour for this platform yet. Such a scenario is reported unavailable with

@@ -124,6 +124,7 @@ impl KubeSite<'_> {
             load,
             resources,
             wire: None,
+            machines: vec![],
         })
     }
 
@@ -188,6 +189,7 @@ impl KubeSite<'_> {
             load,
             resources,
             wire: None,
+            machines: vec![],
         })
     }
 

@@ -1,0 +1,169 @@
+//! The whole machine's CPU, from /proc/stat, beside the per-component samples. A component's
+//! cgroup or /proc entry is charged for what its own threads run; the kernel's network
+//! processing in softirq and hardware interrupts is charged to nobody, and neither is a
+//! process outside the lab. The machine's counters over the same window show both: busy time
+//! minus what the components were charged is CPU a per-process view hides.
+
+use meshbench_results::MachineCpu;
+use meshbench_time::now_ns;
+
+/// Cumulative CPU time of all CPUs, by state, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MachineSample {
+    pub t_ns: u64,
+    /// user, nice, system, idle, iowait, irq, softirq, steal.
+    pub states_ns: [u64; 8],
+}
+
+/// Reads /proc/stat's first line; `None` where it cannot be read or parsed.
+pub fn read_machine_sample() -> Option<MachineSample> {
+    let t_ns = now_ns();
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_proc_stat(&stat, rustix::param::clock_ticks_per_second(), t_ns)
+}
+
+/// The aggregate `cpu` line of /proc/stat, in clock ticks, turned into nanoseconds. Fields
+/// after steal (guest time) are already counted in user and nice.
+pub fn parse_proc_stat(stat: &str, ticks_per_second: u64, t_ns: u64) -> Option<MachineSample> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map_while(|f| f.parse().ok())
+        .collect();
+    // Kernels before 2.6.11 had no steal field; treat it as zero.
+    if fields.len() < 7 || ticks_per_second == 0 {
+        return None;
+    }
+    let mut states_ns = [0u64; 8];
+    for (state, ticks) in states_ns.iter_mut().zip(&fields) {
+        *state = ticks.saturating_mul(1_000_000_000) / ticks_per_second;
+    }
+    Some(MachineSample { t_ns, states_ns })
+}
+
+/// The lowest and highest "cpu MHz" of /proc/cpuinfo; `None` where it has none (many
+/// architectures, some virtual machines).
+pub fn read_cpu_mhz() -> Option<(f64, f64)> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    parse_cpu_mhz(&cpuinfo)
+}
+
+pub fn parse_cpu_mhz(cpuinfo: &str) -> Option<(f64, f64)> {
+    cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("cpu MHz"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .filter(|mhz| mhz.is_finite() && *mhz > 0.0)
+        .fold(None, |range, mhz| match range {
+            None => Some((mhz, mhz)),
+            Some((low, high)) => Some((f64::min(low, mhz), f64::max(high, mhz))),
+        })
+}
+
+/// The machine's samples over a sampling run, and the frequencies read at its ends.
+#[derive(Debug, Clone, Default)]
+pub struct MachineSeries {
+    pub samples: Vec<MachineSample>,
+    pub mhz: Vec<(f64, f64)>,
+}
+
+impl MachineSeries {
+    /// Mean cores in each state over `[start_ns, end_ns]`, the counters interpolated at the
+    /// window's edges as the components' are; `None` without two samples around it.
+    pub fn summarize(&self, start_ns: u64, end_ns: u64, cpus: u32) -> Option<MachineCpu> {
+        let window_ns = end_ns.checked_sub(start_ns).filter(|w| *w > 0)? as f64;
+        if self.samples.len() < 2 {
+            return None;
+        }
+        let (start, end) = (self.at(start_ns), self.at(end_ns));
+        let cores = |state: usize| ((end[state] - start[state]) / window_ns).max(0.0);
+        let mhz_min = self.mhz.iter().map(|m| m.0).reduce(f64::min);
+        let mhz_max = self.mhz.iter().map(|m| m.1).reduce(f64::max);
+        Some(MachineCpu {
+            source: "/proc/stat".to_owned(),
+            node: None,
+            cpus,
+            user_cores: cores(0),
+            nice_cores: cores(1),
+            system_cores: cores(2),
+            idle_cores: cores(3),
+            iowait_cores: cores(4),
+            irq_cores: cores(5),
+            softirq_cores: cores(6),
+            steal_cores: cores(7),
+            mhz_min,
+            mhz_max,
+        })
+    }
+
+    /// Every state's cumulative nanoseconds at `t_ns`, interpolated, clamped to the ends.
+    fn at(&self, t_ns: u64) -> [f64; 8] {
+        let as_f64 = |s: &MachineSample| s.states_ns.map(|v| v as f64);
+        let (first, last) = (&self.samples[0], &self.samples[self.samples.len() - 1]);
+        if t_ns <= first.t_ns {
+            return as_f64(first);
+        }
+        if t_ns >= last.t_ns {
+            return as_f64(last);
+        }
+        let i = self.samples.partition_point(|s| s.t_ns <= t_ns);
+        let (a, b) = (&self.samples[i - 1], &self.samples[i]);
+        let frac = (t_ns - a.t_ns) as f64 / (b.t_ns - a.t_ns) as f64;
+        let mut out = as_f64(a);
+        for (value, (from, to)) in out.iter_mut().zip(a.states_ns.iter().zip(&b.states_ns)) {
+            *value = *from as f64 + frac * (*to as f64 - *from as f64);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_is_read_in_nanoseconds_and_cut_to_the_window() {
+        const S: u64 = 1_000_000_000;
+        // Two CPUs at 100 ticks/s: over one second, 200 ticks in all.
+        let before = "cpu  100 0 50 1000 0 0 10 0 0 0\ncpu0 50 0 25 500 0 0 5 0 0 0\n";
+        let after = "cpu  180 0 70 1080 0 0 30 10 0 0\n";
+        let series = MachineSeries {
+            samples: vec![
+                parse_proc_stat(before, 100, 0).unwrap(),
+                parse_proc_stat(after, 100, S).unwrap(),
+            ],
+            mhz: vec![(2600.0, 2600.0), (1800.0, 2600.0)],
+        };
+        let cpu = series.summarize(0, S, 2).unwrap();
+        assert!((cpu.user_cores - 0.8).abs() < 1e-9, "{cpu:?}");
+        assert!((cpu.system_cores - 0.2).abs() < 1e-9);
+        assert!((cpu.softirq_cores - 0.2).abs() < 1e-9);
+        assert!((cpu.steal_cores - 0.1).abs() < 1e-9);
+        assert!((cpu.idle_cores - 0.8).abs() < 1e-9);
+        assert!((cpu.busy_cores() - 1.2).abs() < 1e-9);
+        assert_eq!((cpu.mhz_min, cpu.mhz_max), (Some(1800.0), Some(2600.0)));
+        // The second half only, interpolated.
+        let half = series.summarize(S / 2, S, 2).unwrap();
+        assert!((half.user_cores - 0.8).abs() < 1e-9);
+        assert_eq!(series.summarize(S, S, 2), None);
+    }
+
+    #[test]
+    fn unreadable_input_is_no_sample() {
+        assert_eq!(parse_proc_stat("", 100, 0), None);
+        assert_eq!(parse_proc_stat("cpu  1 2 x", 100, 0), None);
+        assert_eq!(parse_proc_stat("cpu  1 2 3 4 5 6 7", 0, 0), None);
+        assert_eq!(parse_cpu_mhz("model name: x\ncpu MHz : fast\n"), None);
+        assert_eq!(
+            parse_cpu_mhz("cpu MHz\t\t: 2596.122\ncpu MHz\t\t: 1200\n"),
+            Some((1200.0, 2596.122))
+        );
+    }
+
+    #[test]
+    fn this_machine_is_readable() {
+        let sample = read_machine_sample().expect("/proc/stat on Linux");
+        assert!(sample.states_ns.iter().sum::<u64>() > 0);
+    }
+}

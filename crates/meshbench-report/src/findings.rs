@@ -1,0 +1,782 @@
+//! Each study's finding, checked on this run: the claims a profile declares (results'
+//! `config.findings`) judged held, did not hold, or inconclusive, each with the statistic
+//! behind the verdict, never a bare number.
+//!
+//! Every check reduces to a linear combination of figures of scenarios at one point (a
+//! difference, a difference of differences) compared with a threshold. Its uncertainty, in
+//! order of preference:
+//! - repetitions: with two or more repetitions of every group, the combination is formed per
+//!   repetition (the scenarios of one repetition ran back to back) and gets a Student-t
+//!   interval of its mean;
+//! - seconds: for a latency quantile of a single repetition, each group's per-second series
+//!   gets a moving block bootstrap and the standard errors add (Welch-Satterthwaite);
+//! - none (one repetition of a CPU or memory figure): the estimate must clear the threshold
+//!   by [`MARGIN`] of the figures' size, or the verdict is inconclusive;
+//! - capacity: the search's bracket (the highest rate that met the objective and the lowest
+//!   that missed), combined by interval arithmetic.
+//!
+//! A verdict is "held" when the whole interval is on the claim's side of the threshold, "did
+//! not hold" when it is wholly on the other, and inconclusive otherwise. A point where any
+//! cell involved carries a noise flag (see `trust`) is inconclusive whatever its interval:
+//! the run cannot tell the system from the disturbance there. A claim holds when it held at
+//! every point its scenarios were measured together; one point where it clearly did not
+//! hold makes it "did not hold".
+
+use meshbench_results::{Cell, Claim, ClaimAxis, ClaimCheck, ClaimMetric, RunResult};
+use meshbench_stats::{
+    block_bootstrap_estimate, combined_interval, mean_confidence_interval, BlockEstimate, Interval,
+};
+
+use crate::analysis::{
+    fmt_num, Analysis, Group, Point, BOOTSTRAP_ITERATIONS, BOOTSTRAP_SEED, LEVEL, MESH_ROLES,
+};
+use crate::capacity::Search;
+use crate::tables::{side, Side, Table};
+
+/// Without an interval, an estimate must clear the threshold by this share of the largest
+/// figure in the combination.
+pub const MARGIN: f64 = 0.10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Held,
+    DidNotHold,
+    Inconclusive,
+    /// The run has no point where the claim's scenarios were measured together.
+    NotChecked,
+}
+
+impl Verdict {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Verdict::Held => "held",
+            Verdict::DidNotHold => "did not hold",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::NotChecked => "not checked",
+        }
+    }
+}
+
+/// One claim's verdict on this run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub claim: Claim,
+    pub verdict: Verdict,
+    /// The statistic behind the verdict, point by point.
+    pub evidence: Vec<String>,
+}
+
+/// Every declared claim, judged.
+pub fn findings(result: &RunResult, analysis: &Analysis) -> Vec<Finding> {
+    result
+        .config
+        .findings
+        .iter()
+        .map(|claim| judge(result, analysis, claim))
+        .collect()
+}
+
+/// The findings as the report's first table; `None` for a run whose spec declares none.
+pub fn findings_table(result: &RunResult, analysis: &Analysis) -> Option<Table> {
+    let findings = findings(result, analysis);
+    if findings.is_empty() {
+        return None;
+    }
+    Some(Table {
+        title: format!(
+            "Findings of the study, checked on this run ({:.0}% intervals; held: the interval is \
+             on the claim's side at every point; a point with a noise flag is inconclusive)",
+            LEVEL * 100.0
+        ),
+        headers: ["study", "finding", "verdict", "statistic"]
+            .map(String::from)
+            .to_vec(),
+        rows: findings
+            .into_iter()
+            .map(|f| {
+                vec![
+                    f.claim.study,
+                    f.claim.statement,
+                    f.verdict.describe().to_owned(),
+                    f.evidence.join("; "),
+                ]
+            })
+            .collect(),
+    })
+}
+
+/// A claim's verdict at one point.
+struct PointVerdict {
+    verdict: Verdict,
+    evidence: String,
+}
+
+fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
+    let measured: Vec<&str> = result
+        .config
+        .scenarios
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    let missing: Vec<&str> = claim
+        .check
+        .scenarios()
+        .into_iter()
+        .filter(|s| !measured.contains(s))
+        .collect();
+    let points: Vec<PointVerdict> = match &claim.check {
+        ClaimCheck::AtMost {
+            metric,
+            scenario,
+            against,
+            max_percent,
+        } => per_site(analysis, *metric, |site| {
+            let (a, b) = (site.value(against)?, site.value(scenario)?);
+            let difference = site.combine(&[(-1.0, against), (1.0, scenario)])?;
+            let allowed = a * max_percent / 100.0;
+            Some(site.verdict(
+                at_most(&difference, allowed, a.abs().max(b.abs())),
+                format!(
+                    "{}: {scenario} {} vs {against} {}, {} ({}; at most {max_percent}%: +{})",
+                    site.label,
+                    show(*metric, b),
+                    show(*metric, a),
+                    signed_percent(&difference, a),
+                    difference.basis,
+                    show(*metric, allowed)
+                ),
+                &[scenario, against],
+            ))
+        }),
+        ClaimCheck::Ordering { metric, order } => {
+            let present: Vec<&String> = order
+                .iter()
+                .filter(|s| measured.contains(&s.as_str()))
+                .collect();
+            let pairs: Vec<(&String, &String)> = present.windows(2).map(|w| (w[0], w[1])).collect();
+            if present.len() < 2 {
+                vec![]
+            } else {
+                per_site(analysis, *metric, |site| ranked(site, *metric, &pairs))
+            }
+        }
+        ClaimCheck::LargerStep {
+            metric,
+            larger,
+            smaller,
+        } => per_site(analysis, *metric, |site| {
+            let step = |pair: &[String; 2]| -> Option<f64> {
+                Some(site.value(&pair[1])? - site.value(&pair[0])?)
+            };
+            let (big, small) = (step(larger)?, step(smaller)?);
+            // |big| - |small|, with each step's sign taken from its estimate.
+            let (sb, ss) = (big.signum(), small.signum());
+            let combination = site.combine(&[
+                (-sb, &larger[0]),
+                (sb, &larger[1]),
+                (ss, &smaller[0]),
+                (-ss, &smaller[1]),
+            ])?;
+            let size = [&larger[0], &larger[1], &smaller[0], &smaller[1]]
+                .iter()
+                .filter_map(|s| site.value(s))
+                .fold(0.0, |m: f64, v| m.max(v.abs()));
+            Some(site.verdict(
+                greater(&combination, 0.0, size),
+                format!(
+                    "{}: {} -> {} changes {} by {}, {} -> {} by {}; difference of the sizes {} ({})",
+                    site.label,
+                    larger[0],
+                    larger[1],
+                    metric.name(),
+                    show_signed(*metric, big),
+                    smaller[0],
+                    smaller[1],
+                    show_signed(*metric, small),
+                    show_interval(*metric, &combination),
+                    combination.basis
+                ),
+                &[&larger[0], &larger[1], &smaller[0], &smaller[1]],
+            ))
+        }),
+        ClaimCheck::Linear {
+            scenarios,
+            min_r_squared,
+        } => linear(analysis, scenarios, *min_r_squared),
+        ClaimCheck::Grows {
+            metric,
+            scenario,
+            against,
+            axis,
+        } => grows(analysis, *metric, scenario, against, *axis),
+    };
+    let mut verdict = combine_verdicts(&points);
+    let mut evidence: Vec<String> = points.into_iter().map(|p| p.evidence).collect();
+    if verdict == Verdict::NotChecked {
+        evidence.push(if missing.is_empty() {
+            "no point where its scenarios were measured together".to_owned()
+        } else {
+            format!("this run did not measure {}", missing.join(", "))
+        });
+    } else if !missing.is_empty() && matches!(claim.check, ClaimCheck::Ordering { .. }) {
+        evidence.push(format!("{} not measured, left out", missing.join(", ")));
+    }
+    if result.cells.is_empty() {
+        verdict = Verdict::NotChecked;
+    }
+    Finding {
+        claim: claim.clone(),
+        verdict,
+        evidence,
+    }
+}
+
+fn combine_verdicts(points: &[PointVerdict]) -> Verdict {
+    if points.is_empty() {
+        Verdict::NotChecked
+    } else if points.iter().any(|p| p.verdict == Verdict::DidNotHold) {
+        Verdict::DidNotHold
+    } else if points.iter().all(|p| p.verdict == Verdict::Held) {
+        Verdict::Held
+    } else {
+        Verdict::Inconclusive
+    }
+}
+
+/// Each consecutive pair must rise: `pairs[i].1` above `pairs[i].0`.
+fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Option<PointVerdict> {
+    let mut verdicts = vec![];
+    let mut parts = vec![];
+    let mut involved: Vec<&str> = vec![];
+    for (low, high) in pairs {
+        let (a, b) = (site.value(low)?, site.value(high)?);
+        let difference = site.combine(&[(-1.0, low), (1.0, high)])?;
+        verdicts.push(greater(&difference, 0.0, a.abs().max(b.abs())));
+        parts.push(format!(
+            "{low} {} < {high} {} ({}, {})",
+            show(metric, a),
+            show(metric, b),
+            show_interval(metric, &difference),
+            difference.basis
+        ));
+        involved.extend([low.as_str(), high.as_str()]);
+    }
+    let verdict = if verdicts.contains(&Verdict::DidNotHold) {
+        Verdict::DidNotHold
+    } else if verdicts.iter().all(|v| *v == Verdict::Held) {
+        Verdict::Held
+    } else {
+        Verdict::Inconclusive
+    };
+    Some(site.verdict(
+        verdict,
+        format!("{}: {}", site.label, parts.join(", ")),
+        &involved,
+    ))
+}
+
+/// A linear combination's estimate and the interval its basis allows.
+#[derive(Debug, Clone)]
+struct Estimate {
+    estimate: f64,
+    interval: Option<Interval>,
+    basis: String,
+}
+
+/// Held when the combination is surely above `threshold`.
+fn greater(e: &Estimate, threshold: f64, size: f64) -> Verdict {
+    match &e.interval {
+        Some(i) if i.low > threshold => Verdict::Held,
+        Some(i) if i.high <= threshold => Verdict::DidNotHold,
+        Some(_) => Verdict::Inconclusive,
+        None if e.estimate > threshold + MARGIN * size => Verdict::Held,
+        None if e.estimate < threshold - MARGIN * size => Verdict::DidNotHold,
+        None => Verdict::Inconclusive,
+    }
+}
+
+/// Held when the combination is surely at most `threshold`.
+fn at_most(e: &Estimate, threshold: f64, size: f64) -> Verdict {
+    match greater(e, threshold, size) {
+        Verdict::Held => Verdict::DidNotHold,
+        Verdict::DidNotHold => Verdict::Held,
+        other => other,
+    }
+}
+
+/// Where a claim is judged: one (placement, load point) of the analysis, or one capacity
+/// search key (placement, connections).
+struct Site<'r, 'a> {
+    label: String,
+    metric: ClaimMetric,
+    groups: Vec<&'r Group<'a>>,
+    searches: Vec<&'r Search>,
+}
+
+fn per_site(
+    analysis: &Analysis,
+    metric: ClaimMetric,
+    judge: impl Fn(&Site) -> Option<PointVerdict>,
+) -> Vec<PointVerdict> {
+    sites(analysis, metric).iter().filter_map(judge).collect()
+}
+
+fn sites<'r, 'a>(analysis: &'r Analysis<'a>, metric: ClaimMetric) -> Vec<Site<'r, 'a>> {
+    if metric == ClaimMetric::Capacity {
+        let mut keys: Vec<(&str, u32)> = vec![];
+        for s in &analysis.searches {
+            if !keys.contains(&(s.placement.as_str(), s.connections)) {
+                keys.push((s.placement.as_str(), s.connections));
+            }
+        }
+        return keys
+            .into_iter()
+            .map(|(placement, connections)| Site {
+                label: format!("{placement} {connections} conns").trim().to_owned(),
+                metric,
+                groups: vec![],
+                searches: analysis
+                    .searches
+                    .iter()
+                    .filter(|s| s.placement == placement && s.connections == connections)
+                    .collect(),
+            })
+            .collect();
+    }
+    analysis
+        .points()
+        .into_iter()
+        .map(|point| Site {
+            label: point.label(),
+            metric,
+            groups: analysis.at(point).collect(),
+            searches: vec![],
+        })
+        .collect()
+}
+
+impl Site<'_, '_> {
+    fn group(&self, scenario: &str) -> Option<&Group<'_>> {
+        self.groups.iter().find(|g| g.scenario == scenario).copied()
+    }
+
+    fn search(&self, scenario: &str) -> Option<&Search> {
+        self.searches
+            .iter()
+            .find(|s| s.scenario == scenario)
+            .copied()
+    }
+
+    /// The figure's point estimate (mean over the kept repetitions).
+    fn value(&self, scenario: &str) -> Option<f64> {
+        if self.metric == ClaimMetric::Capacity {
+            let (low, high) = bracket(self.search(scenario)?)?;
+            return Some(match high {
+                Some(high) => (low * high).sqrt(),
+                None => low,
+            });
+        }
+        let g = self.group(scenario)?;
+        Some(g.mean(|c| cell_value(c, self.metric)))
+    }
+
+    /// sum(coefficient x figure of scenario), with its interval.
+    fn combine(&self, terms: &[(f64, &String)]) -> Option<Estimate> {
+        if self.metric == ClaimMetric::Capacity {
+            return self.combine_brackets(terms);
+        }
+        let groups: Vec<(f64, &Group)> = terms
+            .iter()
+            .map(|(c, s)| Some((*c, self.group(s)?)))
+            .collect::<Option<_>>()?;
+        combine_groups(self.metric, &groups)
+    }
+
+    fn combine_brackets(&self, terms: &[(f64, &String)]) -> Option<Estimate> {
+        let (mut low, mut high, mut estimate) = (0.0, 0.0, 0.0);
+        let mut open = false;
+        for (c, scenario) in terms {
+            let (lo, hi) = bracket(self.search(scenario)?)?;
+            estimate += c * self.value(scenario)?;
+            let hi = hi.unwrap_or(f64::INFINITY);
+            open |= hi.is_infinite();
+            if *c >= 0.0 {
+                low += c * lo;
+                high += c * hi;
+            } else {
+                low += c * hi;
+                high += c * lo;
+            }
+        }
+        Some(Estimate {
+            estimate,
+            interval: Some(Interval {
+                estimate,
+                low,
+                high,
+                level: 1.0,
+            }),
+            basis: if open {
+                "search brackets; a capacity at the search's maximum is a lower bound".to_owned()
+            } else {
+                "search brackets: highest rate met to lowest missed".to_owned()
+            },
+        })
+    }
+
+    /// The site's verdict, unless a cell involved is flagged as noisy.
+    fn verdict(&self, verdict: Verdict, evidence: String, scenarios: &[&str]) -> PointVerdict {
+        let mut noise: Vec<String> = vec![];
+        for scenario in scenarios {
+            let cells: Vec<&Cell> = match self.group(scenario) {
+                Some(g) => g.cells.clone(),
+                None => vec![],
+            };
+            for cell in cells {
+                for flag in crate::trust::cell_flags(cell) {
+                    let flag = format!("{scenario} rep {}: {flag}", cell.repetition);
+                    if !noise.contains(&flag) {
+                        noise.push(flag);
+                    }
+                }
+            }
+            if let Some(g) = self.group(scenario) {
+                if let Some(cv) = crate::trust::p99_spread(g) {
+                    if cv > crate::trust::SPREAD_CV {
+                        noise.push(format!(
+                            "{scenario}: p99 varies by {:.0}% across repetitions",
+                            cv * 100.0
+                        ));
+                    }
+                }
+            }
+        }
+        if noise.is_empty() {
+            PointVerdict { verdict, evidence }
+        } else {
+            PointVerdict {
+                verdict: Verdict::Inconclusive,
+                evidence: format!(
+                    "{evidence} [noise, so inconclusive here: {}]",
+                    noise.join("; ")
+                ),
+            }
+        }
+    }
+}
+
+/// The highest rate that met the objective and the lowest that missed (`None` when the
+/// search met it at its maximum); `None` when nothing met it.
+fn bracket(search: &Search) -> Option<(f64, Option<f64>)> {
+    Some((search.capacity.meets_at?, search.capacity.misses_at))
+}
+
+/// One cell's figure.
+fn cell_value(cell: &Cell, metric: ClaimMetric) -> f64 {
+    let ms = |us: u64| us as f64 / 1e3;
+    let mesh = |f: fn(&meshbench_results::ComponentResources) -> f64| {
+        cell.resources
+            .iter()
+            .filter(|r| MESH_ROLES.contains(&r.role.as_str()))
+            .map(f)
+            .sum()
+    };
+    match metric {
+        ClaimMetric::P50 => ms(cell.load.latency.p50_us),
+        ClaimMetric::P99 => ms(cell.load.latency.p99_us),
+        ClaimMetric::Max => ms(cell.load.latency.max_us),
+        ClaimMetric::Throughput => cell.load.achieved_rps,
+        ClaimMetric::ClientCpu => side(cell, Side::Client).0,
+        ClaimMetric::TotalCpu => cell.resources.iter().map(|r| r.cpu_cores_mean).sum(),
+        ClaimMetric::MeshCpu => mesh(|r| r.cpu_cores_mean),
+        ClaimMetric::MeshMemory => mesh(|r| r.rss_mib_max),
+        // Judged from the searches, never from one cell.
+        ClaimMetric::Capacity => f64::NAN,
+    }
+}
+
+/// sum(coefficient x group's figure), with the best interval the groups allow (see the
+/// module's header).
+fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estimate> {
+    let estimate: f64 = terms
+        .iter()
+        .map(|(c, g)| c * g.mean(|cell| cell_value(cell, metric)))
+        .sum();
+    // Repetitions every group has, each combined on its own.
+    let mut repetitions: Vec<u32> = terms[0].1.cells.iter().map(|c| c.repetition).collect();
+    repetitions.retain(|r| {
+        terms
+            .iter()
+            .all(|(_, g)| g.cells.iter().any(|c| c.repetition == *r))
+    });
+    if repetitions.len() >= 2 {
+        let per_repetition: Vec<f64> = repetitions
+            .iter()
+            .map(|r| {
+                terms
+                    .iter()
+                    .map(|(c, g)| {
+                        let cell = g.cells.iter().find(|cell| cell.repetition == *r);
+                        c * cell.map_or(f64::NAN, |cell| cell_value(cell, metric))
+                    })
+                    .sum()
+            })
+            .collect();
+        let interval = mean_confidence_interval(&per_repetition, LEVEL)?;
+        return Some(Estimate {
+            estimate: interval.estimate,
+            interval: Some(interval),
+            basis: format!("t over {} repetitions", per_repetition.len()),
+        });
+    }
+    let quantile: Option<fn(&meshbench_results::SecondStats) -> u64> = match metric {
+        ClaimMetric::P50 => Some(|s| s.p50_us),
+        ClaimMetric::P99 => Some(|s| s.p99_us),
+        _ => None,
+    };
+    if let Some(quantile) = quantile {
+        let sides: Option<Vec<(f64, BlockEstimate)>> = terms
+            .iter()
+            .map(|(c, g)| {
+                let mut e = block_bootstrap_estimate(
+                    &g.seconds(quantile),
+                    BOOTSTRAP_ITERATIONS,
+                    BOOTSTRAP_SEED,
+                )?;
+                // The series is in µs; the figures in ms.
+                e.estimate /= 1e3;
+                e.standard_error /= 1e3;
+                Some((*c, e))
+            })
+            .collect();
+        if let Some(sides) = sides {
+            let interval = combined_interval(&sides, LEVEL)?;
+            let block = sides
+                .iter()
+                .map(|(_, e)| e.block_seconds)
+                .max()
+                .unwrap_or(1);
+            return Some(Estimate {
+                estimate: interval.estimate,
+                interval: Some(interval),
+                basis: format!(
+                    "per-second {}, block bootstrap ({block}-s blocks)",
+                    metric.name()
+                ),
+            });
+        }
+    }
+    Some(Estimate {
+        estimate,
+        interval: None,
+        basis: format!(
+            "one repetition, no interval: judged with a {:.0}% margin",
+            MARGIN * 100.0
+        ),
+    })
+}
+
+/// E1's memory against connections: R^2 of each fit the run has.
+fn linear(analysis: &Analysis, scenarios: &[String], min_r_squared: f64) -> Vec<PointVerdict> {
+    analysis
+        .fits
+        .iter()
+        .filter(|f| scenarios.contains(&f.scenario))
+        .map(|f| {
+            let verdict = if f.fit.n < 3 {
+                Verdict::Inconclusive
+            } else if f.fit.r_squared >= min_r_squared {
+                Verdict::Held
+            } else {
+                Verdict::DidNotHold
+            };
+            PointVerdict {
+                verdict,
+                evidence: format!(
+                    "{} {}: R^2 {:.3} over {} connection counts (at least {min_r_squared}), {} MiB per 1000 connections{}",
+                    f.scenario,
+                    f.placement,
+                    f.fit.r_squared,
+                    f.fit.n,
+                    fmt_num(f.fit.slope * 1000.0),
+                    if f.fit.n < 3 { "; two points make any line" } else { "" }
+                ),
+            }
+        })
+        .collect()
+}
+
+fn axis_value(point: &Point, axis: ClaimAxis) -> Option<f64> {
+    let load = &point.load;
+    match axis {
+        ClaimAxis::Rps => (load.rps > 0.0).then_some(load.rps),
+        ClaimAxis::Connections | ClaimAxis::Users => Some(f64::from(load.connections)),
+        ClaimAxis::Services => load.services.map(f64::from),
+    }
+}
+
+/// What `scenario` adds over `against` grows along `axis`: at each pair of neighbouring
+/// values of the axis with every other coordinate of the point the same, the added figure
+/// at the higher value minus at the lower.
+fn grows(
+    analysis: &Analysis,
+    metric: ClaimMetric,
+    scenario: &str,
+    against: &str,
+    axis: ClaimAxis,
+) -> Vec<PointVerdict> {
+    let points = analysis.points();
+    // The point with the axis's coordinate blanked: points sharing it differ only there.
+    let others = |p: &Point| {
+        let mut load = p.load;
+        match axis {
+            ClaimAxis::Rps => load.rps = 0.0,
+            ClaimAxis::Connections | ClaimAxis::Users => load.connections = 0,
+            ClaimAxis::Services => load.services = None,
+        }
+        (p.placement.clone(), format!("{load:?}"))
+    };
+    let mut lines: Vec<((String, String), Vec<&Point>)> = vec![];
+    for p in points {
+        if axis_value(p, axis).is_none() {
+            continue;
+        }
+        let key = others(p);
+        match lines.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, ps)) => ps.push(p),
+            None => lines.push((key, vec![p])),
+        }
+    }
+    let mut out = vec![];
+    for (_, mut line) in lines {
+        line.sort_by(|a, b| {
+            axis_value(a, axis)
+                .partial_cmp(&axis_value(b, axis))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        for pair in line.windows(2) {
+            let (lo, hi) = (pair[0], pair[1]);
+            let group = |p: &Point, s: &str| analysis.at(p).find(|g| g.scenario == s);
+            let (Some(a1), Some(b1), Some(a2), Some(b2)) = (
+                group(lo, against),
+                group(lo, scenario),
+                group(hi, against),
+                group(hi, scenario),
+            ) else {
+                continue;
+            };
+            let added = |a: &Group, b: &Group| {
+                b.mean(|c| cell_value(c, metric)) - a.mean(|c| cell_value(c, metric))
+            };
+            let (added_lo, added_hi) = (added(a1, b1), added(a2, b2));
+            // Repetitions pair within a point, not across points: the points' combinations
+            // are independent, so their per-second or per-repetition spreads add.
+            let (Some(at_lo), Some(at_hi)) = (
+                combine_groups(metric, &[(-1.0, a1), (1.0, b1)]),
+                combine_groups(metric, &[(-1.0, a2), (1.0, b2)]),
+            ) else {
+                continue;
+            };
+            let change = difference_of(&at_hi, &at_lo);
+            let size = [a1, b1, a2, b2]
+                .iter()
+                .map(|g| g.mean(|c| cell_value(c, metric)).abs())
+                .fold(0.0, f64::max);
+            let site = Site {
+                label: String::new(),
+                metric,
+                groups: vec![a1, b1, a2, b2],
+                searches: vec![],
+            };
+            out.push(site.verdict(
+                greater(&change, 0.0, size),
+                format!(
+                    "{} -> {}: {scenario} adds {} then {} ({}, {})",
+                    lo.label(),
+                    hi.label(),
+                    show_signed(metric, added_lo),
+                    show_signed(metric, added_hi),
+                    show_interval(metric, &change),
+                    change.basis
+                ),
+                &[scenario, against],
+            ));
+        }
+    }
+    out
+}
+
+/// `a - b` of two independent estimates: the intervals' half-widths add in quadrature (each
+/// read as a normal standard error at its level).
+fn difference_of(a: &Estimate, b: &Estimate) -> Estimate {
+    let estimate = a.estimate - b.estimate;
+    let interval = match (&a.interval, &b.interval) {
+        (Some(x), Some(y)) => {
+            let half = (((x.high - x.low) / 2.0).powi(2) + ((y.high - y.low) / 2.0).powi(2)).sqrt();
+            Some(Interval {
+                estimate,
+                low: estimate - half,
+                high: estimate + half,
+                level: LEVEL,
+            })
+        }
+        _ => None,
+    };
+    let basis = if interval.is_some() {
+        format!("{}; two points' intervals added in quadrature", a.basis)
+    } else {
+        a.basis.clone()
+    };
+    Estimate {
+        estimate,
+        interval,
+        basis,
+    }
+}
+
+fn unit(metric: ClaimMetric) -> &'static str {
+    match metric {
+        ClaimMetric::P50 | ClaimMetric::P99 | ClaimMetric::Max => " ms",
+        ClaimMetric::Throughput | ClaimMetric::Capacity => " rps",
+        ClaimMetric::ClientCpu | ClaimMetric::TotalCpu | ClaimMetric::MeshCpu => " cores",
+        ClaimMetric::MeshMemory => " MiB",
+    }
+}
+
+fn show(metric: ClaimMetric, value: f64) -> String {
+    format!("{}{}", fmt_num(value), unit(metric))
+}
+
+fn show_signed(metric: ClaimMetric, value: f64) -> String {
+    let sign = if value >= 0.0 { "+" } else { "" };
+    format!("{sign}{}", show(metric, value))
+}
+
+fn show_interval(metric: ClaimMetric, e: &Estimate) -> String {
+    match &e.interval {
+        Some(i) if i.high.is_infinite() => format!(
+            "{} [{}, no upper bound]",
+            show_signed(metric, e.estimate),
+            fmt_num(i.low)
+        ),
+        Some(i) => format!(
+            "{} [{}, {}]",
+            show_signed(metric, e.estimate),
+            fmt_num(i.low),
+            fmt_num(i.high)
+        ),
+        None => show_signed(metric, e.estimate),
+    }
+}
+
+/// The difference as a share of the reference, with the interval's ends alike.
+fn signed_percent(e: &Estimate, reference: f64) -> String {
+    if reference == 0.0 {
+        return "no reference".to_owned();
+    }
+    let pct = |v: f64| format!("{:+.1}%", v / reference * 100.0);
+    match &e.interval {
+        Some(i) => format!("{} [{}, {}]", pct(e.estimate), pct(i.low), pct(i.high)),
+        None => pct(e.estimate),
+    }
+}

@@ -1,0 +1,394 @@
+//! The findings section: each declared claim judged on a run, with the statistic behind
+//! the verdict; noise makes a point inconclusive; a claim whose scenarios were not measured
+//! is not checked; the report opens with the section.
+
+use meshbench_report::findings::{findings, Verdict};
+use meshbench_report::{render_markdown, Analysis};
+use meshbench_results::{
+    read_json, Cell, Claim, ClaimAxis, ClaimCheck, ClaimMetric, ComponentResources, LoadPoint,
+    MachineCpu, RunResult, ScenarioConfig, SecondStats,
+};
+
+fn example() -> RunResult {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../meshbench-results/schema/example-results-v1.json"
+    );
+    read_json(std::path::Path::new(path)).unwrap()
+}
+
+/// A run of `scenarios` at `points`, `repetitions` each, whose cells `shape` fills in.
+fn run(
+    scenarios: &[&str],
+    points: &[LoadPoint],
+    repetitions: u32,
+    shape: impl Fn(&str, &LoadPoint, u32, &mut Cell),
+) -> RunResult {
+    let mut result = example();
+    let template = result.cells[0].clone();
+    let scenario_template = result.config.scenarios[0].clone();
+    result.config.scenarios = scenarios
+        .iter()
+        .map(|name| ScenarioConfig {
+            name: (*name).to_owned(),
+            ..scenario_template.clone()
+        })
+        .collect();
+    result.config.load_points = points.to_vec();
+    result.config.repetitions = repetitions;
+    result.cells.clear();
+    for repetition in 1..=repetitions {
+        for point in points {
+            for scenario in scenarios {
+                let mut cell = template.clone();
+                cell.scenario = (*scenario).to_owned();
+                cell.repetition = repetition;
+                cell.load_point = *point;
+                shape(scenario, point, repetition, &mut cell);
+                result.cells.push(cell);
+            }
+        }
+    }
+    result
+}
+
+fn point(rps: f64) -> LoadPoint {
+    LoadPoint {
+        rps,
+        connections: 8,
+        ..LoadPoint::default()
+    }
+}
+
+fn claim(check: ClaimCheck) -> Claim {
+    Claim {
+        study: "E1".to_owned(),
+        statement: "a claim".to_owned(),
+        check,
+    }
+}
+
+fn verdicts(result: &RunResult) -> Vec<(Verdict, String)> {
+    let analysis = Analysis::of(result);
+    findings(result, &analysis)
+        .into_iter()
+        .map(|f| (f.verdict, f.evidence.join("; ")))
+        .collect()
+}
+
+/// Repetition `r`'s small wobble, so repetitions differ as real ones do.
+fn wobble(r: u32) -> f64 {
+    [0.0, 0.01, -0.012, 0.006][r as usize % 4]
+}
+
+#[test]
+fn at_most_is_held_missed_or_inconclusive_by_its_interval_over_repetitions() {
+    // p99 1.0 ms for the baseline; +2% clearly under 5%, +12% clearly over, +5% on the line.
+    let result = run(
+        &["baseline", "near", "far", "edge"],
+        &[point(500.0)],
+        3,
+        |scenario, _, r, cell| {
+            let factor = match scenario {
+                "near" => 1.02,
+                "far" => 1.12,
+                "edge" => 1.05,
+                _ => 1.0,
+            };
+            cell.load.latency.p99_us = (1000.0 * factor * (1.0 + wobble(r))) as u64;
+        },
+    );
+    let mut result = result;
+    result.config.findings = ["near", "far", "edge"]
+        .map(|scenario| {
+            claim(ClaimCheck::AtMost {
+                metric: ClaimMetric::P99,
+                scenario: scenario.to_owned(),
+                against: "baseline".to_owned(),
+                max_percent: 5.0,
+            })
+        })
+        .to_vec();
+    let v = verdicts(&result);
+    assert_eq!(v[0].0, Verdict::Held, "{v:?}");
+    assert_eq!(v[1].0, Verdict::DidNotHold, "{v:?}");
+    assert_eq!(v[2].0, Verdict::Inconclusive, "{v:?}");
+    assert!(v[0].1.contains("t over 3 repetitions"), "{}", v[0].1);
+    assert!(v[1].1.contains("+12"), "the statistic is given: {}", v[1].1);
+}
+
+#[test]
+fn one_repetitions_latency_is_judged_on_blocks_of_its_per_second_series() {
+    let seconds = |p50_us: u64, jitter: u64| -> Vec<SecondStats> {
+        (0..30)
+            .map(|s| SecondStats {
+                second: s,
+                responses: 500,
+                failures: 0,
+                p50_us: p50_us + (s as u64 * 7919) % jitter,
+                p99_us: 3 * p50_us,
+            })
+            .collect()
+    };
+    let mut result = run(
+        &["baseline", "meshbench-sidecar", "envoy-sidecar"],
+        &[point(500.0)],
+        1,
+        |scenario, _, _, cell| {
+            let p50 = match scenario {
+                "baseline" => 100,
+                "meshbench-sidecar" => 200,
+                _ => 205,
+            };
+            cell.load.time_series = seconds(p50, 40);
+            cell.load.latency.p50_us = p50;
+        },
+    );
+    result.config.findings = vec![
+        claim(ClaimCheck::Ordering {
+            metric: ClaimMetric::P50,
+            order: vec!["baseline".into(), "meshbench-sidecar".into()],
+        }),
+        claim(ClaimCheck::Ordering {
+            metric: ClaimMetric::P50,
+            order: vec!["meshbench-sidecar".into(), "envoy-sidecar".into()],
+        }),
+        claim(ClaimCheck::Ordering {
+            metric: ClaimMetric::P50,
+            order: vec!["meshbench-sidecar".into(), "baseline".into()],
+        }),
+    ];
+    let v = verdicts(&result);
+    assert_eq!(v[0].0, Verdict::Held, "{v:?}");
+    assert!(v[0].1.contains("block bootstrap"), "{}", v[0].1);
+    // 5 µs apart with 40 µs of jitter a second: the interval straddles zero.
+    assert_eq!(v[1].0, Verdict::Inconclusive, "{v:?}");
+    assert_eq!(v[2].0, Verdict::DidNotHold, "{v:?}");
+}
+
+#[test]
+fn a_noisy_cell_makes_its_point_inconclusive_and_says_why() {
+    let mut result = run(
+        &["baseline", "baseline-mtls"],
+        &[point(500.0)],
+        3,
+        |scenario, _, r, cell| {
+            let p99 = if scenario == "baseline" {
+                1000.0
+            } else {
+                3000.0
+            };
+            cell.load.latency.p99_us = (p99 * (1.0 + wobble(r))) as u64;
+            if scenario == "baseline-mtls" && r == 2 {
+                // The hypervisor took half of the machine.
+                cell.machines = vec![MachineCpu {
+                    source: "/proc/stat".into(),
+                    node: None,
+                    cpus: 2,
+                    user_cores: 0.5,
+                    nice_cores: 0.0,
+                    system_cores: 0.2,
+                    irq_cores: 0.0,
+                    softirq_cores: 0.1,
+                    iowait_cores: 0.0,
+                    idle_cores: 0.2,
+                    steal_cores: 1.0,
+                    mhz_min: None,
+                    mhz_max: None,
+                }];
+            }
+        },
+    );
+    result.config.findings = vec![claim(ClaimCheck::Ordering {
+        metric: ClaimMetric::P99,
+        order: vec!["baseline".into(), "baseline-mtls".into()],
+    })];
+    let v = verdicts(&result);
+    assert_eq!(v[0].0, Verdict::Inconclusive, "{v:?}");
+    assert!(
+        v[0].1.contains("noise") && v[0].1.contains("steal"),
+        "{}",
+        v[0].1
+    );
+}
+
+#[test]
+fn cpu_of_one_repetition_needs_a_clear_margin() {
+    let cpu = |cores: f64| ComponentResources {
+        component: "client".into(),
+        role: "load-generator".into(),
+        source: "procfs".into(),
+        samples: 10,
+        cpu_cores_mean: cores,
+        cpu_cores_max: cores,
+        rss_mib_mean: 10.0,
+        rss_mib_max: 10.0,
+        working_set_mib_mean: None,
+        working_set_mib_max: None,
+        node: None,
+    };
+    let mut result = run(
+        &["baseline", "baseline-mtls", "envoy-sidecar"],
+        &[point(500.0)],
+        1,
+        |scenario, _, _, cell| {
+            let cores = match scenario {
+                "baseline" => 0.20,
+                "baseline-mtls" => 0.30,
+                _ => 0.21,
+            };
+            cell.resources = vec![cpu(cores)];
+        },
+    );
+    result.config.findings = vec![
+        claim(ClaimCheck::Ordering {
+            metric: ClaimMetric::ClientCpu,
+            order: vec!["baseline".into(), "baseline-mtls".into()],
+        }),
+        claim(ClaimCheck::Ordering {
+            metric: ClaimMetric::ClientCpu,
+            order: vec!["baseline".into(), "envoy-sidecar".into()],
+        }),
+    ];
+    let v = verdicts(&result);
+    assert_eq!(v[0].0, Verdict::Held, "{v:?}");
+    assert!(v[0].1.contains("no interval"), "{}", v[0].1);
+    assert_eq!(v[1].0, Verdict::Inconclusive, "within the margin: {v:?}");
+}
+
+#[test]
+fn dropping_http_parsing_gains_more_than_dropping_mtls() {
+    let rps = |scenario: &str| match scenario {
+        "meshbench-sidecar-l7" => 3000.0,
+        "meshbench-sidecar-l7-plaintext" => 3300.0,
+        "meshbench-sidecar-l4-plaintext" => 9000.0,
+        _ => 20000.0,
+    };
+    let mut result = run(
+        &[
+            "baseline",
+            "meshbench-sidecar-l7",
+            "meshbench-sidecar-l7-plaintext",
+            "meshbench-sidecar-l4-plaintext",
+        ],
+        &[LoadPoint {
+            rps: 0.0,
+            connections: 16,
+            ..LoadPoint::default()
+        }],
+        3,
+        |scenario, _, r, cell| cell.load.achieved_rps = rps(scenario) * (1.0 + wobble(r)),
+    );
+    let check = |larger: [&str; 2], smaller: [&str; 2]| {
+        claim(ClaimCheck::LargerStep {
+            metric: ClaimMetric::Throughput,
+            larger: larger.map(String::from),
+            smaller: smaller.map(String::from),
+        })
+    };
+    result.config.findings = vec![
+        check(
+            [
+                "meshbench-sidecar-l7-plaintext",
+                "meshbench-sidecar-l4-plaintext",
+            ],
+            ["meshbench-sidecar-l7", "meshbench-sidecar-l7-plaintext"],
+        ),
+        check(
+            ["meshbench-sidecar-l7", "meshbench-sidecar-l7-plaintext"],
+            [
+                "meshbench-sidecar-l7-plaintext",
+                "meshbench-sidecar-l4-plaintext",
+            ],
+        ),
+    ];
+    let v = verdicts(&result);
+    assert_eq!(v[0].0, Verdict::Held, "{v:?}");
+    assert!(v[0].1.contains("by +57"), "{}", v[0].1);
+    assert_eq!(v[1].0, Verdict::DidNotHold, "{v:?}");
+}
+
+#[test]
+fn added_latency_grows_along_an_axis_with_the_others_fixed() {
+    let users = |users: u32, services: u32| LoadPoint {
+        rps: 0.0,
+        connections: users,
+        requests: Some(10),
+        services: Some(services),
+        ..LoadPoint::default()
+    };
+    let points = [users(10, 4), users(40, 4), users(10, 16), users(40, 16)];
+    let mut result = run(
+        &["baseline", "envoy-sidecar"],
+        &points,
+        3,
+        |scenario, point, r, cell| {
+            let base = 1000.0 * f64::from(point.services.unwrap());
+            // The mesh adds 10% per hop at 10 users, 30% at 40; the same at every length.
+            let added = if scenario == "baseline" {
+                0.0
+            } else {
+                base * if point.connections == 40 { 0.3 } else { 0.1 }
+            };
+            cell.load.latency.p50_us = ((base + added) * (1.0 + wobble(r))) as u64;
+        },
+    );
+    let grows = |axis| {
+        claim(ClaimCheck::Grows {
+            metric: ClaimMetric::P50,
+            scenario: "envoy-sidecar".into(),
+            against: "baseline".into(),
+            axis,
+        })
+    };
+    result.config.findings = vec![grows(ClaimAxis::Users), grows(ClaimAxis::Services)];
+    let v = verdicts(&result);
+    assert_eq!(v[0].0, Verdict::Held, "{v:?}");
+    // Along the chain the added latency grows too (10% of a longer chain).
+    assert_eq!(v[1].0, Verdict::Held, "{v:?}");
+    assert!(
+        v[0].1.contains("10 users") || v[0].1.contains("users"),
+        "{}",
+        v[0].1
+    );
+}
+
+#[test]
+fn a_claim_on_scenarios_the_run_lacks_is_not_checked_and_the_report_opens_with_findings() {
+    let mut result = run(
+        &["baseline", "baseline-mtls"],
+        &[point(500.0)],
+        1,
+        |_, _, _, _| {},
+    );
+    result.config.findings = vec![
+        Claim {
+            study: "E3".into(),
+            statement: "Median RTT orders no mesh < Linkerd < Istio".into(),
+            check: ClaimCheck::Ordering {
+                metric: ClaimMetric::P50,
+                order: vec!["baseline".into(), "linkerd".into(), "istio".into()],
+            },
+        },
+        claim(ClaimCheck::Linear {
+            scenarios: vec!["meshbench-sidecar".into()],
+            min_r_squared: 0.9,
+        }),
+    ];
+    let v = verdicts(&result);
+    assert_eq!(v[0].0, Verdict::NotChecked, "{v:?}");
+    assert!(v[0].1.contains("linkerd, istio"), "{}", v[0].1);
+    assert_eq!(v[1].0, Verdict::NotChecked, "{v:?}");
+
+    let analysis = Analysis::of(&result);
+    let report = render_markdown(&result, &analysis, None);
+    let first_section = report
+        .lines()
+        .find(|l| l.starts_with("## "))
+        .expect("a section");
+    assert!(
+        first_section.starts_with("## Findings of the study"),
+        "{first_section}"
+    );
+    assert!(report.contains("| E3 | Median RTT orders no mesh < Linkerd < Istio | not checked |"));
+}

@@ -1,0 +1,107 @@
+//! Noise detection as a user meets it: a quiet run on the loopback lab is not flagged, and
+//! the same run with a real CPU hog beside it (a shell spinning in a loop, a process the lab
+//! does not know) is, in the terminal, in the report and in the CPU nobody was charged for.
+//! One test, so nothing else of this binary runs beside the quiet run.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use meshbench_report::trust::{cell_flags, machine_share, OTHER_CORES};
+use meshbench_results::{read_json, RunResult, RunStatus};
+use meshbench_testkit::run_ok;
+
+const SPEC: &str = "\
+name: noise-check
+scenarios: [baseline, meshbench-sidecar]
+placements: [intra-node]
+load:
+  model: constant-rate
+  points:
+    - { rps: 300, connections: 4 }
+duration: 3s
+warmup: 500ms
+sample_interval: 100ms
+";
+
+fn run(dir: &Path, name: &str) -> (RunResult, String, String) {
+    let out = dir.join(name);
+    let output = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["run", "--backend", "loopback", "--spec"])
+            .arg(dir.join("spec.yaml"))
+            .arg("--out")
+            .arg(&out),
+    );
+    let result: RunResult = read_json(&out.join("results.json")).unwrap();
+    assert_eq!(result.status, RunStatus::Complete);
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let terminal = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (result, report, terminal)
+}
+
+/// A CPU hog outside the lab, stopped when dropped.
+struct Hog(Child);
+
+impl Hog {
+    fn start() -> Hog {
+        Hog(Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap())
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_cpu_hog_beside_the_lab_is_flagged_and_a_quiet_run_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spec.yaml"), SPEC).unwrap();
+
+    let (quiet, report, terminal) = run(dir.path(), "quiet");
+    for cell in &quiet.cells {
+        let share = machine_share(cell).expect("the machine is read for every cell");
+        assert!(
+            share.busy_cores >= share.attributed_cores * 0.8,
+            "the machine was at least as busy as its components: {share:?}"
+        );
+        assert!(
+            cell_flags(cell).is_empty(),
+            "{} flagged in a quiet run: {:?} ({share:?})",
+            cell.scenario,
+            cell_flags(cell)
+        );
+    }
+    assert!(!report.contains("Noise:"), "{report}");
+    assert!(!terminal.contains("noisy:"), "{terminal}");
+    assert!(report.contains("CPU nobody was charged for"), "{report}");
+
+    let hog = Hog::start();
+    let (noisy, report, terminal) = run(dir.path(), "hog");
+    drop(hog);
+    for cell in &noisy.cells {
+        let share = machine_share(cell).unwrap();
+        assert!(share.other_cores > OTHER_CORES, "{share:?}");
+        let flags = cell_flags(cell);
+        assert!(
+            flags.iter().any(|f| f.starts_with("other processes")),
+            "{flags:?}"
+        );
+    }
+    assert!(
+        report.contains("Noise: cells whose figures may not be trustworthy"),
+        "{report}"
+    );
+    assert!(
+        report.contains("went to processes outside the lab"),
+        "{report}"
+    );
+    assert!(terminal.contains("noisy: other processes"), "{terminal}");
+}
