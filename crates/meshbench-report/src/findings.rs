@@ -426,41 +426,40 @@ impl Site<'_, '_> {
 
     /// The site's verdict, unless a cell involved is flagged as noisy.
     fn verdict(&self, verdict: Verdict, evidence: String, scenarios: &[&str]) -> PointVerdict {
-        let mut noise: Vec<String> = vec![];
+        // Each kind of flag once, with the scenarios it touched (the noise table has the rest).
+        let mut noise: Vec<(String, Vec<&str>)> = vec![];
+        let mut note = |kind: String, scenario| match noise.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, touched)) if touched.contains(&scenario) => {}
+            Some((_, touched)) => touched.push(scenario),
+            None => noise.push((kind, vec![scenario])),
+        };
         for scenario in scenarios {
-            let cells: Vec<&Cell> = match self.group(scenario) {
-                Some(g) => g.cells.clone(),
-                None => vec![],
+            let Some(g) = self.group(scenario) else {
+                continue;
             };
-            for cell in cells {
+            for cell in &g.cells {
                 for flag in crate::trust::cell_flags(cell) {
-                    let flag = format!("{scenario} rep {}: {flag}", cell.repetition);
-                    if !noise.contains(&flag) {
-                        noise.push(flag);
-                    }
+                    let kind = flag.split(':').next().unwrap_or_default().to_owned();
+                    note(kind, *scenario);
                 }
             }
-            if let Some(g) = self.group(scenario) {
-                if let Some(cv) = crate::trust::p99_spread(g) {
-                    if cv > crate::trust::SPREAD_CV {
-                        noise.push(format!(
-                            "{scenario}: p99 varies by {:.0}% across repetitions",
-                            cv * 100.0
-                        ));
-                    }
-                }
+            if crate::trust::p99_spread(g).is_some_and(|cv| cv > crate::trust::SPREAD_CV) {
+                note("spread across repetitions".to_owned(), *scenario);
             }
         }
         if noise.is_empty() {
-            PointVerdict { verdict, evidence }
-        } else {
-            PointVerdict {
-                verdict: Verdict::Inconclusive,
-                evidence: format!(
-                    "{evidence} [noise, so inconclusive here: {}]",
-                    noise.join("; ")
-                ),
-            }
+            return PointVerdict { verdict, evidence };
+        }
+        let reasons: Vec<String> = noise
+            .iter()
+            .map(|(kind, touched)| format!("{kind} ({})", touched.join(", ")))
+            .collect();
+        PointVerdict {
+            verdict: Verdict::Inconclusive,
+            evidence: format!(
+                "{evidence} [inconclusive here, noise: {}]",
+                reasons.join(", ")
+            ),
         }
     }
 }
@@ -743,8 +742,20 @@ fn unit(metric: ClaimMetric) -> &'static str {
     }
 }
 
+/// A figure at the precision its unit needs (a sidecar's CPU is a few hundredths of a core).
+fn number(metric: ClaimMetric, value: f64) -> String {
+    match metric {
+        ClaimMetric::P50 | ClaimMetric::P99 | ClaimMetric::Max => format!("{value:.3}"),
+        ClaimMetric::ClientCpu | ClaimMetric::TotalCpu | ClaimMetric::MeshCpu => {
+            format!("{value:.3}")
+        }
+        ClaimMetric::MeshMemory => format!("{value:.1}"),
+        ClaimMetric::Throughput | ClaimMetric::Capacity => format!("{value:.0}"),
+    }
+}
+
 fn show(metric: ClaimMetric, value: f64) -> String {
-    format!("{}{}", fmt_num(value), unit(metric))
+    format!("{}{}", number(metric, value), unit(metric))
 }
 
 fn show_signed(metric: ClaimMetric, value: f64) -> String {
@@ -757,13 +768,13 @@ fn show_interval(metric: ClaimMetric, e: &Estimate) -> String {
         Some(i) if i.high.is_infinite() => format!(
             "{} [{}, no upper bound]",
             show_signed(metric, e.estimate),
-            fmt_num(i.low)
+            number(metric, i.low)
         ),
         Some(i) => format!(
             "{} [{}, {}]",
             show_signed(metric, e.estimate),
-            fmt_num(i.low),
-            fmt_num(i.high)
+            number(metric, i.low),
+            number(metric, i.high)
         ),
         None => show_signed(metric, e.estimate),
     }
