@@ -47,6 +47,23 @@ impl CgroupFs {
         }
     }
 
+    /// CPU time of every task on the machine (the root group's exact scheduler accounting,
+    /// where /proc/stat only samples ticks), nanoseconds; `None` where unreadable.
+    pub fn root_cpu_ns(&self) -> Option<u64> {
+        match self {
+            CgroupFs::V1 { cpuacct, .. } => std::fs::read_to_string(cpuacct.join("cpuacct.usage"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok(),
+            CgroupFs::V2 { root } => std::fs::read_to_string(root.join("cpu.stat"))
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<u64>().ok())
+                .map(|us| us * 1000),
+        }
+    }
+
     fn hierarchies(&self) -> Vec<PathBuf> {
         match self {
             CgroupFs::V1 { cpuacct, memory } => vec![cpuacct.clone(), memory.clone()],

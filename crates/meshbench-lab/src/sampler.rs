@@ -93,6 +93,7 @@ fn sample_loop(
     stopped: mpsc::Receiver<()>,
 ) -> Sampled {
     let mut machine = MachineSeries::default();
+    let cgroups = crate::CgroupFs::detect();
     machine.mhz.extend(read_cpu_mhz());
     let ticks_per_second = rustix::param::clock_ticks_per_second();
     let page_size = rustix::param::page_size() as u64;
@@ -123,7 +124,9 @@ fn sample_loop(
     };
     loop {
         sample_all(&mut series);
-        machine.samples.extend(read_machine_sample());
+        machine
+            .samples
+            .extend(read_machine_sample(cgroups.as_ref()));
         match stopped.recv_timeout(interval) {
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             _ => break,
@@ -131,7 +134,9 @@ fn sample_loop(
     }
     // One last sample so the window's end is bracketed.
     sample_all(&mut series);
-    machine.samples.extend(read_machine_sample());
+    machine
+        .samples
+        .extend(read_machine_sample(cgroups.as_ref()));
     machine.mhz.extend(read_cpu_mhz());
     Sampled {
         components: series.into_iter().map(|(s, _)| s).collect(),

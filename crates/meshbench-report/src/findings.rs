@@ -33,6 +33,9 @@ use crate::analysis::{
 use crate::capacity::Search;
 use crate::tables::{side, Side, Table};
 
+/// How the findings table's title starts (the HTML report puts the charts after it).
+pub const TITLE: &str = "Findings of the study";
+
 /// Without an interval, an estimate must clear the threshold by this share of the largest
 /// figure in the combination.
 pub const MARGIN: f64 = 0.10;
@@ -84,8 +87,8 @@ pub fn findings_table(result: &RunResult, analysis: &Analysis) -> Option<Table> 
     }
     Some(Table {
         title: format!(
-            "Findings of the study, checked on this run ({:.0}% intervals; held: the interval is \
-             on the claim's side at every point; a point with a noise flag is inconclusive)",
+            "{TITLE}, checked on this run ({:.0}% intervals; held: the interval is on the \
+             claim's side at every point; a point with a noise flag is inconclusive)",
             LEVEL * 100.0
         ),
         headers: ["study", "finding", "verdict", "statistic"]

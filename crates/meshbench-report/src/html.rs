@@ -13,7 +13,9 @@ table{border-collapse:collapse;margin:0.5rem 0 1.5rem}\
 th,td{border:1px solid #ccc;padding:0.25rem 0.6rem;text-align:right}\
 th{background:#f3f3f3}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}\
 dt{font-weight:bold;float:left;clear:left;width:11rem}dd{margin-left:12rem}\
-figure{margin:0 0 1.5rem}figcaption{color:#555;font-size:0.9rem}";
+figure{margin:0 0 1.5rem}figcaption{color:#555;font-size:0.9rem}\
+td.text{text-align:left;max-width:48rem}\
+td.held{background:#e3f4e3}td.did-not-hold{background:#f8dede}td.inconclusive{background:#fdf3d8}";
 
 pub fn render_html(
     result: &RunResult,
@@ -28,7 +30,8 @@ pub fn render_html(
         &header,
         &tables,
     );
-    // Charts first, after the description: what a reader looks at before the numbers.
+    // Charts first, after the description and the study's findings: what a reader looks at
+    // before the numbers.
     let mut figures = String::from("<h2>Charts</h2>\n");
     for chart in &charts {
         let _ = writeln!(
@@ -38,8 +41,16 @@ pub fn render_html(
             escape(&chart.title)
         );
     }
-    if let Some(at) = out.find("</dl>\n") {
-        out.insert_str(at + "</dl>\n".len(), &figures);
+    let mut at = out.find("</dl>\n").map(|at| at + "</dl>\n".len());
+    if tables
+        .first()
+        .is_some_and(|t| t.title.starts_with(crate::findings::TITLE))
+    {
+        const END: &str = "</table>\n";
+        at = at.and_then(|from| out[from..].find(END).map(|end| from + end + END.len()));
+    }
+    if let Some(at) = at {
+        out.insert_str(at, &figures);
     }
     out
 }
@@ -92,11 +103,25 @@ fn write_table(out: &mut String, table: &Table) {
     for row in &table.rows {
         out.push_str("<tr>");
         for cell in row {
-            let _ = write!(out, "<td>{}</td>", escape(cell));
+            let _ = match cell_class(cell) {
+                Some(class) => write!(out, "<td class=\"{class}\">{}</td>", escape(cell)),
+                None => write!(out, "<td>{}</td>", escape(cell)),
+            };
         }
         out.push_str("</tr>\n");
     }
     out.push_str("</tbody></table>\n");
+}
+
+/// A verdict's colour, or prose aligned as text rather than as a figure.
+fn cell_class(cell: &str) -> Option<&'static str> {
+    match cell {
+        "held" => Some("held"),
+        "did not hold" => Some("did-not-hold"),
+        "inconclusive" => Some("inconclusive"),
+        _ if cell.len() > 24 && cell.contains(' ') => Some("text"),
+        _ => None,
+    }
 }
 
 /// Text made safe for HTML content and quoted attributes.

@@ -45,6 +45,8 @@ pub struct MachineShare {
     pub other_cores: f64,
     pub steal_cores: f64,
     pub cpus: u32,
+    /// Whether processes came from the root cgroup's exact counter (else /proc/stat's ticks).
+    pub exact_tasks: bool,
 }
 
 impl MachineShare {
@@ -71,15 +73,25 @@ pub fn machine_share(cell: &Cell) -> Option<MachineShare> {
         .map(|r| r.cpu_cores_mean)
         .sum();
     let sum = |f: fn(&MachineCpu) -> f64| cell.machines.iter().map(f).sum::<f64>();
-    let busy_cores = sum(MachineCpu::busy_cores);
     let interrupt_cores = sum(|m| m.irq_cores + m.softirq_cores);
+    // Processes from the root cgroup's exact counter where every machine has it; else from
+    // /proc/stat's ticks, which miss work between ticks at low load.
+    let tasks: Option<f64> = cell.machines.iter().map(|m| m.tasks_cores).sum();
+    let (busy_cores, other_cores) = match tasks {
+        Some(tasks) => (tasks + interrupt_cores, tasks - attributed_cores),
+        None => {
+            let busy = sum(MachineCpu::busy_cores);
+            (busy, busy - attributed_cores - interrupt_cores)
+        }
+    };
     Some(MachineShare {
         busy_cores,
         attributed_cores,
         interrupt_cores,
-        other_cores: busy_cores - attributed_cores - interrupt_cores,
+        other_cores,
         steal_cores: sum(|m| m.steal_cores),
         cpus: cell.machines.iter().map(|m| m.cpus).sum(),
+        exact_tasks: tasks.is_some(),
     })
 }
 
@@ -258,6 +270,7 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
             other_cores: mean(|s| s.other_cores),
             steal_cores: mean(|s| s.steal_cores),
             cpus: shares[0].cpus,
+            exact_tasks: shares.iter().all(|s| s.exact_tasks),
         })
     };
     let mut rows = vec![];
@@ -278,7 +291,11 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
         rows.push(vec![
             g.point.label(),
             g.scenario.clone(),
-            format!("{:.3}", share.busy_cores),
+            if share.exact_tasks {
+                format!("{:.3}", share.busy_cores)
+            } else {
+                format!("{:.3} (/proc/stat ticks only)", share.busy_cores)
+            },
             format!("{:.3}", share.attributed_cores),
             format!(
                 "{unattributed:.3} ({:.0}%)",
@@ -296,8 +313,10 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
     Table {
         title:
             "CPU nobody was charged for (cores, mean over each cell's window; the whole machine \
-                from /proc/stat against the sum of every sampled component; interrupts are the \
-                kernel's network processing in irq and softirq, charged to no process; other is \
+                against the sum of every sampled component: its processes from the root cgroup's \
+                exact counter, its interrupts, the kernel's network processing in irq and \
+                softirq charged to no process, from /proc/stat, which samples them at the \
+                scheduler tick and may count some already inside a process's time; other is \
                 processes outside the lab and kernel threads; the last column is the kernel's \
                 and the machine's part of a scenario's cost that a per-process view misses)"
                 .to_owned(),

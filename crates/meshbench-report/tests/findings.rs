@@ -3,7 +3,7 @@
 //! is not checked; the report opens with the section.
 
 use meshbench_report::findings::{findings, Verdict};
-use meshbench_report::{render_markdown, Analysis};
+use meshbench_report::{render_html, render_markdown, Analysis};
 use meshbench_results::{
     read_json, Cell, Claim, ClaimAxis, ClaimCheck, ClaimMetric, ComponentResources, LoadPoint,
     MachineCpu, RunResult, ScenarioConfig, SecondStats,
@@ -193,6 +193,7 @@ fn a_noisy_cell_makes_its_point_inconclusive_and_says_why() {
                     iowait_cores: 0.0,
                     idle_cores: 0.2,
                     steal_cores: 1.0,
+                    tasks_cores: None,
                     mhz_min: None,
                     mhz_max: None,
                 }];
@@ -391,4 +392,16 @@ fn a_claim_on_scenarios_the_run_lacks_is_not_checked_and_the_report_opens_with_f
         "{first_section}"
     );
     assert!(report.contains("| E3 | Median RTT orders no mesh < Linkerd < Istio | not checked |"));
+
+    // The HTML report too: the findings come before the charts, verdicts coloured.
+    let html = render_html(&result, &analysis, None);
+    let findings_at = html
+        .find("<h2>Findings of the study")
+        .expect("findings in HTML");
+    let charts_at = html.find("<h2>Charts</h2>").expect("charts in HTML");
+    assert!(findings_at < charts_at, "findings open the HTML report");
+    assert!(
+        html.contains("<td class=\"text\">Median RTT orders no mesh"),
+        "prose is text"
+    );
 }

@@ -327,6 +327,10 @@ pub struct MachineCpu {
     pub idle_cores: f64,
     /// Time the hypervisor ran something else while this machine wanted the CPU.
     pub steal_cores: f64,
+    /// Every task's CPU from the root cgroup's exact accounting. The states above are
+    /// sampled at the scheduler tick on kernels with tick-based accounting and miss work
+    /// between ticks at low load; absent where the root cgroup is unreadable.
+    pub tasks_cores: Option<f64>,
     /// The lowest and highest CPU frequency read (MHz), across CPUs, at the window's start
     /// and end; absent where the machine does not expose it.
     pub mhz_min: Option<f64>,

@@ -17,7 +17,7 @@ placements: [intra-node]
 load:
   model: constant-rate
   points:
-    - { rps: 300, connections: 4 }
+    - { rps: 1000, connections: 8 }
 duration: 3s
 warmup: 500ms
 sample_interval: 100ms
@@ -68,8 +68,11 @@ fn a_cpu_hog_beside_the_lab_is_flagged_and_a_quiet_run_is_not() {
     let (quiet, report, terminal) = run(dir.path(), "quiet");
     for cell in &quiet.cells {
         let share = machine_share(cell).expect("the machine is read for every cell");
+        // /proc/stat counts whole clock ticks, sampled where the kernel is tickless, while a
+        // cgroup's usage is exact: allow a tick per CPU at each end of the window and a fifth.
+        let ticks = 2.0 * 0.01 * f64::from(share.cpus) / 3.0;
         assert!(
-            share.busy_cores >= share.attributed_cores * 0.8,
+            share.busy_cores + ticks >= share.attributed_cores * 0.8,
             "the machine was at least as busy as its components: {share:?}"
         );
         assert!(
