@@ -84,6 +84,40 @@ pub fn parse_cpu_mhz(cpuinfo: &str) -> Option<(f64, f64)> {
 pub struct MachineSeries {
     pub samples: Vec<MachineSample>,
     pub mhz: Vec<(f64, f64)>,
+    /// How the kernel times interrupts (see [`interrupt_accounting`]).
+    pub interrupt_accounting: Option<&'static str>,
+}
+
+/// How the kernel times interrupts, from its build configuration: `precise` where it
+/// measures irq and softirq time (`CONFIG_IRQ_TIME_ACCOUNTING`, or native virtual CPU
+/// accounting), `tick-sampled` where /proc/stat's irq and softirq only count the scheduler
+/// ticks that landed in them, which is no measurement of a few percent of a core; `None`
+/// where the configuration is unreadable (/proc/config.gz, /boot/config-<release>).
+pub fn interrupt_accounting() -> Option<&'static str> {
+    use std::io::Read;
+    let from_proc = std::fs::File::open("/proc/config.gz").ok().and_then(|f| {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(f)
+            .read_to_string(&mut text)
+            .ok()
+            .map(|_| text)
+    });
+    let config = from_proc.or_else(|| {
+        let release = rustix::system::uname().release().to_str().ok()?.to_owned();
+        std::fs::read_to_string(format!("/boot/config-{release}")).ok()
+    })?;
+    interrupt_accounting_of(&config)
+}
+
+pub fn interrupt_accounting_of(config: &str) -> Option<&'static str> {
+    let set = |option: &str| config.lines().any(|l| l.trim() == format!("{option}=y"));
+    if set("CONFIG_IRQ_TIME_ACCOUNTING") || set("CONFIG_VIRT_CPU_ACCOUNTING_NATIVE") {
+        Some("precise")
+    } else if set("CONFIG_TICK_CPU_ACCOUNTING") || set("CONFIG_VIRT_CPU_ACCOUNTING_GEN") {
+        Some("tick-sampled")
+    } else {
+        None
+    }
 }
 
 impl MachineSeries {
@@ -115,6 +149,7 @@ impl MachineSeries {
             softirq_cores: cores(6),
             steal_cores: cores(7),
             tasks_cores,
+            interrupt_accounting: self.interrupt_accounting.map(str::to_owned),
             mhz_min,
             mhz_max,
         })
@@ -183,6 +218,7 @@ mod tests {
                 },
             ],
             mhz: vec![(2600.0, 2600.0), (1800.0, 2600.0)],
+            interrupt_accounting: Some("precise"),
         };
         let cpu = series.summarize(0, S, 2).unwrap();
         assert!((cpu.user_cores - 0.8).abs() < 1e-9, "{cpu:?}");
@@ -197,6 +233,18 @@ mod tests {
         let half = series.summarize(S / 2, S, 2).unwrap();
         assert!((half.user_cores - 0.8).abs() < 1e-9);
         assert_eq!(series.summarize(S, S, 2), None);
+    }
+
+    #[test]
+    fn the_kernels_interrupt_accounting_is_read_from_its_config() {
+        let tick = "# comment\nCONFIG_HZ=250\nCONFIG_TICK_CPU_ACCOUNTING=y\n";
+        assert_eq!(interrupt_accounting_of(tick), Some("tick-sampled"));
+        let precise = format!("{tick}CONFIG_IRQ_TIME_ACCOUNTING=y\n");
+        assert_eq!(interrupt_accounting_of(&precise), Some("precise"));
+        assert_eq!(
+            interrupt_accounting_of("# CONFIG_IRQ_TIME_ACCOUNTING is not set\n"),
+            None
+        );
     }
 
     #[test]

@@ -92,7 +92,10 @@ fn sample_loop(
     interval: Duration,
     stopped: mpsc::Receiver<()>,
 ) -> Sampled {
-    let mut machine = MachineSeries::default();
+    let mut machine = MachineSeries {
+        interrupt_accounting: crate::machine::interrupt_accounting(),
+        ..MachineSeries::default()
+    };
     let cgroups = crate::CgroupFs::detect();
     machine.mhz.extend(read_cpu_mhz());
     let ticks_per_second = rustix::param::clock_ticks_per_second();

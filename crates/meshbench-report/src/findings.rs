@@ -134,8 +134,8 @@ fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
             against,
             max_percent,
         } => per_site(analysis, *metric, |site| {
-            let (a, b) = (site.value(against)?, site.value(scenario)?);
             let difference = site.combine(&[(-1.0, against), (1.0, scenario)])?;
+            let (a, b) = (difference.sides[0], difference.sides[1]);
             let allowed = a * max_percent / 100.0;
             Some(site.verdict(
                 at_most(&difference, allowed, a.abs().max(b.abs())),
@@ -252,8 +252,8 @@ fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Opt
     let mut parts = vec![];
     let mut involved: Vec<&str> = vec![];
     for (low, high) in pairs {
-        let (a, b) = (site.value(low)?, site.value(high)?);
         let difference = site.combine(&[(-1.0, low), (1.0, high)])?;
+        let (a, b) = (difference.sides[0], difference.sides[1]);
         verdicts.push(greater(&difference, 0.0, a.abs().max(b.abs())));
         parts.push(format!(
             "{low} {} < {high} {} ({}, {})",
@@ -284,6 +284,9 @@ struct Estimate {
     estimate: f64,
     interval: Option<Interval>,
     basis: String,
+    /// Each term's figure on the same basis (before its coefficient), so the figures shown
+    /// beside an interval are the ones it was made from.
+    sides: Vec<f64>,
 }
 
 /// Held when the combination is surely above `threshold`.
@@ -398,9 +401,12 @@ impl Site<'_, '_> {
     fn combine_brackets(&self, terms: &[(f64, &String)]) -> Option<Estimate> {
         let (mut low, mut high, mut estimate) = (0.0, 0.0, 0.0);
         let mut open = false;
+        let mut sides = vec![];
         for (c, scenario) in terms {
             let (lo, hi) = bracket(self.search(scenario)?)?;
-            estimate += c * self.value(scenario)?;
+            let value = self.value(scenario)?;
+            sides.push(value);
+            estimate += c * value;
             let hi = hi.unwrap_or(f64::INFINITY);
             open |= hi.is_infinite();
             if *c >= 0.0 {
@@ -424,6 +430,7 @@ impl Site<'_, '_> {
             } else {
                 "search brackets: highest rate met to lowest missed".to_owned()
             },
+            sides,
         })
     }
 
@@ -525,10 +532,23 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
             })
             .collect();
         let interval = mean_confidence_interval(&per_repetition, LEVEL)?;
+        let sides = terms
+            .iter()
+            .map(|(_, g)| {
+                let kept: Vec<f64> = g
+                    .cells
+                    .iter()
+                    .filter(|c| repetitions.contains(&c.repetition))
+                    .map(|c| cell_value(c, metric))
+                    .collect();
+                kept.iter().sum::<f64>() / kept.len() as f64
+            })
+            .collect();
         return Some(Estimate {
             estimate: interval.estimate,
             interval: Some(interval),
             basis: format!("t over {} repetitions", per_repetition.len()),
+            sides,
         });
     }
     let quantile: Option<fn(&meshbench_results::SecondStats) -> u64> = match metric {
@@ -562,9 +582,10 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
                 estimate: interval.estimate,
                 interval: Some(interval),
                 basis: format!(
-                    "per-second {}, block bootstrap ({block}-s blocks)",
+                    "per-second {} averaged over seconds, block bootstrap ({block}-s blocks)",
                     metric.name()
                 ),
+                sides: sides.iter().map(|(_, e)| e.estimate).collect(),
             });
         }
     }
@@ -575,6 +596,10 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
             "one repetition, no interval: judged with a {:.0}% margin",
             MARGIN * 100.0
         ),
+        sides: terms
+            .iter()
+            .map(|(_, g)| g.mean(|cell| cell_value(cell, metric)))
+            .collect(),
     })
 }
 
@@ -733,6 +758,7 @@ fn difference_of(a: &Estimate, b: &Estimate) -> Estimate {
         estimate,
         interval,
         basis,
+        sides: a.sides.iter().chain(&b.sides).copied().collect(),
     }
 }
 

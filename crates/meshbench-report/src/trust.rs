@@ -47,6 +47,9 @@ pub struct MachineShare {
     pub cpus: u32,
     /// Whether processes came from the root cgroup's exact counter (else /proc/stat's ticks).
     pub exact_tasks: bool,
+    /// Whether the kernel only sampled interrupts at the tick (then, beside exact processes,
+    /// they are not counted in `busy_cores`).
+    pub interrupts_sampled: bool,
 }
 
 impl MachineShare {
@@ -77,7 +80,14 @@ pub fn machine_share(cell: &Cell) -> Option<MachineShare> {
     // Processes from the root cgroup's exact counter where every machine has it; else from
     // /proc/stat's ticks, which miss work between ticks at low load.
     let tasks: Option<f64> = cell.machines.iter().map(|m| m.tasks_cores).sum();
+    // A kernel that only samples interrupts at the tick gives no measurement of them: with
+    // the processes measured exactly, they are shown but not counted.
+    let interrupts_sampled = cell
+        .machines
+        .iter()
+        .all(|m| m.interrupt_accounting.as_deref() == Some("tick-sampled"));
     let (busy_cores, other_cores) = match tasks {
+        Some(tasks) if interrupts_sampled => (tasks, tasks - attributed_cores),
         Some(tasks) => (tasks + interrupt_cores, tasks - attributed_cores),
         None => {
             let busy = sum(MachineCpu::busy_cores);
@@ -92,6 +102,7 @@ pub fn machine_share(cell: &Cell) -> Option<MachineShare> {
         steal_cores: sum(|m| m.steal_cores),
         cpus: cell.machines.iter().map(|m| m.cpus).sum(),
         exact_tasks: tasks.is_some(),
+        interrupts_sampled,
     })
 }
 
@@ -271,6 +282,7 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
             steal_cores: mean(|s| s.steal_cores),
             cpus: shares[0].cpus,
             exact_tasks: shares.iter().all(|s| s.exact_tasks),
+            interrupts_sampled: shares.iter().any(|s| s.interrupts_sampled),
         })
     };
     let mut rows = vec![];
@@ -305,7 +317,14 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
                     0.0
                 }
             ),
-            format!("{:.3}", share.interrupt_cores),
+            if share.interrupts_sampled && share.exact_tasks {
+                format!(
+                    "{:.3} (tick-sampled by this kernel: not counted)",
+                    share.interrupt_cores
+                )
+            } else {
+                format!("{:.3}", share.interrupt_cores)
+            },
             format!("{:.3}", share.other_cores),
             versus_baseline,
         ]);

@@ -194,6 +194,7 @@ fn a_noisy_cell_makes_its_point_inconclusive_and_says_why() {
                     idle_cores: 0.2,
                     steal_cores: 1.0,
                     tasks_cores: None,
+                    interrupt_accounting: None,
                     mhz_min: None,
                     mhz_max: None,
                 }];

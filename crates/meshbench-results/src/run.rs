@@ -331,6 +331,10 @@ pub struct MachineCpu {
     /// sampled at the scheduler tick on kernels with tick-based accounting and miss work
     /// between ticks at low load; absent where the root cgroup is unreadable.
     pub tasks_cores: Option<f64>,
+    /// How the kernel timed `irq_cores` and `softirq_cores`: `precise`, or `tick-sampled`
+    /// (only the scheduler ticks that landed in an interrupt, no measurement at low load);
+    /// absent where the kernel's configuration was unreadable.
+    pub interrupt_accounting: Option<String>,
     /// The lowest and highest CPU frequency read (MHz), across CPUs, at the window's start
     /// and end; absent where the machine does not expose it.
     pub mhz_min: Option<f64>,
