@@ -18,7 +18,8 @@
 //! A verdict is "held" when the whole interval is on the claim's side of the threshold, "did
 //! not hold" when it is wholly on the other, and inconclusive otherwise. A point where any
 //! cell involved carries a noise flag (see `trust`) is inconclusive whatever its interval:
-//! the run cannot tell the system from the disturbance there. A claim holds when it held at
+//! the run cannot tell the system from the disturbance there (a spread across repetitions
+//! excepted where the interval is itself across repetitions: it already carries it). A claim holds when it held at
 //! every point its scenarios were measured together; one point where it clearly did not
 //! hold makes it "did not hold".
 
@@ -149,6 +150,7 @@ fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
                     show(*metric, allowed)
                 ),
                 &[scenario, against],
+                difference.across_repetitions,
             ))
         }),
         ClaimCheck::Ordering { metric, order } => {
@@ -200,6 +202,7 @@ fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
                     combination.basis
                 ),
                 &[&larger[0], &larger[1], &smaller[0], &smaller[1]],
+                combination.across_repetitions,
             ))
         }),
         ClaimCheck::Linear {
@@ -251,6 +254,7 @@ fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Opt
     let mut verdicts = vec![];
     let mut parts = vec![];
     let mut involved: Vec<&str> = vec![];
+    let mut across_repetitions = true;
     for (low, high) in pairs {
         let difference = site.combine(&[(-1.0, low), (1.0, high)])?;
         let (a, b) = (difference.sides[0], difference.sides[1]);
@@ -263,6 +267,7 @@ fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Opt
             difference.basis
         ));
         involved.extend([low.as_str(), high.as_str()]);
+        across_repetitions &= difference.across_repetitions;
     }
     let verdict = if verdicts.contains(&Verdict::DidNotHold) {
         Verdict::DidNotHold
@@ -275,6 +280,7 @@ fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Opt
         verdict,
         format!("{}: {}", site.label, parts.join(", ")),
         &involved,
+        across_repetitions,
     ))
 }
 
@@ -287,6 +293,9 @@ struct Estimate {
     /// Each term's figure on the same basis (before its coefficient), so the figures shown
     /// beside an interval are the ones it was made from.
     sides: Vec<f64>,
+    /// The interval is across repetitions, so it already carries their spread (a spread
+    /// flag then says nothing the interval does not).
+    across_repetitions: bool,
 }
 
 /// Held when the combination is surely above `threshold`.
@@ -431,11 +440,18 @@ impl Site<'_, '_> {
                 "search brackets: highest rate met to lowest missed".to_owned()
             },
             sides,
+            across_repetitions: false,
         })
     }
 
     /// The site's verdict, unless a cell involved is flagged as noisy.
-    fn verdict(&self, verdict: Verdict, evidence: String, scenarios: &[&str]) -> PointVerdict {
+    fn verdict(
+        &self,
+        verdict: Verdict,
+        evidence: String,
+        scenarios: &[&str],
+        spread_in_interval: bool,
+    ) -> PointVerdict {
         // Each kind of flag once, with the scenarios it touched (the noise table has the rest).
         let mut noise: Vec<(String, Vec<&str>)> = vec![];
         let mut note = |kind: String, scenario| match noise.iter_mut().find(|(k, _)| *k == kind) {
@@ -453,7 +469,9 @@ impl Site<'_, '_> {
                     note(kind, *scenario);
                 }
             }
-            if crate::trust::p99_spread(g).is_some_and(|cv| cv > crate::trust::SPREAD_CV) {
+            if !spread_in_interval
+                && crate::trust::p99_spread(g).is_some_and(|cv| cv > crate::trust::SPREAD_CV)
+            {
                 note("spread across repetitions".to_owned(), *scenario);
             }
         }
@@ -549,6 +567,7 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
             interval: Some(interval),
             basis: format!("t over {} repetitions", per_repetition.len()),
             sides,
+            across_repetitions: true,
         });
     }
     let quantile: Option<fn(&meshbench_results::SecondStats) -> u64> = match metric {
@@ -586,6 +605,7 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
                     metric.name()
                 ),
                 sides: sides.iter().map(|(_, e)| e.estimate).collect(),
+                across_repetitions: false,
             });
         }
     }
@@ -600,6 +620,7 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
             .iter()
             .map(|(_, g)| g.mean(|cell| cell_value(cell, metric)))
             .collect(),
+        across_repetitions: false,
     })
 }
 
@@ -727,6 +748,7 @@ fn grows(
                     change.basis
                 ),
                 &[scenario, against],
+                change.across_repetitions,
             ));
         }
     }
@@ -759,6 +781,7 @@ fn difference_of(a: &Estimate, b: &Estimate) -> Estimate {
         interval,
         basis,
         sides: a.sides.iter().chain(&b.sides).copied().collect(),
+        across_repetitions: a.across_repetitions && b.across_repetitions,
     }
 }
 

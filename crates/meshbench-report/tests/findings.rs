@@ -406,3 +406,31 @@ fn a_claim_on_scenarios_the_run_lacks_is_not_checked_and_the_report_opens_with_f
         "prose is text"
     );
 }
+
+#[test]
+fn a_spread_across_repetitions_is_no_noise_to_an_interval_across_them() {
+    // p99 swings by a factor of three between repetitions (flagged as spread), while the
+    // medians stay far apart: the interval over repetitions carries the spread already.
+    let mut result = run(
+        &["baseline", "envoy-sidecar"],
+        &[point(500.0)],
+        3,
+        |scenario, _, r, cell| {
+            let p50 = if scenario == "baseline" { 100.0 } else { 300.0 };
+            cell.load.latency.p50_us = (p50 * (1.0 + wobble(r))) as u64;
+            cell.load.latency.p99_us = [1000, 3000, 1500][r as usize - 1];
+        },
+    );
+    result.config.findings = vec![claim(ClaimCheck::Ordering {
+        metric: ClaimMetric::P50,
+        order: vec!["baseline".into(), "envoy-sidecar".into()],
+    })];
+    let analysis = Analysis::of(&result);
+    let spread = meshbench_report::trust::noise_flags(&analysis);
+    assert!(
+        spread.iter().any(|f| f.reason.starts_with("spread")),
+        "{spread:?}"
+    );
+    let v = verdicts(&result);
+    assert_eq!(v[0].0, Verdict::Held, "{v:?}");
+}
