@@ -197,8 +197,11 @@ pub fn capacity_table(result: &RunResult, searches: &[Search]) -> Option<Table> 
     Some(Table {
         title: format!(
             "Capacity under the objective ({}): the highest constant rate that met it, and the \
-             bracket the capacity lies in (met at the lower end, missed at the upper); the knee \
-             is where p99 turns steep (Kneedle on log p99)",
+             bracket the capacity lies in (met at the lower end, missed at the upper); the \
+             bracket is the search's resolution within this run, not the spread between runs: \
+             a data plane whose p99 swings near the objective can land outside it when the run \
+             is repeated (compare two runs with `meshbench compare`); the knee is where p99 \
+             turns steep (Kneedle on log p99)",
             objective(config)
         ),
         headers: [
