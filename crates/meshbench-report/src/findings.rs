@@ -701,7 +701,12 @@ fn grows(
     let others = |p: &Point| {
         let mut load = p.load;
         match axis {
-            ClaimAxis::Rps => load.rps = 0.0,
+            // Studies scale connections with the rate (E1: 2 rps per connection): the offered
+            // load is the axis, whatever connections come with it.
+            ClaimAxis::Rps => {
+                load.rps = 0.0;
+                load.connections = 0;
+            }
             ClaimAxis::Connections | ClaimAxis::Users => load.connections = 0,
             ClaimAxis::Services => load.services = None,
         }
