@@ -14,6 +14,7 @@
 use meshbench_results::MachineCpu;
 use meshbench_time::now_ns;
 
+use crate::sampler::counter_at;
 use crate::CgroupFs;
 
 /// Cumulative CPU time of all CPUs, by state, in nanoseconds.
@@ -155,44 +156,30 @@ impl MachineSeries {
         })
     }
 
-    /// The tasks' cumulative nanoseconds at `t_ns`, as [`Self::at`] does the states; `None`
-    /// unless every sample has it.
-    fn tasks_at(&self, t_ns: u64) -> Option<f64> {
-        let tasks: Vec<(u64, f64)> = self
-            .samples
-            .iter()
-            .map(|s| Some((s.t_ns, s.tasks_ns? as f64)))
-            .collect::<Option<_>>()?;
-        let (first, last) = (tasks.first()?, tasks.last()?);
-        if t_ns <= first.0 {
-            return Some(first.1);
-        }
-        if t_ns >= last.0 {
-            return Some(last.1);
-        }
-        let i = tasks.partition_point(|s| s.0 <= t_ns);
-        let (a, b) = (tasks[i - 1], tasks[i]);
-        Some(a.1 + (t_ns - a.0) as f64 / (b.0 - a.0) as f64 * (b.1 - a.1))
-    }
-
     /// Every state's cumulative nanoseconds at `t_ns`, interpolated, clamped to the ends.
     fn at(&self, t_ns: u64) -> [f64; 8] {
-        let as_f64 = |s: &MachineSample| s.states_ns.map(|v| v as f64);
-        let (first, last) = (&self.samples[0], &self.samples[self.samples.len() - 1]);
-        if t_ns <= first.t_ns {
-            return as_f64(first);
+        std::array::from_fn(|state| {
+            counter_at(
+                &self.samples,
+                t_ns,
+                |s| s.t_ns,
+                |s| s.states_ns[state] as f64,
+            )
+            .unwrap_or(0.0)
+        })
+    }
+
+    /// The tasks' cumulative nanoseconds at `t_ns`; `None` unless every sample has them.
+    fn tasks_at(&self, t_ns: u64) -> Option<f64> {
+        if self.samples.iter().any(|s| s.tasks_ns.is_none()) {
+            return None;
         }
-        if t_ns >= last.t_ns {
-            return as_f64(last);
-        }
-        let i = self.samples.partition_point(|s| s.t_ns <= t_ns);
-        let (a, b) = (&self.samples[i - 1], &self.samples[i]);
-        let frac = (t_ns - a.t_ns) as f64 / (b.t_ns - a.t_ns) as f64;
-        let mut out = as_f64(a);
-        for (value, (from, to)) in out.iter_mut().zip(a.states_ns.iter().zip(&b.states_ns)) {
-            *value = *from as f64 + frac * (*to as f64 - *from as f64);
-        }
-        out
+        counter_at(
+            &self.samples,
+            t_ns,
+            |s| s.t_ns,
+            |s| s.tasks_ns.unwrap_or(0) as f64,
+        )
     }
 }
 

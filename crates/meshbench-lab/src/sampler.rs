@@ -255,22 +255,32 @@ impl SampleSeries {
         }
     }
 
-    /// Cumulative CPU nanoseconds at `t_ns`, interpolated between the samples around it and
-    /// clamped to the first or last sample outside the sampled span.
+    /// Cumulative CPU nanoseconds at `t_ns` (see [`counter_at`]).
     fn cpu_at(&self, t_ns: u64) -> Option<f64> {
-        let first = self.samples.first()?;
-        let last = self.samples.last()?;
-        if t_ns <= first.t_ns {
-            return Some(first.cpu_ns as f64);
-        }
-        if t_ns >= last.t_ns {
-            return Some(last.cpu_ns as f64);
-        }
-        let i = self.samples.partition_point(|s| s.t_ns <= t_ns);
-        let (a, b) = (&self.samples[i - 1], &self.samples[i]);
-        let frac = (t_ns - a.t_ns) as f64 / (b.t_ns - a.t_ns) as f64;
-        Some(a.cpu_ns as f64 + frac * (b.cpu_ns as f64 - a.cpu_ns as f64))
+        counter_at(&self.samples, t_ns, |s| s.t_ns, |s| s.cpu_ns as f64)
     }
+}
+
+/// A cumulative counter at `t_ns`, interpolated between the samples around it (ordered by
+/// time) and clamped to the first or last sample outside the sampled span; `None` without
+/// samples. Components' CPU and the machine's counters are cut to a window with it.
+pub(crate) fn counter_at<S>(
+    samples: &[S],
+    t_ns: u64,
+    time: impl Fn(&S) -> u64,
+    value: impl Fn(&S) -> f64,
+) -> Option<f64> {
+    let (first, last) = (samples.first()?, samples.last()?);
+    if t_ns <= time(first) {
+        return Some(value(first));
+    }
+    if t_ns >= time(last) {
+        return Some(value(last));
+    }
+    let i = samples.partition_point(|s| time(s) <= t_ns);
+    let (a, b) = (&samples[i - 1], &samples[i]);
+    let frac = (t_ns - time(a)) as f64 / (time(b) - time(a)) as f64;
+    Some(value(a) + frac * (value(b) - value(a)))
 }
 
 #[cfg(test)]
