@@ -894,6 +894,49 @@ mod tests {
         }
     }
 
+    #[test]
+    fn findings_are_kept_and_their_mistakes_name_their_field() {
+        let finding = |check: &str| {
+            format!(
+                "{MINIMAL}findings:\n  - study: E1\n    statement: a claim\n    check: {check}\n"
+            )
+        };
+        let ok = finding("{kind: ordering, metric: p99, order: [baseline, istio]}");
+        let profile = parse_spec(&ok, "t", Scale::Local).unwrap();
+        assert_eq!(profile.findings.len(), 1);
+        assert_eq!(
+            profile.describe("local-lab/loopback").findings,
+            profile.findings
+        );
+        let cases: Vec<(String, &[&str])> = vec![
+            (
+                finding("{kind: ordering, metric: p99, order: [baseline, nosuch]}"),
+                &["findings[0].check", "nosuch"],
+            ),
+            (
+                finding("{kind: ordering, metric: p99, order: [baseline]}"),
+                &["findings[0].check.order", "at least two"],
+            ),
+            (
+                finding("{kind: guess, metric: p99}"),
+                &["findings[0].check", "guess"],
+            ),
+            (
+                finding("{kind: ordering, metric: speed, order: [baseline, istio]}"),
+                &["findings[0].check", "speed"],
+            ),
+            (
+                finding("{kind: linear, scenarios: [baseline], min_r_squared: 2}"),
+                &["findings[0].check.min_r_squared", "between 0 and 1"],
+            ),
+            (
+                finding("{kind: at-most, metric: p99, scenario: baseline, against: baseline, max_percent: -1}"),
+                &["findings[0].check.max_percent", "-1"],
+            ),
+        ];
+        assert_refused(&cases);
+    }
+
     const E3: &str = "name: t\napplication: zero-trust-app\nscenarios: [baseline]\nload: {model: sequential, points: [{requests: 100, group_size: 10}]}\n";
     const E4: &str = "name: t\napplication: counter-chain\nscenarios: [baseline]\nload: {model: users, points: [{users: 4, requests: 3, services: 8}]}\n";
 
