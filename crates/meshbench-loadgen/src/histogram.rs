@@ -9,6 +9,19 @@ use meshbench_results::{EncodedHistogram, LatencySummary, HISTOGRAM_ENCODING};
 const MAX_US: u64 = 3_600_000_000;
 const SIGNIFICANT_DIGITS: u8 = 3;
 
+/// Records a latency into an auto-resizing histogram (a per-second bucket, which costs memory
+/// only for the range it saw), growing it up to the same hour as [`LatencyRecorder`].
+/// `saturating_record` would not grow it: it clamps to the current top, which for a fresh
+/// histogram is about 2 ms.
+pub(crate) fn record_growing(histogram: &mut Histogram<u64>, latency_ns: u64) {
+    let us = (latency_ns / 1_000).clamp(1, MAX_US);
+    if histogram.record(us).is_err() {
+        // Growing fails only where usize cannot index the counts (32-bit targets): keep
+        // the sample at the top rather than lose it.
+        histogram.saturating_record(us);
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LatencyRecorder {
     histogram: Histogram<u64>,

@@ -134,9 +134,7 @@ impl Recorder {
             }
             bucket.failures += 1;
         }
-        bucket
-            .latency
-            .saturating_record((corrected_ns / 1_000).max(1));
+        crate::histogram::record_growing(&mut bucket.latency, corrected_ns);
 
         if let Some(samples) = self.samples.as_mut() {
             samples.push(RequestSample {
@@ -230,6 +228,25 @@ mod tests {
         assert_eq!(merged.samples.unwrap().len(), 3_000);
         assert_eq!(merged.first_sent_ns, all.first_sent_ns);
         assert_eq!(merged.last_done_ns, all.last_done_ns);
+    }
+
+    #[test]
+    fn a_second_holds_latencies_beyond_its_first_range() {
+        // A per-second histogram starts small and grows: a 200 ms server must read 200 ms in
+        // every second, as it does in the whole run's histogram (it once read 2 ms, the
+        // starting range's top, because the record saturated instead of growing).
+        let mut recorder = Recorder::new(false);
+        for i in 0..2_000u64 {
+            recorder.record(0, exchange(i, 200 + i % 3), Outcome::Http(200));
+        }
+        let whole_p99 = recorder.corrected.summary().p99_us;
+        assert!((200_000..=203_000).contains(&whole_p99), "{whole_p99}");
+        for second in &recorder.seconds[..2] {
+            let p50 = second.latency.value_at_quantile(0.5);
+            let p99 = second.latency.value_at_quantile(0.99);
+            assert!((199_000..=203_000).contains(&p50), "p50 {p50} us");
+            assert!((199_000..=203_000).contains(&p99), "p99 {p99} us");
+        }
     }
 
     #[test]

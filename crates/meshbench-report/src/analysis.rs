@@ -97,6 +97,12 @@ impl Group<'_> {
             .collect()
     }
 
+    /// Whether every cell's per-second series can stand for its latency (see
+    /// [`series_trusted`]).
+    pub fn series_trusted(&self) -> bool {
+        self.cells.iter().all(|c| series_trusted(c))
+    }
+
     pub fn mean(&self, f: impl Fn(&Cell) -> f64) -> f64 {
         if self.cells.is_empty() {
             return 0.0;
@@ -138,9 +144,12 @@ pub struct Comparison {
     /// bootstrap interval.
     pub median_difference_ms: Interval,
     /// Difference of the per-second median and p99 (ms), averaged over seconds, with block
-    /// bootstrap intervals; `None` where a side has fewer than three seconds.
+    /// bootstrap intervals; `None` where a side has fewer than three seconds or a series
+    /// that cannot be trusted.
     pub per_second_median_ms: Option<BlockInterval>,
     pub per_second_p99_ms: Option<BlockInterval>,
+    /// Both sides' per-second series agree with their histograms ([`series_trusted`]).
+    pub series_trusted: bool,
 }
 
 /// What "significant" rested on.
@@ -151,6 +160,9 @@ pub enum Basis {
     /// Too few seconds for blocks: Mann-Whitney U and the i.i.d. interval, both at 5%,
     /// which take every request as independent and so call small differences significant.
     Independent,
+    /// As `Independent`, because a side's per-second series disagrees with its histogram
+    /// (results of generators that clamped it at 2 ms).
+    SeriesUntrusted,
 }
 
 impl Basis {
@@ -160,6 +172,9 @@ impl Basis {
                 format!("block bootstrap, {block_seconds}-s blocks")
             }
             Basis::Independent => "i.i.d.: too few seconds for blocks".to_owned(),
+            Basis::SeriesUntrusted => {
+                "i.i.d.: the per-second series disagrees with the histogram".to_owned()
+            }
         }
     }
 }
@@ -176,7 +191,11 @@ impl Comparison {
             ),
             None => (
                 self.test.significant(ALPHA) && self.median_difference_ms.excludes_zero(),
-                Basis::Independent,
+                if self.series_trusted {
+                    Basis::Independent
+                } else {
+                    Basis::SeriesUntrusted
+                },
             ),
         }
     }
@@ -384,7 +403,11 @@ pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
         high: us.high / 1e3,
         level: us.level,
     };
+    let series_trusted = a.series_trusted() && b.series_trusted();
     let per_second = |quantile: fn(&meshbench_results::SecondStats) -> u64| {
+        if !series_trusted {
+            return None;
+        }
         block_bootstrap_difference(
             &a.seconds(quantile),
             &b.seconds(quantile),
@@ -404,7 +427,40 @@ pub fn compare(a: &Group, b: &Group) -> Option<Comparison> {
         median_difference_ms: ms(difference),
         per_second_median_ms: per_second(|s| s.p50_us),
         per_second_p99_ms: per_second(|s| s.p99_us),
+        series_trusted,
     })
+}
+
+/// The top of a fresh auto-resizing histogram at 3 significant digits, in µs: generators
+/// before the fix of the per-second recorder clamped every per-second latency to it.
+const CLAMPED_SERIES_TOP_US: u64 = 2_048;
+
+/// Whether a cell's per-second series can be used in place of its histogram. It cannot when
+/// it carries the clamp of older generators (every second at or under 2 ms while the
+/// histogram's p99 is above it), nor when its per-second medians, weighted by responses, are
+/// not within a factor of two of the histogram's median. A cell without a series is trusted:
+/// it has nothing to use.
+pub fn series_trusted(cell: &Cell) -> bool {
+    let series = &cell.load.time_series;
+    let responses: u64 = series.iter().map(|s| s.responses).sum();
+    let latency = &cell.load.latency;
+    if responses == 0 || latency.p50_us == 0 {
+        return true;
+    }
+    let series_top = series
+        .iter()
+        .map(|s| s.p50_us.max(s.p99_us))
+        .max()
+        .unwrap_or(0);
+    if series_top <= CLAMPED_SERIES_TOP_US + 1 && latency.p99_us > CLAMPED_SERIES_TOP_US * 21 / 20 {
+        return false;
+    }
+    let weighted = series
+        .iter()
+        .map(|s| s.p50_us as f64 * s.responses as f64)
+        .sum::<f64>()
+        / responses as f64;
+    (0.5..=2.0).contains(&(weighted / latency.p50_us as f64))
 }
 
 /// A fit wherever one scenario ran at three or more connection counts at the same rate: the

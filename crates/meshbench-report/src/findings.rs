@@ -575,12 +575,9 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
         ClaimMetric::P99 => Some(|s| s.p99_us),
         _ => None,
     };
-    // A per-second series that disagrees with the cell's own histogram is not used: with a
-    // 200 ms server the generator's per-second quantiles read a few microseconds (a known
-    // defect of the series, not of the histogram).
-    let series_agree = terms
-        .iter()
-        .all(|(_, g)| g.cells.iter().all(|c| series_agrees(c)));
+    // A per-second series that disagrees with the cell's own histogram is not used (older
+    // generators clamped it at 2 ms).
+    let series_agree = terms.iter().all(|(_, g)| g.series_trusted());
     if let Some(quantile) = quantile.filter(|_| series_agree) {
         let sides: Option<Vec<(f64, BlockEstimate)>> = terms
             .iter()
@@ -628,23 +625,6 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
             .collect(),
         across_repetitions: false,
     })
-}
-
-/// Whether a cell's per-second medians, weighted by responses, are within a factor of two of
-/// its histogram's median (a cell without a series agrees: it has nothing to use).
-fn series_agrees(cell: &Cell) -> bool {
-    let series = &cell.load.time_series;
-    let responses: u64 = series.iter().map(|s| s.responses).sum();
-    if responses == 0 || cell.load.latency.p50_us == 0 {
-        return true;
-    }
-    let weighted = series
-        .iter()
-        .map(|s| s.p50_us as f64 * s.responses as f64)
-        .sum::<f64>()
-        / responses as f64;
-    let ratio = weighted / cell.load.latency.p50_us as f64;
-    (0.5..=2.0).contains(&ratio)
 }
 
 /// E1's memory against connections: R^2 of each fit the run has.

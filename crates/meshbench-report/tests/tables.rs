@@ -282,13 +282,20 @@ fn seconds(p50_us: u64) -> Vec<SecondStats> {
         .collect()
 }
 
+/// A cell whose histogram and per-second series agree, around `p50_us`.
+fn with_seconds(cell: &mut meshbench_results::Cell, p50_us: u64) {
+    cell.load.latency.p50_us = p50_us;
+    cell.load.latency.p99_us = 3 * p50_us;
+    cell.load.time_series = seconds(p50_us);
+}
+
 #[test]
 fn significance_rests_on_the_per_second_series_not_on_every_request() {
     let mut result = example();
     // The same seconds for both scenarios: whatever their pooled requests say, the block
     // bootstrap finds nothing.
     for cell in &mut result.cells {
-        cell.load.time_series = seconds(500);
+        with_seconds(cell, 500);
     }
     let analysis = Analysis::of(&result);
     let c = &analysis.comparisons[0];
@@ -307,7 +314,7 @@ fn significance_rests_on_the_per_second_series_not_on_every_request() {
     // 200 µs slower every second: significant, by about that much.
     for cell in &mut result.cells {
         if cell.scenario != "baseline" {
-            cell.load.time_series = seconds(700);
+            with_seconds(cell, 700);
         }
     }
     let analysis = Analysis::of(&result);
@@ -333,6 +340,36 @@ fn significance_rests_on_the_per_second_series_not_on_every_request() {
     let analysis = Analysis::of(&older);
     let (_, basis) = analysis.comparisons[0].significance();
     assert_eq!(basis, Basis::Independent);
+}
+
+#[test]
+fn a_per_second_series_clamped_by_an_older_generator_is_not_used() {
+    // Generators before the per-second recorder's fix clamped every second at 2048 us: behind
+    // a 200 ms server the series read 2 ms while the histogram read 200 ms. Its block
+    // bootstrap would judge a difference the requests never had.
+    let mut result = example();
+    for cell in &mut result.cells {
+        cell.load.latency.p50_us = 200_000;
+        cell.load.latency.p99_us = 201_000;
+        cell.load.time_series = seconds(2_000)
+            .into_iter()
+            .map(|s| SecondStats {
+                p50_us: s.p50_us.min(2_048),
+                p99_us: s.p99_us.min(2_048),
+                ..s
+            })
+            .collect();
+    }
+    let analysis = Analysis::of(&result);
+    let c = &analysis.comparisons[0];
+    assert!(c.per_second_median_ms.is_none() && c.per_second_p99_ms.is_none());
+    assert_eq!(c.significance().1, Basis::SeriesUntrusted);
+    let table = significance_table(&analysis).unwrap();
+    let verdict = table.rows[0].last().unwrap();
+    assert!(
+        verdict.contains("disagrees with the histogram"),
+        "{verdict}"
+    );
 }
 
 #[test]
