@@ -76,6 +76,8 @@ pub enum LoadKind {
 pub struct CapacityPlan {
     pub slo: meshbench_stats::capacity::Slo,
     pub search: meshbench_stats::capacity::SearchSettings,
+    /// Independent searches per scenario (the spec's `repetitions`).
+    pub searches: u32,
 }
 
 impl LoadKind {
@@ -282,7 +284,7 @@ impl Profile {
     /// using all its steps).
     pub fn cells(&self) -> usize {
         let runs: u32 = match &self.capacity {
-            Some(plan) => self.load_points.len() as u32 * plan.search.max_steps,
+            Some(plan) => self.load_points.len() as u32 * plan.search.max_steps * plan.searches,
             None => self.load_points.iter().map(|p| p.repetitions).sum(),
         };
         self.scenarios.len() * self.placements.len() * runs as usize
@@ -363,9 +365,9 @@ impl Profile {
             },
             spec: Some(self.spec.clone()),
             pinned: None,
-            capacity: self
-                .capacity
-                .map(|plan| meshbench_stats::capacity::to_config(&plan.slo, &plan.search)),
+            capacity: self.capacity.map(|plan| {
+                meshbench_stats::capacity::to_config(&plan.slo, &plan.search, plan.searches)
+            }),
             findings: self.findings.clone(),
         }
     }

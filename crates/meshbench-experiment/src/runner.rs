@@ -77,6 +77,8 @@ pub struct CellId {
     /// As the load generator runs it.
     pub plan: LoadPlan,
     pub repetition: u32,
+    /// In a capacity run, which of the scenario's searches this step belongs to.
+    pub search: Option<u32>,
 }
 
 /// In a cell's directory while its load runs: one JSON line per second of the window
@@ -98,12 +100,15 @@ impl CellId {
     }
 
     pub fn label(&self) -> String {
+        let which = match self.search {
+            Some(search) => format!("search {search}, try {}", self.repetition),
+            None => format!("rep {}", self.repetition),
+        };
         format!(
-            "{} {} @ {} (rep {})",
+            "{} {} @ {} ({which})",
             self.scenario.name(),
             self.placement.name(),
             self.load_point.label(),
-            self.repetition
         )
     }
 }
@@ -322,6 +327,7 @@ impl Runner {
                             load_point,
                             plan: plan.clone(),
                             repetition,
+                            search: None,
                         };
                         progress.cell_started(&id);
                         let cell = self.run_cell(&id).await?;
@@ -338,11 +344,11 @@ impl Runner {
         Ok(())
     }
 
-    /// The capacity model: one search per (point, placement, scenario), each asked for its
-    /// next rate from the cells it has so far (so a resumed run carries on where it
-    /// stopped). The searches take turns, a step each, scenarios innermost, so drift spreads
-    /// over all of them as it does in a grid. `total` is an upper bound: searches end when
-    /// they converge.
+    /// The capacity model: `plan.searches` independent searches per (point, placement,
+    /// scenario), each asked for its next rate from the cells it has so far (so a resumed run
+    /// carries on where it stopped). The searches take turns, a step each, scenarios
+    /// innermost, so drift spreads over all of them as it does in a grid. `total` is an upper
+    /// bound: searches end when they converge.
     async fn run_searches(
         &mut self,
         progress: &dyn Progress,
@@ -354,7 +360,11 @@ impl Runner {
         let mut index = self.result.cells.len();
         loop {
             let mut measured = false;
-            for point in &profile.load_points {
+            for (point, search) in profile
+                .load_points
+                .iter()
+                .flat_map(|p| (1..=plan.searches).map(move |s| (p, s)))
+            {
                 for &placement in &profile.placements {
                     for &scenario in scenarios {
                         let history: Vec<Trial> = self
@@ -365,6 +375,7 @@ impl Runner {
                                 c.scenario == scenario.name()
                                     && c.placement.as_deref() == Some(placement.name())
                                     && c.load_point.connections == point.plan.connections
+                                    && c.search.unwrap_or(1) == search
                             })
                             .map(trial_of)
                             .collect();
@@ -396,6 +407,7 @@ impl Runner {
                             load_point,
                             plan: plan_at,
                             repetition: attempt,
+                            search: Some(search),
                         };
                         progress.cell_started(&id);
                         let cell = self.run_cell(&id).await?;
@@ -450,6 +462,7 @@ impl Runner {
             placement: Some(id.placement.name().to_owned()),
             load_point: id.load_point,
             repetition: id.repetition,
+            search: id.search,
             started_at,
             load: measured.load,
             resources: measured.resources,

@@ -354,16 +354,9 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
             ))
         }
     };
-    let capacity = capacity_plan(&spec.load, model)?;
-    if capacity.is_some() && spec.repetitions != 1 {
-        return Err(invalid(
-            "repetitions",
-            format!(
-                "{}: the capacity search measures a rate again itself where its verdict is close; run the spec again to repeat the whole search",
-                spec.repetitions
-            ),
-        ));
-    }
+    // With the capacity model, `repetitions` repeats the whole search: a search already
+    // measures a rate again where its verdict is close.
+    let capacity = capacity_plan(&spec.load, model, spec.repetitions)?;
     if application == Application::ZeroTrustApp && model != LoadKind::Sequential {
         return Err(invalid(
             "load.model",
@@ -588,9 +581,13 @@ fn validate_findings(findings: &[Claim]) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// The capacity model's objective and search; `None` for the other models, which may not
-/// set them.
-fn capacity_plan(load: &LoadDoc, model: LoadKind) -> Result<Option<CapacityPlan>, Invalid> {
+/// The capacity model's objective and search, repeated `searches` times; `None` for the
+/// other models, which may not set them.
+fn capacity_plan(
+    load: &LoadDoc,
+    model: LoadKind,
+    searches: u32,
+) -> Result<Option<CapacityPlan>, Invalid> {
     let invalid = |field: &str, problem: String| (field.to_owned(), problem);
     if model != LoadKind::Capacity {
         for (field, set) in [
@@ -683,6 +680,7 @@ fn capacity_plan(load: &LoadDoc, model: LoadKind) -> Result<Option<CapacityPlan>
             max_steps,
             ..defaults
         },
+        searches,
     }))
 }
 
@@ -1124,6 +1122,16 @@ mod tests {
             ),
             (500.0, 8000.0, 0.05, 20)
         );
+        // Repetitions repeat the whole search, each with its own budget.
+        let repeated =
+            parse_spec(&format!("{CAPACITY}repetitions: 3\n"), "t", Scale::Local).unwrap();
+        assert_eq!(repeated.capacity.unwrap().searches, 3);
+        assert_eq!(
+            repeated.cells(),
+            3 * SearchSettings::default().max_steps as usize
+        );
+        let config = repeated.describe("local-lab/loopback");
+        assert_eq!(config.capacity.unwrap().searches, 3);
     }
 
     #[test]
@@ -1148,10 +1156,6 @@ mod tests {
             (
                 CAPACITY.replace("points:", "search: {start: 5, min: 10}, points:"),
                 &["load.search.start", "between"],
-            ),
-            (
-                format!("{CAPACITY}repetitions: 3\n"),
-                &["repetitions", "run the spec again"],
             ),
             (
                 MINIMAL.replace("points:", "slo: {p99: 5ms}, points:"),

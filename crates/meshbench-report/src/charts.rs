@@ -329,12 +329,14 @@ fn capacity_curves(analysis: &Analysis, palette: &Palette) -> Vec<Chart> {
                     let color = palette.color(&search.scenario);
                     let line: Vec<(f64, f64)> =
                         search.curve.iter().copied().filter(|p| p.1 > 0.0).collect();
-                    chart
-                        .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
-                        .label(search.scenario.clone())
-                        .legend(move |(x, y)| {
+                    let drawn =
+                        chart.draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?;
+                    // A scenario's repeated searches share its colour and its one legend entry.
+                    if search.search == 1 {
+                        drawn.label(search.scenario.clone()).legend(move |(x, y)| {
                             PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                         });
+                    }
                     chart.draw_series(line.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
                     if let Some(knee) = search.knee.and_then(|i| search.curve.get(i)) {
                         chart.draw_series(std::iter::once(Circle::new(

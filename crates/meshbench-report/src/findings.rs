@@ -13,7 +13,8 @@
 //! - none (one repetition of a CPU or memory figure): the estimate must clear the threshold
 //!   by [`MARGIN`] of the figures' size, or the verdict is inconclusive;
 //! - capacity: the search's bracket (the highest rate that met the objective and the lowest
-//!   that missed), combined by interval arithmetic.
+//!   that missed; over repeated searches, the lowest met and the highest missed), combined by
+//!   interval arithmetic.
 //!
 //! A verdict is "held" when the whole interval is on the claim's side of the threshold, "did
 //! not hold" when it is wholly on the other, and inconclusive otherwise. A point where any
@@ -31,7 +32,7 @@ use meshbench_stats::{
 use crate::analysis::{
     fmt_num, Analysis, Group, Point, BOOTSTRAP_ITERATIONS, BOOTSTRAP_SEED, LEVEL, MESH_ROLES,
 };
-use crate::capacity::Search;
+use crate::capacity::Combined;
 use crate::tables::{side, Side, Table};
 
 /// How the findings table's title starts (the HTML report puts the charts after it).
@@ -325,7 +326,7 @@ struct Site<'r, 'a> {
     label: String,
     metric: ClaimMetric,
     groups: Vec<&'r Group<'a>>,
-    searches: Vec<&'r Search>,
+    searches: Vec<Combined<'r>>,
 }
 
 fn per_site(
@@ -350,9 +351,8 @@ fn sites<'r, 'a>(analysis: &'r Analysis<'a>, metric: ClaimMetric) -> Vec<Site<'r
                 label: format!("{placement} {connections} conns").trim().to_owned(),
                 metric,
                 groups: vec![],
-                searches: analysis
-                    .searches
-                    .iter()
+                searches: crate::capacity::combined(&analysis.searches)
+                    .into_iter()
                     .filter(|s| s.placement == placement && s.connections == connections)
                     .collect(),
             })
@@ -375,11 +375,8 @@ impl Site<'_, '_> {
         self.groups.iter().find(|g| g.scenario == scenario).copied()
     }
 
-    fn search(&self, scenario: &str) -> Option<&Search> {
-        self.searches
-            .iter()
-            .find(|s| s.scenario == scenario)
-            .copied()
+    fn search(&self, scenario: &str) -> Option<&Combined<'_>> {
+        self.searches.iter().find(|s| s.scenario == scenario)
     }
 
     /// The figure's point estimate (mean over the kept repetitions).
@@ -437,7 +434,7 @@ impl Site<'_, '_> {
             basis: if open {
                 "search brackets; a capacity at the search's maximum is a lower bound".to_owned()
             } else {
-                "search brackets: highest rate met to lowest missed".to_owned()
+                "search brackets: highest rate met to lowest missed (over repeated searches, lowest met to highest missed)".to_owned()
             },
             sides,
             across_repetitions: false,
@@ -492,10 +489,10 @@ impl Site<'_, '_> {
     }
 }
 
-/// The highest rate that met the objective and the lowest that missed (`None` when the
-/// search met it at its maximum); `None` when nothing met it.
-fn bracket(search: &Search) -> Option<(f64, Option<f64>)> {
-    Some((search.capacity.meets_at?, search.capacity.misses_at))
+/// The lowest rate the scenario's searches met the objective at and the highest they missed
+/// it at (`None` when a search met it at its maximum); `None` when a search met it nowhere.
+fn bracket(search: &Combined) -> Option<(f64, Option<f64>)> {
+    search.range()
 }
 
 /// One cell's figure.

@@ -157,6 +157,14 @@ pub struct CapacityConfig {
     pub max_tries: u32,
     /// The share of the requested rate a cell must achieve to meet the objective.
     pub sustained: f64,
+    /// Independent searches per scenario (a spec's `repetitions`): their spread is the
+    /// capacity's uncertainty between runs, which one search's bracket does not show.
+    #[serde(default = "one_search")]
+    pub searches: u32,
+}
+
+fn one_search() -> u32 {
+    1
 }
 
 fn local_scale() -> String {
@@ -287,7 +295,11 @@ pub struct Cell {
     /// `intra-node` or `inter-node`; absent in results from before placements.
     pub placement: Option<String>,
     pub load_point: LoadPoint,
+    /// The repetition; in a capacity run, the try of this rate within its search.
     pub repetition: u32,
+    /// In a capacity run, which of the scenario's independent searches the cell is a step
+    /// of (from 1); absent elsewhere and in results from before repeated searches.
+    pub search: Option<u32>,
     pub started_at: String,
     pub load: LoadReport,
     /// One entry per measured process, sampled over exactly the load window.

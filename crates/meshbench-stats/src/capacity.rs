@@ -280,8 +280,8 @@ pub fn from_config(config: &CapacityConfig) -> (Slo, SearchSettings) {
     )
 }
 
-/// The results' record of both.
-pub fn to_config(slo: &Slo, settings: &SearchSettings) -> CapacityConfig {
+/// The results' record of both, for `searches` independent searches per scenario.
+pub fn to_config(slo: &Slo, settings: &SearchSettings, searches: u32) -> CapacityConfig {
     CapacityConfig {
         slo_p99_ms: slo.p99_ms,
         slo_error_rate: slo.error_rate,
@@ -293,6 +293,7 @@ pub fn to_config(slo: &Slo, settings: &SearchSettings) -> CapacityConfig {
         close: settings.close,
         max_tries: settings.max_tries,
         sustained: settings.sustained,
+        searches,
     }
 }
 
