@@ -1,6 +1,8 @@
 //! Per-container CPU and memory from each node's kubelet, through the API server
 //! (`/api/v1/nodes/<node>/proxy/stats/summary`), so that no port of a node needs to be
-//! reachable from where meshbench runs.
+//! reachable from where meshbench runs; and each node's whole CPU from the same summary (its
+//! root cgroup: every task on the machine, the kernel's work inside them included, but no
+//! split by state, so interrupts outside a task are not seen).
 //!
 //! Clocks. The load generator reports its window on its monotonic clock with the offset to its
 //! wall clock, and readings are placed on wall clocks, so the cut is as good as the clocks of
@@ -28,7 +30,14 @@ pub const SOURCE: &str = "kubelet-summary";
 
 #[derive(Debug, Deserialize)]
 struct Summary {
+    node: Option<NodeStats>,
     pods: Option<Vec<PodStats>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct NodeStats {
+    cpu: Option<Cpu>,
+    memory: Option<Memory>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,10 +85,19 @@ pub struct Target {
     pub role: String,
 }
 
+/// What a sampler read.
+#[derive(Debug, Default)]
+pub struct Readings {
+    /// Each target's series (times in Unix nanoseconds).
+    pub containers: Vec<(Target, SampleSeries)>,
+    /// Each node read, with its whole CPU (the root cgroup) as a series.
+    pub nodes: Vec<(String, SampleSeries)>,
+}
+
 /// Reads every target's node summary every interval until finished.
 pub struct SummarySampler {
     stop: watch::Sender<bool>,
-    task: JoinHandle<Vec<(Target, SampleSeries)>>,
+    task: JoinHandle<Readings>,
 }
 
 impl SummarySampler {
@@ -89,9 +107,8 @@ impl SummarySampler {
         SummarySampler { stop, task }
     }
 
-    /// Takes a last reading and returns every target's series (its times in Unix
-    /// nanoseconds).
-    pub async fn finish(self) -> Vec<(Target, SampleSeries)> {
+    /// Takes a last reading and returns every target's and every node's series.
+    pub async fn finish(self) -> Readings {
         let _ = self.stop.send(true);
         self.task.await.unwrap_or_default()
     }
@@ -102,7 +119,7 @@ async fn sample_loop(
     targets: Vec<Target>,
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
-) -> Vec<(Target, SampleSeries)> {
+) -> Readings {
     let mut series: Vec<(Target, SampleSeries)> = targets
         .into_iter()
         .map(|t| {
@@ -117,13 +134,27 @@ async fn sample_loop(
         })
         .collect();
     let nodes: BTreeSet<String> = series.iter().map(|(t, _)| t.node.clone()).collect();
+    let mut node_series: Vec<(String, SampleSeries)> = nodes
+        .iter()
+        .map(|n| {
+            let s = SampleSeries {
+                component: format!("node/{n}"),
+                role: "node".to_owned(),
+                pid: 0,
+                source: SOURCE,
+                samples: vec![],
+            };
+            (n.clone(), s)
+        })
+        .collect();
     loop {
-        for node in &nodes {
+        for (node, whole) in nodes.iter().zip(node_series.iter_mut()) {
             let asked = unix_ns(SystemTime::now());
             match read_summary(&client, node).await {
                 Ok(summary) => {
                     let answered = unix_ns(SystemTime::now());
                     record(&summary, (asked, answered), &mut series);
+                    record_node(&summary, (asked, answered), &mut whole.1);
                 }
                 Err(e) => tracing::debug!(node, error = %e, "kubelet summary unreadable"),
             }
@@ -136,7 +167,10 @@ async fn sample_loop(
             _ = stopped.changed() => {}
         }
     }
-    series
+    Readings {
+        containers: series,
+        nodes: node_series,
+    }
 }
 
 async fn read_summary(client: &Client, node: &str) -> Result<Summary, kube::Error> {
@@ -172,20 +206,39 @@ fn record(summary: &Summary, request: (u64, u64), series: &mut [(Target, SampleS
             target.pod.as_str(),
             target.container.as_str(),
         );
-        let Some(sample) = by_container.get(&key).and_then(|c| sample(c, request)) else {
+        let Some(sample) = by_container
+            .get(&key)
+            .and_then(|c| sample(c.cpu.as_ref(), c.memory.as_ref(), request))
+        else {
             continue;
         };
-        // A counter never goes back: a lower one is a container that has ended (the runtime
-        // reports zeros for it), not a reading of the one followed.
-        let follows = |last: &Sample| last.t_ns < sample.t_ns && last.cpu_ns <= sample.cpu_ns;
-        if s.samples.last().is_none_or(follows) {
-            s.samples.push(sample);
-        }
+        push_once(&mut s.samples, sample);
     }
 }
 
-fn sample(c: &ContainerStats, (asked, answered): (u64, u64)) -> Option<Sample> {
-    let cpu = c.cpu.as_ref()?;
+/// Appends the node's whole CPU from a summary, once per distinct reading time.
+fn record_node(summary: &Summary, request: (u64, u64), series: &mut SampleSeries) {
+    let Some(node) = &summary.node else { return };
+    if let Some(sample) = sample(node.cpu.as_ref(), node.memory.as_ref(), request) {
+        push_once(&mut series.samples, sample);
+    }
+}
+
+fn push_once(samples: &mut Vec<Sample>, sample: Sample) {
+    // A counter never goes back: a lower one is a container that has ended (the runtime
+    // reports zeros for it), not a reading of the one followed.
+    let follows = |last: &Sample| last.t_ns < sample.t_ns && last.cpu_ns <= sample.cpu_ns;
+    if samples.last().is_none_or(follows) {
+        samples.push(sample);
+    }
+}
+
+fn sample(
+    cpu: Option<&Cpu>,
+    memory: Option<&Memory>,
+    (asked, answered): (u64, u64),
+) -> Option<Sample> {
+    let cpu = cpu?;
     let stamped = unix_ns(humantime::parse_rfc3339_weak(&cpu.time).ok()?);
     // Stamped in the request's second (truncated): read during the request.
     let fresh = stamped + 1_000_000_000 > asked && stamped <= answered;
@@ -194,7 +247,6 @@ fn sample(c: &ContainerStats, (asked, answered): (u64, u64)) -> Option<Sample> {
     } else {
         stamped
     };
-    let memory = c.memory.as_ref();
     let working_set = memory.and_then(|m| m.working_set_bytes);
     Some(Sample {
         t_ns,
@@ -221,7 +273,8 @@ mod tests {
     #[test]
     fn readings_are_kept_once_per_time_and_per_target() {
         let summary = |t: &str, cpu: u64| -> Summary {
-            serde_json::from_value(serde_json::json!({"node": {}, "pods": [{
+            serde_json::from_value(serde_json::json!({"node": {"nodeName": "node-2",
+                "cpu": {"time": t, "usageCoreNanoSeconds": 10 * cpu}}, "pods": [{
                 "podRef": {"name": "echo-server-1-abc", "namespace": "meshbench-r", "uid": "u"},
                 "containers": [{"name": "meshbench",
                     "cpu": {"time": t, "usageNanoCores": 5, "usageCoreNanoSeconds": cpu},
@@ -281,5 +334,35 @@ mod tests {
         assert_eq!(samples[1].working_set_bytes, Some(4096));
         let r = series[0].1.summarize(samples[0].t_ns, samples[1].t_ns);
         assert!((r.cpu_cores_mean - 0.4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_nodes_whole_cpu_is_read_from_its_summary() {
+        let summary: Summary = serde_json::from_value(serde_json::json!({
+            "node": {"nodeName": "node-2", "cpu": {"time": "2026-11-24T06:32:06Z",
+                "usageNanoCores": 5, "usageCoreNanoSeconds": 7_000_000_000u64},
+                "memory": {"time": "2026-11-24T06:32:06Z", "workingSetBytes": 4096}},
+            "pods": []}))
+        .unwrap();
+        let mut series = SampleSeries {
+            component: "node/node-2".into(),
+            role: "node".into(),
+            pid: 0,
+            source: SOURCE,
+            samples: vec![],
+        };
+        let asked = unix_ns(humantime::parse_rfc3339("2026-11-24T06:32:06Z").unwrap());
+        record_node(&summary, (asked, asked + 1_000_000), &mut series);
+        record_node(&summary, (asked, asked + 1_000_000), &mut series);
+        assert_eq!(series.samples.len(), 1);
+        assert_eq!(series.samples[0].cpu_ns, 7_000_000_000);
+        // Without a node section (an older kubelet), nothing is recorded.
+        let bare: Summary = serde_json::from_value(serde_json::json!({"pods": []})).unwrap();
+        record_node(
+            &bare,
+            (asked + 2_000_000_000, asked + 2_100_000_000),
+            &mut series,
+        );
+        assert_eq!(series.samples.len(), 1);
     }
 }

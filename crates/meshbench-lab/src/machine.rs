@@ -140,15 +140,16 @@ impl MachineSeries {
         Some(MachineCpu {
             source: "/proc/stat".to_owned(),
             node: None,
+            same_machine_nodes: vec![],
             cpus,
-            user_cores: cores(0),
-            nice_cores: cores(1),
-            system_cores: cores(2),
-            idle_cores: cores(3),
-            iowait_cores: cores(4),
-            irq_cores: cores(5),
-            softirq_cores: cores(6),
-            steal_cores: cores(7),
+            user_cores: Some(cores(0)),
+            nice_cores: Some(cores(1)),
+            system_cores: Some(cores(2)),
+            idle_cores: Some(cores(3)),
+            iowait_cores: Some(cores(4)),
+            irq_cores: Some(cores(5)),
+            softirq_cores: Some(cores(6)),
+            steal_cores: Some(cores(7)),
             tasks_cores,
             interrupt_accounting: self.interrupt_accounting.map(str::to_owned),
             mhz_min,
@@ -208,17 +209,17 @@ mod tests {
             interrupt_accounting: Some("precise"),
         };
         let cpu = series.summarize(0, S, 2).unwrap();
-        assert!((cpu.user_cores - 0.8).abs() < 1e-9, "{cpu:?}");
-        assert!((cpu.system_cores - 0.2).abs() < 1e-9);
-        assert!((cpu.softirq_cores - 0.2).abs() < 1e-9);
-        assert!((cpu.steal_cores - 0.1).abs() < 1e-9);
-        assert!((cpu.idle_cores - 0.8).abs() < 1e-9);
-        assert!((cpu.busy_cores() - 1.2).abs() < 1e-9);
+        assert!((cpu.user_cores.unwrap() - 0.8).abs() < 1e-9, "{cpu:?}");
+        assert!((cpu.system_cores.unwrap() - 0.2).abs() < 1e-9);
+        assert!((cpu.softirq_cores.unwrap() - 0.2).abs() < 1e-9);
+        assert!((cpu.steal_cores.unwrap() - 0.1).abs() < 1e-9);
+        assert!((cpu.idle_cores.unwrap() - 0.8).abs() < 1e-9);
+        assert!((cpu.busy_cores().unwrap() - 1.2).abs() < 1e-9);
         assert_eq!((cpu.mhz_min, cpu.mhz_max), (Some(1800.0), Some(2600.0)));
         assert_eq!(cpu.tasks_cores, Some(0.5));
         // The second half only, interpolated.
         let half = series.summarize(S / 2, S, 2).unwrap();
-        assert!((half.user_cores - 0.8).abs() < 1e-9);
+        assert!((half.user_cores.unwrap() - 0.8).abs() < 1e-9);
         assert_eq!(series.summarize(S, S, 2), None);
     }
 

@@ -47,9 +47,20 @@ pub struct MachineShare {
     pub cpus: u32,
     /// Whether processes came from the root cgroup's exact counter (else /proc/stat's ticks).
     pub exact_tasks: bool,
-    /// Whether the kernel only sampled interrupts at the tick (then, beside exact processes,
-    /// they are not counted in `busy_cores`).
-    pub interrupts_sampled: bool,
+    /// How far the interrupts could be counted in `busy_cores`.
+    pub interrupts: Interrupts,
+}
+
+/// What became of a machine's interrupt time (irq and softirq).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupts {
+    /// Measured, and counted in the busy CPU.
+    Counted,
+    /// The kernel only sampled them at the tick: beside exact processes they are shown but
+    /// not counted.
+    TickSampled,
+    /// The source has no split by state (a kubelet): not read at all.
+    NotRead,
 }
 
 impl MachineShare {
@@ -64,33 +75,42 @@ pub fn machine_share(cell: &Cell) -> Option<MachineShare> {
     if cell.machines.is_empty() {
         return None;
     }
-    let on_read_machines = |node: Option<&str>| {
-        cell.machines
-            .iter()
-            .any(|m| m.node.is_none() || m.node.as_deref() == node)
-    };
+    let on_read_machines = |node: Option<&str>| cell.machines.iter().any(|m| m.covers(node));
     let attributed_cores = cell
         .resources
         .iter()
         .filter(|r| on_read_machines(r.node.as_deref()))
         .map(|r| r.cpu_cores_mean)
         .sum();
-    let sum = |f: fn(&MachineCpu) -> f64| cell.machines.iter().map(f).sum::<f64>();
-    let interrupt_cores = sum(|m| m.irq_cores + m.softirq_cores);
+    let interrupt_readings: Option<f64> =
+        cell.machines.iter().map(MachineCpu::interrupt_cores).sum();
     // Processes from the root cgroup's exact counter where every machine has it; else from
     // /proc/stat's ticks, which miss work between ticks at low load.
     let tasks: Option<f64> = cell.machines.iter().map(|m| m.tasks_cores).sum();
     // A kernel that only samples interrupts at the tick gives no measurement of them: with
     // the processes measured exactly, they are shown but not counted.
-    let interrupts_sampled = cell
-        .machines
-        .iter()
-        .all(|m| m.interrupt_accounting.as_deref() == Some("tick-sampled"));
+    let interrupts = match interrupt_readings {
+        None => Interrupts::NotRead,
+        Some(_)
+            if cell
+                .machines
+                .iter()
+                .all(|m| m.interrupt_accounting.as_deref() == Some("tick-sampled")) =>
+        {
+            Interrupts::TickSampled
+        }
+        Some(_) => Interrupts::Counted,
+    };
+    let interrupt_cores = interrupt_readings.unwrap_or(0.0);
     let (busy_cores, other_cores) = match tasks {
-        Some(tasks) if interrupts_sampled => (tasks, tasks - attributed_cores),
+        Some(tasks) if interrupts != Interrupts::Counted => (tasks, tasks - attributed_cores),
         Some(tasks) => (tasks + interrupt_cores, tasks - attributed_cores),
         None => {
-            let busy = sum(MachineCpu::busy_cores);
+            let busy = cell
+                .machines
+                .iter()
+                .map(MachineCpu::busy_cores)
+                .sum::<Option<f64>>()?;
             (busy, busy - attributed_cores - interrupt_cores)
         }
     };
@@ -99,10 +119,10 @@ pub fn machine_share(cell: &Cell) -> Option<MachineShare> {
         attributed_cores,
         interrupt_cores,
         other_cores,
-        steal_cores: sum(|m| m.steal_cores),
+        steal_cores: cell.machines.iter().filter_map(|m| m.steal_cores).sum(),
         cpus: cell.machines.iter().map(|m| m.cpus).sum(),
         exact_tasks: tasks.is_some(),
-        interrupts_sampled,
+        interrupts,
     })
 }
 
@@ -120,8 +140,12 @@ pub fn cell_flags(cell: &Cell) -> Vec<String> {
             ));
         }
         if share.other_cores > OTHER_CORES {
+            let outside = match cell.machines.iter().any(|m| m.node.is_some()) {
+                true => "outside the cell's pods (the nodes' kubelets, runtimes, other pods)",
+                false => "outside the lab",
+            };
             flags.push(format!(
-                "other processes: {:.2} cores went to processes outside the lab (threshold {OTHER_CORES})",
+                "other processes: {:.2} cores went to processes {outside} (threshold {OTHER_CORES})",
                 share.other_cores
             ));
         }
@@ -282,7 +306,11 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
             steal_cores: mean(|s| s.steal_cores),
             cpus: shares[0].cpus,
             exact_tasks: shares.iter().all(|s| s.exact_tasks),
-            interrupts_sampled: shares.iter().any(|s| s.interrupts_sampled),
+            interrupts: shares
+                .iter()
+                .map(|s| s.interrupts)
+                .find(|i| *i != Interrupts::Counted)
+                .unwrap_or(Interrupts::Counted),
         })
     };
     let mut rows = vec![];
@@ -317,13 +345,13 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
                     0.0
                 }
             ),
-            if share.interrupts_sampled && share.exact_tasks {
-                format!(
+            match share.interrupts {
+                Interrupts::TickSampled if share.exact_tasks => format!(
                     "{:.3} (tick-sampled by this kernel: not counted)",
                     share.interrupt_cores
-                )
-            } else {
-                format!("{:.3}", share.interrupt_cores)
+                ),
+                Interrupts::NotRead => "not read (the node's kubelet gives no split)".to_owned(),
+                _ => format!("{:.3}", share.interrupt_cores),
             },
             format!("{:.3}", share.other_cores),
             versus_baseline,
@@ -336,8 +364,10 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
                 exact counter, its interrupts, the kernel's network processing in irq and \
                 softirq charged to no process, from /proc/stat, which samples them at the \
                 scheduler tick and may count some already inside a process's time; other is \
-                processes outside the lab and kernel threads; the last column is the kernel's \
-                and the machine's part of a scenario's cost that a per-process view misses)"
+                processes outside the lab and kernel threads; on a cluster, each machine the \
+                cell's nodes run on, from its kubelet's root cgroup, which has no interrupts \
+                outside a task; the last column is the kernel's and the machine's part of a \
+                scenario's cost that a per-process view misses)"
                 .to_owned(),
         headers: [
             "load",

@@ -396,3 +396,57 @@ fn no_interval_across_repetitions_reaches_below_zero() {
         assert_eq!(g.achieved_rps.unwrap().1, PositiveMethod::BootstrapMean);
     }
 }
+
+#[test]
+fn on_a_cluster_each_machine_counts_the_components_of_the_nodes_it_runs() {
+    // Two nodes on one kernel (one machine, read once through node-1's kubelet) and a third
+    // node not read: only the first two's components count against the machine, and the
+    // kubelet's reading has no interrupts to show.
+    let mut result = example();
+    for cell in &mut result.cells {
+        let template = cell.resources[0].clone();
+        let on = |node: &str, cores: f64| ComponentResources {
+            node: Some(node.to_owned()),
+            cpu_cores_mean: cores,
+            ..template.clone()
+        };
+        cell.resources = vec![on("node-1", 0.3), on("node-2", 0.2), on("node-3", 0.1)];
+        cell.machines = vec![meshbench_results::MachineCpu {
+            source: "kubelet-summary".into(),
+            node: Some("node-1".into()),
+            same_machine_nodes: vec!["node-2".into()],
+            cpus: 2,
+            user_cores: None,
+            nice_cores: None,
+            system_cores: None,
+            irq_cores: None,
+            softirq_cores: None,
+            iowait_cores: None,
+            idle_cores: None,
+            steal_cores: None,
+            tasks_cores: Some(0.9),
+            interrupt_accounting: None,
+            mhz_min: None,
+            mhz_max: None,
+        }];
+    }
+    let share = meshbench_report::trust::machine_share(&result.cells[0]).unwrap();
+    assert!((share.attributed_cores - 0.5).abs() < 1e-9, "{share:?}");
+    assert!((share.unattributed_cores() - 0.4).abs() < 1e-9, "{share:?}");
+    assert_eq!(
+        share.interrupts,
+        meshbench_report::trust::Interrupts::NotRead
+    );
+    let analysis = Analysis::of(&result);
+    let table = meshbench_report::trust::unattributed_table(&analysis);
+    let row = &table.rows[0];
+    assert_eq!(row[2], "0.900");
+    assert!(row[4].starts_with("0.400 (44%)"), "{row:?}");
+    assert!(row[5].starts_with("not read"), "{row:?}");
+    // 0.4 cores beside the cell's pods is noise worth a flag, said in a cluster's words.
+    let flags = meshbench_report::trust::cell_flags(&result.cells[0]);
+    assert!(
+        flags.iter().any(|f| f.contains("outside the cell's pods")),
+        "{flags:?}"
+    );
+}

@@ -317,28 +317,35 @@ pub struct Cell {
 }
 
 /// A machine's CPU over a cell's load window, by state, in cores (mean over the window; the
-/// states add up to `cpus`).
+/// states add up to `cpus`). The states are absent where the source has no such split (a
+/// kubelet gives only its node's total).
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MachineCpu {
-    /// Where the figures come from: `/proc/stat`.
+    /// Where the figures come from: `/proc/stat`, or `kubelet-summary` (a node's root
+    /// cgroup, through its kubelet).
     pub source: String,
     /// The Kubernetes node; absent for the local lab's machine.
     pub node: Option<String>,
+    /// Other nodes of the cluster that run on the same kernel (the same boot id: a test
+    /// cluster's nodes on one machine): the reading is the machine's, and their components
+    /// count against it too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub same_machine_nodes: Vec<String>,
     /// Logical CPUs.
     pub cpus: u32,
-    pub user_cores: f64,
-    pub nice_cores: f64,
-    pub system_cores: f64,
+    pub user_cores: Option<f64>,
+    pub nice_cores: Option<f64>,
+    pub system_cores: Option<f64>,
     /// Hardware interrupts and softirqs (the kernel's network receive and transmit work,
     /// charged to no process or cgroup).
-    pub irq_cores: f64,
-    pub softirq_cores: f64,
-    pub iowait_cores: f64,
-    pub idle_cores: f64,
+    pub irq_cores: Option<f64>,
+    pub softirq_cores: Option<f64>,
+    pub iowait_cores: Option<f64>,
+    pub idle_cores: Option<f64>,
     /// Time the hypervisor ran something else while this machine wanted the CPU.
-    pub steal_cores: f64,
+    pub steal_cores: Option<f64>,
     /// Every task's CPU from the root cgroup's exact accounting. The states above are
     /// sampled at the scheduler tick on kernels with tick-based accounting and miss work
     /// between ticks at low load; absent where the root cgroup is unreadable.
@@ -354,9 +361,28 @@ pub struct MachineCpu {
 }
 
 impl MachineCpu {
-    /// Cores doing anything: user, nice, system, irq and softirq.
-    pub fn busy_cores(&self) -> f64 {
-        self.user_cores + self.nice_cores + self.system_cores + self.irq_cores + self.softirq_cores
+    /// Cores doing anything by state: user, nice, system, irq and softirq; `None` where the
+    /// source has no states.
+    pub fn busy_cores(&self) -> Option<f64> {
+        Some(
+            self.user_cores?
+                + self.nice_cores?
+                + self.system_cores?
+                + self.irq_cores?
+                + self.softirq_cores?,
+        )
+    }
+
+    /// irq and softirq; `None` where the source has no states.
+    pub fn interrupt_cores(&self) -> Option<f64> {
+        Some(self.irq_cores? + self.softirq_cores?)
+    }
+
+    /// Whether components on `node` run on this machine.
+    pub fn covers(&self, node: Option<&str>) -> bool {
+        self.node.is_none()
+            || self.node.as_deref() == node
+            || node.is_some_and(|n| self.same_machine_nodes.iter().any(|m| m == n))
     }
 }
 

@@ -222,7 +222,42 @@ fn the_smoke_profile_runs_on_the_cluster_with_per_container_resources_and_nodes(
                 assert!(res["cpu_cores_mean"].as_f64().unwrap() > 0.0, "{res}");
             }
         }
+        // The machine under the cell's nodes, read through a kubelet over the same window:
+        // this cluster's nodes share one kernel, so one machine covers every node measured,
+        // and it was at least as busy as the components on it.
+        let machines = cell["machines"]
+            .as_array()
+            .expect("the nodes' machine was read");
+        assert_eq!(machines.len(), 1, "one kernel: {machines:?}");
+        let machine = &machines[0];
+        assert_eq!(machine["source"], "kubelet-summary");
+        assert!(machine["user_cores"].is_null(), "no states from a kubelet");
+        let mut covered: Vec<&str> = machine["same_machine_nodes"]
+            .as_array()
+            .map(|n| n.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        covered.push(machine["node"].as_str().unwrap());
+        let charged: f64 = cell["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .inspect(|res| {
+                let node = res["node"].as_str().unwrap();
+                assert!(covered.contains(&node), "{node} not in {covered:?}");
+            })
+            .map(|res| res["cpu_cores_mean"].as_f64().unwrap())
+            .sum();
+        let tasks = machine["tasks_cores"].as_f64().unwrap();
+        assert!(
+            tasks >= charged * 0.9,
+            "machine {tasks} cores, components {charged}"
+        );
     }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("not read (the node's kubelet gives no split)"),
+        "the unattributed table has the cluster's rows"
+    );
     assert_eq!(cluster.leftovers(), "", "objects left after a run");
 }
 

@@ -2,7 +2,10 @@
 //! pods, their reports merged exactly) or E3's experimenter running its one experiment, each
 //! in pods of the client's workload with what the mesh adds to that workload, run to their
 //! end while the kubelets' summaries of every container of the cell are read; the results
-//! come back in the pods' logs. Where a node agent must capture the instrument's pods, which
+//! come back in the pods' logs. Each node the cell ran on is read whole too (its root cgroup,
+//! through the same summaries), so that CPU no component was charged for shows per node; the
+//! nodes that share one kernel (a test cluster on one machine) are read once, as one machine.
+//! Where a node agent must capture the instrument's pods, which
 //! have addresses only once they run, they wait at a start gate until their node's agent is
 //! in place.
 
@@ -11,13 +14,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures::future::try_join_all;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use meshbench_experiment::platform::Measured;
 use meshbench_lab::SampleSeries;
 use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_meshes::{PodAdditions, CONFIG_DIR_IN_POD};
-use meshbench_results::{ComponentResources, LoadReport};
+use meshbench_results::{ComponentResources, LoadReport, MachineCpu};
 use meshbench_role::RoleConfig;
 use meshbench_topology::Pod as TopologyPod;
 use meshbench_workload::{WorkloadApp, WorkloadFile};
@@ -25,7 +28,7 @@ use meshbench_workload::{WorkloadApp, WorkloadFile};
 use super::{credentials_of, on_cluster, CreatedPod, KubeSite, START_GATE};
 use crate::objects::{PodShape, APP_CONTAINER};
 use crate::pods::{self, Until};
-use crate::stats::{SummarySampler, Target};
+use crate::stats::{Readings, SummarySampler, Target};
 use crate::Error;
 
 /// How long the instrument may overrun its own duration before the cell is failed.
@@ -49,10 +52,20 @@ struct InstrumentPod {
     config: (Vec<String>, BTreeMap<String, String>),
 }
 
-/// The instrument's pods, finished: each with its log.
+/// The instrument's pods, finished: each with its log, and what the kubelets said meanwhile.
 struct Finished {
     pods: Vec<(CreatedPod, String)>,
-    series: Vec<(Target, SampleSeries)>,
+    readings: Readings,
+    /// Each node read: its CPUs and its kernel's boot id, from its Node object.
+    nodes: Vec<NodeFacts>,
+}
+
+/// What a Node object says of its machine.
+#[derive(Debug, Clone, PartialEq)]
+struct NodeFacts {
+    name: String,
+    cpus: u32,
+    boot_id: Option<String>,
 }
 
 impl KubeSite<'_> {
@@ -118,13 +131,13 @@ impl KubeSite<'_> {
             pod: first.name.clone(),
             problem: e.to_string(),
         })?;
-        let resources = resources_in_window(&finished.series, &load, first)?;
+        let (resources, machines) = in_window(&finished, &load, first)?;
         let _ = meshbench_results::write_json_atomic(&self.cell_dir.join("load.json"), &load);
         Ok(Measured {
             load,
             resources,
             wire: None,
-            machines: vec![],
+            machines,
         })
     }
 
@@ -183,13 +196,13 @@ impl KubeSite<'_> {
                 &answer,
             );
         }
-        let resources = resources_in_window(&finished.series, &load, pod)?;
+        let (resources, machines) = in_window(&finished, &load, pod)?;
         let _ = meshbench_results::write_json_atomic(&self.cell_dir.join("load.json"), &load);
         Ok(Measured {
             load,
             resources,
             wire: None,
-            machines: vec![],
+            machines,
         })
     }
 
@@ -304,7 +317,7 @@ impl KubeSite<'_> {
             async move { pods::wait(&api, &p.name, Until::Succeeded, limit).await }
         }))
         .await;
-        let series = sampler.finish().await;
+        let readings = sampler.finish().await;
         finished?;
         let mut logs = vec![];
         for pod in created {
@@ -312,7 +325,20 @@ impl KubeSite<'_> {
             let log = pods::log(&api, &pod.name, APP_CONTAINER).await?;
             logs.push((pod, log));
         }
-        Ok(Finished { pods: logs, series })
+        let mut nodes = vec![];
+        let api = Api::<Node>::all(self.client());
+        for (name, _) in &readings.nodes {
+            // A node that cannot be read is left out of the machines, not guessed at.
+            match api.get(name).await {
+                Ok(node) => nodes.extend(node_facts(&node)),
+                Err(e) => tracing::debug!(node = %name, error = %e, "node unreadable"),
+            }
+        }
+        Ok(Finished {
+            pods: logs,
+            readings,
+            nodes,
+        })
     }
 }
 /// `spec` split over `generators` pods: each sends its share of the rate over its share of
@@ -369,11 +395,12 @@ fn report_in_log(log: &str) -> Option<LoadReport> {
 /// monotonic clock mapped to the wall clock (its `realtime_offset_ns`); the kubelets'
 /// readings are stamped with this machine's wall clock, which the nodes of this project's
 /// cluster share (see ARCHITECTURE.md on aligning the nodes' clocks).
-fn resources_in_window(
-    series: &[(Target, SampleSeries)],
+/// The components' resources and the nodes' CPU, cut to the load's window.
+fn in_window(
+    finished: &Finished,
     load: &LoadReport,
     instrument: &CreatedPod,
-) -> Result<Vec<ComponentResources>, Error> {
+) -> Result<(Vec<ComponentResources>, Vec<MachineCpu>), Error> {
     let offset = load
         .window
         .realtime_offset_ns
@@ -388,12 +415,155 @@ fn resources_in_window(
         on_wall_clock(load.window.start_monotonic_ns),
         on_wall_clock(load.window.end_monotonic_ns),
     );
-    Ok(series
+    let resources = finished
+        .readings
+        .containers
         .iter()
         .map(|(target, s)| {
             let mut r = s.summarize(start, end);
             r.node = Some(target.node.clone());
             r
         })
-        .collect())
+        .collect();
+    let machines = machines(&finished.nodes, &finished.readings.nodes, (start, end));
+    Ok((resources, machines))
+}
+
+/// A Node object's CPUs and boot id; `None` without a readable CPU capacity.
+fn node_facts(node: &Node) -> Option<NodeFacts> {
+    let status = node.status.as_ref()?;
+    let cpu = status.capacity.as_ref()?.get("cpu")?;
+    // Capacity is whole CPUs on every kubelet ("2"); a millicore form would not be a
+    // machine's count.
+    let cpus: u32 = cpu.0.parse().ok()?;
+    Some(NodeFacts {
+        name: node.metadata.name.clone()?,
+        cpus,
+        boot_id: status
+            .node_info
+            .as_ref()
+            .map(|i| i.boot_id.clone())
+            .filter(|b| !b.is_empty()),
+    })
+}
+
+/// One machine per kernel: nodes with the same boot id run on one machine, whose root cgroup
+/// each of their kubelets reports, so it is read once (from the first of them) and covers the
+/// others' components. A node whose whole CPU was not read over the window is left out.
+fn machines(
+    facts: &[NodeFacts],
+    series: &[(String, SampleSeries)],
+    (start, end): (u64, u64),
+) -> Vec<MachineCpu> {
+    let window_read = |s: &SampleSeries| {
+        s.samples.first().is_some_and(|f| f.t_ns <= start)
+            && s.samples.last().is_some_and(|l| l.t_ns >= end)
+    };
+    let mut out: Vec<MachineCpu> = vec![];
+    let mut kernels: Vec<Option<&str>> = vec![];
+    for fact in facts {
+        let kernel = fact.boot_id.as_deref();
+        if kernel.is_some() && kernels.contains(&kernel) {
+            if let Some(m) = out.iter_mut().zip(&kernels).find(|(_, k)| **k == kernel) {
+                m.0.same_machine_nodes.push(fact.name.clone());
+            }
+            continue;
+        }
+        let Some((_, s)) = series
+            .iter()
+            .find(|(n, s)| *n == fact.name && window_read(s))
+        else {
+            continue;
+        };
+        kernels.push(kernel);
+        out.push(MachineCpu {
+            source: crate::stats::SOURCE.to_owned(),
+            node: Some(fact.name.clone()),
+            same_machine_nodes: vec![],
+            cpus: fact.cpus,
+            user_cores: None,
+            nice_cores: None,
+            system_cores: None,
+            irq_cores: None,
+            softirq_cores: None,
+            iowait_cores: None,
+            idle_cores: None,
+            steal_cores: None,
+            tasks_cores: Some(s.summarize(start, end).cpu_cores_mean),
+            interrupt_accounting: None,
+            mhz_min: None,
+            mhz_max: None,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use meshbench_lab::Sample;
+
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// A node's root cgroup, busy at `cores` from 0 to 10 s.
+    fn whole(node: &str, cores: f64) -> (String, SampleSeries) {
+        let samples = (0..=10)
+            .map(|i| Sample {
+                t_ns: i * S,
+                cpu_ns: (i as f64 * cores * S as f64) as u64,
+                rss_bytes: 0,
+                working_set_bytes: None,
+            })
+            .collect();
+        let series = SampleSeries {
+            component: format!("node/{node}"),
+            role: "node".into(),
+            pid: 0,
+            source: crate::stats::SOURCE,
+            samples,
+        };
+        (node.to_owned(), series)
+    }
+
+    fn facts(name: &str, boot_id: &str) -> NodeFacts {
+        NodeFacts {
+            name: name.into(),
+            cpus: 2,
+            boot_id: Some(boot_id.into()),
+        }
+    }
+
+    #[test]
+    fn nodes_on_one_kernel_are_one_machine_read_once() {
+        let series = [
+            whole("node-1", 1.5),
+            whole("node-2", 1.5),
+            whole("node-3", 0.5),
+        ];
+        let facts = [
+            facts("node-1", "boot-a"),
+            facts("node-2", "boot-a"),
+            facts("node-3", "boot-b"),
+        ];
+        let machines = machines(&facts, &series, (2 * S, 8 * S));
+        assert_eq!(machines.len(), 2, "{machines:?}");
+        let shared = &machines[0];
+        assert_eq!(shared.node.as_deref(), Some("node-1"));
+        assert_eq!(shared.same_machine_nodes, ["node-2"]);
+        assert!((shared.tasks_cores.unwrap() - 1.5).abs() < 1e-9);
+        assert!(shared.covers(Some("node-2")) && !shared.covers(Some("node-3")));
+        // A kubelet has no split by state: nothing is made up for it.
+        assert_eq!((shared.user_cores, shared.softirq_cores), (None, None));
+        assert_eq!(shared.busy_cores(), None);
+        assert!((machines[1].tasks_cores.unwrap() - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_node_not_read_over_the_whole_window_is_left_out() {
+        let mut late = whole("node-1", 1.0);
+        late.1.samples.retain(|s| s.t_ns >= 3 * S);
+        let machines = machines(&[facts("node-1", "boot-a")], &[late], (2 * S, 8 * S));
+        assert!(machines.is_empty(), "{machines:?}");
+    }
 }
