@@ -188,6 +188,7 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
         "meshbench-sidecar-l4",
         "meshbench-sidecar-l7",
         "meshbench-node-agent",
+        "meshbench-node-agent-loop",
         "haproxy",
         "envoy",
     ];
@@ -225,10 +226,32 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
             assert!(m.memory_bytes.is_some_and(|b| b > 0), "{m:?}");
         }
     }
-    // Three of ours against two peers, five figures each: compared, or left out with the
-    // reason (a peer whose median added latency is not above direct's).
-    assert_eq!(report.ratios.len() + report.notes.len(), 3 * 2 * 5);
+    // Four of ours against two peers, and the two node agents against their floor, the L4
+    // sidecar pair, five figures each: compared, or left out with the reason (a peer whose
+    // median added latency is not above direct's).
+    assert_eq!(report.ratios.len() + report.notes.len(), 4 * 2 * 5 + 2 * 5);
     assert!(report.ratios.iter().all(|r| r.repetitions == Some(2)
         && r.theirs > 0.0
         && (r.ratio - r.ours / r.theirs).abs() < 1e-9));
+    // The floor's targets are the issue's: the loop's p99 and CPU, the pair's throughput.
+    let floor_targets: Vec<(&str, &str, Option<&str>)> = report
+        .ratios
+        .iter()
+        .filter(|r| r.peer == "meshbench-sidecar-l4" && r.target.is_some())
+        .map(|r| (r.case.as_str(), r.metric.as_str(), r.target.as_deref()))
+        .collect();
+    for expected in [
+        (
+            "meshbench-node-agent-loop",
+            "proxy CPU s per 100k requests",
+            Some("<= 1.1"),
+        ),
+        (
+            "meshbench-node-agent",
+            "throughput as a fraction of direct",
+            Some(">= 1"),
+        ),
+    ] {
+        assert!(floor_targets.contains(&expected), "{floor_targets:?}");
+    }
 }

@@ -1,6 +1,9 @@
 //! `meshbench bench dataplane`: our sidecar pair (L4 and L7) and node-agent pair against an
 //! HAProxy and an Envoy mTLS sidecar pair, in one run, in front of the same echo app. The load
-//! generator is pinned to one CPU; the app and every proxy (single-threaded) to another.
+//! generator is pinned to one CPU; the app and every proxy (single-threaded) to another. The
+//! node agent is also run as ztunnel is measured, one agent looping a connection through its
+//! own HBONE listener (`node-agent-loop`), and both node-agent planes are compared with their
+//! own floor, the L4 sidecar pair: the same mTLS without HBONE.
 //!
 //! Cases, per data plane: latency at a fixed rate (p50 and p99 added over direct), maximum
 //! throughput in a closed loop (as a ratio of direct, with the proxies' CPU per request), and
@@ -283,9 +286,23 @@ fn median_figures(m: &[BenchMeasurement], rounds: &[Option<u32>], tool: &str) ->
     Some(out)
 }
 
-/// Ours over each peer, per figure. An added latency the peer does not have (its median is
-/// not above direct's) has no meaningful ratio: that comparison is left out and said why in
-/// the returned notes.
+/// A node-agent plane's target against the L4 sidecar pair, per figure of [`METRICS`]
+/// (the ratio's bound; `None`: reported without a target): the loop's added p99 at most
+/// twice the pair's and its CPU per request at most 1.1 times; the node-agent pair's
+/// throughput at least the L4 pair's.
+fn floor_target(plane: Plane, metric: &str) -> Option<f64> {
+    let [_, p99, throughput, cpu, _] = METRICS.map(|(name, _)| name);
+    match plane {
+        Plane::NodeAgentLoop if metric == p99 => Some(2.0),
+        Plane::NodeAgentLoop if metric == cpu => Some(1.1),
+        Plane::NodeAgent if metric == throughput => Some(1.0),
+        _ => None,
+    }
+}
+
+/// Ours over each peer, per figure; and each node agent over the L4 sidecar pair. An added
+/// latency the peer does not have (its median is not above direct's) has no meaningful
+/// ratio: that comparison is left out and said why in the returned notes.
 fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> (Vec<BenchRatio>, Vec<String>) {
     let mut rounds: Vec<Option<u32>> = m.iter().map(|x| x.repetition).collect();
     rounds.sort();
@@ -293,10 +310,13 @@ fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> (Vec<BenchRatio>, Vec<Str
     let repetitions = (rounds.len() > 1).then_some(rounds.len() as u32);
     let mut out = Vec::new();
     let mut notes = Vec::new();
-    for ours in planes.iter().filter(|p| p.is_ours()) {
-        for peer in planes
+    for &ours in planes.iter().filter(|p| p.is_ours()) {
+        let floor = (ours.is_node_agent() && planes.contains(&Plane::SidecarL4))
+            .then_some(Plane::SidecarL4);
+        for &peer in planes
             .iter()
             .filter(|p| matches!(p, Plane::Haproxy | Plane::Envoy))
+            .chain(floor.iter())
         {
             let (Some(a), Some(b)) = (
                 median_figures(m, &rounds, ours.name()),
@@ -314,11 +334,12 @@ fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> (Vec<BenchRatio>, Vec<Str
                     ));
                     continue;
                 }
-                let met = if lower_better {
-                    mine <= theirs
-                } else {
-                    mine >= theirs
+                let bound = match peer {
+                    Plane::SidecarL4 => floor_target(ours, metric),
+                    _ => Some(1.0),
                 };
+                let ratio = mine / theirs;
+                let sign = if lower_better { "<=" } else { ">=" };
                 out.push(BenchRatio {
                     repetitions,
                     case: ours.name().to_owned(),
@@ -326,9 +347,9 @@ fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> (Vec<BenchRatio>, Vec<Str
                     peer: peer.name().to_owned(),
                     ours: mine,
                     theirs,
-                    ratio: mine / theirs,
-                    target: Some(if lower_better { "<= 1" } else { ">= 1" }.to_owned()),
-                    met: Some(met),
+                    ratio,
+                    target: bound.map(|b| format!("{sign} {b}")),
+                    met: bound.map(|b| if lower_better { ratio <= b } else { ratio >= b }),
                 });
             }
         }
@@ -389,7 +410,7 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
                 opts.response_bytes, opts.proxy_cpu, opts.generator_cpu
             ),
             "each pair: a client-side proxy (plaintext in, mTLS out) and a server-side proxy (mTLS in, plaintext to the app); single-threaded; TLS 1.3; client certificates required; SPIFFE IDs of both ends checked (HAProxy 2.6 verifies the chain only: it cannot match URI SANs)".to_owned(),
-            "HAProxy and Envoy proxy HTTP (mode http, HTTP connection manager) with pooled upstream connections; meshbench-sidecar-l7 likewise; meshbench-sidecar-l4 splices bytes; meshbench-node-agent tunnels each connection as an HTTP/2 CONNECT stream over one pooled mTLS connection (HBONE)".to_owned(),
+            "HAProxy and Envoy proxy HTTP (mode http, HTTP connection manager) with pooled upstream connections; meshbench-sidecar-l7 likewise; meshbench-sidecar-l4 splices bytes; meshbench-node-agent tunnels each connection as an HTTP/2 CONNECT stream over one pooled mTLS connection (HBONE); meshbench-node-agent-loop is one agent with both workloads on its node, same-node encryption on, each connection out through the agent, over HBONE into the same agent and on to the app (ztunnel's own harness); both node-agent planes are also compared with the L4 sidecar pair, their floor (targets: the loop's added p99 <= 2x and CPU per request <= 1.1x, the pair's throughput >= 1x)".to_owned(),
             format!(
                 "{LATENCY_CASE}: {} rps over {} connections for {} after 1 s warm-up, latency from the intended send time; {THROUGHPUT_CASE}: closed loop over {} connections, proxies' CPU from /proc over the run; {MEMORY_CASE}: RSS of both proxies with {} connections open through the pair, one request each",
                 opts.rps, opts.connections, secs(opts.duration), opts.connections, opts.open_connections

@@ -28,16 +28,21 @@ pub enum Plane {
     SidecarL4,
     SidecarL7,
     NodeAgent,
+    /// One node agent with the client and the server on its node, same-node encryption on:
+    /// the connection leaves through the agent, comes back over HBONE mTLS into the same
+    /// agent and goes on to the app (ztunnel's own harness).
+    NodeAgentLoop,
     Haproxy,
     Envoy,
 }
 
 impl Plane {
-    pub const ALL: [Plane; 6] = [
+    pub const ALL: [Plane; 7] = [
         Plane::Direct,
         Plane::SidecarL4,
         Plane::SidecarL7,
         Plane::NodeAgent,
+        Plane::NodeAgentLoop,
         Plane::Haproxy,
         Plane::Envoy,
     ];
@@ -48,6 +53,7 @@ impl Plane {
             Plane::SidecarL4 => "meshbench-sidecar-l4",
             Plane::SidecarL7 => "meshbench-sidecar-l7",
             Plane::NodeAgent => "meshbench-node-agent",
+            Plane::NodeAgentLoop => "meshbench-node-agent-loop",
             Plane::Haproxy => "haproxy",
             Plane::Envoy => "envoy",
         }
@@ -59,7 +65,15 @@ impl Plane {
     }
 
     pub fn is_ours(self) -> bool {
-        matches!(self, Plane::SidecarL4 | Plane::SidecarL7 | Plane::NodeAgent)
+        matches!(
+            self,
+            Plane::SidecarL4 | Plane::SidecarL7 | Plane::NodeAgent | Plane::NodeAgentLoop
+        )
+    }
+
+    /// A node agent, whose own floor is the L4 sidecar pair (the same mTLS, without HBONE).
+    pub fn is_node_agent(self) -> bool {
+        matches!(self, Plane::NodeAgent | Plane::NodeAgentLoop)
     }
 }
 
@@ -188,6 +202,7 @@ pub(crate) fn start(plane: Plane, ctx: &PairContext<'_>) -> Result<Pair, Error> 
         Plane::SidecarL4 => sidecar_pair(ctx, Mode::L4),
         Plane::SidecarL7 => sidecar_pair(ctx, Mode::L7),
         Plane::NodeAgent => node_agent_pair(ctx),
+        Plane::NodeAgentLoop => node_agent_loop(ctx),
         Plane::Haproxy => haproxy_pair(ctx),
         Plane::Envoy => envoy_pair(ctx),
     }
@@ -235,30 +250,68 @@ fn sidecar_pair(ctx: &PairContext<'_>, mode: Mode) -> Result<Pair, Error> {
     })
 }
 
-fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
-    let pki = ctx.pki;
-    let workload = |sa: &str, address: SocketAddr| LocalWorkload {
+/// A workload on a node agent's node, with its SVID.
+fn node_workload(pki: &Pki, sa: &str, address: SocketAddr) -> LocalWorkload {
+    LocalWorkload {
         namespace: NAMESPACE.into(),
         name: sa.into(),
         service_account: sa.into(),
         cert: pki.file(&format!("{sa}.pem")),
         key: pki.file(&format!("{sa}.key")),
         address,
-    };
-    let file = |node: &str, workloads| {
-        let mut file = NodeAgentFile::new(node, pki.file("ca.pem"), local(0));
-        file.workloads = workloads;
-        file.threads = Some(1);
-        file
-    };
+    }
+}
+
+/// A single-threaded node agent holding `workloads`.
+fn node_agent_file(pki: &Pki, node: &str, workloads: Vec<LocalWorkload>) -> NodeAgentFile {
+    let mut file = NodeAgentFile::new(node, pki.file("ca.pem"), local(0));
+    file.workloads = workloads;
+    file.threads = Some(1);
+    file
+}
+
+/// The client app has no listener of its own; its address only names it in the directory.
+const CLIENT_APP: SocketAddr = SocketAddr::new(
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1)),
+    1,
+);
+
+/// The client's outbound listener: its connections go to the app's address.
+fn client_outbound(app: SocketAddr) -> OutboundListener {
+    OutboundListener {
+        listen: local(0),
+        source: format!("{NAMESPACE}/client"),
+        destination: app,
+    }
+}
+
+fn node_agent_loop(ctx: &PairContext<'_>) -> Result<Pair, Error> {
+    let pki = ctx.pki;
+    let mut file = node_agent_file(
+        pki,
+        "node-a",
+        vec![
+            node_workload(pki, "client", CLIENT_APP),
+            node_workload(pki, "server", ctx.app),
+        ],
+    );
+    file.same_node_encryption = true;
+    file.outbound = vec![client_outbound(ctx.app)];
+    let (agent, ready) = ctx.meshbench("node-agent-loop", &file)?;
+    Ok(Pair {
+        entry: addr_field(&ready, "/outbound/0", "node agent")?,
+        proxies: vec![agent],
+    })
+}
+
+fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
+    let pki = ctx.pki;
+    let workload = |sa: &str, address| node_workload(pki, sa, address);
+    let file = |node: &str, workloads| node_agent_file(pki, node, workloads);
     let server_file = file("node-b", vec![workload("server", ctx.app)]);
     let (server, ready) = ctx.meshbench("node-agent-server", &server_file)?;
     let hbone = addr_field(&ready, "/addr", "server node agent")?;
-    // The client app has no listener of its own; its address only names it in the directory.
-    let mut client_file = file(
-        "node-a",
-        vec![workload("client", SocketAddr::from(([127, 0, 0, 1], 1)))],
-    );
+    let mut client_file = file("node-a", vec![workload("client", CLIENT_APP)]);
     client_file.destinations = vec![RemoteWorkload {
         namespace: NAMESPACE.into(),
         name: "server".into(),
@@ -266,11 +319,7 @@ fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         address: ctx.app,
         node_agent: hbone,
     }];
-    client_file.outbound = vec![OutboundListener {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        source: format!("{NAMESPACE}/client"),
-        destination: ctx.app,
-    }];
+    client_file.outbound = vec![client_outbound(ctx.app)];
     let (client, ready) = ctx.meshbench("node-agent-client", &client_file)?;
     Ok(Pair {
         entry: addr_field(&ready, "/outbound/0", "client node agent")?,
