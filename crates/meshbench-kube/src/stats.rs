@@ -28,6 +28,15 @@ use tokio::task::JoinHandle;
 /// Where the figures come from, as results name it.
 pub const SOURCE: &str = "kubelet-summary";
 
+/// How long a sampler told to stop keeps reading for a node figure stamped after the stop.
+/// A kubelet refreshes its node's figures only at its housekeeping interval and stamps them
+/// to the second, so the reading that closes a cell's window can come a second or two after
+/// the cell ended; on a cluster with the default 10 s housekeeping it may not come at all,
+/// and the node is then left out of that cell.
+const NODE_SETTLE: Duration = Duration::from_secs(3);
+/// How often a stopping sampler reads while it waits for that reading.
+const SETTLE_POLL: Duration = Duration::from_millis(250);
+
 #[derive(Debug, Deserialize)]
 struct Summary {
     node: Option<NodeStats>,
@@ -147,6 +156,7 @@ async fn sample_loop(
             (n.clone(), s)
         })
         .collect();
+    let mut stopping_since: Option<u64> = None;
     loop {
         for (node, whole) in nodes.iter().zip(node_series.iter_mut()) {
             let asked = unix_ns(SystemTime::now());
@@ -159,8 +169,17 @@ async fn sample_loop(
                 Err(e) => tracing::debug!(node, error = %e, "kubelet summary unreadable"),
             }
         }
-        if *stopped.borrow() {
-            break;
+        let now = unix_ns(SystemTime::now());
+        if *stopped.borrow() || stopping_since.is_some() {
+            let since = *stopping_since.get_or_insert(now);
+            let settled = node_series
+                .iter()
+                .all(|(_, s)| s.samples.last().is_some_and(|last| last.t_ns >= since));
+            if settled || now >= since + NODE_SETTLE.as_nanos() as u64 {
+                break;
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+            continue;
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}

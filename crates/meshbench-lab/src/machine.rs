@@ -152,6 +152,7 @@ impl MachineSeries {
             steal_cores: Some(cores(7)),
             tasks_cores,
             interrupt_accounting: self.interrupt_accounting.map(str::to_owned),
+            edge_gap_seconds: None,
             mhz_min,
             mhz_max,
         })

@@ -196,6 +196,7 @@ fn a_noisy_cell_makes_its_point_inconclusive_and_says_why() {
                     steal_cores: Some(1.0),
                     tasks_cores: None,
                     interrupt_accounting: None,
+                    edge_gap_seconds: None,
                     mhz_min: None,
                     mhz_max: None,
                 }];

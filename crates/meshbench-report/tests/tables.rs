@@ -426,6 +426,7 @@ fn on_a_cluster_each_machine_counts_the_components_of_the_nodes_it_runs() {
             steal_cores: None,
             tasks_cores: Some(0.9),
             interrupt_accounting: None,
+            edge_gap_seconds: Some(1.0),
             mhz_min: None,
             mhz_max: None,
         }];

@@ -354,6 +354,11 @@ pub struct MachineCpu {
     /// (only the scheduler ticks that landed in an interrupt, no measurement at low load);
     /// absent where the kernel's configuration was unreadable.
     pub interrupt_accounting: Option<String>,
+    /// Where the readings are sparser than the window (a kubelet refreshes its node's figures
+    /// at its housekeeping interval, 10 s by default): the longest gap between the readings
+    /// around the window's start or end, in seconds. The counter is interpolated across it,
+    /// so the figure assumes a steady rate there; absent for the local lab's dense readings.
+    pub edge_gap_seconds: Option<f64>,
     /// The lowest and highest CPU frequency read (MHz), across CPUs, at the window's start
     /// and end; absent where the machine does not expose it.
     pub mhz_min: Option<f64>,

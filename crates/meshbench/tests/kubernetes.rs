@@ -152,7 +152,13 @@ fn the_smoke_profile_runs_on_the_cluster_with_per_container_resources_and_nodes(
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     // All of smoke's scenarios: no mesh, mTLS in the apps, our sidecar with its CA service.
-    let output = cluster.run(&out, &["--profile", "smoke"]).output().unwrap();
+    // Cells of 6 s, not smoke's 2 s: a kubelet stamps its node's figures to the second, so
+    // the machine under a cell is read only where the readings surround its window within
+    // half of it.
+    let output = cluster
+        .run(&out, &["--profile", "smoke", "--duration", "6s"])
+        .output()
+        .unwrap();
     assert_success(&output);
     let r = results(&out);
     assert_eq!(r["status"], "complete");
@@ -232,6 +238,8 @@ fn the_smoke_profile_runs_on_the_cluster_with_per_container_resources_and_nodes(
         let machine = &machines[0];
         assert_eq!(machine["source"], "kubelet-summary");
         assert!(machine["user_cores"].is_null(), "no states from a kubelet");
+        let gap = machine["edge_gap_seconds"].as_f64().unwrap();
+        assert!(gap <= 3.0, "interpolated over {gap} s of a 6 s window");
         let mut covered: Vec<&str> = machine["same_machine_nodes"]
             .as_array()
             .map(|n| n.iter().filter_map(Value::as_str).collect())

@@ -447,17 +447,33 @@ fn node_facts(node: &Node) -> Option<NodeFacts> {
     })
 }
 
+/// The gap between readings around either edge of the window may be at most this share of
+/// the window: the node's counter is interpolated across it, and a wider gap would let the
+/// time before the load or after it decide the figure.
+const EDGE_GAP_SHARE: f64 = 0.5;
+
+/// The gap between the readings around `t_ns` (ns); `None` where no reading is on each side.
+fn gap_around(samples: &[meshbench_lab::Sample], t_ns: u64) -> Option<u64> {
+    let before = samples.iter().rev().find(|s| s.t_ns <= t_ns)?;
+    let after = samples.iter().find(|s| s.t_ns >= t_ns)?;
+    Some(after.t_ns - before.t_ns)
+}
+
 /// One machine per kernel: nodes with the same boot id run on one machine, whose root cgroup
 /// each of their kubelets reports, so it is read once (from the first of them) and covers the
-/// others' components. A node whose whole CPU was not read over the window is left out.
+/// others' components. A node is left out where its readings do not surround the window
+/// closely enough ([`EDGE_GAP_SHARE`]): a kubelet refreshes its node's figures only at its
+/// housekeeping interval (10 s by default), so on such a cluster only cells of 20 s and more
+/// get their machine read.
 fn machines(
     facts: &[NodeFacts],
     series: &[(String, SampleSeries)],
     (start, end): (u64, u64),
 ) -> Vec<MachineCpu> {
-    let window_read = |s: &SampleSeries| {
-        s.samples.first().is_some_and(|f| f.t_ns <= start)
-            && s.samples.last().is_some_and(|l| l.t_ns >= end)
+    let window = end.saturating_sub(start) as f64;
+    let edge_gap = |s: &SampleSeries| -> Option<f64> {
+        let gap = gap_around(&s.samples, start)?.max(gap_around(&s.samples, end)?) as f64;
+        (gap <= window * EDGE_GAP_SHARE).then_some(gap / 1e9)
     };
     let mut out: Vec<MachineCpu> = vec![];
     let mut kernels: Vec<Option<&str>> = vec![];
@@ -469,10 +485,12 @@ fn machines(
             }
             continue;
         }
-        let Some((_, s)) = series
+        let Some((s, gap)) = series
             .iter()
-            .find(|(n, s)| *n == fact.name && window_read(s))
+            .find(|(n, _)| *n == fact.name)
+            .and_then(|(_, s)| Some((s, edge_gap(s)?)))
         else {
+            tracing::debug!(node = %fact.name, "node's readings too sparse around the window");
             continue;
         };
         kernels.push(kernel);
@@ -491,6 +509,7 @@ fn machines(
             steal_cores: None,
             tasks_cores: Some(s.summarize(start, end).cpu_cores_mean),
             interrupt_accounting: None,
+            edge_gap_seconds: Some(gap),
             mhz_min: None,
             mhz_max: None,
         });
@@ -560,10 +579,19 @@ mod tests {
     }
 
     #[test]
-    fn a_node_not_read_over_the_whole_window_is_left_out() {
+    fn a_node_not_read_closely_around_the_window_is_left_out() {
+        let node = [facts("node-1", "boot-a")];
         let mut late = whole("node-1", 1.0);
         late.1.samples.retain(|s| s.t_ns >= 3 * S);
-        let machines = machines(&[facts("node-1", "boot-a")], &[late], (2 * S, 8 * S));
-        assert!(machines.is_empty(), "{machines:?}");
+        assert!(machines(&node, &[late], (2 * S, 8 * S)).is_empty());
+        // Readings 10 s apart (a kubelet's default housekeeping) around a 6 s window.
+        let mut sparse = whole("node-1", 1.0);
+        sparse.1.samples.retain(|s| s.t_ns % (10 * S) == 0);
+        assert!(machines(&node, &[sparse], (2 * S, 8 * S)).is_empty());
+        // Every second around it: read, saying how far it interpolated.
+        let read = machines(&node, &[whole("node-1", 1.0)], (2 * S, 8 * S));
+        assert_eq!(read[0].edge_gap_seconds, Some(0.0));
+        let read = machines(&node, &[whole("node-1", 1.0)], (2 * S + S / 2, 8 * S));
+        assert_eq!(read[0].edge_gap_seconds, Some(1.0));
     }
 }
