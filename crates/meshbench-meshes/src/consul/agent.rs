@@ -17,8 +17,10 @@ use crate::{Error, LabContext};
 const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one CLI call may take.
 const CLI_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long a sidecar may take to receive its upstreams from xDS.
-const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a sidecar may take to receive its upstreams from xDS with healthy endpoints.
+/// 30 s was once too short while the test suite's cluster ran beside the lab: the listener
+/// and cluster were in place, the upstream's endpoint not yet healthy.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A running agent and how to reach it.
 pub(crate) struct ConsulAgent {
