@@ -412,23 +412,9 @@ fn on_a_cluster_each_machine_counts_the_components_of_the_nodes_it_runs() {
         };
         cell.resources = vec![on("node-1", 0.3), on("node-2", 0.2), on("node-3", 0.1)];
         cell.machines = vec![meshbench_results::MachineCpu {
-            source: "kubelet-summary".into(),
-            node: Some("node-1".into()),
             same_machine_nodes: vec!["node-2".into()],
-            cpus: 2,
-            user_cores: None,
-            nice_cores: None,
-            system_cores: None,
-            irq_cores: None,
-            softirq_cores: None,
-            iowait_cores: None,
-            idle_cores: None,
-            steal_cores: None,
-            tasks_cores: Some(0.9),
-            interrupt_accounting: None,
             edge_gap_seconds: Some(1.0),
-            mhz_min: None,
-            mhz_max: None,
+            ..meshbench_results::MachineCpu::tasks_only("kubelet-summary", "node-1", 2, 0.9)
         }];
     }
     let share = meshbench_report::trust::machine_share(&result.cells[0]).unwrap();

@@ -366,6 +366,30 @@ pub struct MachineCpu {
 }
 
 impl MachineCpu {
+    /// A machine known only by its tasks' total (a node's root cgroup through its kubelet):
+    /// no states, no frequency.
+    pub fn tasks_only(source: &str, node: &str, cpus: u32, tasks_cores: f64) -> Self {
+        MachineCpu {
+            source: source.to_owned(),
+            node: Some(node.to_owned()),
+            same_machine_nodes: vec![],
+            cpus,
+            user_cores: None,
+            nice_cores: None,
+            system_cores: None,
+            irq_cores: None,
+            softirq_cores: None,
+            iowait_cores: None,
+            idle_cores: None,
+            steal_cores: None,
+            tasks_cores: Some(tasks_cores),
+            interrupt_accounting: None,
+            edge_gap_seconds: None,
+            mhz_min: None,
+            mhz_max: None,
+        }
+    }
+
     /// Cores doing anything by state: user, nice, system, irq and softirq; `None` where the
     /// source has no states.
     pub fn busy_cores(&self) -> Option<f64> {

@@ -495,23 +495,13 @@ fn machines(
         };
         kernels.push(kernel);
         out.push(MachineCpu {
-            source: crate::stats::SOURCE.to_owned(),
-            node: Some(fact.name.clone()),
-            same_machine_nodes: vec![],
-            cpus: fact.cpus,
-            user_cores: None,
-            nice_cores: None,
-            system_cores: None,
-            irq_cores: None,
-            softirq_cores: None,
-            iowait_cores: None,
-            idle_cores: None,
-            steal_cores: None,
-            tasks_cores: Some(s.summarize(start, end).cpu_cores_mean),
-            interrupt_accounting: None,
             edge_gap_seconds: Some(gap),
-            mhz_min: None,
-            mhz_max: None,
+            ..MachineCpu::tasks_only(
+                crate::stats::SOURCE,
+                &fact.name,
+                fact.cpus,
+                s.summarize(start, end).cpu_cores_mean,
+            )
         });
     }
     out
