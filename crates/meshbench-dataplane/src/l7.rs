@@ -218,6 +218,23 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
         Poll::Ready(Ok(written))
     }
 
+    // Passed through: without it, HTTP/2 copies a frame's first kilobyte into its own buffer
+    // and writes the rest apart, two TLS records and two syscalls for one frame.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, bufs))?;
+        this.moved.fetch_add(written as u64, Ordering::Relaxed);
+        Poll::Ready(Ok(written))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_flush(cx)
     }
