@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use meshbench_dataplane::{
-    run_node_agent, LocalWorkload, NodeAgentConfig, NodeAgentFile, OutboundListener, ProxyMetrics,
-    RemoteWorkload, ServiceEndpoint,
+    run_node_agent, Limits, LocalWorkload, NodeAgentConfig, NodeAgentFile, OutboundListener,
+    ProxyMetrics, RemoteWorkload, ServiceEndpoint,
 };
 use meshbench_fixtures::{closed_loop, e3_policy, local_workload, node_agent_file, TestPki};
 use meshbench_loadgen::{run_load, LoadResult, Outcome};
@@ -46,6 +46,15 @@ impl Lab {
         file: NodeAgentFile,
         metrics: Option<Arc<ProxyMetrics>>,
     ) -> (SocketAddr, Vec<SocketAddr>) {
+        self.agent_limited(file, metrics, Limits::default())
+    }
+
+    fn agent_limited(
+        &self,
+        file: NodeAgentFile,
+        metrics: Option<Arc<ProxyMetrics>>,
+        limits: Limits,
+    ) -> (SocketAddr, Vec<SocketAddr>) {
         let bound = self
             .runtime
             .block_on(run_node_agent(NodeAgentConfig {
@@ -53,7 +62,7 @@ impl Lab {
                 policy: Arc::new(Policy::from_yaml(&e3_policy()).unwrap()),
                 tls: Default::default(),
                 metrics,
-                limits: Default::default(),
+                limits,
             }))
             .unwrap();
         let addrs = (bound.hbone_addr().unwrap(), bound.outbound_addrs());
@@ -370,4 +379,57 @@ fn a_black_holed_peer_agent_stalls_only_its_own_tunnels() {
     drop(stuck);
     drop(black_hole);
     drop(held);
+}
+
+/// The receiving agent closes an HBONE connection that stays idle (HTTP/2 GOAWAY); the
+/// sending agent's next tunnel must not be sent into it, but over a new connection.
+#[test]
+fn a_tunnel_after_the_peer_closed_an_idle_connection_gets_a_new_one() {
+    let lab = Lab::new();
+    let app = lab.echo_app();
+    let node_b_metrics = Arc::new(ProxyMetrics::new());
+    let idle = std::time::Duration::from_millis(300);
+    let (node_b, _) = lab.agent_limited(
+        lab.file("node-b", vec![lab.workload("calculator", app)]),
+        Some(node_b_metrics.clone()),
+        Limits {
+            idle_timeout: idle,
+            ..Limits::default()
+        },
+    );
+    let mut node_a = lab.file(
+        "node-a",
+        vec![lab.workload("experimenter", "127.0.0.1:1".parse().unwrap())],
+    );
+    node_a.destinations = vec![RemoteWorkload {
+        namespace: "app".into(),
+        name: "calculator".into(),
+        service_account: "calculator".into(),
+        address: app,
+        node_agent: node_b,
+    }];
+    node_a.outbound = vec![outbound("experimenter", app)];
+    let (_, listeners) = lab.agent(node_a, None);
+
+    assert_eq!(
+        outcomes(&load(listeners[0], 4, Some(1))),
+        vec![Outcome::Http(200)]
+    );
+    assert_eq!(sample(&node_b_metrics, INBOUND_HANDSHAKES), 1.0);
+    // Idle, node b closes the connection (between one and two periods later, at its idle
+    // clock's ticks); tunnels opened meanwhile and after must all be answered, until one
+    // has been seen to go over a new connection.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sample(&node_b_metrics, INBOUND_HANDSHAKES) < 2.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node a never opened a second connection"
+        );
+        // Long enough for the connection to go idle: the load after it races the close.
+        std::thread::sleep(idle * 3);
+        assert_eq!(
+            outcomes(&load(listeners[0], 2, Some(1))),
+            vec![Outcome::Http(200)]
+        );
+    }
 }

@@ -2,24 +2,24 @@
 //! take the caller's identity from its verified certificate, then serve HTTP/2 CONNECT
 //! streams. Each stream is authorized against that workload's policy and spliced to its app.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::RecvStream;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Empty;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use meshbench_identity::{spiffe_ids_of, SpiffeId};
 use meshbench_policy::{Peer, Policy, Request as AuthzRequest};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_rustls::TlsAcceptor;
 
 use super::directory::{Destination, Directory, LocalEntry};
-use super::pool::{CONNECTION_WINDOW, STREAM_WINDOW};
+use super::tunnel::settings::{CONNECTION_WINDOW, MAX_HEADER_LIST, STREAM_WINDOW};
+use super::tunnel::Tunnel;
 use crate::l7::{idle, Rewind};
 use crate::metrics::{Direction, ProxyMetrics};
 use crate::serving::Limits;
@@ -98,63 +98,105 @@ impl HboneInbound {
             metrics: self.metrics.clone(),
             limits: self.limits,
         });
-        let service = hyper::service::service_fn(move |request| {
-            let caller = caller.clone();
-            async move { Ok::<_, Infallible>(tunnel(&caller, request).await) }
-        });
         let limits = self.limits;
-        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-        builder
-            .timer(TokioTimer::new())
-            .initial_stream_window_size(STREAM_WINDOW)
+        let moved = Arc::new(AtomicU64::new(0));
+        let io = Rewind::new(Vec::new(), tls, moved.clone());
+        let handshake = h2::server::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
             // The sending pool opens another connection past it, as ztunnel's does.
             .max_concurrent_streams(limits.max_tunnels_per_connection)
-            .max_header_list_size(16 * 1024)
-            .keep_alive_interval(Some(limits.idle_timeout))
-            .keep_alive_timeout(limits.handshake_timeout);
-        let moved = Arc::new(AtomicU64::new(0));
-        let io = TokioIo::new(Rewind::new(Vec::new(), tls, moved.clone()));
-        let serving = builder.serve_connection(io, service);
-        tokio::pin!(serving);
-        // The connection's own bytes: tunnels run on tasks of their own (with their own idle
-        // timeout), so a connection whose tunnels are all idle goes away too.
-        let served = tokio::select! {
-            served = serving.as_mut() => served,
-            () = idle(&moved, limits.idle_timeout) => {
-                serving.as_mut().graceful_shutdown();
-                tokio::time::timeout(limits.handshake_timeout, serving)
-                    .await
-                    .unwrap_or(Ok(()))
+            .max_header_list_size(MAX_HEADER_LIST)
+            .handshake::<_, Bytes>(io);
+        let mut connection = match tokio::time::timeout_at(deadline, handshake).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer_addr, error = %e, "HBONE HTTP/2 handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer_addr, "HBONE caller sent no HTTP/2 preface in time");
+                return;
             }
         };
-        if let Err(e) = served {
-            tracing::debug!(%peer_addr, error = %e, "HBONE connection ended");
+        // Each stream is a task of its own (with its own idle timeout); this one only
+        // accepts them and drives the connection. The connection's own bytes decide its
+        // idleness, so a connection whose tunnels are all idle goes away too.
+        let silent = idle(&moved, limits.idle_timeout);
+        tokio::pin!(silent);
+        loop {
+            let accepted = tokio::select! {
+                accepted = connection.accept() => accepted,
+                () = &mut silent => {
+                    connection.graceful_shutdown();
+                    let closed = std::future::poll_fn(|cx| connection.poll_closed(cx));
+                    let _ = tokio::time::timeout(limits.handshake_timeout, closed).await;
+                    return;
+                }
+            };
+            match accepted {
+                Some(Ok((request, respond))) => {
+                    let caller = caller.clone();
+                    tokio::spawn(async move { tunnel(&caller, request, respond).await });
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(%peer_addr, error = %e, "HBONE connection ended");
+                    return;
+                }
+                None => return,
+            }
         }
     }
 }
 
-fn status(code: StatusCode) -> Response<Empty<Bytes>> {
-    let mut response = Response::new(Empty::new());
+fn status(code: StatusCode) -> Response<()> {
+    let mut response = Response::new(());
     *response.status_mut() = code;
     response
 }
 
-async fn tunnel(caller: &Caller, mut request: Request<Incoming>) -> Response<Empty<Bytes>> {
+/// One CONNECT stream: answered with a refusal, or with 200 and then spliced to its app.
+async fn tunnel(caller: &Caller, request: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+    match admit(caller, &request).await {
+        Ok((mut app, app_slot)) => {
+            let Ok(send) = respond.send_response(status(StatusCode::OK), false) else {
+                return;
+            };
+            let _app_slot = app_slot;
+            let metrics = &caller.metrics;
+            let _open = metrics.as_ref().map(|m| m.connection(Direction::Inbound));
+            let mut stream = Tunnel::new(send, request.into_body());
+            let idle = caller.limits.idle_timeout;
+            let spliced = crate::splice::splice(&mut stream, &mut app, idle).await;
+            if let (Ok((forward, backward)), Some(m)) = (spliced, metrics) {
+                m.carried(Direction::Inbound, forward, backward);
+            }
+        }
+        Err(code) => {
+            let _ = respond.send_response(status(code), true);
+        }
+    }
+}
+
+/// Authorizes a CONNECT and connects to its app, or says which status refuses it.
+async fn admit(
+    caller: &Caller,
+    request: &Request<RecvStream>,
+) -> Result<(TcpStream, OwnedSemaphorePermit), StatusCode> {
     if request.method() != Method::CONNECT {
-        return status(StatusCode::METHOD_NOT_ALLOWED);
+        return Err(StatusCode::METHOD_NOT_ALLOWED);
     }
     let Some(target) = request
         .uri()
         .authority()
         .and_then(|a| a.as_str().parse::<SocketAddr>().ok())
     else {
-        return status(StatusCode::BAD_REQUEST);
+        return Err(StatusCode::BAD_REQUEST);
     };
     // The certificate the caller asked for and the app it wants must be one workload's.
     let destination: Arc<LocalEntry> = match caller.directory.destination(target) {
         Some(Destination::Local(entry)) if entry.id == caller.asked_for => entry.clone(),
-        _ => return status(StatusCode::MISDIRECTED_REQUEST),
+        _ => return Err(StatusCode::MISDIRECTED_REQUEST),
     };
     let peer = Peer::Authenticated {
         id: caller.id.clone(),
@@ -172,43 +214,27 @@ async fn tunnel(caller: &Caller, mut request: Request<Incoming>) -> Response<Emp
     }
     if !decision.allowed {
         tracing::info!(caller = %caller.id, %target, reason = %decision.reason, "tunnel denied");
-        return status(StatusCode::FORBIDDEN);
+        return Err(StatusCode::FORBIDDEN);
     }
     // Refused at once rather than queued: the caller's pool sees the 503 and the app is
     // not handed more connections than its cap, however many peers and connections ask.
     let Ok(app_slot) = destination.app_slots.clone().try_acquire_owned() else {
         tracing::debug!(%target, "tunnel refused: the app's connection cap is reached");
-        return status(StatusCode::SERVICE_UNAVAILABLE);
+        return Err(StatusCode::SERVICE_UNAVAILABLE);
     };
     let limits = caller.limits;
-    let mut app =
-        match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(target)).await {
-            Ok(Ok(app)) => app,
-            Ok(Err(e)) => {
-                tracing::warn!(%target, error = %e, "cannot reach the app");
-                return status(StatusCode::SERVICE_UNAVAILABLE);
-            }
-            Err(_) => {
-                tracing::warn!(%target, "connecting to the app timed out");
-                return status(StatusCode::SERVICE_UNAVAILABLE);
-            }
-        };
-    let _ = app.set_nodelay(true);
-    let upgrade = hyper::upgrade::on(&mut request);
-    let metrics = caller.metrics.clone();
-    tokio::spawn(async move {
-        let _app_slot = app_slot;
-        let _open = metrics.as_ref().map(|m| m.connection(Direction::Inbound));
-        let Ok(upgraded) = upgrade.await else {
-            return;
-        };
-        let mut stream = TokioIo::new(upgraded);
-        let idle = limits.idle_timeout;
-        if let Ok((forward, backward)) = crate::splice::splice(&mut stream, &mut app, idle).await {
-            if let Some(m) = &metrics {
-                m.carried(Direction::Inbound, forward, backward);
-            }
+    match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(target)).await {
+        Ok(Ok(app)) => {
+            let _ = app.set_nodelay(true);
+            Ok((app, app_slot))
         }
-    });
-    status(StatusCode::OK)
+        Ok(Err(e)) => {
+            tracing::warn!(%target, error = %e, "cannot reach the app");
+            Err(StatusCode::SERVICE_UNAVAILABLE)
+        }
+        Err(_) => {
+            tracing::warn!(%target, "connecting to the app timed out");
+            Err(StatusCode::SERVICE_UNAVAILABLE)
+        }
+    }
 }

@@ -13,6 +13,7 @@ mod directory;
 mod inbound;
 mod outbound;
 mod pool;
+mod tunnel;
 
 use std::future::Future;
 use std::net::SocketAddr;

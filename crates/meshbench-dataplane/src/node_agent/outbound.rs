@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use meshbench_identity::SpiffeId;
 use meshbench_policy::{Peer, Policy, Request as AuthzRequest};
 use tokio::net::TcpStream;
@@ -124,14 +123,13 @@ impl AgentOutbound {
                 // Boxed: dialling a peer agent (TLS, HTTP/2, their deadlines) takes far more
                 // state than splicing, and would size the tunnel's task for its whole life.
                 let opened = Box::pin(self.pool.open(source, &destination, agent, target)).await;
-                let (upgraded, _slot) = match opened {
+                let (mut tunnel, _slot) = match opened {
                     Ok(opened) => opened,
                     Err(e) => {
                         tracing::info!(source = %source.id, error = %e, "tunnel refused");
                         return;
                     }
                 };
-                let mut tunnel = TokioIo::new(upgraded);
                 crate::splice::splice(&mut app, &mut tunnel, idle).await
             }
             Route::Direct { destination } => {

@@ -4,30 +4,25 @@
 //! server and asked for by SNI.
 
 use std::collections::HashMap;
+use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
+use h2::client::SendRequest;
 use http::{Method, Request, StatusCode};
-use http_body_util::Empty;
-use hyper::client::conn::http2::SendRequest;
-use hyper::upgrade::Upgraded;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use meshbench_identity::{client_config_for, SpiffeId, TlsOptions};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::directory::{sni_of, LocalEntry};
+use super::tunnel::settings::{CONNECTION_WINDOW, MAX_HEADER_LIST, STREAM_WINDOW};
+use super::tunnel::Tunnel;
 use crate::metrics::{Direction, ProxyMetrics};
 use crate::serving::Limits;
-
-/// HTTP/2 flow-control windows: large enough that one stream is not throttled to 64 KiB per
-/// round trip, as ztunnel also sizes them.
-pub(crate) const STREAM_WINDOW: u32 = 4 << 20;
-pub(crate) const CONNECTION_WINDOW: u32 = 16 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct PoolKey {
@@ -38,8 +33,17 @@ struct PoolKey {
 
 /// One pooled HBONE connection and how many tunnels it carries now.
 struct Pooled {
-    sender: SendRequest<Empty<Bytes>>,
+    sender: SendRequest<Bytes>,
     streams: Arc<AtomicU32>,
+    /// Set once the connection's task ends or it takes no more streams (the peer's GOAWAY).
+    closed: Arc<AtomicBool>,
+}
+
+/// What a tunnel needs of its connection: where to send the CONNECT and how to say the
+/// connection is done.
+struct Chosen {
+    sender: SendRequest<Bytes>,
+    closed: Arc<AtomicBool>,
 }
 
 /// A tunnel's place on its connection, given back when the tunnel ends.
@@ -80,36 +84,38 @@ impl HbonePool {
     }
 
     /// A tunnel from `source` to the app at `target` of workload `destination`, whose node's
-    /// agent listens on `agent`; it holds its slot on the connection until dropped.
+    /// agent listens on `agent`; it holds its slot on the connection until dropped. A pooled
+    /// connection found closing before the CONNECT left is given up and the tunnel tried once
+    /// on another: nothing reached the peer yet.
     pub(crate) async fn open(
         &self,
         source: &LocalEntry,
         destination: &SpiffeId,
         agent: SocketAddr,
         target: SocketAddr,
-    ) -> Result<(Upgraded, StreamSlot), String> {
-        let (mut sender, slot) = self.sender(source, destination, agent).await?;
-        let request = Request::builder()
-            .method(Method::CONNECT)
-            .uri(target.to_string())
-            .body(Empty::new())
-            .map_err(|e| e.to_string())?;
-        let tunnel = async {
-            let response = sender
-                .send_request(request)
-                .await
-                .map_err(|e| format!("CONNECT {target}: {e}"))?;
-            if response.status() != StatusCode::OK {
-                return Err(format!("CONNECT {target}: {}", response.status()));
+    ) -> Result<(Tunnel, StreamSlot), String> {
+        let mut retried = false;
+        loop {
+            let (chosen, slot) = self.sender(source, destination, agent).await?;
+            let attempt =
+                tokio::time::timeout(self.limits.connect_timeout, connect(chosen.sender, target));
+            match attempt.await {
+                Ok(Ok(tunnel)) => return Ok((tunnel, slot)),
+                Ok(Err(Refused::Unsent(e))) if !retried => {
+                    tracing::debug!(%agent, error = %e, "pooled HBONE connection closing");
+                    chosen.closed.store(true, Ordering::Relaxed);
+                    retried = true;
+                }
+                Ok(Err(Refused::Unsent(e) | Refused::Answered(e))) => {
+                    return Err(format!("CONNECT {target}: {e}"))
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "CONNECT {target}: no answer within the connect timeout"
+                    ))
+                }
             }
-            hyper::upgrade::on(response)
-                .await
-                .map_err(|e| format!("CONNECT {target}: {e}"))
-        };
-        let upgraded = tokio::time::timeout(self.limits.connect_timeout, tunnel)
-            .await
-            .map_err(|_| format!("CONNECT {target}: no answer within the connect timeout"))??;
-        Ok((upgraded, slot))
+        }
     }
 
     /// A connection with room for one more tunnel (ztunnel's pool works so too: at most
@@ -119,7 +125,7 @@ impl HbonePool {
         source: &LocalEntry,
         destination: &SpiffeId,
         agent: SocketAddr,
-    ) -> Result<(SendRequest<Empty<Bytes>>, StreamSlot), String> {
+    ) -> Result<(Chosen, StreamSlot), String> {
         let key = PoolKey {
             source: source.id.clone(),
             destination: destination.clone(),
@@ -133,25 +139,30 @@ impl HbonePool {
             .or_default()
             .clone();
         let mut pooled = entry.lock().await;
-        pooled.retain(|p| !p.sender.is_closed());
+        pooled.retain(|p| !p.closed.load(Ordering::Relaxed));
         let max = self.limits.max_tunnels_per_connection.max(1);
         if let Some(p) = pooled
             .iter()
             .find(|p| p.streams.load(Ordering::Relaxed) < max)
         {
             p.streams.fetch_add(1, Ordering::Relaxed);
-            return Ok((p.sender.clone(), StreamSlot(p.streams.clone())));
+            let chosen = Chosen {
+                sender: p.sender.clone(),
+                closed: p.closed.clone(),
+            };
+            return Ok((chosen, StreamSlot(p.streams.clone())));
         }
         let dial = self.dial(source, destination, agent);
-        let sender = tokio::time::timeout(self.limits.connect_timeout, dial)
+        let (sender, closed) = tokio::time::timeout(self.limits.connect_timeout, dial)
             .await
             .map_err(|_| format!("agent {agent}: no connection within the connect timeout"))??;
         let streams = Arc::new(AtomicU32::new(1));
         pooled.push(Pooled {
             sender: sender.clone(),
             streams: streams.clone(),
+            closed: closed.clone(),
         });
-        Ok((sender, StreamSlot(streams)))
+        Ok((Chosen { sender, closed }, StreamSlot(streams)))
     }
 
     async fn dial(
@@ -159,7 +170,7 @@ impl HbonePool {
         source: &LocalEntry,
         destination: &SpiffeId,
         agent: SocketAddr,
-    ) -> Result<SendRequest<Empty<Bytes>>, String> {
+    ) -> Result<(SendRequest<Bytes>, Arc<AtomicBool>), String> {
         let config = client_config_for(
             source.store.clone(),
             &self.ca,
@@ -181,17 +192,55 @@ impl HbonePool {
         if let Some(m) = &self.metrics {
             m.tls_handshake(Direction::Outbound, started.elapsed());
         }
-        let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-            .initial_stream_window_size(STREAM_WINDOW)
+        let (sender, connection) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
-            .handshake(TokioIo::new(tls))
+            .max_header_list_size(MAX_HEADER_LIST)
+            // Until the peer's settings say otherwise; the pool keeps below its own cap.
+            .initial_max_send_streams(self.limits.max_tunnels_per_connection as usize)
+            .enable_push(false)
+            .handshake::<_, Bytes>(tls)
             .await
             .map_err(|e| format!("agent {agent}: HTTP/2: {e}"))?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let ended = closed.clone();
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(%agent, error = %e, "HBONE connection ended");
             }
+            ended.store(true, Ordering::Relaxed);
         });
-        Ok(sender)
+        Ok((sender, closed))
     }
+}
+
+/// Why a CONNECT got no tunnel: before it left (the connection is closing; another may
+/// serve), or after (the peer answered or the stream failed).
+enum Refused {
+    Unsent(String),
+    Answered(String),
+}
+
+/// Sends the CONNECT for `target` and waits for its answer.
+async fn connect(mut sender: SendRequest<Bytes>, target: SocketAddr) -> Result<Tunnel, Refused> {
+    // Ready at once unless the peer's stream limit is reached; an error means the connection
+    // takes no more streams.
+    poll_fn(|cx| sender.poll_ready(cx))
+        .await
+        .map_err(|e| Refused::Unsent(e.to_string()))?;
+    let request = Request::builder()
+        .method(Method::CONNECT)
+        .uri(target.to_string())
+        .body(())
+        .map_err(|e| Refused::Answered(e.to_string()))?;
+    let (response, send) = sender
+        .send_request(request, false)
+        .map_err(|e| Refused::Unsent(e.to_string()))?;
+    let response = response
+        .await
+        .map_err(|e| Refused::Answered(e.to_string()))?;
+    if response.status() != StatusCode::OK {
+        return Err(Refused::Answered(response.status().to_string()));
+    }
+    Ok(Tunnel::new(send, response.into_body()))
 }
