@@ -33,8 +33,9 @@ pub use serve::{bind, BoundServer, ServeOptions};
 
 use meshbench_role::InputFault;
 
-/// The runtime a workload server runs on: `threads` workers (default: one per core), each with
-/// tight timer slack so configured delays are kept to the microsecond.
+/// A runtime whose `threads` workers (default: one per core) run spawned tasks in the
+/// background, each with tight timer slack so configured delays are kept to the microsecond:
+/// for servers embedded in another program (tests, the lab's in-process parts).
 pub fn runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = threads {
@@ -42,6 +43,22 @@ pub fn runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtim
     }
     builder
         .on_thread_start(meshbench_time::tighten_timer_slack)
+        .enable_all()
+        .build()
+}
+
+/// The runtime of a role's own process (workload server, proxy, CA), which `block_on` drives
+/// for the process's life: as [`runtime`], except that one thread means tokio's
+/// current-thread scheduler. The process's own thread then runs every task, with no worker to
+/// hand off to and no LIFO slot: a task another one wakes runs after those already ready, so
+/// an HTTP/2 connection woken by many streams in one turn writes all their frames at once
+/// instead of once per stream.
+pub fn role_runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    if threads != Some(1) {
+        return runtime(threads);
+    }
+    meshbench_time::tighten_timer_slack();
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
 }

@@ -121,7 +121,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         },
     };
     let ca = CertificateAuthority::load(&file.dir)?;
-    let runtime = meshbench_workload::runtime(Some(1))?;
+    let runtime = meshbench_workload::role_runtime(Some(1))?;
     runtime.block_on(async move {
         let server = bind_ca_server(ca, file.listen, file.ttl)
             .await?

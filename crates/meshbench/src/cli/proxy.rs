@@ -427,7 +427,7 @@ fn node_capture(a: NodeCaptureArgs) -> anyhow::Result<()> {
     }
     file.install()?;
     println!("{}", serde_json::to_string(&ReadyEvent::ready(None))?);
-    let runtime = meshbench_workload::runtime(Some(1))?;
+    let runtime = meshbench_workload::role_runtime(Some(1))?;
     runtime.block_on(super::workload::shutdown_signal());
     file.remove();
     Ok(())
@@ -450,7 +450,7 @@ fn cert_agent(a: CertAgentArgs) -> anyhow::Result<()> {
     let published = Arc::new(PublishedSvid::new(&a.dir));
     meshbench_identity::create_private_dir(&a.dir)?;
     published.publish(&store.current_pem())?;
-    let runtime = meshbench_workload::runtime(Some(1))?;
+    let runtime = meshbench_workload::role_runtime(Some(1))?;
     runtime.block_on(async move {
         let client = CaClient::new(a.ca_endpoint, store.clone(), &a.ca)?;
         let ready = ReadyEvent::ready(Some(published.cert_path().display().to_string()));
@@ -483,7 +483,7 @@ fn sidecar(a: SidecarArgs) -> anyhow::Result<()> {
     let metrics = config.metrics.clone();
     let admin = file.admin;
     let (metrics_file, kept_metrics) = (file.metrics_file.clone(), metrics.clone());
-    let runtime = meshbench_workload::runtime(file.threads)?;
+    let runtime = meshbench_workload::role_runtime(file.threads)?;
     runtime.block_on(async move {
         let bound = run_sidecar(config).await?;
         announce(
@@ -517,7 +517,7 @@ fn node_agent(a: NodeAgentArgs) -> anyhow::Result<()> {
     };
     let admin = a.process.admin;
     let (metrics_file, kept_metrics) = (config.file.metrics_file.clone(), metrics.clone());
-    let runtime = meshbench_workload::runtime(config.file.threads)?;
+    let runtime = meshbench_workload::role_runtime(config.file.threads)?;
     runtime.block_on(async move {
         let bound = run_node_agent(config).await?;
         announce(bound.hbone_addr(), &bound.outbound_addrs(), admin, metrics).await?;

@@ -349,7 +349,7 @@ fn experiment_once(
     if let Some(gate) = &once.start_gate {
         super::load::wait_at_gate(gate)?;
     }
-    let runtime = meshbench_workload::runtime(Some(1))?;
+    let runtime = meshbench_workload::role_runtime(Some(1))?;
     if let Some(limit) = once.wait_for_calculator {
         runtime.block_on(wait_for_calculator(calculator, limit))?;
     }
@@ -423,7 +423,7 @@ fn serve_with<F: std::future::Future<Output = ()>>(
         tls: server.tls.clone(),
         drain_timeout: Duration::from_secs(5),
     };
-    let runtime = meshbench_workload::runtime(server.threads)?;
+    let runtime = meshbench_workload::role_runtime(server.threads)?;
     runtime.block_on(async move {
         let bound = meshbench_workload::bind(&options).await?;
         let address = bound.local_addr();
@@ -445,7 +445,7 @@ fn gateway(a: GatewayArgs) -> anyhow::Result<()> {
             scratch.path().to_owned()
         }
     };
-    let runtime = meshbench_workload::runtime(Some(1))?;
+    let runtime = meshbench_workload::role_runtime(Some(1))?;
     runtime.block_on(async move {
         let mut gateway =
             meshbench_meshes::start_gateway(&dir, a.listen, &a.routes, &Launch::default()).await?;
