@@ -71,6 +71,33 @@ impl Lab {
     }
 }
 
+/// A workload of namespace `app` on another node, its service account named as it is.
+fn remote(name: &str, address: SocketAddr, node_agent: SocketAddr) -> RemoteWorkload {
+    RemoteWorkload {
+        namespace: "app".into(),
+        name: name.into(),
+        service_account: name.into(),
+        address,
+        node_agent,
+    }
+}
+
+/// Node a: the experimenter, with one outbound listener to the calculator at `calculator`,
+/// whose node's agent is `node_b`.
+fn experimenter_to_calculator(
+    lab: &Lab,
+    calculator: SocketAddr,
+    node_b: SocketAddr,
+) -> NodeAgentFile {
+    let mut node_a = lab.file(
+        "node-a",
+        vec![lab.workload("experimenter", "127.0.0.1:1".parse().unwrap())],
+    );
+    node_a.destinations = vec![remote("calculator", calculator, node_b)];
+    node_a.outbound = vec![outbound("experimenter", calculator)];
+    node_a
+}
+
 fn outbound(source: &str, destination: SocketAddr) -> OutboundListener {
     OutboundListener {
         listen: ANY.parse().unwrap(),
@@ -118,13 +145,7 @@ fn connections_between_nodes_share_one_mtls_connection_as_http2_streams() {
             lab.workload("security-checker", "127.0.0.1:2".parse().unwrap()),
         ],
     );
-    node_a.destinations = vec![RemoteWorkload {
-        namespace: "app".into(),
-        name: "calculator".into(),
-        service_account: "calculator".into(),
-        address: app,
-        node_agent: node_b,
-    }];
+    node_a.destinations = vec![remote("calculator", app, node_b)];
     node_a.outbound = vec![
         outbound("experimenter", app),
         outbound("security-checker", app),
@@ -199,13 +220,7 @@ fn a_service_of_two_pods_on_another_node_gets_tunnels_to_both() {
     );
     node_a.destinations = pods
         .iter()
-        .map(|&address| RemoteWorkload {
-            namespace: "app".into(),
-            name: "calculator".into(),
-            service_account: "calculator".into(),
-            address,
-            node_agent: node_b,
-        })
+        .map(|&address| remote("calculator", address, node_b))
         .collect();
     node_a.services = pods
         .iter()
@@ -271,20 +286,8 @@ fn an_agent_without_the_destination_workload_cannot_impersonate_it() {
         lab.file("node-b", vec![lab.workload("security-checker", app)]),
         None,
     );
-    let mut node_a = lab.file(
-        "node-a",
-        vec![lab.workload("experimenter", "127.0.0.1:1".parse().unwrap())],
-    );
     let calculator: SocketAddr = "127.0.0.1:3".parse().unwrap();
-    node_a.destinations = vec![RemoteWorkload {
-        namespace: "app".into(),
-        name: "calculator".into(),
-        service_account: "calculator".into(),
-        address: calculator,
-        node_agent: node_b,
-    }];
-    node_a.outbound = vec![outbound("experimenter", calculator)];
-    let (_, listeners) = lab.agent(node_a, None);
+    let (_, listeners) = lab.agent(experimenter_to_calculator(&lab, calculator, node_b), None);
     let result = load(listeners[0], 4, None);
     assert!(!outcomes(&result).contains(&Outcome::Http(200)));
 }
@@ -342,20 +345,12 @@ fn a_black_holed_peer_agent_stalls_only_its_own_tunnels() {
         vec![lab.workload("experimenter", "127.0.0.1:1".parse().unwrap())],
     );
     node_a.destinations = vec![
-        RemoteWorkload {
-            namespace: "app".into(),
-            name: "calculator".into(),
-            service_account: "calculator".into(),
-            address: app,
-            node_agent: node_b,
-        },
-        RemoteWorkload {
-            namespace: "app".into(),
-            name: "security-checker".into(),
-            service_account: "security-checker".into(),
-            address: unreachable_app,
-            node_agent: black_hole.local_addr().unwrap(),
-        },
+        remote("calculator", app, node_b),
+        remote(
+            "security-checker",
+            unreachable_app,
+            black_hole.local_addr().unwrap(),
+        ),
     ];
     node_a.outbound = vec![
         outbound("experimenter", app),
@@ -397,19 +392,7 @@ fn a_tunnel_after_the_peer_closed_an_idle_connection_gets_a_new_one() {
             ..Limits::default()
         },
     );
-    let mut node_a = lab.file(
-        "node-a",
-        vec![lab.workload("experimenter", "127.0.0.1:1".parse().unwrap())],
-    );
-    node_a.destinations = vec![RemoteWorkload {
-        namespace: "app".into(),
-        name: "calculator".into(),
-        service_account: "calculator".into(),
-        address: app,
-        node_agent: node_b,
-    }];
-    node_a.outbound = vec![outbound("experimenter", app)];
-    let (_, listeners) = lab.agent(node_a, None);
+    let (_, listeners) = lab.agent(experimenter_to_calculator(&lab, app, node_b), None);
 
     assert_eq!(
         outcomes(&load(listeners[0], 4, Some(1))),

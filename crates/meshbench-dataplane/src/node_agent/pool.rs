@@ -32,17 +32,11 @@ struct PoolKey {
 }
 
 /// One pooled HBONE connection and how many tunnels it carries now.
+#[derive(Clone)]
 struct Pooled {
     sender: SendRequest<Bytes>,
     streams: Arc<AtomicU32>,
     /// Set once the connection's task ends or it takes no more streams (the peer's GOAWAY).
-    closed: Arc<AtomicBool>,
-}
-
-/// What a tunnel needs of its connection: where to send the CONNECT and how to say the
-/// connection is done.
-struct Chosen {
-    sender: SendRequest<Bytes>,
     closed: Arc<AtomicBool>,
 }
 
@@ -96,7 +90,7 @@ impl HbonePool {
     ) -> Result<(Tunnel, StreamSlot), String> {
         let mut retried = false;
         loop {
-            let (chosen, slot) = self.sender(source, destination, agent).await?;
+            let (chosen, slot) = self.connection(source, destination, agent).await?;
             let attempt =
                 tokio::time::timeout(self.limits.connect_timeout, connect(chosen.sender, target));
             match attempt.await {
@@ -120,12 +114,12 @@ impl HbonePool {
 
     /// A connection with room for one more tunnel (ztunnel's pool works so too: at most
     /// `max_tunnels_per_connection` streams each, a new connection when all are full).
-    async fn sender(
+    async fn connection(
         &self,
         source: &LocalEntry,
         destination: &SpiffeId,
         agent: SocketAddr,
-    ) -> Result<(Chosen, StreamSlot), String> {
+    ) -> Result<(Pooled, StreamSlot), String> {
         let key = PoolKey {
             source: source.id.clone(),
             destination: destination.clone(),
@@ -146,23 +140,20 @@ impl HbonePool {
             .find(|p| p.streams.load(Ordering::Relaxed) < max)
         {
             p.streams.fetch_add(1, Ordering::Relaxed);
-            let chosen = Chosen {
-                sender: p.sender.clone(),
-                closed: p.closed.clone(),
-            };
-            return Ok((chosen, StreamSlot(p.streams.clone())));
+            return Ok((p.clone(), StreamSlot(p.streams.clone())));
         }
         let dial = self.dial(source, destination, agent);
         let (sender, closed) = tokio::time::timeout(self.limits.connect_timeout, dial)
             .await
             .map_err(|_| format!("agent {agent}: no connection within the connect timeout"))??;
-        let streams = Arc::new(AtomicU32::new(1));
-        pooled.push(Pooled {
-            sender: sender.clone(),
-            streams: streams.clone(),
-            closed: closed.clone(),
-        });
-        Ok((Chosen { sender, closed }, StreamSlot(streams)))
+        let dialled = Pooled {
+            sender,
+            streams: Arc::new(AtomicU32::new(1)),
+            closed,
+        };
+        pooled.push(dialled.clone());
+        let slot = StreamSlot(dialled.streams.clone());
+        Ok((dialled, slot))
     }
 
     async fn dial(
