@@ -191,6 +191,8 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
         "meshbench-node-agent-loop",
         "haproxy",
         "envoy",
+        "haproxy-tcp",
+        "envoy-tcp",
     ];
     for plane in planes {
         let cases: Vec<(u32, &str)> = report
@@ -226,10 +228,30 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
             assert!(m.memory_bytes.is_some_and(|b| b > 0), "{m:?}");
         }
     }
-    // Four of ours against two peers, and the two node agents against their floor, the L4
+    // The L4 sidecar against four peers (the HTTP and the TCP proxies), the other three of
+    // ours against the two HTTP proxies, and the two node agents against their floor, the L4
     // sidecar pair, five figures each: compared, or left out with the reason (a peer whose
     // median added latency is not above direct's).
-    assert_eq!(report.ratios.len() + report.notes.len(), 4 * 2 * 5 + 2 * 5);
+    assert_eq!(
+        report.ratios.len() + report.notes.len(),
+        (4 + 3 * 2 + 2) * 5
+    );
+    assert!(report
+        .ratios
+        .iter()
+        .filter(|r| r.peer != "meshbench-sidecar-l4")
+        .all(|r| r.target.is_some()));
+    for peer in ["haproxy-tcp", "envoy-tcp"] {
+        assert!(
+            report
+                .ratios
+                .iter()
+                .filter(|r| r.peer == peer)
+                .all(|r| r.case == "meshbench-sidecar-l4"),
+            "{:?}",
+            report.ratios
+        );
+    }
     assert!(report.ratios.iter().all(|r| r.repetitions == Some(2)
         && r.theirs > 0.0
         && (r.ratio - r.ours / r.theirs).abs() < 1e-9));

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use meshbench_lab::{BuildInfo, ResourceSampler, SampleTarget, Sampled};
 use meshbench_loadgen::{LoadModel, LoadSpec};
+use meshbench_meshes::configs::ProxyMode;
 use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
 
 pub use planes::Plane;
@@ -73,12 +74,12 @@ fn find_tools(opts: &DataplaneBenchOptions) -> Result<Tools, Error> {
     let needs = |plane| opts.planes.contains(&plane);
     Ok(Tools {
         meshbench: opts.meshbench.clone(),
-        haproxy: if needs(Plane::Haproxy) {
+        haproxy: if needs(Plane::Haproxy) || needs(Plane::HaproxyTcp) {
             find("haproxy", HAPROXY_INSTALL)?
         } else {
             PathBuf::new()
         },
-        envoy: if needs(Plane::Envoy) {
+        envoy: if needs(Plane::Envoy) || needs(Plane::EnvoyTcp) {
             find("envoy", ENVOY_INSTALL)?
         } else {
             PathBuf::new()
@@ -328,6 +329,19 @@ fn floor_target(plane: Plane, metric: &str) -> Option<f64> {
     }
 }
 
+/// The bound a ratio of `ours` over `peer` is held to, per figure of [`METRICS`] (`None`:
+/// reported without a target), or `None` when the two are not compared. Every plane of ours
+/// is held to the HTTP proxies; the L4 sidecar to the TCP proxies as well, which do its work
+/// (each client connection over an mTLS connection of its own) where the HTTP proxies pool a
+/// thousand client connections over a few.
+fn target(ours: Plane, peer: Plane, metric: &str) -> Option<Option<f64>> {
+    if peer == Plane::SidecarL4 {
+        return ours.is_node_agent().then(|| floor_target(ours, metric));
+    }
+    let mode = peer.peer_mode()?;
+    (mode == ProxyMode::Http || ours == Plane::SidecarL4).then_some(Some(1.0))
+}
+
 /// Ours over each peer, per figure; and each node agent over the L4 sidecar pair. An added
 /// latency the peer does not have (its median is not above direct's) has no meaningful
 /// ratio: that comparison is left out and said why in the returned notes.
@@ -339,13 +353,10 @@ fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> (Vec<BenchRatio>, Vec<Str
     let mut out = Vec::new();
     let mut notes = Vec::new();
     for &ours in planes.iter().filter(|p| p.is_ours()) {
-        let floor = (ours.is_node_agent() && planes.contains(&Plane::SidecarL4))
-            .then_some(Plane::SidecarL4);
-        for &peer in planes
-            .iter()
-            .filter(|p| matches!(p, Plane::Haproxy | Plane::Envoy))
-            .chain(floor.iter())
-        {
+        for &peer in planes {
+            if target(ours, peer, METRICS[0].0).is_none() {
+                continue;
+            }
             let (Some(a), Some(b)) = (
                 median_figures(m, &rounds, ours.name()),
                 median_figures(m, &rounds, peer.name()),
@@ -362,10 +373,7 @@ fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> (Vec<BenchRatio>, Vec<Str
                     ));
                     continue;
                 }
-                let bound = match peer {
-                    Plane::SidecarL4 => floor_target(ours, metric),
-                    _ => Some(1.0),
-                };
+                let bound = target(ours, peer, metric).flatten();
                 let ratio = mine / theirs;
                 let sign = if lower_better { "<=" } else { ">=" };
                 out.push(BenchRatio {
@@ -412,8 +420,8 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
     for round in 1..=repetitions {
         for &plane in &opts.planes {
             let version = match plane {
-                Plane::Haproxy => version_of(&tools.haproxy, &["-v"]),
-                Plane::Envoy => version_of(&tools.envoy, &["--version"]),
+                Plane::Haproxy | Plane::HaproxyTcp => version_of(&tools.haproxy, &["-v"]),
+                Plane::Envoy | Plane::EnvoyTcp => version_of(&tools.envoy, &["--version"]),
                 _ => opts.build.version.clone(),
             };
             let mut measured = plane_measurements(opts, plane, &ctx, &version)?;
@@ -438,7 +446,7 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
                 opts.response_bytes, opts.proxy_cpu, opts.generator_cpu
             ),
             "each pair: a client-side proxy (plaintext in, mTLS out) and a server-side proxy (mTLS in, plaintext to the app); single-threaded; TLS 1.3; client certificates required; SPIFFE IDs of both ends checked (HAProxy 2.6 verifies the chain only: it cannot match URI SANs)".to_owned(),
-            "HAProxy and Envoy proxy HTTP (mode http, HTTP connection manager) with pooled upstream connections; meshbench-sidecar-l7 likewise; meshbench-sidecar-l4 splices bytes; meshbench-node-agent tunnels each connection as an HTTP/2 CONNECT stream over one pooled mTLS connection (HBONE); meshbench-node-agent-loop is one agent with both workloads on its node, same-node encryption on, each connection out through the agent, over HBONE into the same agent and on to the app (ztunnel's own harness); both node-agent planes are also compared with the L4 sidecar pair, their floor (targets: the loop's added p99 <= 2x and CPU per request <= 1.1x, the pair's throughput >= 1x)".to_owned(),
+            "haproxy and envoy proxy HTTP (mode http, HTTP connection manager) with pooled upstream connections, and are the peers of every plane of ours; haproxy-tcp and envoy-tcp proxy TCP (mode tcp, tcp_proxy), each client connection over an mTLS connection of its own, and are also the peers of meshbench-sidecar-l4, which splices bytes the same way (the HTTP proxies pool the memory case's thousand client connections over a few mTLS connections); meshbench-sidecar-l7 proxies HTTP with pooled upstream connections; meshbench-node-agent tunnels each connection as an HTTP/2 CONNECT stream over one pooled mTLS connection (HBONE); meshbench-node-agent-loop is one agent with both workloads on its node, same-node encryption on, each connection out through the agent, over HBONE into the same agent and on to the app (ztunnel's own harness); both node-agent planes are also compared with the L4 sidecar pair, their floor (targets: the loop's added p99 <= 2x and CPU per request <= 1.1x, the pair's throughput >= 1x)".to_owned(),
             format!(
                 "{LATENCY_CASE}: {} rps over {} connections for {} after 1 s warm-up, latency from the intended send time; {THROUGHPUT_CASE}: closed loop over {} connections, proxies' CPU from /proc over the measured window (warm-up left out, as its requests are); {MEMORY_CASE}: RSS of both proxies, started afresh, with {} connections open through the pair, one request each",
                 opts.rps, opts.connections, secs(opts.duration), opts.connections, opts.open_connections

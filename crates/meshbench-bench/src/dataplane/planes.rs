@@ -16,7 +16,7 @@ use meshbench_role::RoleConfig;
 
 use crate::process::{free_port, Daemon};
 use crate::Error;
-use meshbench_meshes::configs;
+use meshbench_meshes::configs::{self, ProxyMode};
 
 pub(crate) const NAMESPACE: &str = "bench";
 const TRUST_DOMAIN: &str = "cluster.local";
@@ -32,12 +32,19 @@ pub enum Plane {
     /// the connection leaves through the agent, comes back over HBONE mTLS into the same
     /// agent and goes on to the app (ztunnel's own harness).
     NodeAgentLoop,
+    /// HAProxy `mode http`, pooled upstream connections.
     Haproxy,
+    /// Envoy's HTTP connection manager, pooled upstream connections.
     Envoy,
+    /// HAProxy `mode tcp`: each client connection over an mTLS connection of its own, the L4
+    /// sidecar's work.
+    HaproxyTcp,
+    /// Envoy's `tcp_proxy`, likewise.
+    EnvoyTcp,
 }
 
 impl Plane {
-    pub const ALL: [Plane; 7] = [
+    pub const ALL: [Plane; 9] = [
         Plane::Direct,
         Plane::SidecarL4,
         Plane::SidecarL7,
@@ -45,6 +52,8 @@ impl Plane {
         Plane::NodeAgentLoop,
         Plane::Haproxy,
         Plane::Envoy,
+        Plane::HaproxyTcp,
+        Plane::EnvoyTcp,
     ];
 
     pub fn name(self) -> &'static str {
@@ -56,6 +65,8 @@ impl Plane {
             Plane::NodeAgentLoop => "meshbench-node-agent-loop",
             Plane::Haproxy => "haproxy",
             Plane::Envoy => "envoy",
+            Plane::HaproxyTcp => "haproxy-tcp",
+            Plane::EnvoyTcp => "envoy-tcp",
         }
     }
 
@@ -74,6 +85,15 @@ impl Plane {
     /// A node agent, whose own floor is the L4 sidecar pair (the same mTLS, without HBONE).
     pub fn is_node_agent(self) -> bool {
         matches!(self, Plane::NodeAgent | Plane::NodeAgentLoop)
+    }
+
+    /// A third-party proxy pair, and what it does with a client connection.
+    pub fn peer_mode(self) -> Option<ProxyMode> {
+        match self {
+            Plane::Haproxy | Plane::Envoy => Some(ProxyMode::Http),
+            Plane::HaproxyTcp | Plane::EnvoyTcp => Some(ProxyMode::Tcp),
+            _ => None,
+        }
     }
 }
 
@@ -203,8 +223,10 @@ pub(crate) fn start(plane: Plane, ctx: &PairContext<'_>) -> Result<Pair, Error> 
         Plane::SidecarL7 => sidecar_pair(ctx, Mode::L7),
         Plane::NodeAgent => node_agent_pair(ctx),
         Plane::NodeAgentLoop => node_agent_loop(ctx),
-        Plane::Haproxy => haproxy_pair(ctx),
-        Plane::Envoy => envoy_pair(ctx),
+        Plane::Haproxy => haproxy_pair(ctx, plane, ProxyMode::Http),
+        Plane::Envoy => envoy_pair(ctx, plane, ProxyMode::Http),
+        Plane::HaproxyTcp => haproxy_pair(ctx, plane, ProxyMode::Tcp),
+        Plane::EnvoyTcp => envoy_pair(ctx, plane, ProxyMode::Tcp),
     }
 }
 
@@ -327,26 +349,29 @@ fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
     })
 }
 
-fn haproxy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
+fn haproxy_pair(ctx: &PairContext<'_>, plane: Plane, mode: ProxyMode) -> Result<Pair, Error> {
     let pki = ctx.pki;
+    let name = plane.name();
     let (inbound, outbound) = (free_port()?, free_port()?);
     let server_cfg = ctx.write(
-        "haproxy-server.cfg",
+        &format!("{name}-server.cfg"),
         &configs::haproxy_inbound(
             local(inbound),
             ctx.app,
             &pki.file("server.combined.pem"),
             &pki.file("ca.pem"),
+            mode,
         ),
     )?;
     let client_cfg = ctx.write(
-        "haproxy-client.cfg",
+        &format!("{name}-client.cfg"),
         &configs::haproxy_outbound(
             local(outbound),
             local(inbound),
             &Pki::dns_name("server"),
             &pki.file("client.combined.pem"),
             &pki.file("ca.pem"),
+            mode,
         ),
     )?;
     let start = |name: &str, cfg: &Path, port: u16| -> Result<Daemon, Error> {
@@ -356,16 +381,17 @@ fn haproxy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         daemon.wait_listening(SocketAddr::from(([127, 0, 0, 1], port)))?;
         Ok(daemon)
     };
-    let server = start("haproxy-server", &server_cfg, inbound)?;
-    let client = start("haproxy-client", &client_cfg, outbound)?;
+    let server = start(&format!("{name}-server"), &server_cfg, inbound)?;
+    let client = start(&format!("{name}-client"), &client_cfg, outbound)?;
     Ok(Pair {
         entry: SocketAddr::from(([127, 0, 0, 1], outbound)),
         proxies: vec![client, server],
     })
 }
 
-fn envoy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
+fn envoy_pair(ctx: &PairContext<'_>, plane: Plane, mode: ProxyMode) -> Result<Pair, Error> {
     let pki = ctx.pki;
+    let name = plane.name();
     let (inbound, outbound) = (free_port()?, free_port()?);
     let (ca, server_cert, server_key, client_cert, client_key) = (
         pki.file("ca.pem"),
@@ -375,7 +401,7 @@ fn envoy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         pki.file("client.key"),
     );
     let server_cfg = ctx.write(
-        "envoy-server.yaml",
+        &format!("{name}-server.yaml"),
         &configs::envoy_inbound(
             local(inbound),
             ctx.app,
@@ -385,10 +411,11 @@ fn envoy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
                 ca: &ca,
                 peer_id: &Pki::id("client"),
             },
+            mode,
         ),
     )?;
     let client_cfg = ctx.write(
-        "envoy-client.yaml",
+        &format!("{name}-client.yaml"),
         &configs::envoy_outbound(
             local(outbound),
             local(inbound),
@@ -398,6 +425,7 @@ fn envoy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
                 ca: &ca,
                 peer_id: &Pki::id("server"),
             },
+            mode,
         ),
     )?;
     let start = |name: &str, cfg: &Path, port: u16| -> Result<Daemon, Error> {
@@ -417,8 +445,8 @@ fn envoy_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         daemon.wait_listening(SocketAddr::from(([127, 0, 0, 1], port)))?;
         Ok(daemon)
     };
-    let server = start("envoy-server", &server_cfg, inbound)?;
-    let client = start("envoy-client", &client_cfg, outbound)?;
+    let server = start(&format!("{name}-server"), &server_cfg, inbound)?;
+    let client = start(&format!("{name}-client"), &client_cfg, outbound)?;
     Ok(Pair {
         entry: SocketAddr::from(([127, 0, 0, 1], outbound)),
         proxies: vec![client, server],

@@ -1,6 +1,7 @@
 //! What the third-party sidecars' configurations share, and those configurations re-exported
 //! for the bench (each lives in its mesh's module). Generated from the lab's PKI: TLS 1.3 only,
-//! client certificates required, HTTP proxying with pooled upstream connections. How much of
+//! client certificates required; HTTP proxying with pooled upstream connections, or, for the
+//! bench's like-for-like peers of an L4 sidecar, TCP proxying ([`ProxyMode`]). How much of
 //! the peer's identity each proxy can check differs, and [`IdentityCheck`] says it:
 //! Envoy matches the SPIFFE ID (URI SAN) both ways; HAProxy 2.6 and nginx match only DNS
 //! names, so the lab's SVIDs carry `<sa>.<ns>.svc` as well and the outbound side checks that,
@@ -17,6 +18,18 @@ pub use crate::nginx::config::{
 };
 
 use std::path::Path;
+
+/// What a HAProxy or Envoy sidecar pair does with a client connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// Parses HTTP and sends requests over pooled upstream connections (HAProxy `mode http`
+    /// with `http-reuse always`, Envoy's HTTP connection manager): a thousand client
+    /// connections may share a handful of mTLS connections between the proxies.
+    Http,
+    /// Copies bytes, each client connection over an mTLS connection of its own (HAProxy `mode
+    /// tcp`, Envoy's `tcp_proxy`): the work of an L4 sidecar.
+    Tcp,
+}
 
 /// What a proxy verifies about its peer beyond the chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

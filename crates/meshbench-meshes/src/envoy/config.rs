@@ -1,5 +1,6 @@
-//! Envoy sidecars: an HTTP connection manager per listener, static clusters, the peer's
-//! SPIFFE ID matched as a URI SAN in both directions; and an enrolled workload's Envoy
+//! Envoy sidecars: an HTTP connection manager (or, in TCP mode, a `tcp_proxy`) per listener,
+//! static clusters, the peer's SPIFFE ID matched as a URI SAN in both directions; and an
+//! enrolled workload's Envoy
 //! (transparent both ways, RBAC from our policy, SVID from a watched directory).
 
 use std::net::SocketAddr;
@@ -9,7 +10,7 @@ use meshbench_identity::{PUBLISHED_CERT, PUBLISHED_KEY};
 use meshbench_policy::PeerAuthenticationMode;
 use serde_json::{json, Value};
 
-use crate::configs::p;
+use crate::configs::{p, ProxyMode};
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
@@ -46,13 +47,16 @@ fn common_tls(tls: &EnvoyTls<'_>, indent: &str) -> String {
     lines.iter().map(|l| format!("{indent}{l}\n")).collect()
 }
 
-fn listener(name: &str, listen: SocketAddr, cluster: &str, transport: &str) -> String {
-    format!(
-        "  - name: {name}
-    address: {{ socket_address: {{ address: {}, port_value: {} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
+fn listener(
+    name: &str,
+    listen: SocketAddr,
+    cluster: &str,
+    transport: &str,
+    mode: ProxyMode,
+) -> String {
+    let filter = match mode {
+        ProxyMode::Http => format!(
+            "      - name: envoy.filters.network.http_connection_manager
         typed_config:
           \"@type\": {HCM}
           stat_prefix: {name}
@@ -65,7 +69,20 @@ fn listener(name: &str, listen: SocketAddr, cluster: &str, transport: &str) -> S
           http_filters:
           - name: envoy.filters.http.router
             typed_config: {{ \"@type\": {ROUTER} }}
-{transport}",
+"
+        ),
+        ProxyMode::Tcp => format!(
+            "      - name: envoy.filters.network.tcp_proxy
+        typed_config: {{ \"@type\": {TCP_PROXY}, stat_prefix: {name}, cluster: {cluster} }}
+"
+        ),
+    };
+    format!(
+        "  - name: {name}
+    address: {{ socket_address: {{ address: {}, port_value: {} }} }}
+    filter_chains:
+    - filters:
+{filter}{transport}",
         listen.ip(),
         listen.port()
     )
@@ -87,28 +104,38 @@ fn cluster(name: &str, to: SocketAddr, transport: &str) -> String {
     )
 }
 
-/// Plaintext HTTP in on `listen`, mTLS to `upstream`, which must present `tls.peer_id`.
-pub fn envoy_outbound(listen: SocketAddr, upstream: SocketAddr, tls: &EnvoyTls<'_>) -> String {
+/// Plaintext in on `listen`, mTLS to `upstream`, which must present `tls.peer_id`.
+pub fn envoy_outbound(
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    tls: &EnvoyTls<'_>,
+    mode: ProxyMode,
+) -> String {
     let transport = format!(
         "    transport_socket:\n      name: envoy.transport_sockets.tls\n      typed_config:\n        \"@type\": {UPSTREAM_TLS}\n{}",
         common_tls(tls, "        ")
     );
     format!(
         "static_resources:\n  listeners:\n{}  clusters:\n{}",
-        listener("outbound", listen, "upstream", ""),
+        listener("outbound", listen, "upstream", "", mode),
         cluster("upstream", upstream, &transport)
     )
 }
 
 /// mTLS in on `listen` (client certificate with `tls.peer_id` required), plaintext to `app`.
-pub fn envoy_inbound(listen: SocketAddr, app: SocketAddr, tls: &EnvoyTls<'_>) -> String {
+pub fn envoy_inbound(
+    listen: SocketAddr,
+    app: SocketAddr,
+    tls: &EnvoyTls<'_>,
+    mode: ProxyMode,
+) -> String {
     let transport = format!(
         "      transport_socket:\n        name: envoy.transport_sockets.tls\n        typed_config:\n          \"@type\": {DOWNSTREAM_TLS}\n          require_client_certificate: true\n{}",
         common_tls(tls, "          ")
     );
     format!(
         "static_resources:\n  listeners:\n{}  clusters:\n{}",
-        listener("inbound", listen, "app", &transport),
+        listener("inbound", listen, "app", &transport, mode),
         cluster("app", app, "")
     )
 }

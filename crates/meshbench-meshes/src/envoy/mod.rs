@@ -16,7 +16,7 @@ use meshbench_lab::{LabComponent, Readiness};
 use meshbench_policy::Policy;
 
 use crate::adapter::{Enrolling, MeshAdapter, PolicySupport, Tool};
-use crate::configs::IdentityCheck;
+use crate::configs::{IdentityCheck, ProxyMode};
 use crate::enroll::app_port;
 use crate::lab::Place;
 use crate::third_party::{PairedProxy, Side, ThirdParty};
@@ -69,9 +69,9 @@ impl PairedProxy for Envoy {
             peer_id: &side.peer.id,
         };
         if side.inbound {
-            config::envoy_inbound(side.listen, side.target, &tls)
+            config::envoy_inbound(side.listen, side.target, &tls, ProxyMode::Http)
         } else {
-            config::envoy_outbound(side.listen, side.target, &tls)
+            config::envoy_outbound(side.listen, side.target, &tls, ProxyMode::Http)
         }
     }
 

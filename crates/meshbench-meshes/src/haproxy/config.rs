@@ -1,44 +1,67 @@
-//! HAProxy sidecars (`mode http`, one thread). HAProxy 2.6 cannot match URI SANs: the
-//! outbound side checks the server's DNS SAN (`verifyhost`), the inbound side the client's
-//! chain.
+//! HAProxy sidecars (`mode http` or `mode tcp`, one thread). HAProxy 2.6 cannot match URI
+//! SANs: the outbound side checks the server's DNS SAN (`verifyhost`), the inbound side the
+//! client's chain.
 
 use std::net::SocketAddr;
 use std::path::Path;
 
-use crate::configs::p;
+use crate::configs::{p, ProxyMode};
 
-/// Plaintext HTTP in on `listen`, mTLS to `upstream`, which must present `upstream_dns`.
+/// Plaintext in on `listen`, mTLS to `upstream`, which must present `upstream_dns`.
 pub fn haproxy_outbound(
     listen: SocketAddr,
     upstream: SocketAddr,
     upstream_dns: &str,
     crt: &Path,
     ca: &Path,
+    mode: ProxyMode,
 ) -> String {
     format!(
         "{}\nfrontend outbound\n  bind {listen}\n  default_backend upstream\n\
-         backend upstream\n  http-reuse always\n  server inbound {upstream} ssl crt {} \
+         backend upstream\n{}  server inbound {upstream} ssl crt {} \
          ca-file {} verify required verifyhost {upstream_dns} sni str({upstream_dns}) \
          ssl-min-ver TLSv1.3 ssl-max-ver TLSv1.3\n",
-        common(),
+        common(mode),
+        reuse(mode),
         p(crt),
         p(ca)
     )
 }
 
 /// mTLS in on `listen` (client certificate required), plaintext to `app`.
-pub fn haproxy_inbound(listen: SocketAddr, app: SocketAddr, crt: &Path, ca: &Path) -> String {
+pub fn haproxy_inbound(
+    listen: SocketAddr,
+    app: SocketAddr,
+    crt: &Path,
+    ca: &Path,
+    mode: ProxyMode,
+) -> String {
     format!(
         "{}\nfrontend inbound\n  bind {listen} ssl crt {} ca-file {} verify required \
          ssl-min-ver TLSv1.3 ssl-max-ver TLSv1.3\n  default_backend app\n\
-         backend app\n  http-reuse always\n  server app {app}\n",
-        common(),
+         backend app\n{}  server app {app}\n",
+        common(mode),
         p(crt),
-        p(ca)
+        p(ca),
+        reuse(mode)
     )
 }
 
-fn common() -> &'static str {
-    "global\n  nbthread 1\n  maxconn 8000\n\
-     defaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n"
+fn common(mode: ProxyMode) -> String {
+    let mode = match mode {
+        ProxyMode::Http => "http",
+        ProxyMode::Tcp => "tcp",
+    };
+    format!(
+        "global\n  nbthread 1\n  maxconn 8000\n\
+         defaults\n  mode {mode}\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n"
+    )
+}
+
+/// Pooled upstream connections, which only HTTP mode has.
+fn reuse(mode: ProxyMode) -> &'static str {
+    match mode {
+        ProxyMode::Http => "  http-reuse always\n",
+        ProxyMode::Tcp => "",
+    }
 }

@@ -8,7 +8,7 @@ pub(crate) mod config;
 use std::path::Path;
 
 use crate::adapter::{MeshAdapter, PolicySupport, Tool};
-use crate::configs::IdentityCheck;
+use crate::configs::{IdentityCheck, ProxyMode};
 use crate::third_party::{PairedProxy, Side, ThirdParty};
 
 pub(crate) struct Haproxy;
@@ -35,7 +35,13 @@ impl PairedProxy for Haproxy {
 
     fn config(&self, side: &Side<'_>) -> String {
         if side.inbound {
-            config::haproxy_inbound(side.listen, side.target, &side.own.combined, side.ca)
+            config::haproxy_inbound(
+                side.listen,
+                side.target,
+                &side.own.combined,
+                side.ca,
+                ProxyMode::Http,
+            )
         } else {
             config::haproxy_outbound(
                 side.listen,
@@ -43,6 +49,7 @@ impl PairedProxy for Haproxy {
                 &side.peer.dns_name,
                 &side.own.combined,
                 side.ca,
+                ProxyMode::Http,
             )
         }
     }
