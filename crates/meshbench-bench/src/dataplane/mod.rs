@@ -329,17 +329,25 @@ fn floor_target(plane: Plane, metric: &str) -> Option<f64> {
     }
 }
 
-/// The bound a ratio of `ours` over `peer` is held to, per figure of [`METRICS`] (`None`:
-/// reported without a target), or `None` when the two are not compared. Every plane of ours
-/// is held to the HTTP proxies; the L4 sidecar to the TCP proxies as well, which do its work
-/// (each client connection over an mTLS connection of its own) where the HTTP proxies pool a
-/// thousand client connections over a few.
-fn target(ours: Plane, peer: Plane, metric: &str) -> Option<Option<f64>> {
-    if peer == Plane::SidecarL4 {
-        return ours.is_node_agent().then(|| floor_target(ours, metric));
+/// Whether `ours` is compared with `peer`. Every plane of ours is compared with the HTTP
+/// proxies; the L4 sidecar with the TCP proxies as well, which do its work (each client
+/// connection over an mTLS connection of its own) where the HTTP proxies pool a thousand
+/// client connections over a few; the node agents with the L4 sidecar pair, their floor.
+fn compared(ours: Plane, peer: Plane) -> bool {
+    match peer.peer_mode() {
+        Some(mode) => mode == ProxyMode::Http || ours == Plane::SidecarL4,
+        None => peer == Plane::SidecarL4 && ours.is_node_agent(),
     }
-    let mode = peer.peer_mode()?;
-    (mode == ProxyMode::Http || ours == Plane::SidecarL4).then_some(Some(1.0))
+}
+
+/// The bound a compared ratio is held to, per figure of [`METRICS`] (`None`: reported
+/// without a target): ours at or below every third-party peer; against the floor, the
+/// issue's own bounds.
+fn bound(ours: Plane, peer: Plane, metric: &str) -> Option<f64> {
+    match peer {
+        Plane::SidecarL4 => floor_target(ours, metric),
+        _ => Some(1.0),
+    }
 }
 
 /// Ours over each peer, per figure; and each node agent over the L4 sidecar pair. An added
@@ -354,7 +362,7 @@ fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> (Vec<BenchRatio>, Vec<Str
     let mut notes = Vec::new();
     for &ours in planes.iter().filter(|p| p.is_ours()) {
         for &peer in planes {
-            if target(ours, peer, METRICS[0].0).is_none() {
+            if !compared(ours, peer) {
                 continue;
             }
             let (Some(a), Some(b)) = (
@@ -373,7 +381,7 @@ fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> (Vec<BenchRatio>, Vec<Str
                     ));
                     continue;
                 }
-                let bound = target(ours, peer, metric).flatten();
+                let bound = bound(ours, peer, metric);
                 let ratio = mine / theirs;
                 let sign = if lower_better { "<=" } else { ">=" };
                 out.push(BenchRatio {
