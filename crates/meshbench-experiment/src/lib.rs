@@ -5,6 +5,7 @@
 mod application;
 mod error;
 mod handshakes;
+pub mod limits;
 mod placement;
 pub mod platform;
 mod profile;

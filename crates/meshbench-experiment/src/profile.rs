@@ -230,8 +230,13 @@ impl Profile {
         profile
             .select(&scenarios, &config.placements)
             .map_err(|e| e.to_string())?;
-        profile.duration = Duration::from_secs_f64(config.duration_seconds);
-        profile.warmup = Duration::from_secs_f64(config.warmup_seconds);
+        // Results on disk are untrusted: a negative or endless time is an error, not a panic.
+        let seconds = |field: &str, value: f64| {
+            Duration::try_from_secs_f64(value)
+                .map_err(|_| format!("config.{field}: {value} is not a length of time"))
+        };
+        profile.duration = seconds("duration_seconds", config.duration_seconds)?;
+        profile.warmup = seconds("warmup_seconds", config.warmup_seconds)?;
         Ok(profile)
     }
 
@@ -246,6 +251,16 @@ impl Profile {
                 ),
             ));
         }
+        if duration.is_zero() || duration > crate::limits::MAX_DURATION {
+            return Err(command_line(
+                "--duration",
+                format!(
+                    "{} is not longer than zero and at most {}",
+                    humantime::format_duration(duration),
+                    humantime::format_duration(crate::limits::MAX_DURATION)
+                ),
+            ));
+        }
         self.duration = duration;
         Ok(())
     }
@@ -256,6 +271,16 @@ impl Profile {
             return Err(command_line(
                 "--warmup",
                 "the zero-trust-app's experimenter discards its first request, as E3 did".into(),
+            ));
+        }
+        if warmup > crate::limits::MAX_WARMUP {
+            return Err(command_line(
+                "--warmup",
+                format!(
+                    "{} is longer than {}",
+                    humantime::format_duration(warmup),
+                    humantime::format_duration(crate::limits::MAX_WARMUP)
+                ),
             ));
         }
         self.warmup = warmup;
@@ -282,35 +307,59 @@ impl Profile {
 
     /// Cells the run has; for the capacity model, the most it can have (every search
     /// using all its steps).
+    /// Saturating: a spec's bounds ([`crate::limits`]) keep it far from `usize::MAX`, and a
+    /// profile checked against them never gets there.
     pub fn cells(&self) -> usize {
-        let runs: u32 = match &self.capacity {
-            Some(plan) => self.load_points.len() as u32 * plan.search.max_steps * plan.searches,
-            None => self.load_points.iter().map(|p| p.repetitions).sum(),
+        let runs: usize = match &self.capacity {
+            Some(plan) => self
+                .load_points
+                .len()
+                .saturating_mul(plan.search.max_steps as usize)
+                .saturating_mul(plan.searches as usize),
+            None => self
+                .load_points
+                .iter()
+                .fold(0usize, |sum, p| sum.saturating_add(p.repetitions as usize)),
         };
-        self.scenarios.len() * self.placements.len() * runs as usize
+        self.scenarios
+            .len()
+            .saturating_mul(self.placements.len())
+            .saturating_mul(runs)
     }
 
     /// Rough wall-clock length, for the progress estimate.
     /// For the models that end after their requests, a request is guessed at a millisecond
     /// (times the services it crosses); the progress bar corrects the guess as cells finish.
+    /// Saturating, as [`Profile::cells`] is.
     pub fn estimated_duration(&self) -> Duration {
-        let per_cell = self.warmup + self.duration + self.cooldown + Duration::from_millis(700);
-        let by_requests: Duration = self
+        let per_cell = self
+            .warmup
+            .saturating_add(self.duration)
+            .saturating_add(self.cooldown)
+            .saturating_add(Duration::from_millis(700));
+        let by_requests = self
             .load_points
             .iter()
             .map(|plan| {
                 let p = plan.point();
-                let requests = p.requests.unwrap_or(0) * u64::from(p.connections.max(1));
+                let requests = p
+                    .requests
+                    .unwrap_or(0)
+                    .saturating_mul(u64::from(p.connections.max(1)));
                 let hops = u64::from(p.services.unwrap_or(1));
                 let pauses = p.requests.zip(p.group_size).map_or(0.0, |(n, g)| {
-                    (n / g) as f64 * p.group_interval_ms.unwrap_or(0.0) / 1e3
+                    (n / g.max(1)) as f64 * p.group_interval_ms.unwrap_or(0.0) / 1e3
                 });
-                (Duration::from_millis(requests * hops) + Duration::from_secs_f64(pauses))
-                    * plan.repetitions
+                Duration::from_millis(requests.saturating_mul(hops))
+                    .saturating_add(Duration::try_from_secs_f64(pauses).unwrap_or(Duration::MAX))
+                    .saturating_mul(plan.repetitions)
             })
-            .sum();
-        let runs_per_point = (self.scenarios.len() * self.placements.len()) as u32;
-        per_cell * self.cells() as u32 + by_requests * runs_per_point
+            .fold(Duration::ZERO, Duration::saturating_add);
+        let runs_per_point = self.scenarios.len().saturating_mul(self.placements.len());
+        let times = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        per_cell
+            .saturating_mul(times(self.cells()))
+            .saturating_add(by_requests.saturating_mul(times(runs_per_point)))
     }
 
     pub fn describe(&self, platform: &str) -> RunConfig {

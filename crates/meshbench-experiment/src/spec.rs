@@ -13,6 +13,10 @@ use serde_yaml_ng::{Mapping, Value};
 use meshbench_meshes::Mesh;
 
 use crate::application::Application;
+use crate::limits::{
+    MAX_CELLS, MAX_CONNECTIONS, MAX_DURATION, MAX_REPETITIONS, MAX_REQUESTS, MAX_RPS,
+    MAX_SHORT_DURATION, MAX_WARMUP,
+};
 use crate::placement::Placement;
 use crate::profile::{CapacityPlan, LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile};
 use crate::Error;
@@ -202,6 +206,8 @@ pub fn parse_spec(text: &str, origin: &str, scale: Scale) -> Result<Profile, Err
         field,
         problem,
     };
+    crate::limits::plain_yaml(text)
+        .map_err(|(line, problem)| bad(format!("line {line}"), problem))?;
     let mut doc: Value =
         serde_yaml_ng::from_str(text).map_err(|e| bad("(document)".into(), e.to_string()))?;
     let Value::Mapping(top) = &mut doc else {
@@ -366,8 +372,14 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
             ),
         ));
     }
-    if spec.repetitions == 0 {
-        return Err(invalid("repetitions", "must be at least 1".into()));
+    if !(1..=MAX_REPETITIONS).contains(&spec.repetitions) {
+        return Err(invalid(
+            "repetitions",
+            format!(
+                "{} is not between 1 and {MAX_REPETITIONS}",
+                spec.repetitions
+            ),
+        ));
     }
     if spec.load.points.is_empty() {
         return Err(invalid(
@@ -380,10 +392,10 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
         let plan = load_point(doc, model, application)
             .map_err(|(name, problem)| invalid(&format!("load.points[{i}].{name}"), problem))?;
         let repetitions = doc.repetitions.unwrap_or(spec.repetitions);
-        if repetitions == 0 {
+        if !(1..=MAX_REPETITIONS).contains(&repetitions) {
             return Err(invalid(
                 &format!("load.points[{i}].repetitions"),
-                "must be at least 1".into(),
+                format!("{repetitions} is not between 1 and {MAX_REPETITIONS}"),
             ));
         }
         if load_points.iter().any(|p: &PointPlan| p.plan == plan) {
@@ -396,7 +408,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
     }
     let duration = match (&spec.duration, model.time_bound()) {
         (Some(text), true) => {
-            let duration = parse_duration("duration", text)?;
+            let duration = bounded_duration("duration", text, MAX_DURATION)?;
             if duration.is_zero() {
                 return Err(invalid("duration", "must be longer than zero".into()));
             }
@@ -429,7 +441,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
         ));
     }
     let workload = spec.workload.unwrap_or_default();
-    let warmup = parse_duration("warmup", &spec.warmup)?;
+    let warmup = bounded_duration("warmup", &spec.warmup, MAX_WARMUP)?;
     if application == Application::ZeroTrustApp && !warmup.is_zero() {
         return Err(invalid(
             "warmup",
@@ -439,14 +451,16 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
             ),
         ));
     }
-    let sample_interval = parse_duration("sample_interval", &spec.sample_interval)?;
+    let sample_interval =
+        bounded_duration("sample_interval", &spec.sample_interval, MAX_SHORT_DURATION)?;
     if sample_interval < Duration::from_millis(10) {
         return Err(invalid(
             "sample_interval",
             format!("{} is shorter than 10ms", spec.sample_interval),
         ));
     }
-    let request_timeout = parse_duration("request_timeout", &spec.request_timeout)?;
+    let request_timeout =
+        bounded_duration("request_timeout", &spec.request_timeout, MAX_SHORT_DURATION)?;
     if request_timeout.is_zero() {
         return Err(invalid(
             "request_timeout",
@@ -507,7 +521,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
         }
     }
     validate_findings(&spec.findings)?;
-    Ok(Profile {
+    let profile = Profile {
         name: spec.name,
         description: spec.description.trim().to_owned(),
         application,
@@ -519,7 +533,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
         load_points,
         duration,
         warmup,
-        cooldown: parse_duration("cooldown", &spec.cooldown)?,
+        cooldown: bounded_duration("cooldown", &spec.cooldown, MAX_WARMUP)?,
         request_timeout,
         sample_interval,
         replicas: spec.replicas,
@@ -531,7 +545,17 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
         },
         capacity,
         findings: spec.findings,
-    })
+    };
+    let cells = profile.cells();
+    if cells > MAX_CELLS {
+        return Err(invalid(
+            "load.points",
+            format!(
+                "{cells} cells (scenarios x placements x points x repetitions) are more than {MAX_CELLS}"
+            ),
+        ));
+    }
+    Ok(profile)
 }
 
 /// A finding's check names known scenarios (a scenario the spec does not run is reported
@@ -612,7 +636,7 @@ fn capacity_plan(
             "the capacity model needs an objective, e.g. {p99: 5ms, errors: 0.1%}".into(),
         )
     })?;
-    let p99 = parse_duration("load.slo.p99", &slo.p99)?;
+    let p99 = bounded_duration("load.slo.p99", &slo.p99, MAX_SHORT_DURATION)?;
     if p99.is_zero() {
         return Err(invalid("load.slo.p99", "must be longer than zero".into()));
     }
@@ -623,8 +647,11 @@ fn capacity_plan(
     let search = load.search.as_ref();
     let defaults = SearchSettings::default();
     let rate = |field: &str, value: Option<f64>, default: f64| match value {
-        Some(v) if v.is_finite() && v >= 1.0 => Ok(v),
-        Some(v) => Err(invalid(field, format!("{v} is not a rate of at least 1"))),
+        Some(v) if v.is_finite() && (1.0..=MAX_RPS).contains(&v) => Ok(v),
+        Some(v) => Err(invalid(
+            field,
+            format!("{v} is not a rate between 1 and {MAX_RPS}"),
+        )),
         None => Ok(default),
     };
     let start = rate(
@@ -711,11 +738,14 @@ fn load_point(
     let model_name = model.spec_name();
     let not_for = |field: &str| problem(field, format!("does not apply to the {model_name} model"));
     let needed = |field: &str| problem(field, format!("the {model_name} model needs it"));
-    let at_least_one = |field: &str, value: u64| {
-        if value == 0 {
-            Err(problem(field, "must be at least 1".into()))
-        } else {
+    let within = |field: &str, value: u64, max: u64| {
+        if (1..=max).contains(&value) {
             Ok(value)
+        } else {
+            Err(problem(
+                field,
+                format!("{value} is not between 1 and {max}"),
+            ))
         }
     };
     // Closed loop keeps `rps` here so the match below can say why it has no rate.
@@ -739,11 +769,16 @@ fn load_point(
     match model {
         LoadKind::ConstantRate | LoadKind::ClosedLoop => {
             point.model = match (model, doc.rps) {
-                (LoadKind::ConstantRate, Some(rps)) if rps.is_finite() && rps > 0.0 => {
+                (LoadKind::ConstantRate, Some(rps))
+                    if rps.is_finite() && rps > 0.0 && rps <= MAX_RPS =>
+                {
                     M::OpenLoop { rps }
                 }
                 (LoadKind::ConstantRate, Some(rps)) => {
-                    return Err(problem("rps", format!("{rps} is not a positive rate")))
+                    return Err(problem(
+                        "rps",
+                        format!("{rps} is not a positive rate of at most {MAX_RPS}"),
+                    ))
                 }
                 (LoadKind::ConstantRate, None) => {
                     return Err(problem(
@@ -760,26 +795,28 @@ fn load_point(
                 (_, None) => M::ClosedLoop,
             };
             let connections = doc.connections.ok_or_else(|| needed("connections"))?;
-            point.connections = at_least_one("connections", connections.into())? as u32;
+            point.connections = within("connections", connections.into(), MAX_CONNECTIONS)? as u32;
         }
         LoadKind::Capacity => {
             // The search sets each cell's rate; until then the point is its connections.
             point.model = M::OpenLoop { rps: 0.0 };
             let connections = doc.connections.ok_or_else(|| needed("connections"))?;
-            point.connections = at_least_one("connections", connections.into())? as u32;
+            point.connections = within("connections", connections.into(), MAX_CONNECTIONS)? as u32;
         }
         LoadKind::Sequential => {
             point.connections = 1;
-            point.requests = Some(at_least_one(
+            point.requests = Some(within(
                 "requests",
                 doc.requests.ok_or_else(|| needed("requests"))?,
+                MAX_REQUESTS,
             )?);
-            let group_size = at_least_one(
+            let group_size = within(
                 "group_size",
                 doc.group_size.ok_or_else(|| needed("group_size"))?,
+                MAX_REQUESTS,
             )?;
             let group_interval = match &doc.group_interval {
-                Some(text) => parse_duration("group_interval", text)?,
+                Some(text) => bounded_duration("group_interval", text, MAX_SHORT_DURATION)?,
                 None => Duration::ZERO,
             };
             point.model = M::Sequential {
@@ -789,9 +826,12 @@ fn load_point(
         }
         LoadKind::Users => {
             let users = doc.users.ok_or_else(|| needed("users"))?;
-            point.connections = at_least_one("users", users.into())? as u32;
-            let requests_per_user =
-                at_least_one("requests", doc.requests.ok_or_else(|| needed("requests"))?)?;
+            point.connections = within("users", users.into(), MAX_CONNECTIONS)? as u32;
+            let requests_per_user = within(
+                "requests",
+                doc.requests.ok_or_else(|| needed("requests"))?,
+                MAX_REQUESTS,
+            )?;
             point.requests = Some(requests_per_user);
             point.model = M::Users {
                 users: point.connections,
@@ -851,6 +891,21 @@ fn only_for<T>(
         Some(_) if application != owner => Err((field.to_owned(), refusal.to_owned())),
         value => Ok(value),
     }
+}
+
+/// A duration of at most `max`: a longer one is refused before any arithmetic meets it.
+fn bounded_duration(field: &str, value: &str, max: Duration) -> Result<Duration, Invalid> {
+    let duration = parse_duration(field, value)?;
+    if duration > max {
+        return Err((
+            field.to_owned(),
+            format!(
+                "{value:?} is longer than {}",
+                humantime::format_duration(max)
+            ),
+        ));
+    }
+    Ok(duration)
 }
 
 fn parse_duration(field: &str, value: &str) -> Result<Duration, Invalid> {

@@ -11,7 +11,7 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use futures::{Stream, StreamExt};
 use http::{header, StatusCode};
 use meshbench_experiment::{builtin_spec, parse_spec, profile_names, Profile, Scale};
@@ -24,6 +24,7 @@ use tokio::sync::broadcast;
 
 use crate::catalog::{self, RunSummary};
 use crate::jobs::{CancelOutcome, JobEvent, JobRequest, JobSnapshot, RunTarget, SubmitError};
+use crate::sessions::Caller;
 use crate::state::AppState;
 
 /// Any request body: a spec, a form.
@@ -271,10 +272,27 @@ fn parse_duration(field: &str, text: &str) -> Result<Duration, ApiError> {
     })
 }
 
+/// A new run's job: its spec is parsed and checked on a blocking thread, never on the
+/// server's async workers (a spec is up to [`BODY_LIMIT`] of YAML).
+pub async fn parse_off_the_workers(state: &AppState, new: NewRun) -> Result<JobRequest, ApiError> {
+    let cluster = state.cluster;
+    tokio::task::spawn_blocking(move || job_of(&new, cluster))
+        .await
+        .unwrap_or_else(|e| {
+            Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("checking the spec failed: {e}"),
+            ))
+        })
+}
+
 pub fn submit(state: &AppState, request: JobRequest) -> Result<String, ApiError> {
     state.jobs.submit(request).map_err(|e| match e {
         SubmitError::QueueFull => ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
         SubmitError::ShuttingDown => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        SubmitError::Directory(_) => {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
     })
 }
 
@@ -294,7 +312,8 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
 
 async fn create_run(State(state): Shared, body: axum::body::Bytes) -> Result<Response, ApiError> {
     let new: NewRun = json_body(&body)?;
-    let id = submit(&state, job_of(&new, state.cluster)?)?;
+    let job = parse_off_the_workers(&state, new).await?;
+    let id = submit(&state, job)?;
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/api/runs/{id}"))],
@@ -402,16 +421,19 @@ async fn cancel_run(State(state): Shared, Path(id): Path<String>) -> Result<Resp
 /// that is not a job of this server gets its snapshot from disk and `done` at once.
 async fn events(
     State(state): Shared,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let slot = crate::state::WatcherSlot::take(&state.watchers).ok_or_else(|| {
-        ApiError::new(
+    use crate::state::{NoSlot, WatcherSlot, MAX_WATCHERS, MAX_WATCHERS_PER_CLIENT};
+    let slot = WatcherSlot::take(&state.watchers, caller.key()).map_err(|no| match no {
+        NoSlot::AllTaken => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "{} event streams are open already",
-                crate::state::MAX_WATCHERS
-            ),
-        )
+            format!("{MAX_WATCHERS} event streams are open already"),
+        ),
+        NoSlot::ClientFull => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("you have {MAX_WATCHERS_PER_CLIENT} event streams open already"),
+        ),
     })?;
     // Subscribe before the snapshot, so nothing between the two is missed.
     let receiver = state.jobs.subscribe();
@@ -445,22 +467,39 @@ async fn events(
         }
     };
     // The slot goes with the stream: dropped when the watcher leaves or the job ends.
+    let jobs = state.jobs.clone();
     let rest = futures::stream::unfold(
         (receiver, id, finished, slot),
-        |(mut receiver, id, ended, slot)| async move {
-            if ended {
-                return None;
-            }
-            loop {
-                match receiver.recv().await {
-                    Ok((job, event)) if job == id => {
-                        let ended = matches!(event, JobEvent::Done { .. });
-                        return Some((sse(event.name(), &event), (receiver, id, ended, slot)));
+        move |(mut receiver, id, ended, slot)| {
+            let jobs = jobs.clone();
+            async move {
+                if ended {
+                    return None;
+                }
+                loop {
+                    match receiver.recv().await {
+                        Ok((job, event)) if job == id => {
+                            let ended = matches!(event, JobEvent::Done { .. });
+                            return Some((sse(event.name(), &event), (receiver, id, ended, slot)));
+                        }
+                        Ok(_) => continue,
+                        // A slow watcher misses some seconds; the next status catches it up.
+                        // But if it missed the end, the end is told now: nothing else would
+                        // close the stream.
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            match jobs.snapshot(&id).filter(|j| j.status.finished()) {
+                                Some(job) => {
+                                    let done = JobEvent::Done {
+                                        status: job.status,
+                                        reason: job.reason,
+                                    };
+                                    return Some((sse("done", &done), (receiver, id, true, slot)));
+                                }
+                                None => continue,
+                            }
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
                     }
-                    Ok(_) => continue,
-                    // A slow watcher misses some seconds; the next status catches it up.
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
                 }
             }
         },
@@ -479,7 +518,7 @@ fn sse(name: &str, data: &impl Serialize) -> Event {
 fn run_of(
     state: &AppState,
     id: &str,
-) -> Result<(std::path::PathBuf, meshbench_results::RunResult), ApiError> {
+) -> Result<(catalog::RunDir, meshbench_results::RunResult), ApiError> {
     let dir = catalog::run_dir(&state.results_dir, id)
         .ok_or_else(|| ApiError::not_found(format!("no run {id:?} with results")))?;
     let result = catalog::read_run(&dir).map_err(|why| {
@@ -502,7 +541,10 @@ async fn list_files(
 pub fn file_response(state: &AppState, id: &str, name: &str) -> Result<Response, ApiError> {
     let (dir, result) = run_of(state, id)?;
     let (body, content_type) = catalog::read_file(&dir, &result, name)
-        .ok_or_else(|| ApiError::not_found(format!("run {id:?} has no file {name:?}")))?;
+        .ok_or_else(|| ApiError::not_found(format!("run {id:?} has no file {name:?}")))?
+        .map_err(|refused| {
+            ApiError::new(StatusCode::FORBIDDEN, format!("run {id:?}: {refused}"))
+        })?;
     let download = name.rsplit('/').next().unwrap_or(name).to_owned();
     let disposition = if content_type.starts_with("text/html") {
         "inline".to_owned()
@@ -723,18 +765,11 @@ async fn e3_experiment(
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let body: Map<String, Value> = json_body(&body)?;
-    if state.jobs.busy() {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "a run is measuring on this machine; an experiment now would disturb it (try when it ends)",
-        ));
-    }
-    let Ok(_alone) = state.e3_running.try_lock() else {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "another experiment is running",
-        ));
-    };
+    // Held until the experiment ends: no queued job starts measuring beside it.
+    let _alone = state
+        .jobs
+        .measure_alone()
+        .map_err(|busy| ApiError::new(StatusCode::CONFLICT, busy.to_string()))?;
     let result = crate::e3::experiment(&state.calculator, &body)
         .await
         .map_err(|e| {

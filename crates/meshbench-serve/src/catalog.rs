@@ -1,12 +1,16 @@
 //! The results directory as the server sees it: runs (directories with a `results.json`),
 //! verifications (with a `verify.json`), and the files each offers. A run id or a file name
-//! from a request is only ever looked up among these, never joined to a path as given.
+//! from a request is only ever looked up among these, never joined to a path as given, and
+//! every file is read through [`crate::untrusted`]: no link under the results directory is
+//! followed, and a run whose files cannot be read is listed as unreadable, with the reason.
 
 use std::path::{Path, PathBuf};
 
 use meshbench_report::export::{cell_stem, export_cell, ExportFormat};
 use meshbench_results::{RunResult, RunStatus, VerifyReport};
 use serde::Serialize;
+
+use crate::untrusted;
 
 /// Longest run id accepted (a directory name).
 const MAX_ID_LEN: usize = 128;
@@ -22,16 +26,54 @@ pub fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// The directory of run `id`, if the results directory has one.
-pub fn run_dir(results: &Path, id: &str) -> Option<PathBuf> {
-    let dir = results.join(id);
-    (valid_id(id) && dir.join("results.json").is_file()).then_some(dir)
+/// A run's (or a verification's) directory: `id` under the results root, its files read
+/// only through [`crate::untrusted`].
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    root: PathBuf,
+    id: String,
+}
+
+impl RunDir {
+    fn relative(&self, name: &str) -> String {
+        format!("{}/{name}", self.id)
+    }
+
+    pub fn read(&self, name: &str) -> Result<Vec<u8>, untrusted::Refused> {
+        untrusted::read(&self.root, &self.relative(name))
+    }
+
+    pub fn json<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<T, String> {
+        untrusted::read_json(&self.root, &self.relative(name))
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        untrusted::exists(&self.root, &self.relative(name))
+    }
+}
+
+/// The directory of run `id`, if the results directory has one (a link there is one: it is
+/// refused when read, and says so).
+pub fn run_dir(results: &Path, id: &str) -> Option<RunDir> {
+    dir_with(results, id, "results.json")
 }
 
 /// The directory of verification `id`, if the results directory has one.
-pub fn verify_dir(results: &Path, id: &str) -> Option<PathBuf> {
-    let dir = results.join(id);
-    (valid_id(id) && dir.join("verify.json").is_file()).then_some(dir)
+pub fn verify_dir(results: &Path, id: &str) -> Option<RunDir> {
+    dir_with(results, id, "verify.json")
+}
+
+fn dir_with(results: &Path, id: &str, file: &str) -> Option<RunDir> {
+    let dir = RunDir {
+        root: results.to_owned(),
+        id: id.to_owned(),
+    };
+    (valid_id(id) && (dir.has(file) || is_link(results, id))).then_some(dir)
+}
+
+/// Whether `id` in the results directory is itself a symbolic link.
+fn is_link(results: &Path, id: &str) -> bool {
+    std::fs::symlink_metadata(results.join(id)).is_ok_and(|m| m.file_type().is_symlink())
 }
 
 /// A run as the list shows it.
@@ -56,15 +98,15 @@ pub struct RunSummary {
 }
 
 impl RunSummary {
-    pub fn of(id: &str, result: &RunResult, dir: &Path) -> RunSummary {
+    pub fn of(id: &str, result: &RunResult, dir: &RunDir) -> RunSummary {
         let status = match result.status {
             RunStatus::Complete => "complete",
             RunStatus::Partial => "partial",
             RunStatus::Running => "running",
         };
-        let verify = meshbench_report::run_verification(dir)
+        let verify = dir
+            .json::<VerifyReport>(&format!("{}/verify.json", meshbench_report::RUN_VERIFY_DIR))
             .ok()
-            .flatten()
             .map(|v| if v.passed { "passed" } else { "failed" }.to_owned());
         RunSummary {
             id: id.to_owned(),
@@ -115,14 +157,14 @@ impl RunSummary {
 }
 
 /// A run's results, or why they cannot be read.
-pub fn read_run(dir: &Path) -> Result<RunResult, String> {
-    meshbench_results::read_json(&dir.join("results.json")).map_err(|e| e.to_string())
+pub fn read_run(dir: &RunDir) -> Result<RunResult, String> {
+    dir.json("results.json")
 }
 
 /// Every run in the results directory, newest first.
 pub fn list_runs(results: &Path) -> Vec<RunSummary> {
     let mut runs: Vec<RunSummary> = subdirs(results)
-        .filter(|(_, dir)| dir.join("results.json").is_file())
+        .filter_map(|id| run_dir(results, &id).map(|dir| (id, dir)))
         .map(|(id, dir)| match read_run(&dir) {
             Ok(result) => RunSummary::of(&id, &result, &dir),
             Err(why) => RunSummary::unreadable(&id, why),
@@ -141,15 +183,15 @@ pub struct VerifySummary {
     pub passed: bool,
 }
 
-pub fn read_verification(dir: &Path) -> Result<VerifyReport, String> {
-    meshbench_results::read_json(&dir.join("verify.json")).map_err(|e| e.to_string())
+pub fn read_verification(dir: &RunDir) -> Result<VerifyReport, String> {
+    dir.json("verify.json")
 }
 
 /// Every verification in the results directory, newest first.
 pub fn list_verifications(results: &Path) -> Vec<VerifySummary> {
     let mut list: Vec<VerifySummary> = subdirs(results)
-        .filter_map(|(id, dir)| {
-            let report = read_verification(&dir).ok()?;
+        .filter_map(|id| {
+            let report = read_verification(&verify_dir(results, &id)?).ok()?;
             Some(VerifySummary {
                 id,
                 started_at: report.started_at,
@@ -162,15 +204,17 @@ pub fn list_verifications(results: &Path) -> Vec<VerifySummary> {
     list
 }
 
-fn subdirs(results: &Path) -> impl Iterator<Item = (String, PathBuf)> {
+/// The names of the results directory's directories, and of its links (listed so that they
+/// can be shown as refused).
+fn subdirs(results: &Path) -> impl Iterator<Item = String> {
     std::fs::read_dir(results)
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir() || t.is_symlink()))
         .filter_map(|e| {
             let id = e.file_name().into_string().ok()?;
-            valid_id(&id).then(|| (id, e.path()))
+            valid_id(&id).then_some(id)
         })
 }
 
@@ -202,10 +246,10 @@ const WRITTEN: [(&str, &str); 9] = [
 ];
 
 /// What a run offers: the files it wrote, and each cell as a Fortio and an SMP document.
-pub fn run_files(dir: &Path, result: &RunResult) -> Vec<RunFile> {
+pub fn run_files(dir: &RunDir, result: &RunResult) -> Vec<RunFile> {
     let mut files: Vec<RunFile> = WRITTEN
         .iter()
-        .filter(|(name, _)| dir.join(name).is_file())
+        .filter(|(name, _)| dir.has(name))
         .map(|(name, description)| RunFile {
             name: (*name).to_owned(),
             description: (*description).to_owned(),
@@ -246,18 +290,26 @@ pub fn cell_label(cell: &meshbench_results::Cell) -> String {
     )
 }
 
-/// A file's body and content type, if `name` is one the run offers.
-pub fn read_file(dir: &Path, result: &RunResult, name: &str) -> Option<(Vec<u8>, &'static str)> {
+/// A file's body and content type, if `name` is one the run offers; `Err` when it is offered
+/// but refused (a link, not a regular file, too large).
+pub fn read_file(
+    dir: &RunDir,
+    result: &RunResult,
+    name: &str,
+) -> Option<Result<(Vec<u8>, &'static str), untrusted::Refused>> {
     if let Some((_, _)) = WRITTEN.iter().find(|(n, _)| *n == name) {
-        let body = std::fs::read(dir.join(name)).ok()?;
-        return Some((body, content_type(name)));
+        return match dir.read(name) {
+            Ok(body) => Some(Ok((body, content_type(name)))),
+            Err(untrusted::Refused::Missing(_)) => None,
+            Err(refused) => Some(Err(refused)),
+        };
     }
     for format in ExportFormat::ALL {
         for (position, cell) in result.cells.iter().enumerate() {
             if export_name(format, position, cell) == name {
                 let document = export_cell(format, result, position, cell)?;
                 let body = serde_json::to_vec_pretty(&document).ok()?;
-                return Some((body, "application/json"));
+                return Some(Ok((body, "application/json")));
             }
         }
     }
@@ -278,6 +330,17 @@ fn content_type(name: &str) -> &'static str {
 mod tests {
     use super::*;
 
+    /// A results root with one run directory, `run`.
+    fn run_in_tempdir() -> (tempfile::TempDir, RunDir) {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("run")).unwrap();
+        let dir = RunDir {
+            root: root.path().to_owned(),
+            id: "run".into(),
+        };
+        (root, dir)
+    }
+
     #[test]
     fn ids_cannot_climb_out_of_the_results_directory() {
         for bad in [
@@ -293,15 +356,15 @@ mod tests {
 
     #[test]
     fn only_listed_files_are_served() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("report.html"), "<p>report</p>").unwrap();
-        std::fs::write(dir.path().join("secret.txt"), "no").unwrap();
+        let (_root, dir) = run_in_tempdir();
+        std::fs::write(dir.root.join("run/report.html"), "<p>report</p>").unwrap();
+        std::fs::write(dir.root.join("run/secret.txt"), "no").unwrap();
         let example: RunResult = meshbench_results::read_json(Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../meshbench-results/schema/example-results-v1.json"
         )))
         .unwrap();
-        assert!(read_file(dir.path(), &example, "report.html").is_some());
+        assert!(read_file(&dir, &example, "report.html").is_some_and(|r| r.is_ok()));
         for name in [
             "secret.txt",
             "../results.json",
@@ -309,14 +372,14 @@ mod tests {
             "report.html/..",
             "",
         ] {
-            assert!(read_file(dir.path(), &example, name).is_none(), "{name:?}");
+            assert!(read_file(&dir, &example, name).is_none(), "{name:?}");
         }
-        let files = run_files(dir.path(), &example);
+        let files = run_files(&dir, &example);
         let smp = files
             .iter()
             .find(|f| f.name.starts_with("export/smp/"))
             .unwrap();
-        let (body, kind) = read_file(dir.path(), &example, &smp.name).unwrap();
+        let (body, kind) = read_file(&dir, &example, &smp.name).unwrap().unwrap();
         assert_eq!(kind, "application/json");
         let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert!(doc["result"]["latenciesMs"]["p99"].is_number());
@@ -326,17 +389,17 @@ mod tests {
         /// Whatever a request names, a file is served only if the run lists it.
         #[test]
         fn a_name_is_served_only_if_listed(name in "(\\.\\./|/|%2[Ff]|results\\.json|report\\.html|export/(smp|fortio)/|[a-z0-9.-]{0,12}){0,4}") {
-            let dir = tempfile::tempdir().unwrap();
+            let (_root, dir) = run_in_tempdir();
             for written in ["results.json", "report.html", "secret.txt"] {
-                std::fs::write(dir.path().join(written), "x").unwrap();
+                std::fs::write(dir.root.join("run").join(written), "x").unwrap();
             }
             let example: RunResult = meshbench_results::read_json(Path::new(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/../meshbench-results/schema/example-results-v1.json"
             )))
             .unwrap();
-            let listed = run_files(dir.path(), &example).iter().any(|f| f.name == name);
-            proptest::prop_assert_eq!(read_file(dir.path(), &example, &name).is_some(), listed);
+            let listed = run_files(&dir, &example).iter().any(|f| f.name == name);
+            proptest::prop_assert_eq!(read_file(&dir, &example, &name).is_some(), listed);
         }
 
         #[test]

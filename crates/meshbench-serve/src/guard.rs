@@ -1,48 +1,101 @@
-//! The server's security rules, in one place:
+//! The server's security rules, in one place, applied by [`middleware`] before any handler:
 //!
-//! - **Exposure.** Loopback by default; any other address needs a token.
-//! - **Authentication.** With a token, every request but the login page and the stylesheet
-//!   carries it: `Authorization: Bearer <token>`, or the `meshbench_token` cookie the login
-//!   page sets (HttpOnly, SameSite=Strict). Without it: 401 (JSON for the API, the login page
-//!   for pages).
-//! - **CSRF.** A POST (the one method that changes something and that another site's page can
-//!   send without a CORS preflight; DELETE cannot be sent across origins without one, which
-//!   this server never answers) must come from this server's own pages or from a script: it
-//!   carries the server's CSRF token (the `x-csrf-token` header or the `csrf` form field), or
-//!   it is JSON or bearer-authenticated. And a browser request whose `Origin` or
-//!   `Sec-Fetch-Site` says another site is refused outright, on loopback too (a web page may
-//!   post to 127.0.0.1).
+//! - **Host.** Only the server's own names are answered: `127.0.0.1`, `localhost` and `[::1]`
+//!   with its port, the address it listens on, and names given with `--allowed-host`. Any
+//!   other `Host` (or HTTP/2 `:authority`) gets 421 on every route, before authentication:
+//!   a page whose name was rebound to 127.0.0.1 sends its own name, and is refused.
+//! - **Authentication**, on every listener, loopback included. A script sends the token
+//!   (`Authorization: Bearer`); a browser trades it once at `/login` (the form, or the URL
+//!   serve prints) for a session ([`crate::sessions`]). Without either: 401 (JSON for the
+//!   API, the login page, which carries no CSRF token, for pages).
+//! - **Cross-site requests.** A browser request whose `Origin` is not this server, or whose
+//!   `Sec-Fetch-Site` says another site, is refused outright.
+//! - **CSRF.** A request that changes something (any method but GET and HEAD) made with a
+//!   session must say where it comes from (`Origin` or `Sec-Fetch-Site: same-origin`) and
+//!   carry the session's CSRF token: the `x-csrf-token` header, or a form's `csrf` field,
+//!   which the form's handler checks ([`check_form_csrf`]). The JSON routes (`POST /api/...`)
+//!   take `application/json` only (415 otherwise), so no form can reach them. A bearer
+//!   request needs neither: no browser adds that header on its own.
 //! - **Paths.** Run ids and file names are matched against what the results directory
 //!   lists ([`crate::catalog`]); nothing from a request is joined to a path unchecked.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http::{header, HeaderMap, Method, StatusCode};
+use futures::FutureExt;
+use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 
+use crate::api::ApiError;
+use crate::sessions::Caller;
 use crate::state::AppState;
 use crate::Error;
 
-/// The cookie the login page sets.
-pub const TOKEN_COOKIE: &str = "meshbench_token";
 /// Where the CSRF token goes in a form and in a header.
 pub const CSRF_FIELD: &str = "csrf";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// A token shorter than this is guessable.
 const MIN_TOKEN_LEN: usize = 16;
 
-pub fn check_exposure(listen: SocketAddr, token: Option<&str>) -> Result<(), Error> {
-    match token {
-        Some(t) if !valid_token(t) => Err(Error::WeakToken { min: MIN_TOKEN_LEN }),
+/// The token a server uses: the one given (checked), or, on loopback, a random one that serve
+/// prints as a login URL. Beyond loopback the operator must choose it.
+pub fn token_for(listen: SocketAddr, given: Option<String>) -> Result<String, Error> {
+    match given {
+        Some(t) if !valid_token(&t) => Err(Error::WeakToken { min: MIN_TOKEN_LEN }),
+        Some(t) => Ok(t),
         None if !listen.ip().is_loopback() => Err(Error::TokenRequired { listen }),
-        _ => Ok(()),
+        None => Ok(crate::sessions::random_token()),
     }
 }
 
 fn valid_token(token: &str) -> bool {
     token.len() >= MIN_TOKEN_LEN && token.bytes().all(|b| b.is_ascii_graphic() && b != b';')
+}
+
+/// The `Host` values this server answers to, lowercase.
+pub fn allowed_hosts(listen: SocketAddr, extra: &[String]) -> Vec<String> {
+    let port = listen.port();
+    let mut hosts = vec![
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+    ];
+    if !listen.ip().is_unspecified() {
+        hosts.push(listen.to_string());
+    }
+    for name in extra {
+        let name = name.trim().to_ascii_lowercase();
+        if has_port(&name) {
+            hosts.push(name);
+        } else {
+            // A name alone: as a browser sends it on the server's port, and bare (a proxy in
+            // front on port 80 or 443).
+            hosts.push(format!("{name}:{port}"));
+            hosts.push(name);
+        }
+    }
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// Whether a `--allowed-host` value names its port: `name:8090`, `[fd00::1]:8090`.
+fn has_port(name: &str) -> bool {
+    let after = match name.strip_prefix('[') {
+        Some(v6) => v6.split_once("]:").map(|(_, port)| port),
+        None => name.split_once(':').map(|(_, port)| port),
+    };
+    after.is_some_and(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The host a request names: `Host`, or HTTP/2's `:authority`.
+fn requested_host<'r>(req: &'r Request) -> Option<&'r str> {
+    match req.headers().get(header::HOST) {
+        Some(host) => host.to_str().ok(),
+        None => req.uri().authority().map(|a| a.as_str()),
+    }
 }
 
 /// Equal without a timing difference on where they differ.
@@ -79,74 +132,133 @@ pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
         .map(|(_, v)| v)
 }
 
-/// Whether the request carries the server's token (always true without one).
-pub fn authenticated(state: &AppState, headers: &HeaderMap) -> bool {
-    let Some(token) = state.token.as_deref() else {
-        return true;
-    };
-    [bearer(headers), cookie(headers, TOKEN_COOKIE)]
-        .into_iter()
-        .flatten()
-        .any(|given| same_secret(given, token))
+/// Who the request comes from: the token as a bearer, or a live session's cookie.
+pub fn caller(state: &AppState, headers: &HeaderMap) -> Caller {
+    if bearer(headers).is_some_and(|given| same_secret(given, &state.token)) {
+        return Caller::Bearer;
+    }
+    cookie(headers, &state.cookie_name)
+        .and_then(|id| state.sessions.find(id))
+        .unwrap_or(Caller::Anonymous)
 }
 
-/// Authentication and the cross-site rules, before any handler.
+/// The guard, before any handler; the caller it finds goes to the handler as an extension.
+/// A handler that panics answers 500 rather than dropping the connection.
 pub async fn middleware(
-    State(state): State<std::sync::Arc<AppState>>,
-    req: Request,
+    State(state): State<Arc<AppState>>,
+    mut req: Request,
     next: Next,
 ) -> Response {
-    let path = req.uri().path().to_owned();
+    let mut response = match check(&state, &req) {
+        Err(refusal) => refusal,
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            match std::panic::AssertUnwindSafe(next.run(req))
+                .catch_unwind()
+                .await
+            {
+                Ok(response) => response,
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    tracing::error!("a request handler panicked: {message}");
+                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+                        .into_response()
+                }
+            }
+        }
+    };
+    // The login URL carries the token: no page passes its address on.
+    response.headers_mut().insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+/// The rules, in order: host, authentication, cross-site, CSRF, content type.
+fn check(state: &AppState, req: &Request) -> Result<Caller, Response> {
+    let path = req.uri().path();
     let api = path.starts_with("/api/");
-    if !public(&path) && !authenticated(&state, req.headers()) {
-        return if api {
-            crate::api::ApiError::new(
+    let host = requested_host(req).unwrap_or("").to_ascii_lowercase();
+    if !state.allowed_hosts.contains(&host) {
+        return Err(ApiError::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "Host {host:?} is not a name of this server (known: {}); start it with --allowed-host NAME to answer to another",
+                state.allowed_hosts.join(", ")
+            ),
+        )
+        .into_response());
+    }
+    let headers = req.headers();
+    let caller = caller(state, headers);
+    if caller == Caller::Anonymous && !public(path) {
+        return Err(if api {
+            ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "missing or wrong token: send Authorization: Bearer <token>",
+                "missing or wrong token: send Authorization: Bearer <token>, or log in at /login",
             )
             .into_response()
         } else {
-            crate::pages::login_page(&state, StatusCode::UNAUTHORIZED, None)
-        };
+            crate::pages::login_page(StatusCode::UNAUTHORIZED, None)
+        });
     }
-    if let Some(why) = cross_site(req.headers()) {
-        return crate::api::ApiError::new(StatusCode::FORBIDDEN, why).into_response();
+    if let Some(why) = cross_site(headers) {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, why).into_response());
     }
-    let changes = *req.method() == Method::POST;
-    if changes && !path_exempt_from_csrf(&path) && !csrf_safe(&state, req.headers()) {
-        // A form's field is checked by its handler, which has read the body.
-        if !is_form(req.headers()) {
-            return crate::api::ApiError::new(
-                StatusCode::FORBIDDEN,
-                "a request that changes something needs the x-csrf-token header, a JSON body or a bearer token",
-            )
-            .into_response();
+    let changes = !matches!(*req.method(), Method::GET | Method::HEAD);
+    if changes && api && *req.method() == Method::POST && !is_json(headers) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "this endpoint takes a JSON body: send Content-Type: application/json",
+        )
+        .into_response());
+    }
+    if changes {
+        if let Caller::Session { csrf, .. } = &caller {
+            if !says_where_from(headers) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "a browser request that changes something must carry Origin or Sec-Fetch-Site; scripts send the bearer token",
+                )
+                .into_response());
+            }
+            let header_token = headers
+                .get(CSRF_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|t| same_secret(t, csrf));
+            // A form's field is checked by its handler, which has read the body.
+            if !header_token && !(is_form(headers) && !api) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "a request that changes something needs this session's CSRF token (the x-csrf-token header or the form's csrf field)",
+                )
+                .into_response());
+            }
         }
     }
-    next.run(req).await
+    Ok(caller)
 }
 
-/// The login form cannot hold a CSRF token before anyone has logged in; it changes nothing but
-/// the caller's own cookie.
-fn path_exempt_from_csrf(path: &str) -> bool {
-    path == "/login"
+/// Whether a browser said where the request comes from (checked to be this server by
+/// [`cross_site`]).
+fn says_where_from(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::ORIGIN)
+        || headers
+            .get("sec-fetch-site")
+            .is_some_and(|v| v.as_bytes() == b"same-origin")
 }
 
-/// Requests a browser cannot send from another site without a CORS preflight.
-fn csrf_safe(state: &AppState, headers: &HeaderMap) -> bool {
-    let header_token = headers
-        .get(CSRF_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| same_secret(t, &state.csrf));
-    let json = headers
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| {
-            t.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("application/json")
-        });
-    header_token || json || bearer(headers).is_some()
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
 }
 
 pub fn is_form(headers: &HeaderMap) -> bool {
@@ -160,11 +272,13 @@ pub fn is_form(headers: &HeaderMap) -> bool {
         })
 }
 
-/// A form's CSRF field, checked by the handler that read the form.
-pub fn check_form_csrf(state: &AppState, given: Option<&str>) -> Result<(), crate::api::ApiError> {
-    match given {
-        Some(t) if same_secret(t, &state.csrf) => Ok(()),
-        _ => Err(crate::api::ApiError::new(
+/// A form's CSRF field, checked by the handler that read the form: a session's own token,
+/// or none for a bearer caller.
+pub fn check_form_csrf(caller: &Caller, given: Option<&str>) -> Result<(), ApiError> {
+    match (caller, given) {
+        (Caller::Bearer, _) => Ok(()),
+        (Caller::Session { csrf, .. }, Some(t)) if same_secret(t, csrf) => Ok(()),
+        _ => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "the form's CSRF token is missing or stale: reload the page and submit again",
         )),
@@ -193,7 +307,8 @@ fn cross_site(headers: &HeaderMap) -> Option<String> {
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"))
         .unwrap_or(origin);
-    (origin_host != host).then(|| format!("origin {origin} is not this server ({host})"))
+    (!origin_host.eq_ignore_ascii_case(host))
+        .then(|| format!("origin {origin} is not this server ({host})"))
 }
 
 #[cfg(test)]
@@ -201,24 +316,59 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_loopback_may_go_without_a_token() {
+    fn loopback_makes_its_own_token_and_beyond_it_one_must_be_given() {
         let loopback: SocketAddr = "127.0.0.1:8090".parse().unwrap();
         let any: SocketAddr = "0.0.0.0:8090".parse().unwrap();
-        assert!(check_exposure(loopback, None).is_ok());
-        assert!(check_exposure("[::1]:8090".parse().unwrap(), None).is_ok());
+        let made = token_for(loopback, None).unwrap();
+        assert!(valid_token(&made) && made.len() >= 32, "{made}");
+        assert_ne!(made, token_for(loopback, None).unwrap());
+        assert!(token_for("[::1]:8090".parse().unwrap(), None).is_ok());
         assert!(matches!(
-            check_exposure(any, None),
+            token_for(any, None),
             Err(Error::TokenRequired { .. })
         ));
-        assert!(check_exposure(any, Some("a-long-enough-token-42")).is_ok());
+        assert!(token_for(any, Some("a-long-enough-token-42".into())).is_ok());
         assert!(matches!(
-            check_exposure(any, Some("short")),
+            token_for(any, Some("short".into())),
             Err(Error::WeakToken { .. })
         ));
         assert!(matches!(
-            check_exposure(loopback, Some("has a space in it, long")),
+            token_for(loopback, Some("has a space in it, long".into())),
             Err(Error::WeakToken { .. })
         ));
+    }
+
+    #[test]
+    fn the_hosts_allowed_are_the_servers_own_names() {
+        let hosts = allowed_hosts(
+            "127.0.0.1:8090".parse().unwrap(),
+            &[
+                "Bench.Example".into(),
+                "10.0.0.5:9000".into(),
+                "[fd00::1]:80".into(),
+            ],
+        );
+        for ok in [
+            "127.0.0.1:8090",
+            "localhost:8090",
+            "[::1]:8090",
+            "bench.example:8090",
+            "bench.example",
+            "10.0.0.5:9000",
+            "[fd00::1]:80",
+        ] {
+            assert!(hosts.iter().any(|h| h == ok), "{ok} in {hosts:?}");
+        }
+        for refused in [
+            "rebind.evil.example:8090",
+            "127.0.0.1:8091",
+            "localhost",
+            "127.0.0.1",
+        ] {
+            assert!(!hosts.iter().any(|h| h == refused), "{refused}");
+        }
+        let any = allowed_hosts("0.0.0.0:8090".parse().unwrap(), &[]);
+        assert!(!any.iter().any(|h| h.starts_with("0.0.0.0")), "{any:?}");
     }
 
     #[test]
@@ -244,7 +394,7 @@ mod tests {
             header::COOKIE,
             "a=1; meshbench_token=secret-value; b=2".parse().unwrap(),
         );
-        assert_eq!(cookie(&headers, TOKEN_COOKIE), Some("secret-value"));
+        assert_eq!(cookie(&headers, "meshbench_token"), Some("secret-value"));
         assert_eq!(cookie(&headers, "c"), None);
         assert!(same_secret("abc", "abc"));
         assert!(!same_secret("abc", "abd"));
@@ -261,7 +411,7 @@ mod tests {
             if let Ok(value) = cookie_text.parse() {
                 headers.insert(header::COOKIE, value);
             }
-            let _ = cookie(&headers, TOKEN_COOKIE);
+            let _ = cookie(&headers, "meshbench_token");
             if let Ok(value) = origin.parse() {
                 headers.insert(header::ORIGIN, value);
                 let ours = origin == "http://127.0.0.1:8090" || origin == "https://127.0.0.1:8090" || origin == "127.0.0.1:8090";

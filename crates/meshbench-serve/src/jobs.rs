@@ -6,6 +6,12 @@
 //!
 //! Cancelling a running job is Ctrl-C for it: a run keeps its finished cells and is marked
 //! partial, its reports written; a queued job just leaves the queue.
+//!
+//! The worker outlives its jobs: a job that panics is marked failed with the panic's message
+//! (a run keeps its finished cells, marked partial) and the next job starts. A job's directory
+//! is made when it is queued, exclusively (`mkdir`, never an existing path), so its id is its
+//! own. And nothing measures beside an E3 experiment: [`Jobs::measure_alone`] holds the lab for
+//! one, and the worker waits for it before it starts the next job.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Seek, SeekFrom};
@@ -72,6 +78,9 @@ pub enum JobRequest {
     Verify {
         meshes: Vec<Mesh>,
     },
+    /// A job that panics: the worker's own test.
+    #[cfg(test)]
+    Panic(String),
 }
 
 impl JobRequest {
@@ -79,6 +88,8 @@ impl JobRequest {
         match self {
             JobRequest::Run { .. } => "run",
             JobRequest::Verify { .. } => "verify",
+            #[cfg(test)]
+            JobRequest::Panic(_) => "run",
         }
     }
 
@@ -87,6 +98,8 @@ impl JobRequest {
         match self {
             JobRequest::Run { profile, .. } => profile.name.clone(),
             JobRequest::Verify { .. } => "verify".to_owned(),
+            #[cfg(test)]
+            JobRequest::Panic(_) => "panic".to_owned(),
         }
     }
 }
@@ -211,6 +224,19 @@ pub enum SubmitError {
     QueueFull,
     #[error("the server is shutting down")]
     ShuttingDown,
+    #[error("the job's directory under the results directory: {0}")]
+    Directory(std::io::Error),
+}
+
+/// Why the lab cannot be had alone now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Busy {
+    #[error(
+        "a run is measuring on this machine; an experiment now would disturb it (try when it ends)"
+    )]
+    JobMeasuring,
+    #[error("another experiment is running")]
+    ExperimentRunning,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +263,8 @@ struct Inner {
     order: Vec<String>,
     queue: VecDeque<String>,
     shutting_down: bool,
+    /// An E3 experiment holds the lab: no job starts until it ends.
+    alone: bool,
 }
 
 struct Shared {
@@ -288,10 +316,14 @@ impl Jobs {
         if inner.queue.len() >= QUEUE_LIMIT {
             return Err(SubmitError::QueueFull);
         }
-        let id = self.fresh_id(&inner, &request.name());
+        let id = self
+            .fresh_dir(&inner, &request.name())
+            .map_err(SubmitError::Directory)?;
         let total = match &request {
             JobRequest::Run { profile, .. } => profile.cells(),
             JobRequest::Verify { meshes } => meshes.len() * meshbench_verify::CASES.len(),
+            #[cfg(test)]
+            JobRequest::Panic(_) => 1,
         };
         let snapshot = JobSnapshot {
             id: id.clone(),
@@ -322,8 +354,10 @@ impl Jobs {
         Ok(id)
     }
 
-    /// `<name>-<UTC time>`, made unique against the results directory and other jobs.
-    fn fresh_id(&self, inner: &Inner, name: &str) -> String {
+    /// `<name>-<UTC time>`, made unique against the results directory and other jobs, and its
+    /// directory made: `mkdir` refuses any existing path (a link included), so a job never
+    /// writes into a directory it did not make.
+    fn fresh_dir(&self, inner: &Inner, name: &str) -> std::io::Result<String> {
         let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
             .to_string()
             .replace(':', "");
@@ -338,15 +372,22 @@ impl Jobs {
             })
             .take(100)
             .collect();
-        let taken =
-            |id: &str| inner.jobs.contains_key(id) || self.shared.results_dir.join(id).exists();
+        std::fs::create_dir_all(&self.shared.results_dir)?;
         let mut id = base.clone();
-        let mut n = 2;
-        while taken(&id) {
+        for n in 2..1000 {
+            if !inner.jobs.contains_key(&id) {
+                match std::fs::create_dir(self.shared.results_dir.join(&id)) {
+                    Ok(()) => return Ok(id),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+            }
             id = format!("{base}-{n}");
-            n += 1;
         }
-        id
+        Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{base}: every name up to -999 is taken"),
+        ))
     }
 
     pub fn cancel(&self, id: &str) -> CancelOutcome {
@@ -360,6 +401,8 @@ impl Jobs {
                 job.snapshot.reason = Some("cancelled before it started".to_owned());
                 inner.queue.retain(|q| q != id);
                 drop(inner);
+                // Its directory was made when it was queued and has nothing in it.
+                let _ = std::fs::remove_dir(self.shared.results_dir.join(id));
                 self.publish(
                     id,
                     JobEvent::Done {
@@ -400,12 +443,23 @@ impl Jobs {
             .collect()
     }
 
-    /// Whether a job is measuring now.
-    pub fn busy(&self) -> bool {
-        self.lock()
+    /// The lab, alone, for as long as the guard lives: refused while a job measures or another
+    /// holds it, and no queued job starts until the guard is dropped. One lock decides both,
+    /// so a job cannot start between the check and the experiment.
+    pub fn measure_alone(&self) -> Result<AloneGuard, Busy> {
+        let mut inner = self.lock();
+        if inner.alone {
+            return Err(Busy::ExperimentRunning);
+        }
+        if inner
             .jobs
             .values()
             .any(|j| j.snapshot.status == JobStatus::Running)
+        {
+            return Err(Busy::JobMeasuring);
+        }
+        inner.alone = true;
+        Ok(AloneGuard(self.clone()))
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<(String, JobEvent)> {
@@ -504,12 +558,21 @@ impl Jobs {
         self.publish(id, JobEvent::Done { status, reason });
     }
 
-    /// The next job to run, or `None` when shutting down.
+    /// The next job to run, or `None` when shutting down; waits while an experiment holds the
+    /// lab.
     fn next(&self) -> Option<(String, JobRequest, Arc<Notify>)> {
         let mut inner = self.lock();
         loop {
             if inner.shutting_down {
                 return None;
+            }
+            if inner.alone {
+                inner = self
+                    .shared
+                    .wake
+                    .wait(inner)
+                    .unwrap_or_else(|p| p.into_inner());
+                continue;
             }
             if let Some(id) = inner.queue.pop_front() {
                 let job = inner.jobs.get_mut(&id).expect("queued jobs are known");
@@ -539,27 +602,51 @@ impl Jobs {
                     continue;
                 }
             };
-            let (status, reason) = runtime.block_on(async {
-                let lab = self.forward_lab_events(&id, &options.lab_events);
-                let outcome = match request {
-                    JobRequest::Run {
-                        profile,
-                        target,
-                        pin,
-                    } => {
-                        self.run(&id, *profile, target, pin, &options, &cancel)
-                            .await
-                    }
-                    JobRequest::Verify { meshes } => {
-                        self.verify(&id, meshes, &options, &cancel).await
-                    }
-                };
-                lab.abort();
-                outcome
-            });
+            let is_run = matches!(request, JobRequest::Run { .. });
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                runtime.block_on(async {
+                    let lab = self.forward_lab_events(&id, &options.lab_events);
+                    let outcome = self.execute(&id, request, &options, &cancel).await;
+                    lab.abort();
+                    outcome
+                })
+            }));
             // The lab's processes are gone with the runtime's tasks.
             drop(runtime);
+            let (status, reason) = match outcome {
+                Ok(outcome) => outcome,
+                Err(panic) => {
+                    let message = panic_message(&*panic);
+                    tracing::error!(job = %id, "the job panicked: {message}");
+                    if is_run {
+                        keep_partial(&options.results_dir.join(&id), &message);
+                    }
+                    (
+                        JobStatus::Failed,
+                        Some(format!("the job panicked: {message}")),
+                    )
+                }
+            };
             self.finish(&id, status, reason);
+        }
+    }
+
+    async fn execute(
+        &self,
+        id: &str,
+        request: JobRequest,
+        options: &WorkerOptions,
+        cancel: &Notify,
+    ) -> (JobStatus, Option<String>) {
+        match request {
+            JobRequest::Run {
+                profile,
+                target,
+                pin,
+            } => self.run(id, *profile, target, pin, options, cancel).await,
+            JobRequest::Verify { meshes } => self.verify(id, meshes, options, cancel).await,
+            #[cfg(test)]
+            JobRequest::Panic(message) => panic!("{message}"),
         }
     }
 
@@ -729,6 +816,41 @@ fn read_results(dir: &Path) -> Result<RunResult, meshbench_results::Error> {
     meshbench_results::read_json(&dir.join("results.json"))
 }
 
+/// What a panic said, if it said it as text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(a panic without a message)".to_owned())
+}
+
+/// After a run's job panicked: the cells it wrote stay, marked partial with the reason, and
+/// its reports are written from them.
+fn keep_partial(dir: &Path, reason: &str) {
+    let Ok(mut result) = read_results(dir) else {
+        return;
+    };
+    if result.status == RunStatus::Running {
+        result.status = RunStatus::Partial;
+        result.status_reason = Some(format!("the job panicked: {reason}"));
+        if meshbench_results::write_json_atomic(&dir.join("results.json"), &result).is_err() {
+            return;
+        }
+    }
+    let _ = meshbench_report::write_reports(dir, &result);
+}
+
+/// The lab held for one experiment; dropping it lets the queue go on.
+pub struct AloneGuard(Jobs);
+
+impl Drop for AloneGuard {
+    fn drop(&mut self) {
+        self.0.lock().alone = false;
+        self.0.shared.wake.notify_all();
+    }
+}
+
 /// Drops the oldest finished jobs beyond [`FINISHED_LIMIT`].
 fn forget_old(inner: &mut Inner) {
     let finished: Vec<String> = inner
@@ -889,6 +1011,79 @@ impl LiveTail {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn worker(results_dir: PathBuf) -> Jobs {
+        Jobs::start(WorkerOptions {
+            results_dir,
+            exe: PathBuf::from("/nonexistent/meshbench"),
+            build: BuildInfo {
+                version: "test".into(),
+                git_commit: "test".into(),
+                profile: "test".into(),
+            },
+            lab_events: LabEvents::new(),
+            kube: None,
+        })
+    }
+
+    /// Events of job `id` until its `done`, within a minute.
+    fn until_done(events: &mut broadcast::Receiver<(String, JobEvent)>, id: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            match events.try_recv() {
+                Ok((job, JobEvent::Done { .. })) if job == id => return,
+                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                Err(broadcast::error::TryRecvError::Empty) => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(broadcast::error::TryRecvError::Closed) => break,
+            }
+        }
+        panic!("job {id} did not end within a minute");
+    }
+
+    #[test]
+    fn a_job_that_panics_fails_with_its_message_and_the_worker_runs_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = worker(dir.path().to_owned());
+        let mut events = jobs.subscribe();
+        let first = jobs.submit(JobRequest::Panic("boom".into())).unwrap();
+        let second = jobs.submit(JobRequest::Panic("again".into())).unwrap();
+        assert_ne!(first, second);
+        until_done(&mut events, &second);
+        for (id, message) in [(&first, "boom"), (&second, "again")] {
+            let job = jobs.snapshot(id).unwrap();
+            assert_eq!(job.status, JobStatus::Failed);
+            assert_eq!(
+                job.reason.as_deref(),
+                Some(format!("the job panicked: {message}").as_str())
+            );
+        }
+        // Its directory was made for it, exclusively: an existing one is never reused.
+        assert!(dir.path().join(&first).is_dir());
+        jobs.shut_down();
+    }
+
+    #[test]
+    fn a_queued_job_waits_while_an_experiment_holds_the_lab() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = worker(dir.path().to_owned());
+        let mut events = jobs.subscribe();
+        let alone = jobs.measure_alone().unwrap();
+        assert_eq!(
+            jobs.measure_alone().err(),
+            Some(Busy::ExperimentRunning),
+            "one experiment at a time"
+        );
+        let id = jobs.submit(JobRequest::Panic("ran".into())).unwrap();
+        // The worker was woken by the submission and went back to waiting.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(jobs.snapshot(&id).unwrap().status, JobStatus::Queued);
+        drop(alone);
+        until_done(&mut events, &id);
+        assert_eq!(jobs.snapshot(&id).unwrap().status, JobStatus::Failed);
+        jobs.shut_down();
+    }
 
     #[test]
     fn the_tail_reads_whole_lines_only_and_each_once() {

@@ -7,13 +7,16 @@
 //! [`jobs`] queues and runs runs and verifications on a worker thread and publishes their
 //! progress; [`events`] carries the lab's events from tracing to the running job; `api`
 //! answers JSON; `pages` renders HTML (plain forms that work without JavaScript; `static/`
-//! adds live progress and E3's client); `guard` holds the security rules (bearer token or
-//! login cookie, CSRF, origin checks, size limits); `openapi` describes the API; `e3` runs
-//! E3's experimenter against a calculator the server starts.
+//! adds live progress and E3's client); `guard` holds the security rules (allowed hosts,
+//! bearer token or session, CSRF, origin checks); `sessions` keeps the logins; `untrusted`
+//! reads the results directory without following links; `openapi` describes the API; `e3`
+//! runs E3's experimenter against a calculator the server starts.
 //!
-//! Limits (defaults): a spec or any request body 1 MiB (an E3 result to analyze 8 MiB); a
-//! request head must arrive within 60 s; at most [`jobs::QUEUE_LIMIT`] queued jobs and
-//! [`state::MAX_WATCHERS`] open event streams (64); an E3 experiment at most
+//! Limits (defaults; SECURITY.md has them all): a spec or any request body 1 MiB (an E3 result
+//! to analyze 8 MiB); the connection limits of [`meshbench_workload::ConnectionLimits::control`]
+//! (256 connections, 10 s to say which protocol, 60 s for a request head, HTTP/2 closed after
+//! 60 s without a stream); at most [`jobs::QUEUE_LIMIT`] queued jobs and
+//! [`state::MAX_WATCHERS`] open event streams (64, 8 per caller); an E3 experiment at most
 //! `e3::MAX_INTERACTIONS` requests (100,000), one at a time, and none while a job measures.
 
 mod api;
@@ -24,7 +27,9 @@ mod guard;
 pub mod jobs;
 mod openapi;
 mod pages;
+pub mod sessions;
 pub mod state;
+mod untrusted;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -41,9 +46,13 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// The results directory `run` writes to; runs started here go there too.
     pub results_dir: PathBuf,
-    /// Required for any listen address but loopback: a bearer token, also accepted as the
-    /// cookie the login page sets.
+    /// The token every request (or the session it logs in) must carry; required for any
+    /// listen address but loopback, made at random on loopback when not given.
     pub token: Option<String>,
+    /// Names the server answers to besides its own addresses (`--allowed-host`).
+    pub allowed_hosts: Vec<String>,
+    /// How long a login lasts.
+    pub session_ttl: Duration,
     /// The meshbench binary, started once per lab component.
     pub exe: PathBuf,
     pub build: BuildInfo,
@@ -55,11 +64,11 @@ pub struct ServeOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "--listen {listen}: serving beyond loopback needs --token (a bearer token every request \
-         must carry); or listen on 127.0.0.1"
+        "--listen {listen}: serving beyond loopback needs --token-file (or MESHBENCH_TOKEN): a \
+         token every request must carry; or listen on 127.0.0.1, where serve makes one"
     )]
     TokenRequired { listen: SocketAddr },
-    #[error("--token: must be at least {min} characters of printable ASCII without spaces")]
+    #[error("the token: must be at least {min} characters of printable ASCII without spaces")]
     WeakToken { min: usize },
     #[error("--results {path}: {source}")]
     Results {
@@ -91,7 +100,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 impl Server {
     /// Checks the options, starts the job worker and E3's calculator, and binds the listener.
     pub async fn bind(options: ServeOptions, lab_events: LabEvents) -> Result<Server, Error> {
-        guard::check_exposure(options.listen, options.token.as_deref())?;
+        let token = guard::token_for(options.listen, options.token.clone())?;
         std::fs::create_dir_all(&options.results_dir).map_err(|source| Error::Results {
             path: options.results_dir.clone(),
             source,
@@ -114,15 +123,33 @@ impl Server {
             tls: None,
             drain_timeout: DRAIN_TIMEOUT,
         })
-        .await?;
-        let state = Arc::new(state::AppState::new(
+        .await?
+        .with_limits(meshbench_workload::ConnectionLimits::control());
+        // The names allowed carry the port bound, which `--listen ...:0` learns only now.
+        let addr = bound.local_addr();
+        let state = Arc::new(state::AppState {
             results_dir,
-            options.token,
+            token,
+            sessions: sessions::Sessions::new(options.session_ttl),
+            cookie_name: format!("meshbench_session_{}", addr.port()),
+            allowed_hosts: guard::allowed_hosts(addr, &options.allowed_hosts),
             jobs,
             calculator,
-            options.kube.is_some(),
-        ));
+            cluster: options.kube.is_some(),
+            watchers: Default::default(),
+        });
         Ok(Server { bound, state })
+    }
+
+    /// The address that logs a browser in with the token, once (as Jupyter prints it).
+    pub fn login_url(&self) -> String {
+        let addr = self.local_addr();
+        let host = if addr.ip().is_unspecified() {
+            format!("127.0.0.1:{}", addr.port())
+        } else {
+            addr.to_string()
+        };
+        format!("http://{host}/login?token={}", self.state.token)
     }
 
     pub fn local_addr(&self) -> SocketAddr {

@@ -11,15 +11,17 @@ use axum::body::Bytes;
 use axum::extract::{Multipart, Path, Query, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
-use http::{header, HeaderMap, StatusCode};
+use http::{header, StatusCode};
 use meshbench_report::{html_escape as esc, table_html};
 use meshbench_results::{MeshVerification, Verdict, VerifyReport};
 
 use crate::api::{self, ApiError, CompareQuery, CostQuery, NewRun, NewVerification};
 use crate::catalog;
-use crate::guard::{self, CSRF_FIELD, TOKEN_COOKIE};
+use crate::guard::{self, CSRF_FIELD};
 use crate::jobs::JobSnapshot;
+use crate::sessions::Caller;
 use crate::state::AppState;
 
 type Shared = State<Arc<AppState>>;
@@ -42,6 +44,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/verify/{id}/cancel", post(cancel_run))
         .route("/e3", get(e3_page))
         .route("/login", get(login_get).post(login_post))
+        .route("/logout", post(logout))
         .route(
             "/static/app.css",
             get(|| async { static_file(APP_CSS, "text/css; charset=utf-8") }),
@@ -72,7 +75,7 @@ const NAV: [(&str, &str); 5] = [
 ];
 
 /// The page around `body`.
-fn page(state: &AppState, status: StatusCode, title: &str, active: &str, body: &str) -> Response {
+fn page(caller: &Caller, status: StatusCode, title: &str, active: &str, body: &str) -> Response {
     let mut nav = String::new();
     for (href, label) in NAV {
         let current = if href == active {
@@ -82,18 +85,32 @@ fn page(state: &AppState, status: StatusCode, title: &str, active: &str, body: &
         };
         let _ = write!(nav, "<a href=\"{href}\"{current}>{label}</a>");
     }
+    // Only a logged-in browser gets a CSRF token, and a way to log out; the login page and
+    // the 401 page carry neither (and no navigation: it would lead back to the login).
+    let (csrf_meta, logout) = match caller.csrf() {
+        Some(csrf) => (
+            format!("<meta name=\"csrf-token\" content=\"{}\">", esc(csrf)),
+            format!(
+                "<form method=\"post\" action=\"/logout\" class=\"logout\">{}<button type=\"submit\" id=\"logout\">Log out</button></form>",
+                csrf_input(caller)
+            ),
+        ),
+        None => (String::new(), String::new()),
+    };
+    if *caller == Caller::Anonymous {
+        nav.clear();
+    }
     let html = format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <meta name=\"csrf-token\" content=\"{csrf}\">\
+         {csrf_meta}\
          <title>{title} · meshbench</title>\
          <link rel=\"stylesheet\" href=\"/static/app.css\">\
          <script src=\"/static/app.js\" defer></script></head>\
          <body><a class=\"skip\" href=\"#main\">Skip to content</a>\
          <header><nav aria-label=\"main\"><span class=\"brand\">meshbench</span>{nav}\
-         <a href=\"/api/openapi.json\">API</a></nav></header>\
+         <a href=\"/api/openapi.json\">API</a>{logout}</nav></header>\
          <main id=\"main\"><h1>{title}</h1>\n{body}</main></body></html>\n",
-        csrf = esc(&state.csrf),
         title = esc(title),
     );
     (
@@ -111,21 +128,27 @@ fn page(state: &AppState, status: StatusCode, title: &str, active: &str, body: &
         .into_response()
 }
 
-fn csrf_input(state: &AppState) -> String {
-    format!(
-        "<input type=\"hidden\" name=\"{CSRF_FIELD}\" value=\"{}\">",
-        esc(&state.csrf)
-    )
+/// A form's CSRF field: a session's token (a bearer caller needs none).
+fn csrf_input(caller: &Caller) -> String {
+    caller
+        .csrf()
+        .map(|csrf| {
+            format!(
+                "<input type=\"hidden\" name=\"{CSRF_FIELD}\" value=\"{}\">",
+                esc(csrf)
+            )
+        })
+        .unwrap_or_default()
 }
 
-fn error_page(state: &AppState, error: ApiError) -> Response {
+fn error_page(caller: &Caller, error: ApiError) -> Response {
     let title = if error.status == StatusCode::NOT_FOUND {
         "Not found"
     } else {
         "Error"
     };
     page(
-        state,
+        caller,
         error.status,
         title,
         "",
@@ -157,7 +180,7 @@ fn first<'f>(fields: &'f HashMap<String, Vec<String>>, name: &str) -> Option<&'f
 
 // ---- runs ----
 
-async fn runs_page(State(state): Shared) -> Response {
+async fn runs_page(State(state): Shared, Extension(caller): Extension<Caller>) -> Response {
     let runs = api::all_runs(&state);
     let mut body = String::new();
     if runs.is_empty() {
@@ -196,7 +219,7 @@ async fn runs_page(State(state): Shared) -> Response {
         }
         body.push_str("</tbody></table>");
     }
-    page(&state, StatusCode::OK, "Runs", "/", &body)
+    page(&caller, StatusCode::OK, "Runs", "/", &body)
 }
 
 /// What the new-run form shows: the values given, and the error at its field.
@@ -212,7 +235,11 @@ struct NewRunQuery {
     edit: Option<String>,
 }
 
-async fn new_run_page(State(state): Shared, Query(q): Query<NewRunQuery>) -> Response {
+async fn new_run_page(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<NewRunQuery>,
+) -> Response {
     let mut form = RunForm::default();
     form.new.profile = q.profile.clone();
     if q.edit.is_some() {
@@ -222,13 +249,14 @@ async fn new_run_page(State(state): Shared, Query(q): Query<NewRunQuery>) -> Res
             Err(e) => {
                 return render_new_run(
                     &state,
+                    &caller,
                     &form,
                     Some(&ApiError::field("profile", e.to_string())),
                 )
             }
         }
     }
-    render_new_run(&state, &form, None)
+    render_new_run(&state, &caller, &form, None)
 }
 
 fn field_error(error: Option<&ApiError>, field: &str) -> (String, String) {
@@ -244,7 +272,12 @@ fn field_error(error: Option<&ApiError>, field: &str) -> (String, String) {
     }
 }
 
-fn render_new_run(state: &AppState, form: &RunForm, error: Option<&ApiError>) -> Response {
+fn render_new_run(
+    state: &AppState,
+    caller: &Caller,
+    form: &RunForm,
+    error: Option<&ApiError>,
+) -> Response {
     let new = &form.new;
     let mut options = String::new();
     let chosen = new.profile.as_deref().unwrap_or("quick");
@@ -329,7 +362,7 @@ fn render_new_run(state: &AppState, form: &RunForm, error: Option<&ApiError>) ->
          </fieldset>\
          <p>One run measures at a time; a run started while another measures waits in the queue.</p>\
          <button type=\"submit\" id=\"start\">Start the run</button></form>",
-        csrf = csrf_input(state),
+        csrf = csrf_input(caller),
         chosen_q = esc(chosen),
         spec = esc(&form.spec_text),
         scenarios = esc(&new.scenarios.join(",")),
@@ -352,10 +385,14 @@ fn render_new_run(state: &AppState, form: &RunForm, error: Option<&ApiError>) ->
     } else {
         StatusCode::OK
     };
-    page(state, status, "New run", "/runs/new", &body)
+    page(caller, status, "New run", "/runs/new", &body)
 }
 
-async fn submit_run(State(state): Shared, mut multipart: Multipart) -> Response {
+async fn submit_run(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    mut multipart: Multipart,
+) -> Response {
     let mut form = RunForm::default();
     let mut csrf = None;
     let mut upload = String::new();
@@ -366,6 +403,7 @@ async fn submit_run(State(state): Shared, mut multipart: Multipart) -> Response 
             Err(e) => {
                 return render_new_run(
                     &state,
+                    &caller,
                     &form,
                     Some(&ApiError::field(
                         "spec",
@@ -380,6 +418,7 @@ async fn submit_run(State(state): Shared, mut multipart: Multipart) -> Response 
             Err(e) => {
                 return render_new_run(
                     &state,
+                    &caller,
                     &form,
                     Some(&ApiError::field(
                         "spec",
@@ -406,24 +445,30 @@ async fn submit_run(State(state): Shared, mut multipart: Multipart) -> Response 
             _ => {}
         }
     }
-    if let Err(e) = guard::check_form_csrf(&state, csrf.as_deref()) {
-        return error_page(&state, e);
+    if let Err(e) = guard::check_form_csrf(&caller, csrf.as_deref()) {
+        return error_page(&caller, e);
     }
     // An uploaded file wins over the editor; the editor then shows what was uploaded.
     if !upload.trim().is_empty() {
         form.spec_text = upload;
     }
     form.new.spec = Some(form.spec_text.clone());
-    let submitted = api::job_of(&form.new, state.cluster).and_then(|job| api::submit(&state, job));
+    let submitted = api::parse_off_the_workers(&state, form.new.clone())
+        .await
+        .and_then(|job| api::submit(&state, job));
     match submitted {
         Ok(id) => Redirect::to(&format!("/runs/{id}")).into_response(),
-        Err(e) => render_new_run(&state, &form, Some(&e)),
+        Err(e) => render_new_run(&state, &caller, &form, Some(&e)),
     }
 }
 
-async fn run_page(State(state): Shared, Path(id): Path<String>) -> Response {
+async fn run_page(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
     let Some(view) = api::run_view(&state, &id) else {
-        return error_page(&state, ApiError::not_found(format!("no run {id:?}")));
+        return error_page(&caller, ApiError::not_found(format!("no run {id:?}")));
     };
     let mut body = String::new();
     let job = view.job.as_ref();
@@ -466,7 +511,7 @@ async fn run_page(State(state): Shared, Path(id): Path<String>) -> Response {
     body.push_str("</dl>");
     if let Some(job) = job.filter(|j| !j.status.finished()) {
         body.push_str(&progress_section(
-            &state,
+            &caller,
             job,
             &format!("/runs/{}/cancel", esc(&id)),
         ));
@@ -509,7 +554,7 @@ async fn run_page(State(state): Shared, Path(id): Path<String>) -> Response {
                 "<p><a href=\"/runs/{0}/cost\">Cost of this run's overhead</a> · <a href=\"/compare?a={0}\">Compare with another run</a></p>",
                 esc(&id)
             );
-            if dir.join("report.html").is_file() {
+            if dir.has("report.html") {
                 let _ = write!(
                     body,
                     "<h2>Report</h2><iframe id=\"report\" class=\"report\" title=\"the run's report\" src=\"/runs/{}/files/report.html\" sandbox=\"allow-same-origin\"></iframe>",
@@ -518,13 +563,13 @@ async fn run_page(State(state): Shared, Path(id): Path<String>) -> Response {
             }
         }
     }
-    page(&state, StatusCode::OK, &format!("Run {id}"), "/", &body)
+    page(&caller, StatusCode::OK, &format!("Run {id}"), "/", &body)
 }
 
 /// The live part of a job's page: progress, the running cell's seconds, the lab's events, a
 /// cancel button. `static/app.js` keeps it current from the event stream; without JavaScript
 /// it is the state when the page was loaded (reload to refresh).
-fn progress_section(state: &AppState, job: &JobSnapshot, cancel: &str) -> String {
+fn progress_section(caller: &Caller, job: &JobSnapshot, cancel: &str) -> String {
     let percent = (job.done * 100).checked_div(job.total).unwrap_or(0);
     let eta = job
         .eta_seconds
@@ -572,19 +617,20 @@ fn progress_section(state: &AppState, job: &JobSnapshot, cancel: &str) -> String
         total = job.total,
         done = job.done,
         current = esc(job.current.as_deref().unwrap_or(if job.status == crate::jobs::JobStatus::Queued { "queued: waiting for the run before it" } else { "" })),
-        csrf = csrf_input(state),
+        csrf = csrf_input(caller),
     )
 }
 
 async fn cancel_run(
     State(state): Shared,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     uri: http::Uri,
     body: Bytes,
 ) -> Response {
     let fields = form_fields(&body);
-    if let Err(e) = guard::check_form_csrf(&state, first(&fields, CSRF_FIELD)) {
-        return error_page(&state, e);
+    if let Err(e) = guard::check_form_csrf(&caller, first(&fields, CSRF_FIELD)) {
+        return error_page(&caller, e);
     }
     match api::cancel(&state, &id) {
         Ok(_) => {
@@ -595,22 +641,27 @@ async fn cancel_run(
             };
             Redirect::to(&format!("/{back}/{id}")).into_response()
         }
-        Err(e) => error_page(&state, e),
+        Err(e) => error_page(&caller, e),
     }
 }
 
-async fn run_file(State(state): Shared, Path((id, name)): Path<(String, String)>) -> Response {
-    api::file_response(&state, &id, &name).unwrap_or_else(|e| error_page(&state, e))
+async fn run_file(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path((id, name)): Path<(String, String)>,
+) -> Response {
+    api::file_response(&state, &id, &name).unwrap_or_else(|e| error_page(&caller, e))
 }
 
 async fn cost_page(
     State(state): Shared,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(q): Query<CostQuery>,
 ) -> Response {
     if catalog::run_dir(&state.results_dir, &id).is_none() {
         return error_page(
-            &state,
+            &caller,
             ApiError::not_found(format!("no run {id:?} with results")),
         );
     }
@@ -640,12 +691,16 @@ async fn cost_page(
     } else {
         StatusCode::OK
     };
-    page(&state, status, &format!("Cost of {id}"), "/", &body)
+    page(&caller, status, &format!("Cost of {id}"), "/", &body)
 }
 
 // ---- compare ----
 
-async fn compare_page(State(state): Shared, Query(q): Query<CompareQuery>) -> Response {
+async fn compare_page(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<CompareQuery>,
+) -> Response {
     let runs = catalog::list_runs(&state.results_dir);
     let select = |name: &str, chosen: Option<&String>| {
         let mut out = format!(
@@ -702,16 +757,21 @@ async fn compare_page(State(state): Shared, Query(q): Query<CompareQuery>) -> Re
     } else {
         StatusCode::OK
     };
-    page(&state, status, "Compare two runs", "/compare", &body)
+    page(&caller, status, "Compare two runs", "/compare", &body)
 }
 
 // ---- verify ----
 
-async fn verify_page(State(state): Shared) -> Response {
-    render_verify(&state, &[], None)
+async fn verify_page(State(state): Shared, Extension(caller): Extension<Caller>) -> Response {
+    render_verify(&state, &caller, &[], None)
 }
 
-fn render_verify(state: &AppState, chosen: &[String], error: Option<&ApiError>) -> Response {
+fn render_verify(
+    state: &AppState,
+    caller: &Caller,
+    chosen: &[String],
+    error: Option<&ApiError>,
+) -> Response {
     let verifiable = api::verifiable();
     let mut boxes = String::new();
     for mesh in &verifiable {
@@ -737,7 +797,7 @@ fn render_verify(state: &AppState, chosen: &[String], error: Option<&ApiError>) 
         "{general}<p>E3's zero-trust matrix for each mesh: who can reach whom (expected and observed), the wire between them (TLS or plaintext, and whether a marker leaked), and identity checks. It needs the netns backend.</p>\
          <form method=\"post\" action=\"/verify\" class=\"stack\">{csrf}<fieldset><legend>Meshes (none checked: every data plane)</legend>{boxes}</fieldset>{meshes_err}\
          <button type=\"submit\" id=\"start-verify\">Verify</button></form>",
-        csrf = csrf_input(state),
+        csrf = csrf_input(caller),
     );
     let jobs: Vec<JobSnapshot> = state
         .jobs
@@ -772,13 +832,17 @@ fn render_verify(state: &AppState, chosen: &[String], error: Option<&ApiError>) 
     } else {
         StatusCode::OK
     };
-    page(state, status, "Verify", "/verify", &body)
+    page(caller, status, "Verify", "/verify", &body)
 }
 
-async fn submit_verification(State(state): Shared, body: Bytes) -> Response {
+async fn submit_verification(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Response {
     let fields = form_fields(&body);
-    if let Err(e) = guard::check_form_csrf(&state, first(&fields, CSRF_FIELD)) {
-        return error_page(&state, e);
+    if let Err(e) = guard::check_form_csrf(&caller, first(&fields, CSRF_FIELD)) {
+        return error_page(&caller, e);
     }
     let meshes = fields.get("meshes").cloned().unwrap_or_default();
     let new = NewVerification {
@@ -786,11 +850,15 @@ async fn submit_verification(State(state): Shared, body: Bytes) -> Response {
     };
     match api::verification_of(&new).and_then(|job| api::submit(&state, job)) {
         Ok(id) => Redirect::to(&format!("/verify/{id}")).into_response(),
-        Err(e) => render_verify(&state, &meshes, Some(&e)),
+        Err(e) => render_verify(&state, &caller, &meshes, Some(&e)),
     }
 }
 
-async fn verification_page(State(state): Shared, Path(id): Path<String>) -> Response {
+async fn verification_page(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
     let job = state.jobs.snapshot(&id).filter(|j| j.kind == "verify");
     let report =
         catalog::verify_dir(&state.results_dir, &id).map(|dir| catalog::read_verification(&dir));
@@ -798,7 +866,7 @@ async fn verification_page(State(state): Shared, Path(id): Path<String>) -> Resp
     match (&job, &report) {
         (None, None) => {
             return error_page(
-                &state,
+                &caller,
                 ApiError::not_found(format!("no verification {id:?}")),
             )
         }
@@ -809,7 +877,7 @@ async fn verification_page(State(state): Shared, Path(id): Path<String>) -> Resp
                 badge(job.status.name())
             );
             body.push_str(&progress_section(
-                &state,
+                &caller,
                 job,
                 &format!("/verify/{}/cancel", esc(&id)),
             ));
@@ -832,7 +900,7 @@ async fn verification_page(State(state): Shared, Path(id): Path<String>) -> Resp
         }
     }
     page(
-        &state,
+        &caller,
         StatusCode::OK,
         &format!("Verification {id}"),
         "/verify",
@@ -971,7 +1039,7 @@ fn mesh_matrix(mesh: &MeshVerification) -> String {
 
 // ---- E3 ----
 
-async fn e3_page(State(state): Shared) -> Response {
+async fn e3_page(Extension(caller): Extension<Caller>) -> Response {
     let ops = ["sum", "subtraction", "multiplication", "division"]
         .iter()
         .map(|op| format!("<label class=\"check\"><input type=\"checkbox\" name=\"allowedOperations\" value=\"{op}\" id=\"op-{op}\" checked> {op}</label>"))
@@ -1001,12 +1069,12 @@ async fn e3_page(State(state): Shared) -> Response {
          </section>",
         max = crate::e3::MAX_INTERACTIONS,
     );
-    page(&state, StatusCode::OK, "E3 experimenter", "/e3", &body)
+    page(&caller, StatusCode::OK, "E3 experimenter", "/e3", &body)
 }
 
 // ---- login ----
 
-pub fn login_page(state: &AppState, status: StatusCode, error: Option<&str>) -> Response {
+pub fn login_page(status: StatusCode, error: Option<&str>) -> Response {
     let error = error
         .map(|e| {
             format!(
@@ -1016,30 +1084,90 @@ pub fn login_page(state: &AppState, status: StatusCode, error: Option<&str>) -> 
         })
         .unwrap_or_default();
     let body = format!(
-        "<p>This server needs its token (given with <code>meshbench serve --token</code>).</p>\
+        "<p>This server needs its token: open the login address <code>meshbench serve</code> \
+         printed, or enter the token (from <code>--token-file</code> or <code>MESHBENCH_TOKEN</code>).</p>\
          <form method=\"post\" action=\"/login\" class=\"stack\"><label for=\"token\">Token</label>\
          <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required>{error}\
          <button type=\"submit\" id=\"login\">Sign in</button></form>"
     );
-    page(state, status, "Sign in", "", &body)
+    let mut response = page(&Caller::Anonymous, status, "Sign in", "", &body);
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    response
 }
 
-async fn login_get(State(state): Shared, headers: HeaderMap) -> Response {
-    if state.token.is_none() || guard::authenticated(&state, &headers) {
-        return Redirect::to("/").into_response();
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct LoginQuery {
+    token: Option<String>,
+}
+
+/// `GET /login`: the form, or, with `?token=`, the login URL serve printed.
+async fn login_get(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<LoginQuery>,
+) -> Response {
+    match q.token {
+        Some(token) => log_in(&state, &token),
+        None if caller != Caller::Anonymous => Redirect::to("/").into_response(),
+        None => login_page(StatusCode::OK, None),
     }
-    login_page(&state, StatusCode::OK, None)
 }
 
+/// `POST /login`: the form.
 async fn login_post(State(state): Shared, body: Bytes) -> Response {
     let fields = form_fields(&body);
-    let given = first(&fields, "token").unwrap_or("");
-    match state.token.as_deref() {
-        Some(token) if guard::same_secret(given, token) => {
-            let cookie = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
-            ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
+    log_in(&state, first(&fields, "token").unwrap_or(""))
+}
+
+/// Trades the token for a session: a cookie with a random id, never the token itself. Failed
+/// attempts are limited ([`crate::sessions::MAX_FAILED_LOGINS`] a minute), and a limited
+/// attempt is refused before the token is compared.
+fn log_in(state: &AppState, given: &str) -> Response {
+    if let Err(wait) = state.sessions.login_allowed() {
+        let mut response = login_page(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&format!(
+                "too many failed logins; try again in {} s",
+                wait.as_secs().max(1)
+            )),
+        );
+        if let Ok(value) = http::HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
         }
-        Some(_) => login_page(&state, StatusCode::UNAUTHORIZED, Some("wrong token")),
-        None => Redirect::to("/").into_response(),
+        return response;
     }
+    if !guard::same_secret(given, &state.token) {
+        state.sessions.login_failed();
+        return login_page(StatusCode::UNAUTHORIZED, Some("wrong token"));
+    }
+    let (id, _) = state.sessions.open();
+    let cookie = format!(
+        "{}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        state.cookie_name,
+        state.sessions.ttl().as_secs()
+    );
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
+}
+
+/// `POST /logout`: the session ends here and now, its cookie is cleared.
+async fn logout(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Response {
+    let fields = form_fields(&body);
+    if let Err(e) = guard::check_form_csrf(&caller, first(&fields, CSRF_FIELD)) {
+        return error_page(&caller, e);
+    }
+    if let Caller::Session { id, .. } = &caller {
+        state.sessions.close(id);
+    }
+    let cookie = format!(
+        "{}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
+        state.cookie_name
+    );
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
 }

@@ -29,7 +29,7 @@ pub use file::{echo_config, grpc_echo_config, ExperimentOnce, WorkloadApp, Workl
 pub use grpc_echo::{grpc_echo_service, ping_request, proto, GrpcEcho, GrpcEchoConfig};
 pub use http::{Reply, Role, RoleService, HEALTH_PATH};
 pub use mix::{parse_delay, parse_size, parse_status, Mix, MixError};
-pub use serve::{bind, BoundServer, ServeOptions};
+pub use serve::{bind, BoundServer, ConnectionLimits, ServeOptions};
 
 use meshbench_role::InputFault;
 
