@@ -41,7 +41,18 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Err
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let mut file = fs::File::create(&tmp).map_err(write_err)?;
+    // The temporary file is made anew, never opened through what is there: a link planted
+    // at its name (by anyone who can write the directory) is removed, not followed, and
+    // O_EXCL refuses one planted again in between, so nothing outside is truncated.
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(write_err(e)),
+        _ => {}
+    }
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(write_err)?;
     file.write_all(&json).map_err(write_err)?;
     file.write_all(b"\n").map_err(write_err)?;
     file.sync_all().map_err(write_err)?;
@@ -57,4 +68,26 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, Error> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_planted_at_the_temporary_name_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep me").unwrap();
+        let path = dir.path().join("results.json");
+        std::os::unix::fs::symlink(&victim, dir.path().join("results.json.tmp")).unwrap();
+        write_json_atomic(&path, &serde_json::json!({"a": 1})).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+        let written: serde_json::Value = read_json(&path).unwrap();
+        assert_eq!(written["a"], 1);
+        assert!(!std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
 }

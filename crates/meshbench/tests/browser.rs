@@ -230,6 +230,7 @@ fn the_smoke_profile_from_the_form_reaches_100_percent_and_shows_its_report() {
         let Some(browser) = Browser::open("smoke-run").await else {
             return;
         };
+        browser.goto(&serve.login_url).await;
         browser.start_from_the_form(&serve.url, "smoke").await;
         browser.find("#progress-section").await;
         let mut seen_live = false;
@@ -327,6 +328,7 @@ fn an_invalid_uploaded_spec_shows_its_error_at_the_field() {
         let Some(browser) = Browser::open("invalid-spec").await else {
             return;
         };
+        browser.goto(&serve.login_url).await;
         browser.goto(&format!("{}/runs/new", serve.url)).await;
         browser
             .find("#spec-file")
@@ -375,7 +377,7 @@ fn two_runs_are_compared_with_their_significance() {
     let serve = Serve::start(&[]);
     // Two short real runs, queued one after the other over the API.
     let start = || {
-        let created = serving::post_json(
+        let created = serve.post_json(
             &format!("{}/api/runs", serve.url),
             &json!({"profile": "smoke", "backend": "loopback", "duration": "1s",
                     "scenarios": ["baseline", "baseline-mtls"]}),
@@ -390,7 +392,7 @@ fn two_runs_are_compared_with_their_significance() {
     };
     let (a, b) = (start(), start());
     for id in [&a, &b] {
-        let seen = serving::events(
+        let seen = serve.events(
             &format!("{}/api/runs/{id}/events", serve.url),
             Duration::from_secs(120),
             |name, _| name == "done",
@@ -401,6 +403,7 @@ fn two_runs_are_compared_with_their_significance() {
         let Some(browser) = Browser::open("compare").await else {
             return;
         };
+        browser.goto(&serve.login_url).await;
         browser.goto(&format!("{}/compare", serve.url)).await;
         browser.find("#a").await.select_by_value(&a).await.unwrap();
         browser.find("#b").await.select_by_value(&b).await.unwrap();
@@ -430,6 +433,7 @@ fn an_e3_experiment_is_run_downloaded_loaded_back_and_analyzed() {
         let Some(browser) = Browser::open("e3").await else {
             return;
         };
+        browser.goto(&serve.login_url).await;
         browser.goto(&format!("{}/e3", serve.url)).await;
         let requests = browser.find("#e3-requests").await;
         requests.clear().await.unwrap();
@@ -519,6 +523,7 @@ fn a_cancelled_run_is_marked_partial_with_its_finished_cells() {
         let Some(browser) = Browser::open("cancel").await else {
             return;
         };
+        browser.goto(&serve.login_url).await;
         browser.start_from_the_form(&serve.url, "smoke").await;
         browser
             .until("a finished cell", Duration::from_secs(120), || async {
@@ -630,6 +635,7 @@ fn a_verification_is_started_from_the_form_and_a_matrix_shows_each_verdict() {
         let Some(browser) = Browser::open("verify").await else {
             return;
         };
+        browser.goto(&serve.login_url).await;
         browser.goto(&format!("{}/verify", serve.url)).await;
         browser
             .find("#mesh-meshbench-sidecar")

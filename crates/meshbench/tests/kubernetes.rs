@@ -276,7 +276,7 @@ fn a_run_started_from_the_web_ui_goes_to_the_cluster_and_streams_the_clusters_pr
     };
     let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_owned();
     let serve = serving::Serve::start(&["--kubeconfig", &kubeconfig, "--image", image()]);
-    let created = serving::post_json(
+    let created = serve.post_json(
         &format!("{}/api/runs", serve.url),
         &serde_json::json!({"profile": "smoke", "backend": "kubernetes",
                             "scenarios": ["baseline"], "duration": "1s"}),
@@ -288,7 +288,7 @@ fn a_run_started_from_the_web_ui_goes_to_the_cluster_and_streams_the_clusters_pr
         created.text()
     );
     let id = created.json()["id"].as_str().unwrap().to_owned();
-    let seen = serving::events(
+    let seen = serve.events(
         &format!("{}/api/runs/{id}/events", serve.url),
         Duration::from_secs(300),
         |name, _| name == "done",
@@ -306,7 +306,7 @@ fn a_run_started_from_the_web_ui_goes_to_the_cluster_and_streams_the_clusters_pr
             .any(|l| l.contains("running 2 cells on the kubernetes backend")),
         "{logged:?}"
     );
-    let run = serving::get(&format!("{}/api/runs/{id}", serve.url)).json();
+    let run = serve.get(&format!("{}/api/runs/{id}", serve.url)).json();
     assert!(
         run["platform"]
             .as_str()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::json;
-use serving::{events, get, post_json, request, Serve};
+use serving::{get, request, Serve};
 
 /// Lab runs measure: one at a time in this binary, so they do not measure each other.
 static LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -23,7 +23,7 @@ fn lab() -> std::sync::MutexGuard<'static, ()> {
 fn a_run_started_over_the_api_streams_its_progress_and_serves_its_files() {
     let _lab = lab();
     let serve = Serve::start(&[]);
-    let created = post_json(
+    let created = serve.post_json(
         &format!("{}/api/runs", serve.url),
         &json!({"profile": "smoke", "backend": "loopback", "duration": "1s",
                 "scenarios": ["baseline", "meshbench-sidecar"]}),
@@ -32,7 +32,7 @@ fn a_run_started_over_the_api_streams_its_progress_and_serves_its_files() {
     let id = created.json()["id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("smoke-"), "{id}");
 
-    let seen = events(
+    let seen = serve.events(
         &format!("{}/api/runs/{id}/events", serve.url),
         Duration::from_secs(120),
         |name, _| name == "done",
@@ -67,21 +67,23 @@ fn a_run_started_over_the_api_streams_its_progress_and_serves_its_files() {
         "the lab's events: {seen:?}"
     );
 
-    let run = get(&format!("{}/api/runs/{id}", serve.url)).json();
+    let run = serve.get(&format!("{}/api/runs/{id}", serve.url)).json();
     assert_eq!(run["status"], "complete");
     assert_eq!(run["cells_done"], 4);
     assert_eq!(run["platform"], "local-lab/loopback");
-    let listed = get(&format!("{}/api/runs", serve.url)).json();
+    let listed = serve.get(&format!("{}/api/runs", serve.url)).json();
     assert_eq!(listed[0]["id"], id);
 
     // The run's own files, and each cell as Fortio and SMP documents.
-    let file = |name: &str| get(&format!("{}/api/runs/{id}/files/{name}", serve.url));
+    let file = |name: &str| serve.get(&format!("{}/api/runs/{id}/files/{name}", serve.url));
     let report = file("report.html");
     assert_eq!(report.status, StatusCode::OK);
     assert!(report.text().contains("<svg"), "the report has its charts");
     let results = file("results.json").json();
     assert_eq!(results["cells"].as_array().unwrap().len(), 4);
-    let files = get(&format!("{}/api/runs/{id}/files", serve.url)).json();
+    let files = serve
+        .get(&format!("{}/api/runs/{id}/files", serve.url))
+        .json();
     let names: Vec<&str> = files
         .as_array()
         .unwrap()
@@ -119,7 +121,7 @@ fn cancelling_keeps_the_finished_cells_and_marks_the_run_partial() {
     let _lab = lab();
     let serve = Serve::start(&[]);
     let start = |body: serde_json::Value| {
-        let created = post_json(&format!("{}/api/runs", serve.url), &body);
+        let created = serve.post_json(&format!("{}/api/runs", serve.url), &body);
         assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
         created.json()["id"].as_str().unwrap().to_owned()
     };
@@ -128,10 +130,12 @@ fn cancelling_keeps_the_finished_cells_and_marks_the_run_partial() {
     assert_ne!(running, queued);
     // The lab is one machine: the second waits.
     assert_eq!(
-        get(&format!("{}/api/runs/{queued}", serve.url)).json()["job"]["status"],
+        serve
+            .get(&format!("{}/api/runs/{queued}", serve.url))
+            .json()["job"]["status"],
         "queued"
     );
-    let dequeued = request(
+    let dequeued = serve.request(
         Method::DELETE,
         &format!("{}/api/runs/{queued}", serve.url),
         &[],
@@ -140,30 +144,32 @@ fn cancelling_keeps_the_finished_cells_and_marks_the_run_partial() {
     assert_eq!(dequeued.status, StatusCode::ACCEPTED);
     assert_eq!(dequeued.json()["status"], "cancelled");
 
-    events(
+    serve.events(
         &format!("{}/api/runs/{running}/events", serve.url),
         Duration::from_secs(60),
         |name, value| name == "status" && value["done"].as_u64().unwrap() >= 1,
     );
-    let stopping = request(
+    let stopping = serve.request(
         Method::DELETE,
         &format!("{}/api/runs/{running}", serve.url),
         &[],
         Bytes::new(),
     );
     assert_eq!(stopping.status, StatusCode::ACCEPTED, "{}", stopping.text());
-    let seen = events(
+    let seen = serve.events(
         &format!("{}/api/runs/{running}/events", serve.url),
         Duration::from_secs(60),
         |name, _| name == "done",
     );
     assert_eq!(seen.last().unwrap().1["status"], "partial", "{seen:?}");
-    let run = get(&format!("{}/api/runs/{running}", serve.url)).json();
+    let run = serve
+        .get(&format!("{}/api/runs/{running}", serve.url))
+        .json();
     assert_eq!(run["status"], "partial");
     assert_eq!(run["status_reason"], "interrupted");
     let cells = run["cells_done"].as_u64().unwrap();
     assert!((1..6).contains(&cells), "{run}");
-    let report = get(&format!(
+    let report = serve.get(&format!(
         "{}/api/runs/{running}/files/report.html",
         serve.url
     ));
@@ -173,7 +179,7 @@ fn cancelling_keeps_the_finished_cells_and_marks_the_run_partial() {
         "a partial run has its report"
     );
     // Cancelling what has ended is a conflict, not a success.
-    let again = request(
+    let again = serve.request(
         Method::DELETE,
         &format!("{}/api/runs/{running}", serve.url),
         &[],
@@ -181,7 +187,9 @@ fn cancelling_keeps_the_finished_cells_and_marks_the_run_partial() {
     );
     assert_eq!(again.status, StatusCode::CONFLICT);
     assert_eq!(
-        get(&format!("{}/api/runs/{queued}", serve.url)).json()["job"]["status"],
+        serve
+            .get(&format!("{}/api/runs/{queued}", serve.url))
+            .json()["job"]["status"],
         "cancelled"
     );
 }
@@ -190,7 +198,7 @@ fn cancelling_keeps_the_finished_cells_and_marks_the_run_partial() {
 fn every_endpoint_the_openapi_description_lists_exists() {
     let serve = Serve::start(&[]);
     serve.add_example_run("example");
-    let document = get(&format!("{}/api/openapi.json", serve.url)).json();
+    let document = serve.get(&format!("{}/api/openapi.json", serve.url)).json();
     assert_eq!(document["openapi"], "3.1.0");
     let paths = document["paths"].as_object().unwrap();
     for required in [
@@ -232,13 +240,13 @@ fn every_endpoint_the_openapi_description_lists_exists() {
                 other => panic!("unexpected method {other} for {path}"),
             };
             let answer = if path.ends_with("/events") {
-                let seen = events(&url, Duration::from_secs(10), |name, _| name == "done");
+                let seen = serve.events(&url, Duration::from_secs(10), |name, _| name == "done");
                 assert_eq!(seen.last().unwrap().1["status"], "complete");
                 continue;
             } else if method == Method::POST {
-                post_json(&url, &body)
+                serve.post_json(&url, &body)
             } else {
-                request(method.clone(), &url, &[], Bytes::new())
+                serve.request(method.clone(), &url, &[], Bytes::new())
             };
             assert_ne!(
                 answer.status,
@@ -264,7 +272,7 @@ fn bad_requests_get_400_naming_the_field_with_the_clis_message() {
     let serve = Serve::start(&[]);
     let runs = format!("{}/api/runs", serve.url);
     let refused = |body: serde_json::Value, field: &str| {
-        let answer = post_json(&runs, &body);
+        let answer = serve.post_json(&runs, &body);
         assert_eq!(
             answer.status,
             StatusCode::BAD_REQUEST,
@@ -313,7 +321,7 @@ fn bad_requests_get_400_naming_the_field_with_the_clis_message() {
         "CLI: {cli_error}\nAPI: {from_api}"
     );
 
-    let not_json = request(
+    let not_json = serve.request(
         Method::POST,
         &runs,
         &[("content-type", "application/json")],
@@ -326,10 +334,10 @@ fn bad_requests_get_400_naming_the_field_with_the_clis_message() {
         .starts_with("invalid JSON body"));
     let huge = json!({"spec": "#".repeat(2 << 20)});
     assert_eq!(
-        post_json(&runs, &huge).status,
+        serve.post_json(&runs, &huge).status,
         StatusCode::PAYLOAD_TOO_LARGE
     );
-    let nothing = get(&format!("{}/api/runs", serve.url)).json();
+    let nothing = serve.get(&format!("{}/api/runs", serve.url)).json();
     assert_eq!(nothing, json!([]), "no bad request started a run");
 }
 
@@ -346,7 +354,7 @@ fn hostile_paths_and_cross_site_requests_reach_nothing() {
         "/runs/example/files/..%2F..%2Fsecret.txt",
         "/api/runs/.%2E/files/results.json",
     ] {
-        let answer = get(&format!("{}{path}", serve.url));
+        let answer = serve.get(&format!("{}{path}", serve.url));
         assert!(
             matches!(
                 answer.status,
@@ -361,26 +369,33 @@ fn hostile_paths_and_cross_site_requests_reach_nothing() {
         );
     }
     let runs = format!("{}/api/runs", serve.url);
-    // A page of another site cannot start a run: its form posts are not JSON and carry no
-    // CSRF token, and its origin is not this server's.
+    // A page of another site cannot start a run, though the operator's browser sends its
+    // session cookie along: its form posts carry no CSRF token, it cannot send JSON (415), and
+    // its origin is not this server's.
+    let (cookie, _csrf) = serve.session();
     let form = request(
         Method::POST,
         &format!("{}/runs/example/cancel", serve.url),
-        &[("content-type", "application/x-www-form-urlencoded")],
+        &[
+            ("cookie", &cookie),
+            ("origin", &serve.url),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
         "x=1",
     );
     assert_eq!(form.status, StatusCode::FORBIDDEN, "{}", form.text());
     let plain = request(
         Method::POST,
         &runs,
-        &[("content-type", "text/plain")],
+        &[("cookie", &cookie), ("content-type", "text/plain")],
         "{\"profile\":\"smoke\"}",
     );
-    assert_eq!(plain.status, StatusCode::FORBIDDEN);
+    assert_eq!(plain.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     let foreign = request(
         Method::POST,
         &runs,
         &[
+            ("cookie", &cookie),
             ("content-type", "application/json"),
             ("origin", "https://evil.example"),
         ],
@@ -391,6 +406,7 @@ fn hostile_paths_and_cross_site_requests_reach_nothing() {
         Method::POST,
         &runs,
         &[
+            ("cookie", &cookie),
             ("content-type", "application/json"),
             ("sec-fetch-site", "cross-site"),
         ],
@@ -398,7 +414,7 @@ fn hostile_paths_and_cross_site_requests_reach_nothing() {
     );
     assert_eq!(fetch.status, StatusCode::FORBIDDEN);
     assert_eq!(
-        get(&runs).json().as_array().unwrap().len(),
+        serve.get(&runs).json().as_array().unwrap().len(),
         1,
         "only the example"
     );
@@ -471,7 +487,7 @@ fn beyond_loopback_a_token_is_required_and_checked() {
 fn cost_and_compare_answer_what_the_cli_prints() {
     let serve = Serve::start(&[]);
     serve.add_example_run("example");
-    let cost = get(&format!(
+    let cost = serve.get(&format!(
         "{}/api/runs/example/cost?pods=500&cpu_price=25&mem_price=3",
         serve.url
     ));
@@ -506,14 +522,16 @@ fn cost_and_compare_answer_what_the_cli_prints() {
             "{cells:?} in {printed}"
         );
     }
-    let bad = get(&format!(
+    let bad = serve.get(&format!(
         "{}/api/runs/example/cost?pods=many&cpu_price=25&mem_price=3",
         serve.url
     ));
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad.json()["field"], "pods");
 
-    let compared = get(&format!("{}/api/compare?a=example&b=example", serve.url)).json();
+    let compared = serve
+        .get(&format!("{}/api/compare?a=example&b=example", serve.url))
+        .json();
     let cli = std::process::Command::new(env!("CARGO_BIN_EXE_meshbench"))
         .arg("compare")
         .arg(serve.results.join("example"))
@@ -527,7 +545,7 @@ fn cost_and_compare_answer_what_the_cli_prints() {
             "{table}"
         );
     }
-    let missing = get(&format!("{}/api/compare?a=example&b=nope", serve.url));
+    let missing = serve.get(&format!("{}/api/compare?a=example&b=nope", serve.url));
     assert_eq!(missing.status, StatusCode::BAD_REQUEST);
     assert_eq!(missing.json()["field"], "b");
 }

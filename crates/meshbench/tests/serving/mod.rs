@@ -1,5 +1,7 @@
 //! `meshbench serve` as a child process, and a small HTTP client for it (tests of the API and
-//! of the browser UI share this).
+//! of the browser UI share this). Serve prints the URL that logs in with its token; the
+//! methods of [`Serve`] send that token as a bearer, as a script would, and the free functions
+//! send nothing, as a stranger would.
 
 #![allow(dead_code)]
 
@@ -18,6 +20,10 @@ use hyper_util::rt::TokioExecutor;
 pub struct Serve {
     child: Child,
     pub url: String,
+    /// The address serve printed that logs a browser in.
+    pub login_url: String,
+    /// The token in it.
+    pub token: String,
     pub results: PathBuf,
     _dir: Option<tempfile::TempDir>,
 }
@@ -33,10 +39,16 @@ impl Serve {
     }
 
     pub fn start_in(results: &Path, args: &[&str]) -> Serve {
+        Serve::start_with_env(results, args, &[])
+    }
+
+    /// Serves `results` with `args`, and `env` set in its environment.
+    pub fn start_with_env(results: &Path, args: &[&str], env: &[(&str, &str)]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_meshbench"))
             .args(["serve", "--listen", "127.0.0.1:0", "--results"])
             .arg(results)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -47,6 +59,11 @@ impl Serve {
             .unwrap();
         let ready: serde_json::Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("no ready line from meshbench serve ({e}): {line:?}"));
+        let login_url = ready["login_url"].as_str().unwrap().to_owned();
+        let token = login_url
+            .split_once("?token=")
+            .map(|(_, token)| token.to_owned())
+            .unwrap_or_else(|| panic!("no token in the login URL {login_url}"));
         Serve {
             child,
             url: ready["url"]
@@ -54,6 +71,8 @@ impl Serve {
                 .unwrap()
                 .trim_end_matches('/')
                 .to_owned(),
+            login_url,
+            token,
             results: results.to_owned(),
             _dir: None,
         }
@@ -71,6 +90,85 @@ impl Serve {
         let result: meshbench_results::RunResult =
             meshbench_results::read_json(&dir.join("results.json")).unwrap();
         meshbench_report::write_reports(&dir, &result).unwrap();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `host:port` of the server.
+    pub fn authority(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// `Authorization: Bearer <token>` with `headers`.
+    fn with_token<'h>(
+        &self,
+        bearer: &'h str,
+        headers: &[(&'h str, &'h str)],
+    ) -> Vec<(&'h str, &'h str)> {
+        let mut all = vec![("authorization", bearer)];
+        all.extend_from_slice(headers);
+        all
+    }
+
+    /// One request with the token.
+    pub fn request(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Answer {
+        let bearer = format!("Bearer {}", self.token);
+        request(method, url, &self.with_token(&bearer, headers), body)
+    }
+
+    pub fn get(&self, url: &str) -> Answer {
+        self.request(Method::GET, url, &[], Bytes::new())
+    }
+
+    pub fn post_json(&self, url: &str, body: &serde_json::Value) -> Answer {
+        self.request(
+            Method::POST,
+            url,
+            &[("content-type", "application/json")],
+            serde_json::to_vec(body).unwrap(),
+        )
+    }
+
+    /// Server-sent events with the token, as [`events`] reads them.
+    pub fn events(
+        &self,
+        url: &str,
+        timeout: Duration,
+        until: impl FnMut(&str, &serde_json::Value) -> bool,
+    ) -> Vec<(String, serde_json::Value)> {
+        let bearer = format!("Bearer {}", self.token);
+        events_with(url, &[("authorization", &bearer)], timeout, until)
+    }
+
+    /// Logs in through the URL serve printed, as a browser does: the session cookie
+    /// (`name=value`) and the session's CSRF token from the page it leads to.
+    pub fn session(&self) -> (String, String) {
+        let login = get(&self.login_url);
+        assert_eq!(login.status, StatusCode::SEE_OTHER, "{}", login.text());
+        let cookie = login.headers["set-cookie"].to_str().unwrap().to_owned();
+        let pair = cookie.split(';').next().unwrap().to_owned();
+        let page = request(
+            Method::GET,
+            &format!("{}/", self.url),
+            &[("cookie", &pair)],
+            Bytes::new(),
+        );
+        assert_eq!(page.status, StatusCode::OK);
+        let text = page.text();
+        let csrf = text
+            .split_once("name=\"csrf-token\" content=\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(csrf, _)| csrf.to_owned())
+            .unwrap_or_else(|| panic!("no CSRF token in a logged-in page: {text}"));
+        (pair, csrf)
     }
 
     /// Stops the server as Ctrl-C would and waits for it.
@@ -177,11 +275,24 @@ pub fn post_json(url: &str, body: &serde_json::Value) -> Answer {
 pub fn events(
     url: &str,
     timeout: Duration,
+    until: impl FnMut(&str, &serde_json::Value) -> bool,
+) -> Vec<(String, serde_json::Value)> {
+    events_with(url, &[], timeout, until)
+}
+
+fn events_with(
+    url: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
     mut until: impl FnMut(&str, &serde_json::Value) -> bool,
 ) -> Vec<(String, serde_json::Value)> {
     runtime().block_on(async {
+        let mut builder = Request::get(url);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
         let response = client()
-            .request(Request::get(url).body(Full::new(Bytes::new())).unwrap())
+            .request(builder.body(Full::new(Bytes::new())).unwrap())
             .await
             .unwrap();
         assert_eq!(response.status(), StatusCode::OK);
