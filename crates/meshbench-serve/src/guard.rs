@@ -171,10 +171,12 @@ pub async fn middleware(
             }
         }
     };
-    // The login URL carries the token: no page passes its address on.
+    // The login URL carries the token: no page passes its address to another origin.
+    // (`no-referrer` would also make a browser send `Origin: null` with this server's own
+    // form posts, which the cross-site rule refuses.)
     response.headers_mut().insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     response
 }

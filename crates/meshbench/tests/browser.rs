@@ -609,6 +609,11 @@ fn without_a_token_beyond_loopback_it_refuses_and_with_one_it_asks_for_it() {
             })
             .await;
         browser.screenshot("signed-in").await;
+        // Logging out ends the session: the next page asks for the token again.
+        browser.find("#logout").await.click().await.unwrap();
+        browser.find("#token").await;
+        browser.goto(&format!("{}/runs/new", serve.url)).await;
+        browser.find("#token").await;
         browser.close().await;
     });
 }

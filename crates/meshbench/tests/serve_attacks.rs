@@ -590,7 +590,7 @@ fn the_cookie_is_a_session_not_the_token_and_no_page_carries_csrf_before_login()
 
     let answer = get(&serve.login_url);
     assert_eq!(answer.status, StatusCode::SEE_OTHER);
-    assert_eq!(answer.headers["referrer-policy"], "no-referrer");
+    assert_eq!(answer.headers["referrer-policy"], "same-origin");
     let set_cookie = answer.headers["set-cookie"].to_str().unwrap().to_owned();
     assert!(!set_cookie.contains(&serve.token), "{set_cookie}");
     for attribute in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=43200"] {
