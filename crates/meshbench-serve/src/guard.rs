@@ -90,11 +90,27 @@ fn has_port(name: &str) -> bool {
     after.is_some_and(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// The host a request names: `Host`, or HTTP/2's `:authority`.
-fn requested_host<'r>(req: &'r Request) -> Option<&'r str> {
-    match req.headers().get(header::HOST) {
-        Some(host) => host.to_str().ok(),
-        None => req.uri().authority().map(|a| a.as_str()),
+/// The host a request names: `Host`, or HTTP/2's `:authority`; `None` when it names none,
+/// or more than one (two `Host` headers, or an absolute-form target whose authority is not
+/// its `Host`), which no browser sends and a confused proxy might.
+fn requested_host(req: &Request) -> Option<String> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return None;
+    }
+    let authority = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_ascii_lowercase());
+    match (
+        host.map(|h| h.to_str().map(str::to_ascii_lowercase)),
+        authority,
+    ) {
+        (Some(Ok(host)), Some(authority)) if host != authority => None,
+        (Some(Ok(host)), _) => Some(host),
+        (Some(Err(_)), _) => None,
+        (None, authority) => authority,
     }
 }
 
@@ -150,7 +166,8 @@ pub async fn middleware(
     next: Next,
 ) -> Response {
     let mut response = match check(&state, &req) {
-        Err(refusal) => refusal,
+        Err(Refusal::Api(error)) => error.into_response(),
+        Err(Refusal::Login) => crate::pages::login_page(StatusCode::UNAUTHORIZED, None),
         Ok(caller) => {
             req.extensions_mut().insert(caller);
             match std::panic::AssertUnwindSafe(next.run(req))
@@ -181,65 +198,71 @@ pub async fn middleware(
     response
 }
 
-/// The rules, in order: host, authentication, cross-site, CSRF, content type.
-fn check(state: &AppState, req: &Request) -> Result<Caller, Response> {
+/// Why the guard answered instead of a handler.
+enum Refusal {
+    Api(ApiError),
+    /// A page asked for without credentials: the login page, with 401.
+    Login,
+}
+
+/// The rules, in order: host, authentication, cross-site, content type, CSRF.
+fn check(state: &AppState, req: &Request) -> Result<Caller, Refusal> {
     let path = req.uri().path();
     let api = path.starts_with("/api/");
-    let host = requested_host(req).unwrap_or("").to_ascii_lowercase();
+    let host = requested_host(req).unwrap_or_default();
     if !state.allowed_hosts.contains(&host) {
-        return Err(ApiError::new(
+        return Err(Refusal::Api(ApiError::new(
             StatusCode::MISDIRECTED_REQUEST,
             format!(
                 "Host {host:?} is not a name of this server (known: {}); start it with --allowed-host NAME to answer to another",
                 state.allowed_hosts.join(", ")
             ),
-        )
-        .into_response());
+        ))
+        );
     }
     let headers = req.headers();
     let caller = caller(state, headers);
     if caller == Caller::Anonymous && !public(path) {
         return Err(if api {
-            ApiError::new(
+            Refusal::Api(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "missing or wrong token: send Authorization: Bearer <token>, or log in at /login",
-            )
-            .into_response()
+            ))
         } else {
-            crate::pages::login_page(StatusCode::UNAUTHORIZED, None)
+            Refusal::Login
         });
     }
     if let Some(why) = cross_site(headers) {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, why).into_response());
+        return Err(Refusal::Api(ApiError::new(StatusCode::FORBIDDEN, why)));
     }
     let changes = !matches!(*req.method(), Method::GET | Method::HEAD);
     if changes && api && *req.method() == Method::POST && !is_json(headers) {
-        return Err(ApiError::new(
+        return Err(Refusal::Api(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "this endpoint takes a JSON body: send Content-Type: application/json",
-        )
-        .into_response());
+        )));
     }
     if changes {
         if let Caller::Session { csrf, .. } = &caller {
             if !says_where_from(headers) {
-                return Err(ApiError::new(
+                return Err(Refusal::Api(ApiError::new(
                     StatusCode::FORBIDDEN,
                     "a browser request that changes something must carry Origin or Sec-Fetch-Site; scripts send the bearer token",
-                )
-                .into_response());
+                ))
+                );
             }
             let header_token = headers
                 .get(CSRF_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|t| same_secret(t, csrf));
             // A form's field is checked by its handler, which has read the body.
-            if !header_token && !(is_form(headers) && !api) {
-                return Err(ApiError::new(
+            let form_checks_its_field = is_form(headers) && !api;
+            if !header_token && !form_checks_its_field {
+                return Err(Refusal::Api(ApiError::new(
                     StatusCode::FORBIDDEN,
                     "a request that changes something needs this session's CSRF token (the x-csrf-token header or the form's csrf field)",
-                )
-                .into_response());
+                ))
+                );
             }
         }
     }

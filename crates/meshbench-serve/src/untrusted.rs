@@ -149,7 +149,7 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), root_path.join("linked-run")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &root_path.join("run/fifo.json"),
+            root_path.join("run/fifo.json"),
             FileType::Fifo,
             Mode::from_raw_mode(0o600),
             0,

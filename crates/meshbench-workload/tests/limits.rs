@@ -45,10 +45,12 @@ async fn an_idle_http2_connection_is_closed_and_an_open_stream_keeps_its_own() {
     // Nothing asked: the server says GOAWAY once the timeout has passed, and the connection
     // ends, though the client is there to answer pings.
     let tcp = TcpStream::connect(addr).await.unwrap();
-    let (_sender, conn) =
-        hyper::client::conn::http2::handshake::<_, _, Empty<Bytes>>(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
+    let (_sender, conn) = hyper::client::conn::http2::handshake::<_, _, Empty<Bytes>>(
+        TokioExecutor::new(),
+        TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(10), conn)
         .await

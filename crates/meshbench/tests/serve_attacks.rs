@@ -67,6 +67,32 @@ fn a_rebinding_host_is_refused_on_every_route_before_authentication() {
             );
         }
     }
+    // A request that names two hosts (two Host headers, or an absolute-form target whose
+    // authority is not its Host) is not taken for this server's either.
+    for head in [
+        format!(
+            "GET /api/runs HTTP/1.1\r\nHost: {}\r\nHost: {evil}\r\n",
+            serve.authority()
+        ),
+        format!(
+            "GET http://{evil}/api/runs HTTP/1.1\r\nHost: {}\r\n",
+            serve.authority()
+        ),
+    ] {
+        let mut stream = TcpStream::connect(serve.authority()).unwrap();
+        stream
+            .write_all(
+                format!("{head}Authorization: {bearer}\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let status = answer.lines().next().unwrap_or_default();
+        assert!(
+            status.contains(" 421 ") || status.contains(" 400 "),
+            "{head:?}: {status}"
+        );
+    }
     // The names it was given are its own.
     for host in [format!("bench.example:{port}"), format!("localhost:{port}")] {
         let answer = request(
@@ -100,7 +126,7 @@ fn an_alias_bomb_spec_is_refused_at_once_naming_its_line() {
     let mut bomb = String::from("name: bomb\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
     for level in 1..10 {
         let prev = format!("*a{}", level - 1);
-        let row = vec![prev.as_str(); 10].join(", ");
+        let row = [prev.as_str(); 10].join(", ");
         bomb.push_str(&format!("a{level}: &a{level} [{row}]\n"));
     }
     bomb.push_str("scenarios: [baseline]\n");
