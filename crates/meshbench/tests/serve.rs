@@ -304,14 +304,7 @@ fn bad_requests_get_400_naming_the_field_with_the_clis_message() {
             .unwrap()
             .replacen("- { rps: 400,", "- { rps: fast,", 1);
     let from_api = refused(json!({"spec": spec}), "spec");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("mine.yaml");
-    std::fs::write(&path, &spec).unwrap();
-    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args(["run", "--spec"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let cli = serving::run_spec_on_the_command_line(&spec);
     assert_eq!(cli.status.code(), Some(2));
     let cli_error = String::from_utf8_lossy(&cli.stderr);
     let problem = from_api.strip_prefix("spec: ").unwrap();

@@ -147,14 +147,7 @@ fn an_alias_bomb_spec_is_refused_at_once_naming_its_line() {
     assert!(grown < 64 * 1024, "the server grew {grown} KiB");
 
     // The command line refuses the same file with the same words, and exit code 2.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bomb.yaml");
-    std::fs::write(&path, &bomb).unwrap();
-    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args(["run", "--spec"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let cli = serving::run_spec_on_the_command_line(&bomb);
     assert_eq!(cli.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&cli.stderr);
     assert!(

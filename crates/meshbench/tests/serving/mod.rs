@@ -196,6 +196,19 @@ impl Drop for Serve {
     }
 }
 
+/// `meshbench run --spec` on `spec`, written to a file as a user would: what the command line
+/// says of a spec the API was given.
+pub fn run_spec_on_the_command_line(spec: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spec.yaml");
+    std::fs::write(&path, spec).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["run", "--spec"])
+        .arg(&path)
+        .output()
+        .unwrap()
+}
+
 pub struct Answer {
     pub status: StatusCode,
     pub headers: HeaderMap,
