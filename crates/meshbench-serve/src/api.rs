@@ -486,18 +486,12 @@ async fn events(
                         // A slow watcher misses some seconds; the next status catches it up.
                         // But if it missed the end, the end is told now: nothing else would
                         // close the stream.
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            match jobs.snapshot(&id).filter(|j| j.status.finished()) {
-                                Some(job) => {
-                                    let done = JobEvent::Done {
-                                        status: job.status,
-                                        reason: job.reason,
-                                    };
-                                    return Some((sse("done", &done), (receiver, id, true, slot)));
-                                }
-                                None => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => match jobs.ended(&id) {
+                            Some(done) => {
+                                return Some((sse("done", &done), (receiver, id, true, slot)));
                             }
-                        }
+                            None => continue,
+                        },
                         Err(broadcast::error::RecvError::Closed) => return None,
                     }
                 }

@@ -462,6 +462,17 @@ impl Jobs {
         Ok(AloneGuard(self.clone()))
     }
 
+    /// The `done` event of job `id`, if it has ended: what a watcher that fell behind is told
+    /// (it may have missed the one published).
+    pub fn ended(&self, id: &str) -> Option<JobEvent> {
+        self.snapshot(id)
+            .filter(|j| j.status.finished())
+            .map(|j| JobEvent::Done {
+                status: j.status,
+                reason: j.reason,
+            })
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<(String, JobEvent)> {
         self.shared.events.subscribe()
     }
@@ -1061,6 +1072,14 @@ mod tests {
         }
         // Its directory was made for it, exclusively: an existing one is never reused.
         assert!(dir.path().join(&first).is_dir());
+        // A watcher that fell behind past the end is told the end.
+        assert!(matches!(
+            jobs.ended(&second),
+            Some(JobEvent::Done {
+                status: JobStatus::Failed,
+                ..
+            })
+        ));
         jobs.shut_down();
     }
 
@@ -1076,6 +1095,7 @@ mod tests {
             "one experiment at a time"
         );
         let id = jobs.submit(JobRequest::Panic("ran".into())).unwrap();
+        assert!(jobs.ended(&id).is_none(), "a queued job has not ended");
         // The worker was woken by the submission and went back to waiting.
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(jobs.snapshot(&id).unwrap().status, JobStatus::Queued);
