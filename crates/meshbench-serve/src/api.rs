@@ -23,6 +23,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::broadcast;
 
 use crate::catalog::{self, RunSummary};
+pub use crate::error::ApiError;
 use crate::jobs::{CancelOutcome, JobEvent, JobRequest, JobSnapshot, RunTarget, SubmitError};
 use crate::sessions::Caller;
 use crate::state::AppState;
@@ -34,8 +35,10 @@ const ANALYZE_LIMIT: usize = 8 << 20;
 
 type Shared = State<Arc<AppState>>;
 
-pub fn router(state: Arc<AppState>) -> Router {
-    let api = Router::new()
+/// The JSON endpoints, under `/api/` (the pages have their own routes; the server's router puts
+/// both behind the guard).
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
         .route("/api/openapi.json", get(crate::openapi::document))
         .route("/api/profiles", get(profiles))
         .route("/api/profiles/{name}", get(profile))
@@ -56,58 +59,6 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/api/e3/analyze",
             post(e3_analyze).layer(DefaultBodyLimit::max(ANALYZE_LIMIT)),
         )
-        .fallback(not_found);
-    crate::pages::routes()
-        .merge(api)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            crate::guard::middleware,
-        ))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(state)
-}
-
-/// An error as JSON: `{"error": ..., "field": ...}`.
-#[derive(Debug, Clone, Serialize)]
-pub struct ApiError {
-    #[serde(skip)]
-    pub status: StatusCode,
-    pub error: String,
-    /// The request field the error is about, when it is about one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, error: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            error: error.into(),
-            field: None,
-        }
-    }
-
-    pub fn field(field: &str, error: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            error: error.into(),
-            field: Some(field.to_owned()),
-        }
-    }
-
-    pub fn not_found(what: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::NOT_FOUND, what)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, Json(&self)).into_response()
-    }
-}
-
-async fn not_found(uri: http::Uri) -> ApiError {
-    ApiError::not_found(format!("no such endpoint: {}", uri.path()))
 }
 
 /// A profile as `GET /api/profiles` lists it.

@@ -1,4 +1,4 @@
-//! The server's security rules, in one place, applied by [`middleware`] before any handler:
+//! The server's security rules, in one place, applied by [`check`] before any handler:
 //!
 //! - **Host.** Only the server's own names are answered: `127.0.0.1`, `localhost` and `[::1]`
 //!   with its port, the address it listens on, and names given with `--allowed-host`. Any
@@ -20,15 +20,11 @@
 //!   lists ([`crate::catalog`]); nothing from a request is joined to a path unchecked.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use futures::FutureExt;
-use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::extract::Request;
+use http::{header, HeaderMap, Method, StatusCode};
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 use crate::sessions::Caller;
 use crate::state::AppState;
 use crate::Error;
@@ -158,55 +154,15 @@ pub fn caller(state: &AppState, headers: &HeaderMap) -> Caller {
         .unwrap_or(Caller::Anonymous)
 }
 
-/// The guard, before any handler; the caller it finds goes to the handler as an extension.
-/// A handler that panics answers 500 rather than dropping the connection.
-pub async fn middleware(
-    State(state): State<Arc<AppState>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let mut response = match check(&state, &req) {
-        Err(Refusal::Api(error)) => error.into_response(),
-        Err(Refusal::Login) => crate::pages::login_page(StatusCode::UNAUTHORIZED, None),
-        Ok(caller) => {
-            req.extensions_mut().insert(caller);
-            match std::panic::AssertUnwindSafe(next.run(req))
-                .catch_unwind()
-                .await
-            {
-                Ok(response) => response,
-                Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
-                    tracing::error!("a request handler panicked: {message}");
-                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
-                        .into_response()
-                }
-            }
-        }
-    };
-    // The login URL carries the token: no page passes its address to another origin.
-    // (`no-referrer` would also make a browser send `Origin: null` with this server's own
-    // form posts, which the cross-site rule refuses.)
-    response.headers_mut().insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    response
-}
-
 /// Why the guard answered instead of a handler.
-enum Refusal {
+pub enum Refusal {
     Api(ApiError),
     /// A page asked for without credentials: the login page, with 401.
     Login,
 }
 
 /// The rules, in order: host, authentication, cross-site, content type, CSRF.
-fn check(state: &AppState, req: &Request) -> Result<Caller, Refusal> {
+pub fn check(state: &AppState, req: &Request) -> Result<Caller, Refusal> {
     let path = req.uri().path();
     let api = path.starts_with("/api/");
     let host = requested_host(req).unwrap_or_default();

@@ -3,7 +3,8 @@
 //! progress over server-sent events, reports and downloads (results, CSVs, Fortio and SMP
 //! documents), comparisons, costs, verifications, and E3's experimenter frontend.
 //!
-//! Module map: [`catalog`] reads the results directory (runs, their files, verifications);
+//! Module map (no two modules use each other: `router` puts `pages` and `api` behind `guard`,
+//! and `error` and `sessions` are leaves): [`catalog`] reads the results directory (runs, their files, verifications);
 //! [`jobs`] queues and runs runs and verifications on a worker thread and publishes their
 //! progress; [`events`] carries the lab's events from tracing to the running job; `api`
 //! answers JSON; `pages` renders HTML (plain forms that work without JavaScript; `static/`
@@ -22,11 +23,13 @@
 mod api;
 pub mod catalog;
 mod e3;
+mod error;
 pub mod events;
 mod guard;
 pub mod jobs;
 mod openapi;
 mod pages;
+mod router;
 pub mod sessions;
 pub mod state;
 mod untrusted;
@@ -159,7 +162,7 @@ impl Server {
     /// Serves until `shutdown` resolves; a running job is then cancelled as Ctrl-C cancels a
     /// CLI run (finished cells kept, the run marked partial), and waited for.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let router = api::router(self.state.clone());
+        let router = router::router(self.state.clone());
         let service = hyper_util::service::TowerToHyperService::new(router);
         self.bound.serve(service, shutdown).await;
         let jobs = self.state.jobs.clone();

@@ -17,7 +17,7 @@ pub struct AppState {
     /// The session cookie's name, with the port in it: two servers on one host do not log
     /// each other out.
     pub cookie_name: String,
-    /// The `Host` values answered ([`crate::guard::allowed_hosts`]).
+    /// The `Host` values answered: the server's own names and `--allowed-host`'s.
     pub allowed_hosts: Vec<String>,
     pub jobs: Jobs,
     pub calculator: Calculator,
