@@ -258,7 +258,7 @@ pub fn parse_spec(text: &str, origin: &str, scale: Scale) -> Result<Profile, Err
         };
         bad(field, e.into_inner().to_string())
     })?;
-    validate(spec, scale, text).map_err(|(field, problem)| bad(field, problem))
+    validate(spec, scale, text).map_err(|e| bad(e.field, e.problem))
 }
 
 /// Shallow merge: `overrides` replaces whole top-level fields. Returns the keys replaced.
@@ -271,10 +271,33 @@ fn merge(base: &mut Mapping, overrides: &Mapping) -> Vec<String> {
     keys
 }
 
-type Invalid = (String, String);
+/// A mistake in a spec: the field, as a path such as `load.points[1].rps`, and what is wrong
+/// with its value.
+#[derive(Debug)]
+struct FieldError {
+    field: String,
+    problem: String,
+}
 
-fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid> {
-    let invalid = |field: &str, problem: String| (field.to_owned(), problem);
+impl FieldError {
+    fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+
+    /// The same mistake, its field under `parent`.
+    fn under(self, parent: &str) -> Self {
+        FieldError {
+            field: format!("{parent}.{}", self.field),
+            problem: self.problem,
+        }
+    }
+}
+
+fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, FieldError> {
+    let invalid = |field: &str, problem: String| FieldError::new(field, problem);
     if spec.name.is_empty()
         || !spec
             .name
@@ -390,7 +413,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
     let mut load_points = Vec::new();
     for (i, doc) in spec.load.points.iter().enumerate() {
         let plan = load_point(doc, model, application)
-            .map_err(|(name, problem)| invalid(&format!("load.points[{i}].{name}"), problem))?;
+            .map_err(|e| e.under(&format!("load.points[{i}]")))?;
         let repetitions = doc.repetitions.unwrap_or(spec.repetitions);
         if !(1..=MAX_REPETITIONS).contains(&repetitions) {
             return Err(invalid(
@@ -561,15 +584,18 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, Invalid>
 /// A finding's check names known scenarios (a scenario the spec does not run is reported
 /// "not checked", so trimming a profile's scenarios keeps its findings valid) and sensible
 /// thresholds.
-fn validate_findings(findings: &[Claim]) -> Result<(), Invalid> {
+fn validate_findings(findings: &[Claim]) -> Result<(), FieldError> {
     for (i, claim) in findings.iter().enumerate() {
         let field = |name: &str| format!("findings[{i}].{name}");
         if claim.statement.trim().is_empty() {
-            return Err((field("statement"), "must say the finding in words".into()));
+            return Err(FieldError::new(
+                field("statement"),
+                "must say the finding in words",
+            ));
         }
         for name in claim.check.scenarios() {
             if Mesh::parse(name).is_none() {
-                return Err((
+                return Err(FieldError::new(
                     field("check"),
                     format!(
                         "unknown scenario {name:?}; known: {}",
@@ -582,19 +608,19 @@ fn validate_findings(findings: &[Claim]) -> Result<(), Invalid> {
             ClaimCheck::AtMost { max_percent, .. }
                 if !(max_percent.is_finite() && *max_percent >= 0.0) =>
             {
-                return Err((
+                return Err(FieldError::new(
                     field("check.max_percent"),
                     format!("{max_percent} is not a percentage of at least 0"),
                 ));
             }
             ClaimCheck::Ordering { order, .. } if order.len() < 2 => {
-                return Err((
+                return Err(FieldError::new(
                     field("check.order"),
-                    "an ordering needs at least two scenarios".into(),
+                    "an ordering needs at least two scenarios",
                 ));
             }
             ClaimCheck::Linear { min_r_squared, .. } if !(0.0..=1.0).contains(min_r_squared) => {
-                return Err((
+                return Err(FieldError::new(
                     field("check.min_r_squared"),
                     format!("{min_r_squared} is not between 0 and 1"),
                 ));
@@ -611,8 +637,8 @@ fn capacity_plan(
     load: &LoadDoc,
     model: LoadKind,
     searches: u32,
-) -> Result<Option<CapacityPlan>, Invalid> {
-    let invalid = |field: &str, problem: String| (field.to_owned(), problem);
+) -> Result<Option<CapacityPlan>, FieldError> {
+    let invalid = |field: &str, problem: String| FieldError::new(field, problem);
     if model != LoadKind::Capacity {
         for (field, set) in [
             ("load.slo", load.slo.is_some()),
@@ -712,7 +738,7 @@ fn capacity_plan(
 }
 
 /// A share written `0.1%`, or as a fraction (`0.001`).
-fn parse_share(field: &str, text: &str) -> Result<f64, Invalid> {
+fn parse_share(field: &str, text: &str) -> Result<f64, FieldError> {
     let trimmed = text.trim();
     let value = match trimmed.strip_suffix('%') {
         Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
@@ -720,7 +746,7 @@ fn parse_share(field: &str, text: &str) -> Result<f64, Invalid> {
     };
     match value {
         Ok(v) if v.is_finite() && (0.0..=1.0).contains(&v) => Ok(v),
-        _ => Err((
+        _ => Err(FieldError::new(
             field.to_owned(),
             format!("{text:?} is not a share such as 0.1% (between 0% and 100%)"),
         )),
@@ -733,8 +759,8 @@ fn load_point(
     doc: &PointDoc,
     model: LoadKind,
     application: Application,
-) -> Result<LoadPlan, Invalid> {
-    let problem = |field: &str, text: String| (field.to_owned(), text);
+) -> Result<LoadPlan, FieldError> {
+    let problem = |field: &str, text: String| FieldError::new(field, text);
     let model_name = model.spec_name();
     let not_for = |field: &str| problem(field, format!("does not apply to the {model_name} model"));
     let needed = |field: &str| problem(field, format!("the {model_name} model needs it"));
@@ -886,18 +912,18 @@ fn only_for<T>(
     owner: Application,
     (field, value): (&str, Option<T>),
     refusal: &str,
-) -> Result<Option<T>, Invalid> {
+) -> Result<Option<T>, FieldError> {
     match value {
-        Some(_) if application != owner => Err((field.to_owned(), refusal.to_owned())),
+        Some(_) if application != owner => Err(FieldError::new(field, refusal)),
         value => Ok(value),
     }
 }
 
 /// A duration of at most `max`: a longer one is refused before any arithmetic meets it.
-fn bounded_duration(field: &str, value: &str, max: Duration) -> Result<Duration, Invalid> {
+fn bounded_duration(field: &str, value: &str, max: Duration) -> Result<Duration, FieldError> {
     let duration = parse_duration(field, value)?;
     if duration > max {
-        return Err((
+        return Err(FieldError::new(
             field.to_owned(),
             format!(
                 "{value:?} is longer than {}",
@@ -908,10 +934,10 @@ fn bounded_duration(field: &str, value: &str, max: Duration) -> Result<Duration,
     Ok(duration)
 }
 
-fn parse_duration(field: &str, value: &str) -> Result<Duration, Invalid> {
+fn parse_duration(field: &str, value: &str) -> Result<Duration, FieldError> {
     humantime::parse_duration(value).map_err(|e| {
-        (
-            field.to_owned(),
+        FieldError::new(
+            field,
             format!("{value:?} is not a duration such as 10s or 250ms: {e}"),
         )
     })
