@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kube::Client;
-use meshbench_lab::{Sample, SampleSeries};
+use meshbench_results::{Sample, SampleSeries};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

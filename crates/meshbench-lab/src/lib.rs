@@ -20,8 +20,9 @@ pub use launch::{which, Launch};
 pub use machine::{
     parse_cpu_mhz, parse_proc_stat, read_cpu_mhz, read_machine_sample, MachineSample, MachineSeries,
 };
+pub use meshbench_results::{Sample, SampleSeries};
 pub use process::{ComponentProcess, ReadyEvent};
-pub use sampler::{sample_process, ResourceSampler, Sample, SampleSeries, SampleTarget, Sampled};
+pub use sampler::{sample_process, ResourceSampler, SampleTarget, Sampled};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

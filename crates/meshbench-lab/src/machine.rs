@@ -14,8 +14,8 @@
 use meshbench_results::MachineCpu;
 use meshbench_time::now_ns;
 
-use crate::sampler::counter_at;
 use crate::CgroupFs;
+use meshbench_results::counter_at;
 
 /// Cumulative CPU time of all CPUs, by state, in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]

@@ -10,6 +10,7 @@ mod claims;
 mod io;
 mod load;
 mod run;
+mod samples;
 mod verify;
 
 pub use bench::{BenchMeasurement, BenchRatio, BenchReport, Pacing};
@@ -24,6 +25,7 @@ pub use run::{
     MeshInstallation, OutlierPolicyConfig, RunConfig, RunResult, RunStatus, ScenarioConfig,
     SoftwareVersion, UnavailableScenario, WireObservation, WorkloadConfig,
 };
+pub use samples::{counter_at, Sample, SampleSeries};
 
 pub use verify::{
     CaseVerification, IdentityCheck, MeshVerification, ProbeVerification, Verdict, VerifyReport,

@@ -17,9 +17,9 @@ use futures::future::try_join_all;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use meshbench_experiment::platform::Measured;
-use meshbench_lab::SampleSeries;
 use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_meshes::{PodAdditions, CONFIG_DIR_IN_POD};
+use meshbench_results::SampleSeries;
 use meshbench_results::{ComponentResources, LoadReport, MachineCpu};
 use meshbench_role::RoleConfig;
 use meshbench_topology::Pod as TopologyPod;
@@ -453,7 +453,7 @@ fn node_facts(node: &Node) -> Option<NodeFacts> {
 const EDGE_GAP_SHARE: f64 = 0.5;
 
 /// The gap between the readings around `t_ns` (ns); `None` where no reading is on each side.
-fn gap_around(samples: &[meshbench_lab::Sample], t_ns: u64) -> Option<u64> {
+fn gap_around(samples: &[meshbench_results::Sample], t_ns: u64) -> Option<u64> {
     let before = samples.iter().rev().find(|s| s.t_ns <= t_ns)?;
     let after = samples.iter().find(|s| s.t_ns >= t_ns)?;
     Some(after.t_ns - before.t_ns)
@@ -509,7 +509,7 @@ fn machines(
 
 #[cfg(test)]
 mod tests {
-    use meshbench_lab::Sample;
+    use meshbench_results::Sample;
 
     use super::*;
 
