@@ -828,7 +828,7 @@ fn read_results(dir: &Path) -> Result<RunResult, meshbench_results::Error> {
 }
 
 /// What a panic said, if it said it as text.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

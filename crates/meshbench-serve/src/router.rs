@@ -43,11 +43,7 @@ async fn guarded(State(state): State<Arc<AppState>>, mut req: Request, next: Nex
             {
                 Ok(response) => response,
                 Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
+                    let message = crate::jobs::panic_message(&*panic);
                     tracing::error!("a request handler panicked: {message}");
                     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
                         .into_response()
