@@ -10,6 +10,7 @@
 //! The node agent: one per node, holding every local workload's SVID, tunnelling between nodes
 //! as HTTP/2 CONNECT streams over pooled mTLS connections (HBONE).
 
+mod admin;
 mod error;
 mod http1;
 mod idle;
@@ -25,8 +26,9 @@ mod sidecar_file;
 mod splice;
 mod upstream;
 
+pub use admin::{bind_admin, serve_admin};
 pub use error::Error;
-pub use metrics::{bind_admin, serve_admin, ProxyMetrics};
+pub use metrics::ProxyMetrics;
 pub use node_agent::{
     hbone_server_name, run_node_agent, BoundNodeAgent, LocalWorkload, NodeAgentConfig,
     NodeAgentFile, OutboundListener, RemoteWorkload, ServiceEndpoint, TransparentListeners,

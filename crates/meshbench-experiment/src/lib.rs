@@ -15,8 +15,10 @@ mod spec;
 pub use application::{Application, NAMESPACE};
 pub use error::Error;
 pub use placement::Placement;
+pub use platform::LIVE_SERIES;
+pub use profile::Scale;
 pub use profile::{
     builtin_spec, profile_names, LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile,
 };
-pub use runner::{CellId, Progress, RunOptions, Runner, LIVE_SERIES};
-pub use spec::{parse_spec, Scale};
+pub use runner::{CellId, Progress, RunOptions, Runner};
+pub use spec::parse_spec;

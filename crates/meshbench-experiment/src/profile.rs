@@ -2,7 +2,6 @@
 //! `profiles/` parsed exactly as a user's file is. Each is sized for a 2-core machine; the
 //! studies' own scale is one flag away (`--scale original`).
 
-use std::path::Path;
 use std::time::Duration;
 
 use meshbench_results::{LoadModel, LoadPoint, OutlierPolicyConfig, RunConfig, WorkloadConfig};
@@ -11,7 +10,6 @@ use meshbench_meshes::Mesh;
 
 use crate::application::Application;
 use crate::placement::Placement;
-use crate::spec::{parse_spec, Scale};
 use crate::Error;
 
 /// The built-in profiles, in the order `meshbench profiles` lists them.
@@ -199,47 +197,6 @@ pub struct Profile {
 }
 
 impl Profile {
-    pub fn builtin(name: &str, scale: Scale) -> Result<Self, Error> {
-        parse_spec(builtin_spec(name)?, &format!("profile {name}"), scale)
-    }
-
-    /// A user's spec file.
-    pub fn from_file(path: &Path, scale: Scale) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadSpec {
-            path: path.to_owned(),
-            source,
-        })?;
-        parse_spec(&text, &path.display().to_string(), scale)
-    }
-
-    /// The profile a run was made with, from the spec and settings its results carry.
-    pub fn from_run_config(config: &RunConfig) -> Result<Self, String> {
-        let spec = config
-            .spec
-            .as_deref()
-            .ok_or("the results do not carry their experiment spec (made by an older meshbench)")?;
-        let scale = Scale::parse(&config.scale)
-            .ok_or_else(|| format!("unknown scale {:?}", config.scale))?;
-        let mut profile = parse_spec(spec, "the run's spec", scale).map_err(|e| e.to_string())?;
-        let scenarios: Vec<String> = config
-            .scenarios
-            .iter()
-            .map(|s| s.name.clone())
-            .chain(config.unavailable.iter().map(|u| u.name.clone()))
-            .collect();
-        profile
-            .select(&scenarios, &config.placements)
-            .map_err(|e| e.to_string())?;
-        // Results on disk are untrusted: a negative or endless time is an error, not a panic.
-        let seconds = |field: &str, value: f64| {
-            Duration::try_from_secs_f64(value)
-                .map_err(|_| format!("config.{field}: {value} is not a length of time"))
-        };
-        profile.duration = seconds("duration_seconds", config.duration_seconds)?;
-        profile.warmup = seconds("warmup_seconds", config.warmup_seconds)?;
-        Ok(profile)
-    }
-
     /// `--duration`: only the time-bound models have one.
     pub fn set_duration(&mut self, duration: Duration) -> Result<(), Error> {
         if !self.model.time_bound() {
@@ -451,6 +408,32 @@ fn keep_named<T>(
         items.retain(|i| wanted.iter().any(|w| w == name_of(i)));
     }
     Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scale {
+    /// Sized for this machine (2 cores): the default.
+    #[default]
+    Local,
+    /// The study's own loads, durations and repetitions.
+    Original,
+}
+
+impl Scale {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scale::Local => "local",
+            Scale::Original => "original",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Scale> {
+        match name {
+            "local" => Some(Scale::Local),
+            "original" => Some(Scale::Original),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -81,10 +81,6 @@ pub struct CellId {
     pub search: Option<u32>,
 }
 
-/// In a cell's directory while its load runs: one JSON line per second of the window
-/// (`SecondStats`), written by the load generator for watchers.
-pub const LIVE_SERIES: &str = "live.jsonl";
-
 impl CellId {
     /// The cell's directory under the run's `cells/`.
     pub fn dir_name(&self) -> String {

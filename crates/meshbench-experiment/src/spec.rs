@@ -5,6 +5,7 @@
 //! A spec is written at the scale of this machine. An optional `original:` mapping holds the
 //! study's own scale: with [`Scale::Original`] its keys replace the top-level ones.
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -18,9 +19,11 @@ use crate::limits::{
     MAX_SHORT_DURATION, MAX_WARMUP,
 };
 use crate::placement::Placement;
-use crate::profile::{CapacityPlan, LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile};
+use crate::profile::{
+    builtin_spec, CapacityPlan, LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile, Scale,
+};
 use crate::Error;
-use meshbench_results::{Claim, ClaimCheck};
+use meshbench_results::{Claim, ClaimCheck, RunConfig};
 use meshbench_stats::capacity::{SearchSettings, Slo};
 
 /// The longest server delay and the biggest response the echo role accepts.
@@ -33,32 +36,6 @@ const MAX_OPERAND: u64 = 10_000_000_000_000_000;
 const MAX_CHAIN: u64 = 10_000;
 /// Pods per deployment: E4 ran 12; a cell's pods are created one API call each.
 const MAX_REPLICAS: u32 = 100;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Scale {
-    /// Sized for this machine (2 cores): the default.
-    #[default]
-    Local,
-    /// The study's own loads, durations and repetitions.
-    Original,
-}
-
-impl Scale {
-    pub fn name(self) -> &'static str {
-        match self {
-            Scale::Local => "local",
-            Scale::Original => "original",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Scale> {
-        match name {
-            "local" => Some(Scale::Local),
-            "original" => Some(Scale::Original),
-            _ => None,
-        }
-    }
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -941,6 +918,50 @@ fn parse_duration(field: &str, value: &str) -> Result<Duration, FieldError> {
             format!("{value:?} is not a duration such as 10s or 250ms: {e}"),
         )
     })
+}
+
+/// A profile is made from a spec: a built-in one, a user's file, or the one a run carries.
+impl Profile {
+    pub fn builtin(name: &str, scale: Scale) -> Result<Self, Error> {
+        parse_spec(builtin_spec(name)?, &format!("profile {name}"), scale)
+    }
+
+    /// A user's spec file.
+    pub fn from_file(path: &Path, scale: Scale) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadSpec {
+            path: path.to_owned(),
+            source,
+        })?;
+        parse_spec(&text, &path.display().to_string(), scale)
+    }
+
+    /// The profile a run was made with, from the spec and settings its results carry.
+    pub fn from_run_config(config: &RunConfig) -> Result<Self, String> {
+        let spec = config
+            .spec
+            .as_deref()
+            .ok_or("the results do not carry their experiment spec (made by an older meshbench)")?;
+        let scale = Scale::parse(&config.scale)
+            .ok_or_else(|| format!("unknown scale {:?}", config.scale))?;
+        let mut profile = parse_spec(spec, "the run's spec", scale).map_err(|e| e.to_string())?;
+        let scenarios: Vec<String> = config
+            .scenarios
+            .iter()
+            .map(|s| s.name.clone())
+            .chain(config.unavailable.iter().map(|u| u.name.clone()))
+            .collect();
+        profile
+            .select(&scenarios, &config.placements)
+            .map_err(|e| e.to_string())?;
+        // Results on disk are untrusted: a negative or endless time is an error, not a panic.
+        let seconds = |field: &str, value: f64| {
+            Duration::try_from_secs_f64(value)
+                .map_err(|_| format!("config.{field}: {value} is not a length of time"))
+        };
+        profile.duration = seconds("duration_seconds", config.duration_seconds)?;
+        profile.warmup = seconds("warmup_seconds", config.warmup_seconds)?;
+        Ok(profile)
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //!   detecting them and applying (or dry-running) their resources.
 
 mod clean;
+mod cluster;
 mod credentials;
 mod error;
 pub mod exec;
@@ -23,7 +24,7 @@ mod site;
 pub mod stats;
 
 pub use clean::clean;
+pub use cluster::{connect, KubeOptions, KubePlatform, ProgressLine};
 pub use credentials::BOOTSTRAP_SVID_TTL;
 pub use error::Error;
-pub use platform::{connect, KubeOptions, KubePlatform, ProgressLine};
 pub use site::{node_agent_pod, KubeSite};

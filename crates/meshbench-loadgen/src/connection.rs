@@ -3,7 +3,6 @@
 //! unary gRPC (tonic's client on that HTTP/2 connection, `grpc`). One request in flight per
 //! connection; the load models decide when it is sent.
 
-use std::error::Error as StdError;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,11 +17,10 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::config::{Protocol, RequestSpec};
+use crate::error::BoxError;
 use crate::grpc::{self, GrpcClient};
 use crate::http1::Http1Connection;
 use crate::{Error, Outcome, Target};
-
-pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
 
 /// Opens connections to one target and builds its requests; shared by a thread's workers.
 pub(crate) struct Connector {

@@ -1,6 +1,8 @@
 //! Errors that stop a load run before it starts. Failures of individual requests are not
 //! errors: they are outcomes, counted by class.
 
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid --url {url:?}: {reason}")]

@@ -18,7 +18,7 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 
-use crate::connection::BoxError;
+use crate::error::BoxError;
 use crate::Outcome;
 
 /// Fortio's ping method, which `meshbench workload grpc-echo` serves: the method a `--grpc`

@@ -22,8 +22,10 @@ mod http1;
 mod live;
 mod merge;
 mod outcome;
+mod plan;
 mod recorder;
 mod report;
+mod second;
 mod spec;
 mod target;
 
@@ -34,7 +36,8 @@ pub use grpc::DEFAULT_GRPC_METHOD;
 pub use histogram::LatencyRecorder;
 pub use merge::{merge_reports, MergeError};
 pub use outcome::Outcome;
-pub use recorder::{Recorder, RequestSample, SecondBucket};
+pub use recorder::{Recorder, RequestSample};
+pub use second::SecondBucket;
 pub use spec::{
     Body, ClientTlsSpec, LoadOutput, LoadSpec, RequestFile, DEFAULT_CONNECTIONS, DEFAULT_DURATION,
     DEFAULT_TIMEOUT, START_GATE_LIMIT,

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use meshbench_results::SecondStats;
 
-use crate::recorder::SecondBucket;
+use crate::second::SecondBucket;
 
 /// How often the writer looks for settled seconds.
 const WRITE_EVERY: Duration = Duration::from_millis(200);

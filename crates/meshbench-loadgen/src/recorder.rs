@@ -4,9 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hdrhistogram::Histogram;
-
 use crate::live::LiveSeries;
+use crate::second::SecondBucket;
 use crate::{LatencyRecorder, Outcome};
 
 /// A request sent this much after its intended time counts as late.
@@ -22,25 +21,6 @@ pub(crate) struct Exchange {
     /// The worker's connection was free before the intended time: lateness is then the
     /// generator's own (scheduling, CPU), not the target's.
     pub worker_was_idle: bool,
-}
-
-/// One second of the measured window (by completion time).
-#[derive(Debug, Clone)]
-pub struct SecondBucket {
-    pub responses: u64,
-    pub failures: u64,
-    pub latency: Histogram<u64>,
-}
-
-impl Default for SecondBucket {
-    fn default() -> Self {
-        SecondBucket {
-            responses: 0,
-            failures: 0,
-            // Auto-resizing: a second only costs memory for the range it saw.
-            latency: Histogram::new(3).expect("3 significant digits are valid"),
-        }
-    }
 }
 
 /// One request, kept when samples are requested.

@@ -17,13 +17,14 @@
 use std::collections::BTreeSet;
 
 use meshbench_results::{Cell, ComponentResources, LoadPoint, RunResult};
+
+use crate::cell::BASELINE;
 use meshbench_stats::{
     block_bootstrap_difference, bootstrap_median_difference, linear_fit, mann_whitney,
     positive_interval, BlockInterval, Distribution, Interval, LinearFit, MannWhitney,
     PositiveMethod, SecondValue,
 };
 
-pub const BASELINE: &str = "baseline";
 pub const ALPHA: f64 = 0.05;
 pub(crate) const LEVEL: f64 = 0.95;
 pub(crate) const BOOTSTRAP_ITERATIONS: usize = 2000;

@@ -13,8 +13,8 @@ use meshbench_stats::capacity::{
     from_config, knee, next_step, trial_of, Capacity, Next, SearchEnd,
 };
 
-use crate::analysis::BASELINE;
-use crate::tables::Table;
+use crate::cell::BASELINE;
+use crate::table::Table;
 
 /// One scenario's search at one placement and connection count.
 #[derive(Debug, Clone)]

@@ -709,7 +709,7 @@ fn throughput(analysis: &Analysis, palette: &Palette) -> Vec<Chart> {
         };
         let base = groups
             .iter()
-            .find(|g| g.scenario == crate::analysis::BASELINE)
+            .find(|g| g.scenario == crate::cell::BASELINE)
             .map(|g| centre(g));
         // (label, centre, 95% interval across repetitions)
         type Bar = (String, f64, Option<(f64, f64)>);

@@ -8,7 +8,8 @@
 
 use meshbench_results::RunResult;
 
-use crate::analysis::{Analysis, BASELINE};
+use crate::analysis::Analysis;
+use crate::cell::BASELINE;
 use crate::tables::{figures, Figures, Table};
 
 /// Pods in a cell: the load generator's and the server's.

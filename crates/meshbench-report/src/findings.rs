@@ -33,7 +33,8 @@ use crate::analysis::{
     fmt_num, Analysis, Group, Point, BOOTSTRAP_ITERATIONS, BOOTSTRAP_SEED, LEVEL, MESH_ROLES,
 };
 use crate::capacity::Combined;
-use crate::tables::{side, Side, Table};
+use crate::cell::{side, Side};
+use crate::table::Table;
 
 /// How the findings table's title starts (the HTML report puts the charts after it).
 pub const TITLE: &str = "Findings of the study";

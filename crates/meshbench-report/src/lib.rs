@@ -7,6 +7,7 @@
 
 mod analysis;
 pub mod capacity;
+mod cell;
 mod charts;
 mod compare;
 mod cost;
@@ -16,6 +17,7 @@ pub mod findings;
 mod html;
 mod markdown;
 mod summary;
+mod table;
 pub mod tables;
 pub mod trust;
 mod verify;

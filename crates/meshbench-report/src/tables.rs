@@ -6,15 +6,10 @@ use meshbench_results::{Cell, HandshakeTimes, LoadPoint, RunResult};
 
 use meshbench_stats::{BlockInterval, Interval, PositiveMethod};
 
-pub use crate::analysis::BASELINE;
 use crate::analysis::{fmt_num, Analysis, Point};
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Table {
-    pub title: String,
-    pub headers: Vec<String>,
-    pub rows: Vec<Vec<String>>,
-}
+pub use crate::cell::{error_count, BASELINE};
+use crate::cell::{side, Side, SHARED_ROLES};
+pub use crate::table::Table;
 
 /// The figures of one (scenario, load point), averaged over repetitions.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -55,53 +50,6 @@ fn scenario_label(scenario: &str, placement: &str) -> String {
     } else {
         format!("{scenario} ({placement})")
     }
-}
-
-/// Requests that did not end in a 2xx response (or a gRPC OK).
-pub fn error_count(cell: &Cell) -> u64 {
-    cell.load
-        .outcomes
-        .iter()
-        .filter(|(k, _)| !meshbench_results::is_success_outcome(k))
-        .map(|(_, n)| n)
-        .sum()
-}
-
-/// Roles of components shared by the mesh rather than belonging to one pod.
-const SHARED_ROLES: [&str; 2] = ["node-agent", "control-plane"];
-
-#[derive(Clone, Copy, PartialEq)]
-pub(crate) enum Side {
-    Client,
-    Server,
-}
-
-/// CPU cores (mean) and memory (MiB, max) of one side, as E1 splits them: the client is the
-/// pod of the load generator (whatever application makes the requests: `meshbench load`,
-/// E3's experimenter) with its proxy (`<pod>-sidecar`); the server is every other pod's app
-/// and proxy (the echo server, the calculator, E4's counters).
-pub(crate) fn side(cell: &Cell, side: Side) -> (f64, f64) {
-    let client_pods: Vec<&str> = cell
-        .resources
-        .iter()
-        .filter(|r| r.role == "load-generator")
-        .map(|r| r.component.as_str())
-        .collect();
-    let on_client_side = |component: &str| {
-        client_pods.iter().any(|pod| {
-            component == *pod
-                || component
-                    .strip_prefix(pod)
-                    .is_some_and(|rest| rest.starts_with('-'))
-        })
-    };
-    cell.resources
-        .iter()
-        .filter(|r| !SHARED_ROLES.contains(&r.role.as_str()))
-        .filter(|r| on_client_side(&r.component) == (side == Side::Client))
-        .fold((0.0, 0.0), |(cpu, mem), r| {
-            (cpu + r.cpu_cores_mean, mem + r.rss_mib_max)
-        })
 }
 
 /// Figures per (load point, scenario), from the repetitions the outlier policy kept.

@@ -19,8 +19,9 @@
 
 use meshbench_results::{Cell, MachineCpu, RunResult};
 
-use crate::analysis::{Analysis, Group, BASELINE};
-use crate::tables::Table;
+use crate::analysis::{Analysis, Group};
+use crate::cell::BASELINE;
+use crate::table::Table;
 
 /// Steal above this share of all CPUs.
 pub const STEAL_SHARE: f64 = 0.05;

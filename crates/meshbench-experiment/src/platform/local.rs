@@ -197,7 +197,7 @@ impl LocalSite<'_> {
         Ok(match instrument {
             Instrument::Load(mut spec) => {
                 spec.output.json = Some(load_json);
-                spec.output.live = Some(self.cell_dir.join(crate::runner::LIVE_SERIES));
+                spec.output.live = Some(self.cell_dir.join(super::LIVE_SERIES));
                 spec.output.quiet = true;
                 LoadSpec::command_line(&ctx.write("load.yaml", &spec.to_yaml())?)
             }

@@ -36,6 +36,11 @@ use crate::Error;
 /// A mesh's or a site's failure, as the runner records it for a cell.
 pub type SiteError = meshbench_meshes::Error;
 
+/// In a cell's directory while its load runs: one JSON line per second of the window
+/// (`SecondStats`), written by the load generator for watchers. Every platform
+/// puts it there.
+pub const LIVE_SERIES: &str = "live.jsonl";
+
 /// One cell, as a platform needs to know it.
 pub struct CellPlace<'a> {
     /// For messages.

@@ -29,8 +29,8 @@ use meshbench_topology::{Pod as TopologyPod, Topology, Workload};
 use meshbench_workload::WorkloadFile;
 
 use crate::clean::{delete_cell, off_runtime};
+use crate::cluster::KubePlatform;
 use crate::objects::{self, PodPlan, PodShape, Ready, APP_CONTAINER};
-use crate::platform::KubePlatform;
 use crate::pods::{self, Until};
 use crate::Error;
 

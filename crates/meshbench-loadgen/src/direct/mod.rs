@@ -6,7 +6,7 @@
 //! what is left is the generator's own bookkeeping. The tokio engine pays per request for a
 //! task wake-up, a waker registration per read, a timeout wrapper and four clock reads; here a
 //! request is a state change in a plain struct, one clock read per send and one per batch of
-//! responses. The engines share the plan (`engine::Plan`), the response reader (`http1`) and
+//! responses. The engines share the plan (`plan::Plan`), the response reader (`http1`) and
 //! the recorder, so both measure the same thing the same way; TLS, HTTP/2 and gRPC stay on
 //! the tokio engine.
 //!
@@ -43,8 +43,8 @@ use rustix::event::{PollFd, PollFlags};
 
 use crate::config::{LoadConfig, Protocol};
 use crate::connection::Connector;
-use crate::engine::Plan;
 use crate::http1::{HeadMemo, Progress, ResponseReader, READ_CHUNK};
+use crate::plan::Plan;
 use crate::recorder::{Exchange, Recorder};
 use crate::{Error, Outcome};
 
