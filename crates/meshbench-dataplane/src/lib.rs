@@ -22,6 +22,7 @@ mod node_agent;
 mod outbound;
 mod serving;
 mod sidecar;
+mod sidecar_config;
 mod sidecar_file;
 mod splice;
 mod upstream;
@@ -35,9 +36,10 @@ pub use node_agent::{
     DEFAULT_HBONE_PORT,
 };
 pub use serving::Limits;
-pub use sidecar::{
-    run_sidecar, BoundSidecar, InboundConfig, OutboundRoute, ProxyMode, Rotation, SidecarConfig,
-    SidecarIdentity, TransparentOutbound,
+pub use sidecar::{run_sidecar, BoundSidecar};
+pub use sidecar_config::{
+    InboundConfig, OutboundRoute, ProxyMode, Rotation, SidecarConfig, SidecarIdentity,
+    TransparentOutbound,
 };
 pub use sidecar_file::{
     IdentityFiles, InboundListener, MeshedDestination, Mode, OutboundListener as SidecarOutbound,

@@ -234,45 +234,96 @@ fn named_paths(code: &str) -> Vec<String> {
     paths
 }
 
-/// The module a path names an item of, if it is a module of this crate other than `from`.
-fn resolve(
-    from: &[String],
-    path: &str,
-    known: &BTreeMap<Vec<String>, PathBuf>,
-    children: &BTreeSet<String>,
-) -> Option<Vec<String>> {
-    let segments: Vec<&str> = path.split("::").collect();
-    let mut base: Vec<String>;
-    let mut rest: &[&str] = &segments;
-    match segments.first().copied() {
-        Some("crate") => {
-            base = Vec::new();
-            rest = &segments[1..];
-        }
-        Some("self") => {
-            base = from.to_vec();
-            rest = &segments[1..];
-        }
-        Some("super") => {
-            base = from.to_vec();
-            while rest.first() == Some(&"super") {
-                base.pop();
-                rest = &rest[1..];
+/// A crate's modules and what each re-exports (`pub use`), so that a use of `crate::Item`
+/// counts as a use of the module that defines it, not of the facade that re-exports it.
+struct Crate {
+    modules: BTreeMap<Vec<String>, PathBuf>,
+    /// (module, re-exported name) -> the path its `pub use` names.
+    reexports: BTreeMap<(Vec<String>, String), String>,
+}
+
+impl Crate {
+    fn read(src: &Path) -> Self {
+        let modules = modules(src);
+        let mut reexports = BTreeMap::new();
+        for (module, file) in &modules {
+            let text = std::fs::read_to_string(file).expect("read a source file");
+            for path in reexported_paths(&production_code(&text)) {
+                let Some((_, last)) = path.rsplit_once("::") else {
+                    continue;
+                };
+                let name = last.rsplit(" as ").next().unwrap_or(last);
+                if name != "*" && name != "self" {
+                    reexports.insert((module.clone(), name.to_string()), path);
+                }
             }
         }
-        Some(first) if children.contains(first) => base = from.to_vec(),
-        _ => return None,
+        Crate { modules, reexports }
     }
-    for segment in rest {
-        let mut deeper = base.clone();
-        deeper.push(segment.to_string());
-        if known.contains_key(&deeper) {
-            base = deeper;
-        } else {
-            break;
+
+    fn children(&self, module: &[String]) -> BTreeSet<String> {
+        self.modules
+            .keys()
+            .filter(|other| other.len() == module.len() + 1 && other.starts_with(module))
+            .map(|other| other[module.len()].clone())
+            .collect()
+    }
+
+    /// The module a path names an item of, if it is a module of this crate other than
+    /// `from`; through re-exports, at most a few deep.
+    fn resolve(&self, from: &[String], path: &str, depth: u32) -> Option<Vec<String>> {
+        let segments: Vec<&str> = path.split("::").collect();
+        let mut base: Vec<String>;
+        let mut rest: &[&str] = &segments;
+        match segments.first().copied() {
+            Some("crate") => {
+                base = Vec::new();
+                rest = &segments[1..];
+            }
+            Some("self") => {
+                base = from.to_vec();
+                rest = &segments[1..];
+            }
+            Some("super") => {
+                base = from.to_vec();
+                while rest.first() == Some(&"super") {
+                    base.pop();
+                    rest = &rest[1..];
+                }
+            }
+            Some(first) if self.children(from).contains(first) => base = from.to_vec(),
+            _ => return None,
         }
+        while let Some(segment) = rest.first() {
+            let mut deeper = base.clone();
+            deeper.push(segment.to_string());
+            if self.modules.contains_key(&deeper) {
+                base = deeper;
+                rest = &rest[1..];
+            } else {
+                break;
+            }
+        }
+        if let (Some(item), true) = (rest.first(), depth < 4) {
+            if let Some(target) = self.reexports.get(&(base.clone(), item.to_string())) {
+                if let Some(defined) = self.resolve(&base, target, depth + 1) {
+                    return (defined.as_slice() != from).then_some(defined);
+                }
+            }
+        }
+        (base.as_slice() != from && self.modules.contains_key(&base)).then_some(base)
     }
-    (base.as_slice() != from && known.contains_key(&base)).then_some(base)
+}
+
+/// The paths a module's `pub use` declarations name.
+fn reexported_paths(code: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    for (at, _) in code.match_indices("pub use ") {
+        let rest = &code[at + "pub use ".len()..];
+        let end = rest.find(';').unwrap_or(rest.len());
+        paths.extend(expand_use_tree(&rest[..end]));
+    }
+    paths
 }
 
 fn display(module: &[String]) -> String {
@@ -357,18 +408,13 @@ fn lift(from: &[String], to: &[String]) -> Option<(Vec<String>, Vec<String>)> {
 type Uses = BTreeMap<(String, String), BTreeSet<String>>;
 
 fn crate_uses(src: &Path) -> Uses {
-    let known = modules(src);
+    let krate = Crate::read(src);
     let mut uses = Uses::new();
-    for (module, file) in &known {
+    for (module, file) in &krate.modules {
         let text = std::fs::read_to_string(file).expect("read a source file");
         let code = production_code(&text);
-        let children: BTreeSet<String> = known
-            .keys()
-            .filter(|other| other.len() == module.len() + 1 && other.starts_with(module))
-            .map(|other| other[module.len()].clone())
-            .collect();
         for path in named_paths(&code) {
-            let Some(target) = resolve(module, &path, &known, &children) else {
+            let Some(target) = krate.resolve(module, &path, 0) else {
                 continue;
             };
             if let Some((from, to)) = lift(module, &target) {
