@@ -13,8 +13,8 @@ use tokio::net::TcpStream;
 
 use crate::l7::{serve_http, InboundContext, L7Upstream, Recording};
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::upstream::UpstreamConnector;
 use crate::sidecar_config::{ProxyMode, SidecarConfig};
+use crate::upstream::UpstreamConnector;
 use crate::Limits;
 
 /// First byte of a TLS handshake record (ClientHello).

@@ -11,8 +11,8 @@ use tokio::net::TcpStream;
 
 use crate::l7::{serve_http, L7Upstream, Recording};
 use crate::metrics::{Direction, ProxyMetrics};
-use crate::upstream::UpstreamConnector;
 use crate::sidecar_config::ProxyMode;
+use crate::upstream::UpstreamConnector;
 use crate::Limits;
 
 pub(crate) struct Outbound {

@@ -8,9 +8,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use meshbench_identity::{
-    client_config_for, server_config_for, CaClient, SpiffeId, SvidStore,
-};
+use meshbench_identity::{client_config_for, server_config_for, CaClient, SpiffeId, SvidStore};
 use tokio::net::TcpListener;
 
 use crate::inbound::Inbound;

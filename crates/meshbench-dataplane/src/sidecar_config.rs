@@ -88,4 +88,3 @@ pub struct SidecarConfig {
     /// Timeouts and caps of every listener.
     pub limits: Limits,
 }
-

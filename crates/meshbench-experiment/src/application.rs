@@ -188,7 +188,7 @@ impl Application {
     pub fn describe(self, mesh: Mesh) -> ScenarioConfig {
         ScenarioConfig {
             name: mesh.name().to_owned(),
-            description: mesh.description(),
+            description: mesh.description().to_owned(),
             mtls: mesh.mtls(),
             client_identity: mesh
                 .mtls()

@@ -1,7 +1,7 @@
 //! A mesh on a cluster: what it adds to a cell's pods, described without Kubernetes types
-//! (`meshbench-kube` renders it into pod specs). Each mesh module implements [`ClusterMesh`]
-//! beside its [`crate::MeshAdapter`] and returns it from `on_cluster`; a mesh without one is
-//! not available on a cluster yet.
+//! (`meshbench-kube` renders it into pod specs). Each mesh module implements
+//! [`crate::ClusterMesh`] beside its [`crate::MeshAdapter`] and returns it from `cluster`; a
+//! mesh without one is not available on a cluster yet.
 //!
 //! Paths are relative to the pod's config directory, against which every role resolves them:
 //! `pki/...` are the pod's own credentials (its workload's SVID, the CA certificate, the
@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
-use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId};
+use meshbench_identity::{ClientTlsFiles, SpiffeId};
+use meshbench_netlab::SidecarCapture;
 use meshbench_policy::Policy;
 use meshbench_topology::{Pod, Topology};
 
@@ -222,64 +223,6 @@ pub struct NodeAgentPod {
     pub credentials: Vec<String>,
 }
 
-/// A mesh's flavour on a cluster. See the module's header.
-pub trait ClusterMesh: Sync {
-    /// The TLS the server app serves itself (paths in its pod), when the app does mTLS.
-    fn app_tls(&self, _cell: &ClusterCell<'_>) -> Option<ServerTlsFiles> {
-        None
-    }
-
-    /// How the client reaches the server: by default the service by name in plaintext,
-    /// which the mesh (if any) captures.
-    fn entry(&self, cell: &ClusterCell<'_>) -> Result<ClusterEntry, Error> {
-        Ok(ClusterEntry {
-            url: cell.service_url("http")?,
-            client_tls: None,
-        })
-    }
-
-    /// What it adds to `pod`, one of the cell's pods (the client's too).
-    fn pod(&self, _cell: &ClusterCell<'_>, _pod: &Pod) -> Result<PodAdditions, Error> {
-        Ok(PodAdditions::default())
-    }
-
-    /// Whether it can enroll a whole topology on a cluster (E3's verification), where
-    /// several workloads call each other and only the meshed ones are in the mesh.
-    fn can_enroll(&self) -> bool {
-        false
-    }
-
-    /// What it adds to `pod` when it enrolls a whole topology (only asked when
-    /// [`ClusterMesh::can_enroll`]).
-    fn enroll_pod(&self, _site: &ClusterSite<'_>, _pod: &Pod) -> Result<PodAdditions, Error> {
-        Err(Error::Unsupported {
-            mesh: "this mesh".into(),
-            what: "enrolling a whole topology on a cluster",
-        })
-    }
-
-    /// The node agents it runs once the apps' pods are running (`placed`: those pods, with
-    /// their addresses, enrolled or not); none for a mesh without node agents.
-    fn node_agents(
-        &self,
-        _site: &ClusterSite<'_>,
-        _placed: &[PlacedPod<'_>],
-    ) -> Result<Vec<NodeAgentPod>, Error> {
-        Ok(vec![])
-    }
-
-    /// Whether it needs meshbench's CA service as its control plane.
-    fn needs_ca(&self) -> bool {
-        false
-    }
-
-    /// The mesh as the cluster already runs it, when meshbench injects nothing itself (its
-    /// pods are then enrolled by the labels and annotations its translation gives).
-    fn installed(&self) -> Option<&dyn crate::installed::InstalledMesh> {
-        None
-    }
-}
-
 /// The client of an app doing mTLS itself: its SVID, and the server's SPIFFE ID to expect.
 pub(crate) fn app_client_tls(cell: &ClusterCell<'_>) -> Result<ClientTlsFiles, Error> {
     let client = ClusterCell::svid(cell.client);
@@ -290,4 +233,27 @@ pub(crate) fn app_client_tls(cell: &ClusterCell<'_>) -> Result<ClientTlsFiles, E
         ca: ClusterCell::ca(),
         expect_server_id: Some(SpiffeId::parse(&server.id)?),
     })
+}
+
+/// The init container that writes `capture`'s rules into the pod's network namespace, as
+/// Istio's does, before any other container starts.
+pub(crate) fn capture_additions(capture: SidecarCapture) -> PodAdditions {
+    let rules = format!("{CONFIG_DIR_IN_POD}/capture.rules");
+    PodAdditions {
+        init: vec![AddedContainer {
+            name: "meshbench-capture",
+            program: Some(meshbench_image::IPTABLES),
+            args: vec!["iptables-restore".into(), rules],
+            files: [("capture.rules".to_owned(), capture.restore_file())].into(),
+            run_as_user: Some(0),
+            capabilities: vec!["NET_ADMIN", "NET_RAW"],
+            role: "capture",
+            ready_port: None,
+            ready_command: None,
+            scratch: None,
+        }],
+        containers: vec![],
+        identity: false,
+        ..PodAdditions::default()
+    }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use meshbench_lab::{LabComponent, Launch, Readiness};
 
+use crate::configs::nginx::NGINX;
 use crate::configs::{nginx_gateway, GatewayRoute};
 use crate::Error;
 
@@ -58,7 +59,7 @@ pub async fn start_gateway(
     routes: &[GatewayRoute],
     launch: &Launch,
 ) -> Result<LabComponent, Error> {
-    let nginx = crate::nginx::binary()?;
+    let nginx = crate::tool::binary("nginx-sidecar", NGINX)?;
     let io = |source| Error::Io {
         path: dir.to_owned(),
         source,

@@ -8,45 +8,20 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use meshbench_dataplane::{IdentityFiles, LocalWorkload, NodeAgentFile, SidecarFile};
-use meshbench_identity::{CaServerFile, ClientTlsFiles, ServerTlsFiles};
+use meshbench_identity::{CaServerFile, ClientTlsFiles};
 use meshbench_lab::{CgroupFs, LabComponent, Launch, Readiness};
 use meshbench_netlab::{LabNetwork, SidecarCapture, WireTap, PROXY_UID};
 use meshbench_role::RoleConfig;
 use meshbench_topology::Pod;
 
-use crate::{Error, Mesh, MeshPki, ProxyArea};
+use crate::ports::Ports;
+use crate::{Error, MeshPki, ProxyArea};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Our proxies' final metrics: `<work dir>/<component>.metrics/metrics.prom`.
 pub const PROXY_METRICS_DIR_SUFFIX: &str = ".metrics";
 pub const PROXY_METRICS_FILE: &str = "metrics.prom";
-
-/// The well-known ports of lab components (the same in every pod and node; on loopback each
-/// pod and node has its own address).
-#[derive(Debug, Clone, Copy)]
-pub struct Ports;
-
-impl Ports {
-    /// Istio's capture: everything the pod sends to 15001, everything it receives to 15006.
-    pub fn sidecar_capture() -> SidecarCapture {
-        SidecarCapture {
-            outbound_port: Ports::OUTBOUND,
-            inbound_port: Ports::INBOUND,
-            outbound_only: None,
-            inbound_only: None,
-            inbound_ports_excluded: vec![],
-        }
-    }
-
-    pub const APP: u16 = 8080;
-    pub const OUTBOUND: u16 = 15001;
-    pub const INBOUND: u16 = 15006;
-    pub const HBONE: u16 = 15008;
-    pub const CA: u16 = 15012;
-    /// A proxy's admin endpoint (Prometheus metrics), where Istio's sidecars serve theirs.
-    pub const ADMIN: u16 = 15090;
-}
 
 /// Where a lab's components run: the network, the PKI, the binary, the cell's directory,
 /// cgroups and CPUs. Everything that starts a component goes through it.
@@ -88,11 +63,6 @@ impl<'a> std::ops::Deref for MeshContext<'a> {
 }
 
 impl MeshContext<'_> {
-    /// The server app's own TLS under this mesh: only when the app does mTLS itself.
-    pub fn server_app_tls(&self, mesh: Mesh) -> Option<ServerTlsFiles> {
-        mesh.app_tls(self)
-    }
-
     pub(crate) fn server_svid(&self) -> crate::WorkloadSvid {
         let w = &self.server_pod.workload;
         self.pki.svid(&w.namespace, &w.service_account)
@@ -329,10 +299,4 @@ impl LabContext<'_> {
         }
         Ok(())
     }
-}
-
-/// Starts `mesh` around the server app (already running) and says how the client reaches it.
-pub async fn deploy(mesh: Mesh, ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
-    mesh.binary()?;
-    mesh.deploy(ctx).await
 }

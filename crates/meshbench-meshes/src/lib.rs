@@ -1,6 +1,6 @@
-//! Mesh adapters for the local lab, one module per mesh behind [`MeshAdapter`] (see
-//! `adapter` for the seam and its invariants, `registry` for the list). Each adapter knows
-//! what its mesh needs: which components to start where (sidecars in the pods, agents on the
+//! The meshes meshbench runs, one module per mesh behind [`MeshAdapter`]: a [`Description`]
+//! plus the parts it has (see `adapter` for the seam and its invariants, `registry` for the
+//! list, `mesh` for the handle the rest of meshbench holds). Each mesh knows what it needs: which components to start where (sidecars in the pods, agents on the
 //! nodes, a control plane), how they are configured, how traffic reaches them (iptables
 //! capture on the netns backend, explicit proxy ports on loopback), what the client needs to
 //! reach the server, and what its security amounts to (mTLS, identity checks, policy). A mesh
@@ -10,14 +10,18 @@ mod adapter;
 mod area;
 mod cluster;
 pub mod configs;
+mod description;
 mod enroll;
 mod gateway;
 mod installed;
 mod lab;
+mod mesh;
 mod pairs;
 mod pki;
+mod ports;
 mod registry;
 mod third_party;
+mod tool;
 
 // One module per mesh, each registered in `registry`.
 mod app_mtls;
@@ -33,26 +37,26 @@ mod node_agent;
 mod sidecar;
 
 pub use adapter::{
-    enrollable, unenforceable, BoxFuture, EnforcedPolicy, Enrollment, Mesh, MeshAdapter,
-    PolicySupport, Tool, Unavailable,
+    BoxFuture, ClusterMesh, LocalEnroll, LocalMesh, MeshAdapter, OutboundRefusal, OwnCa,
 };
 pub use area::{clean_stale_areas, collect_outputs, ProxyArea, AREAS_ROOT, PRIVATE_SUFFIX};
 pub use cluster::{
-    identity_files, AddedContainer, ClusterCell, ClusterEntry, ClusterMesh, ClusterSite,
-    NodeAgentPod, PlacedPod, PodAdditions, PodSvid, CONFIG_DIR_IN_POD, POD_PKI_DIR,
+    identity_files, AddedContainer, ClusterCell, ClusterEntry, ClusterSite, NodeAgentPod,
+    PlacedPod, PodAdditions, PodSvid, CONFIG_DIR_IN_POD, POD_PKI_DIR,
 };
-pub use enroll::{app_port, enroll};
+pub use description::{Description, EnforcedPolicy, Enrollment, IdentityCheck, PolicySupport};
+pub use enroll::app_port;
 pub use gateway::start_gateway;
 pub use installed::{
     translate_unplaced, ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh,
     InstalledSite, MeshEnrollment, Signature, Translation, WORKLOAD_LABEL,
 };
-pub use lab::{
-    deploy, Deployment, LabContext, MeshContext, Ports, PROXY_METRICS_DIR_SUFFIX,
-    PROXY_METRICS_FILE,
-};
+pub use lab::{Deployment, LabContext, MeshContext, PROXY_METRICS_DIR_SUFFIX, PROXY_METRICS_FILE};
+pub use mesh::{deploy, enroll, enrollable, unenforceable, Mesh};
 pub use pki::{spiffe_id, svid_file_stem, MeshPki, WorkloadSvid, TRUST_DOMAIN};
+pub use ports::Ports;
 pub use sidecar::SidecarTuning;
+pub use tool::{Tool, Unavailable};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 use meshbench_lab::Readiness;
 use meshbench_netlab::SidecarCapture;
 
-use crate::adapter::{
-    cannot_enroll, Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport, Tool, Unavailable,
-};
-use crate::configs::IdentityCheck;
-use crate::lab::Place;
-use crate::{Deployment, Error, LabContext, MeshContext, Ports, WorkloadSvid};
+use crate::adapter::{ClusterMesh, Deploying, LocalEnroll, LocalMesh, MeshAdapter};
+use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
+use crate::lab::{Deployment, MeshContext, Place};
+use crate::pki::WorkloadSvid;
+use crate::ports::Ports;
+use crate::tool::Tool;
+use crate::Error;
 
 /// One side of the pair, as a proxy's configuration needs it.
 pub(crate) struct Side<'a> {
@@ -51,17 +52,13 @@ pub(crate) trait PairedProxy: Sync + 'static {
     /// Its command line, given its written config and its writable directory.
     fn args(&self, config: &Path, dir: &Path) -> Vec<String>;
 
-    /// Whether it can enroll a whole topology, and how ([`MeshAdapter::enroll`]).
-    fn can_enroll(&self) -> bool {
-        false
-    }
-
-    fn enroll<'a>(&'a self, _lab: &'a LabContext<'a>) -> Enrolling<'a> {
-        cannot_enroll(Self::NAME)
+    /// How it enrolls a whole topology, if it can.
+    fn enroller(&self) -> Option<&dyn LocalEnroll> {
+        None
     }
 
     /// Its flavour on a cluster, if it has one.
-    fn on_cluster(&self) -> Option<&dyn crate::ClusterMesh> {
+    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
         None
     }
 }
@@ -70,11 +67,7 @@ pub(crate) trait PairedProxy: Sync + 'static {
 pub(crate) struct ThirdParty<P>(pub P);
 
 impl<P: PairedProxy> MeshAdapter for ThirdParty<P> {
-    fn name(&self) -> &'static str {
-        P::NAME
-    }
-
-    fn description(&self) -> String {
+    fn describe(&self) -> Description {
         let (of_server, of_client) = P::IDENTITY;
         let identity = if of_server == of_client {
             format!("peer identity: {}", of_server.describe())
@@ -85,51 +78,38 @@ impl<P: PairedProxy> MeshAdapter for ThirdParty<P> {
                 of_client.describe()
             )
         };
-        format!("{}, TLS 1.3 mTLS, {identity}", self.0.what())
+        let summary = format!("{}, TLS 1.3 mTLS, {identity}", self.0.what());
+        Description::new(P::NAME, summary, Enrollment::SidecarPerPod)
+            .mtls(P::IDENTITY)
+            .policy(P::POLICY)
     }
 
-    fn tool(&self) -> Option<Tool> {
-        Some(P::TOOL)
+    fn local(&self) -> Option<&dyn LocalMesh> {
+        Some(self)
     }
 
-    fn enrollment(&self) -> Enrollment {
-        Enrollment::SidecarPerPod
+    fn cluster(&self) -> Option<&dyn ClusterMesh> {
+        self.0.on_cluster()
     }
+}
 
-    fn mtls(&self) -> bool {
-        true
-    }
-
-    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
-        Some(P::IDENTITY)
-    }
-
-    fn policy(&self) -> PolicySupport {
-        P::POLICY
+impl<P: PairedProxy> LocalMesh for ThirdParty<P> {
+    fn tools(&self) -> Vec<Tool> {
+        vec![P::TOOL]
     }
 
     fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
         Box::pin(deploy_pair(&self.0, ctx))
     }
 
-    fn can_enroll(&self) -> bool {
-        self.0.can_enroll()
-    }
-
-    fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
-        self.0.enroll(lab)
-    }
-
-    fn on_cluster(&self) -> Option<&dyn crate::ClusterMesh> {
-        self.0.on_cluster()
+    fn enroller(&self) -> Option<&dyn LocalEnroll> {
+        self.0.enroller()
     }
 }
 
 /// The proxy's binary, or why it cannot run here.
 pub(crate) fn binary<P: PairedProxy>() -> Result<PathBuf, Error> {
-    let tool = P::TOOL;
-    meshbench_netlab::which(tool.binary)
-        .ok_or_else(|| Error::Unavailable(Unavailable::missing_tool(P::NAME, tool)))
+    Ok(crate::tool::binary(P::NAME, P::TOOL)?)
 }
 
 /// Starts `proxy` in both pods and captures their traffic into it.

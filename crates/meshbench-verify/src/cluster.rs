@@ -130,7 +130,7 @@ pub async fn verify_on_cluster(
         );
         meshes.push(MeshVerification {
             mesh: mesh.name().into(),
-            description: mesh.description(),
+            description: mesh.description().to_owned(),
             cases,
             identity,
             error: None,

@@ -34,7 +34,7 @@ pub fn enforced_in_case(
 }
 
 /// What `probe` should get when `mesh` enrolls the workloads in `meshed`: refused by the
-/// caller's own proxy where the mesh does that (see `MeshAdapter::refuses_outbound`),
+/// caller's own proxy where the mesh does that (see `Mesh::refuses_outbound`),
 /// otherwise as `policy` (the policy the mesh enforces) decides at the destination.
 pub fn expect_through(
     mesh: meshbench_meshes::Mesh,

@@ -34,7 +34,7 @@ pub(crate) const ROTATION_TTL: Duration = Duration::from_secs(4);
 const RENEWED_SVID_WAIT: Duration = Duration::from_secs(90);
 /// Requests in each round of the CA rotation check.
 const ROTATION_ROUND: usize = 300;
-/// Rotates a mesh's CA (see `MeshAdapter::rotate_ca`).
+/// Rotates a mesh's CA (see `Mesh::rotate_ca`).
 pub(crate) type CaRotation<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), meshbench_meshes::Error>> + 'a>>;
 /// One exchange, from connect to the answer.

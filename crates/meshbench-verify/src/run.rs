@@ -98,7 +98,7 @@ async fn verify_mesh(
     }
     Ok(MeshVerification {
         mesh: mesh.name().into(),
-        description: mesh.description(),
+        description: mesh.description().to_owned(),
         cases,
         identity,
         error: None,
@@ -232,7 +232,7 @@ pub(crate) fn probe_verdict(
 pub(crate) fn not_verified(mesh: Mesh, why: String) -> MeshVerification {
     MeshVerification {
         mesh: mesh.name().into(),
-        description: mesh.description(),
+        description: mesh.description().to_owned(),
         cases: vec![],
         identity: vec![],
         error: Some(why),

@@ -516,6 +516,31 @@ fn the_cycle_check_sees_a_cycle() {
     );
 }
 
+/// A mesh is its own module (`meshbench-meshes/src/<mesh>/`, registered in `registry.rs`):
+/// what several meshes share is a building block in a module of its own, never another mesh.
+#[test]
+fn no_mesh_module_uses_another() {
+    let src = workspace().join("crates/meshbench-meshes/src");
+    let registry = std::fs::read_to_string(src.join("registry.rs")).expect("read registry.rs");
+    let meshes: BTreeSet<String> = registry
+        .split("crate::")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("::SCENARIOS").map(|(m, _)| m.to_string()))
+        .filter(|m| m.chars().all(|c| c.is_alphanumeric() || c == '_'))
+        .collect();
+    assert!(meshes.len() >= 10, "the registry lists the meshes: {meshes:?}");
+    let crossing: Vec<String> = crate_uses(&src)
+        .into_iter()
+        .filter(|((from, to), _)| meshes.contains(from) && meshes.contains(to))
+        .flat_map(|(_, files)| files)
+        .collect();
+    assert!(
+        crossing.is_empty(),
+        "mesh modules using other meshes (move what they share to a building block):\n  {}",
+        crossing.join("\n  ")
+    );
+}
+
 /// The crates that must not depend on each other, as the architecture's seams say.
 #[test]
 fn the_seams_between_crates_hold() {

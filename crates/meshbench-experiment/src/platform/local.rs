@@ -230,7 +230,7 @@ impl<'a> Site<'a> for LocalSite<'a> {
     }
 
     fn app_tls(&self, mesh: Mesh, cell: ClientServer<'_>) -> Option<ServerTlsFiles> {
-        self.mesh_ctx(cell).server_app_tls(mesh)
+        mesh.app_tls(&self.mesh_ctx(cell))
     }
 
     fn start_app<'b>(

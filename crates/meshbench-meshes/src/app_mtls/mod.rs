@@ -3,44 +3,40 @@
 
 use meshbench_identity::{ClientTlsFiles, ServerTlsFiles, SpiffeId};
 
-use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport};
-use crate::configs::IdentityCheck;
-use crate::{ClusterCell, ClusterEntry, ClusterMesh, Deployment, Error, MeshContext, PodAdditions};
 use meshbench_topology::Pod;
+
+use crate::adapter::{ClusterMesh, Deploying, LocalMesh, MeshAdapter};
+use crate::cluster::{ClusterCell, ClusterEntry, PodAdditions};
+use crate::description::{Description, Enrollment, IdentityCheck};
+use crate::lab::{Deployment, MeshContext};
+use crate::Error;
 
 pub(crate) struct AppMtls;
 
 pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&AppMtls];
 
 impl MeshAdapter for AppMtls {
-    fn name(&self) -> &'static str {
-        "baseline-mtls"
+    fn describe(&self) -> Description {
+        Description::new(
+            "baseline-mtls",
+            "client and server do TLS 1.3 mTLS themselves (rustls, ECDSA P-256 SVIDs, SPIFFE \
+             IDs checked)",
+            Enrollment::InApp,
+        )
+        .aliases(&["app-mtls"])
+        .mtls((IdentityCheck::SpiffeId, IdentityCheck::ChainOnly))
     }
 
-    fn aliases(&self) -> &'static [&'static str] {
-        &["app-mtls"]
+    fn local(&self) -> Option<&dyn LocalMesh> {
+        Some(self)
     }
 
-    fn description(&self) -> String {
-        "client and server do TLS 1.3 mTLS themselves (rustls, ECDSA P-256 SVIDs, SPIFFE IDs checked)".into()
+    fn cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
     }
+}
 
-    fn enrollment(&self) -> Enrollment {
-        Enrollment::InApp
-    }
-
-    fn mtls(&self) -> bool {
-        true
-    }
-
-    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
-        Some((IdentityCheck::SpiffeId, IdentityCheck::ChainOnly))
-    }
-
-    fn policy(&self) -> PolicySupport {
-        PolicySupport::None
-    }
-
+impl LocalMesh for AppMtls {
     /// Its SVID, and client certificates required from the lab's CA.
     fn app_tls(&self, ctx: &MeshContext<'_>) -> Option<ServerTlsFiles> {
         let svid = ctx.server_svid();
@@ -65,10 +61,6 @@ impl MeshAdapter for AppMtls {
                 }),
             })
         })
-    }
-
-    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
-        Some(self)
     }
 }
 

@@ -1,39 +1,38 @@
 //! No mesh: plain HTTP between client and server (E1's `baseline`), and the negative control
 //! of a verification, where every rule that needs a mesh must fail.
 
-use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
-use crate::{ClusterMesh, ClusterSite, Deployment, Error, LabContext, MeshContext, PodAdditions};
 use meshbench_topology::Pod;
+
+use crate::adapter::{ClusterMesh, Deploying, LocalMesh, MeshAdapter};
+use crate::cluster::{ClusterSite, PodAdditions};
+use crate::description::{Description, Enrollment};
+use crate::lab::{Deployment, MeshContext};
+use crate::Error;
 
 pub(crate) struct Baseline;
 
 pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&Baseline];
 
 impl MeshAdapter for Baseline {
-    fn name(&self) -> &'static str {
-        "baseline"
+    fn describe(&self) -> Description {
+        Description::new(
+            "baseline",
+            "plain HTTP/1.1 between client and server",
+            Enrollment::Nothing,
+        )
+        .aliases(&["none"])
     }
 
-    fn aliases(&self) -> &'static [&'static str] {
-        &["none"]
+    fn local(&self) -> Option<&dyn LocalMesh> {
+        Some(self)
     }
 
-    fn description(&self) -> String {
-        "plain HTTP/1.1 between client and server".into()
+    fn cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
     }
+}
 
-    fn enrollment(&self) -> Enrollment {
-        Enrollment::Nothing
-    }
-
-    fn mtls(&self) -> bool {
-        false
-    }
-
-    fn policy(&self) -> PolicySupport {
-        PolicySupport::None
-    }
-
+impl LocalMesh for Baseline {
     fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
         Box::pin(async move {
             Ok(Deployment {
@@ -42,14 +41,6 @@ impl MeshAdapter for Baseline {
                 client_tls: None,
             })
         })
-    }
-
-    fn enroll<'a>(&'a self, _lab: &'a LabContext<'a>) -> Enrolling<'a> {
-        Box::pin(async { Ok(vec![]) })
-    }
-
-    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
-        Some(self)
     }
 }
 

@@ -19,15 +19,15 @@ use meshbench_policy::{Action, DefaultInbound, Pattern, Policy};
 use meshbench_topology::{Topology, Workload};
 use serde_json::{json, Value};
 
-use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport};
-use crate::cluster::ClusterMesh;
+use crate::adapter::{ClusterMesh, MeshAdapter};
+use crate::description::{Description, Enrollment, PolicySupport};
 use crate::installed::{
     metadata, resource_name, translate_unplaced, workload_selector, ComponentClass, Documented,
     Found, FoundPod, Installation, InstalledMesh, InstalledSite, MeshEnrollment, Signature,
     Translation,
 };
 use crate::pairs::{self, HttpMatch, Outcome, Source};
-use crate::{EnforcedPolicy, Error, MeshContext};
+use crate::{EnforcedPolicy, Error};
 
 const NAME: &str = "cilium";
 const NAMESPACE_LABEL: &str = "k8s:io.kubernetes.pod.namespace";
@@ -39,39 +39,23 @@ pub(crate) struct Cilium;
 pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&Cilium];
 
 impl MeshAdapter for Cilium {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn description(&self) -> String {
-        "Cilium as installed on the cluster: its agent on each node (eBPF, Envoy for L7); \
-         mutual authentication between agents before a flow (not TLS on the data path), \
-         encryption between nodes as the cluster has it (WireGuard leaves same-node traffic \
-         in plaintext); our policy as CiliumNetworkPolicy with authentication required"
-            .into()
-    }
-
-    fn local_lab(&self) -> Result<(), &'static str> {
-        Err(
-            "it runs only on a cluster where Cilium is installed (meshbench run --backend \
-             kubernetes); its agent needs BPF programs built for the node's kernel",
+    /// Not mTLS: same-node traffic stays plaintext.
+    fn describe(&self) -> Description {
+        Description::new(
+            NAME,
+            "Cilium as installed on the cluster: its agent on each node (eBPF, Envoy for L7); \
+             mutual authentication between agents before a flow (not TLS on the data path), \
+             encryption between nodes as the cluster has it (WireGuard leaves same-node traffic \
+             in plaintext); our policy as CiliumNetworkPolicy with authentication required",
+            Enrollment::AgentPerNode,
         )
+        .policy(PolicySupport::Translated(
+            "CiliumNetworkPolicy with authentication.mode required",
+        ))
     }
 
-    fn enrollment(&self) -> Enrollment {
-        Enrollment::AgentPerNode
-    }
-
-    fn mtls(&self) -> bool {
-        false
-    }
-
-    fn encrypts_same_node(&self) -> bool {
-        false
-    }
-
-    fn policy(&self) -> PolicySupport {
-        PolicySupport::Translated("CiliumNetworkPolicy with authentication.mode required")
+    fn cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
     }
 
     fn enforced_policy(
@@ -80,14 +64,6 @@ impl MeshAdapter for Cilium {
         topology: &Topology,
     ) -> Result<EnforcedPolicy, Error> {
         Ok(translate_unplaced(self, policy, topology)?.enforced)
-    }
-
-    fn deploy<'a>(&'a self, _ctx: &'a MeshContext<'a>) -> Deploying<'a> {
-        crate::istio::no_local_deploy(NAME)
-    }
-
-    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
-        Some(self)
     }
 }
 

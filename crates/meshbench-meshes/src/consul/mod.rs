@@ -21,9 +21,13 @@ use meshbench_lab::{LabComponent, Readiness};
 use meshbench_policy::Policy;
 use meshbench_topology::Topology;
 
-use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport, Tool};
-use crate::configs::IdentityCheck;
+use crate::adapter::{
+    ClusterMesh, Deploying, Enrolling, LocalEnroll, LocalMesh, MeshAdapter, OutboundRefusal, OwnCa,
+};
+use crate::configs::envoy::{sidecar_args, ENVOY};
+use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::lab::Place;
+use crate::tool::Tool;
 use crate::{
     BoxFuture, Deployment, EnforcedPolicy, Error, LabContext, MeshContext, MeshPki, Ports,
 };
@@ -41,50 +45,36 @@ pub(crate) struct ConsulConnect;
 pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&ConsulConnect];
 
 impl MeshAdapter for ConsulConnect {
-    fn name(&self) -> &'static str {
-        NAME
+    fn describe(&self) -> Description {
+        Description {
+            // Consul names a workload by its service, which meshbench registers under the
+            // workload's service account (as consul-k8s requires them to match).
+            identity_format: |_namespace, service_account| {
+                config::consul_spiffe_id(config::CLUSTER_ID, service_account)
+            },
+            ..Description::new(
+                NAME,
+                "Consul Connect: consul agent -dev as control plane and CA, an Envoy sidecar per \
+                 pod bootstrapped by `consul connect envoy` in transparent proxy mode (mesh \
+                 destinations only; Envoy 1.40: Consul 1.22 supports up to 1.35, PyPI has none \
+                 before 1.36), TLS 1.3 mTLS, peer identity: SPIFFE ID (Consul's), intentions \
+                 over a default deny",
+                Enrollment::SidecarPerPod,
+            )
+            .aliases(&["consul"])
+            .mtls((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
+            .policy(PolicySupport::Translated(
+                "Consul service intentions over a default deny",
+            ))
+        }
     }
 
-    fn aliases(&self) -> &'static [&'static str] {
-        &["consul"]
+    fn local(&self) -> Option<&dyn LocalMesh> {
+        Some(self)
     }
 
-    fn description(&self) -> String {
-        "Consul Connect: consul agent -dev as control plane and CA, an Envoy sidecar per pod \
-         bootstrapped by `consul connect envoy` in transparent proxy mode (mesh destinations \
-         only; Envoy 1.40: Consul 1.22 supports up to 1.35, PyPI has none before 1.36), \
-         TLS 1.3 mTLS, peer identity: SPIFFE ID (Consul's), intentions over a default deny"
-            .into()
-    }
-
-    fn tool(&self) -> Option<Tool> {
-        Some(CONSUL)
-    }
-
-    fn tools(&self) -> Vec<Tool> {
-        vec![CONSUL, crate::envoy::TOOL]
-    }
-
-    fn enrollment(&self) -> Enrollment {
-        Enrollment::SidecarPerPod
-    }
-
-    fn mtls(&self) -> bool {
-        true
-    }
-
-    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
-        Some((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
-    }
-
-    fn policy(&self) -> PolicySupport {
-        PolicySupport::Translated("Consul service intentions over a default deny")
-    }
-
-    /// Consul names a workload by its service, which meshbench registers under the
-    /// workload's service account (as consul-k8s requires them to match).
-    fn workload_identity(&self, _namespace: &str, service_account: &str) -> String {
-        config::consul_spiffe_id(config::CLUSTER_ID, service_account)
+    fn cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(&cluster::ConsulOnCluster)
     }
 
     fn enforced_policy(
@@ -95,7 +85,49 @@ impl MeshAdapter for ConsulConnect {
         Ok(intentions::translate(policy, topology)?.enforced)
     }
 
-    fn refuses_outbound(&self, to_enrolled: bool, to_own_service: bool) -> Option<&'static str> {
+    fn own_ca(&self) -> Option<&dyn OwnCa> {
+        Some(self)
+    }
+
+    fn outbound_refusal(&self) -> Option<&dyn OutboundRefusal> {
+        Some(self)
+    }
+}
+
+impl LocalMesh for ConsulConnect {
+    fn tools(&self) -> Vec<Tool> {
+        vec![CONSUL, ENVOY]
+    }
+
+    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
+        Box::pin(deploy_pair(ctx))
+    }
+
+    fn enroller(&self) -> Option<&dyn LocalEnroll> {
+        Some(self)
+    }
+}
+
+impl LocalEnroll for ConsulConnect {
+    fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
+        Box::pin(enroll_topology(lab))
+    }
+}
+
+/// Consul's leaves live an hour at least (`LeafCertTTL`'s minimum): their renewal is brought
+/// about by rotating the CA, as an operator would.
+impl OwnCa for ConsulConnect {
+    fn dir(&self, pki: &MeshPki) -> PathBuf {
+        ca_dir(pki)
+    }
+
+    fn rotate<'a>(&'a self, lab: &'a LabContext<'a>) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move { ConsulAgent::of(lab, &binary(CONSUL)?)?.rotate_ca(lab).await })
+    }
+}
+
+impl OutboundRefusal for ConsulConnect {
+    fn refusal(&self, to_enrolled: bool, to_own_service: bool) -> Option<&'static str> {
         if !to_enrolled {
             Some(
                 "Consul's transparent sidecars reach mesh destinations only \
@@ -111,36 +143,6 @@ impl MeshAdapter for ConsulConnect {
             None
         }
     }
-
-    fn ca_dir(&self, pki: &MeshPki) -> PathBuf {
-        ca_dir(pki)
-    }
-
-    fn renews_by_ca_rotation(&self) -> bool {
-        true
-    }
-
-    /// Consul's leaves live an hour at least (`LeafCertTTL`'s minimum): their renewal is
-    /// brought about by rotating the CA, as an operator would.
-    fn rotate_ca<'a>(&'a self, lab: &'a LabContext<'a>) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(async move { ConsulAgent::of(lab, &binary(CONSUL)?)?.rotate_ca(lab).await })
-    }
-
-    fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
-        Box::pin(deploy_pair(ctx))
-    }
-
-    fn can_enroll(&self) -> bool {
-        true
-    }
-
-    fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
-        Box::pin(enroll_topology(lab))
-    }
-
-    fn on_cluster(&self) -> Option<&dyn crate::ClusterMesh> {
-        Some(&cluster::ConsulOnCluster)
-    }
 }
 
 /// Where the lab keeps the root Consul's Connect CA is given (beside the lab's own CA, out
@@ -153,19 +155,17 @@ const CONSUL: Tool = Tool::new("consul", INSTALL, &["version"]);
 
 /// Where `tool` is, or why the mesh cannot run here.
 fn binary(tool: Tool) -> Result<std::path::PathBuf, Error> {
-    meshbench_netlab::which(tool.binary).ok_or_else(|| {
-        Error::Unavailable(crate::Unavailable::missing_tool(ConsulConnect.name(), tool))
-    })
+    Ok(crate::tool::binary(NAME, tool)?)
 }
 
 /// A client and a server, each registered with its sidecar; the client may call the
 /// server and nothing else is allowed.
 async fn deploy_pair(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
     let consul = binary(CONSUL)?;
-    let envoy = binary(crate::envoy::TOOL)?;
+    let envoy = binary(ENVOY)?;
     if !ctx.net.captures() {
         return Err(Error::Unsupported {
-            mesh: ConsulConnect.name().into(),
+            mesh: NAME.into(),
             what: "transparent proxy mode without capture (use the netns backend)",
         });
     }
@@ -223,7 +223,7 @@ async fn deploy_pair(ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
 /// intentions; returns once every sidecar has the upstreams its intentions allow.
 async fn enroll_topology(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Error> {
     let consul = binary(CONSUL)?;
-    let envoy = binary(crate::envoy::TOOL)?;
+    let envoy = binary(ENVOY)?;
     let topology = lab.net.topology();
     let policy = Policy::load(&lab.pki.policy)?;
     let translation = intentions::translate(&policy, topology)?;
@@ -305,7 +305,7 @@ async fn enroll_pod(
     let bootstrap = agent.envoy_bootstrap(lab, &id).await?;
     let component = format!("{}-envoy", pod.name);
     let log_dir = lab.proxy_dir(&component)?;
-    let args = crate::envoy::sidecar_args(&bootstrap, &log_dir);
+    let args = sidecar_args(&bootstrap, &log_dir);
     // The public listener comes from Consul's xDS once the sidecar's certificate is signed:
     // listening on it means configured.
     let sidecar = lab

@@ -12,10 +12,10 @@ use meshbench_identity::CertAgentFile;
 use meshbench_role::RoleConfig;
 use meshbench_topology::Pod;
 
-use super::config::{envoy_enrolled, envoy_svid_secret, EnvoyEnrollment, MeshDestination};
-use super::rbac::rbac_filters;
 use super::Envoy;
 use crate::cluster::{check_command, CONFIG_DIR_IN_POD};
+use crate::configs::envoy::{envoy_enrolled, envoy_svid_secret, EnvoyEnrollment, MeshDestination};
+use crate::configs::envoy_rbac::rbac_filters;
 use crate::{
     spiffe_id, AddedContainer, ClusterCell, ClusterMesh, ClusterSite, Error, PodAdditions, Ports,
 };
@@ -110,7 +110,7 @@ fn envoy_additions(
         destinations,
     };
     let envoy_config = in_config_dir("envoy.yaml");
-    let mut additions = crate::sidecar::capture_additions(Ports::sidecar_capture());
+    let mut additions = crate::cluster::capture_additions(Ports::sidecar_capture());
     additions.containers = vec![
         AddedContainer {
             name: "meshbench-cert-agent",

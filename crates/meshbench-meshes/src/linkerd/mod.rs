@@ -23,16 +23,15 @@ use meshbench_policy::{Action, DefaultInbound, Pattern, PeerAuthenticationMode, 
 use meshbench_topology::{Topology, Workload};
 use serde_json::{json, Value};
 
-use crate::adapter::{Deploying, Enrollment, MeshAdapter, PolicySupport};
-use crate::cluster::ClusterMesh;
-use crate::configs::IdentityCheck;
+use crate::adapter::{ClusterMesh, MeshAdapter};
+use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::installed::{
     metadata, present, resource_name, translate_unplaced, workload_selector, ComponentClass,
     Documented, Found, FoundPod, Installation, InstalledMesh, InstalledSite, MeshEnrollment,
     Signature, Translation,
 };
 use crate::pairs::{self, HttpMatch, Outcome, Source};
-use crate::{EnforcedPolicy, Error, MeshContext};
+use crate::{EnforcedPolicy, Error};
 
 const NAME: &str = "linkerd";
 const POLICY: &str = "policy.linkerd.io";
@@ -42,42 +41,31 @@ pub(crate) struct Linkerd;
 pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&Linkerd];
 
 impl MeshAdapter for Linkerd {
-    fn name(&self) -> &'static str {
-        NAME
+    fn describe(&self) -> Description {
+        Description {
+            identity_format: |namespace, service_account| {
+                format!(
+                    "{service_account}.{namespace}.serviceaccount.identity.linkerd.{}",
+                    crate::TRUST_DOMAIN
+                )
+            },
+            ..Description::new(
+                NAME,
+                "Linkerd as installed on the cluster: linkerd2-proxy injected into each enrolled \
+                 pod; TLS 1.3 mTLS (Linkerd's), peer identity: service account as a DNS name; \
+                 our policy as Server, AuthorizationPolicy, MeshTLSAuthentication and \
+                 HTTPRoute, decided per pair",
+                Enrollment::SidecarPerPod,
+            )
+            .mtls((IdentityCheck::DnsName, IdentityCheck::DnsName))
+            .policy(PolicySupport::Translated(
+                "Linkerd Server and AuthorizationPolicy, allow-only",
+            ))
+        }
     }
 
-    fn description(&self) -> String {
-        "Linkerd as installed on the cluster: linkerd2-proxy injected into each enrolled pod; \
-         TLS 1.3 mTLS (Linkerd's), peer identity: service account as a DNS name; our policy \
-         as Server, AuthorizationPolicy, MeshTLSAuthentication and HTTPRoute, decided per pair"
-            .into()
-    }
-
-    fn local_lab(&self) -> Result<(), &'static str> {
-        Err(crate::istio::CLUSTER_ONLY)
-    }
-
-    fn enrollment(&self) -> Enrollment {
-        Enrollment::SidecarPerPod
-    }
-
-    fn mtls(&self) -> bool {
-        true
-    }
-
-    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
-        Some((IdentityCheck::DnsName, IdentityCheck::DnsName))
-    }
-
-    fn policy(&self) -> PolicySupport {
-        PolicySupport::Translated("Linkerd Server and AuthorizationPolicy, allow-only")
-    }
-
-    fn workload_identity(&self, namespace: &str, service_account: &str) -> String {
-        format!(
-            "{service_account}.{namespace}.serviceaccount.identity.linkerd.{}",
-            crate::TRUST_DOMAIN
-        )
+    fn cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
     }
 
     fn enforced_policy(
@@ -86,14 +74,6 @@ impl MeshAdapter for Linkerd {
         topology: &Topology,
     ) -> Result<EnforcedPolicy, Error> {
         Ok(translate_unplaced(self, policy, topology)?.enforced)
-    }
-
-    fn deploy<'a>(&'a self, _ctx: &'a MeshContext<'a>) -> Deploying<'a> {
-        crate::istio::no_local_deploy(NAME)
-    }
-
-    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
-        Some(self)
     }
 }
 

@@ -1,15 +1,14 @@
 //! nginx as a sidecar in each pod (one worker), TLS 1.3 mTLS, checking the server's DNS SAN
-//! and only the client's chain (so, like HAProxy, it cannot enforce identity rules); and
-//! E3's gateway, which is nginx too.
+//! and only the client's chain (so, like HAProxy, it cannot enforce identity rules).
 
-pub(crate) mod config;
+use std::path::Path;
 
-use std::path::{Path, PathBuf};
-
-use crate::adapter::{MeshAdapter, PolicySupport, Tool};
-use crate::configs::IdentityCheck;
+use crate::adapter::MeshAdapter;
+use crate::configs::haproxy::CHAIN_ONLY;
+use crate::configs::nginx::{self as config, NGINX};
+use crate::description::{IdentityCheck, PolicySupport};
 use crate::third_party::{PairedProxy, Side, ThirdParty};
-use crate::Error;
+use crate::tool::Tool;
 
 pub(crate) struct Nginx;
 
@@ -17,10 +16,10 @@ pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&ThirdParty(Nginx)];
 
 impl PairedProxy for Nginx {
     const NAME: &'static str = "nginx-sidecar";
-    const TOOL: Tool = Tool::new("nginx", "apt-get install -y nginx-light", &["-v"]);
+    const TOOL: Tool = NGINX;
     const IDENTITY: (IdentityCheck, IdentityCheck) =
         (IdentityCheck::DnsName, IdentityCheck::ChainOnly);
-    const POLICY: PolicySupport = crate::haproxy::CHAIN_ONLY;
+    const POLICY: PolicySupport = CHAIN_ONLY;
     const EXTENSION: &'static str = "conf";
 
     fn what(&self) -> &'static str {
@@ -56,9 +55,4 @@ impl PairedProxy for Nginx {
             config.display().to_string(),
         ]
     }
-}
-
-/// nginx, for E3's gateway.
-pub(crate) fn binary() -> Result<PathBuf, Error> {
-    crate::third_party::binary::<Nginx>()
 }

@@ -14,8 +14,8 @@ use meshbench_lab::LabComponent;
 use meshbench_netlab::{NodeCapture, NodeRedirect};
 use meshbench_topology::Pod;
 
-use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
-use crate::configs::IdentityCheck;
+use crate::adapter::{ClusterMesh, Deploying, Enrolling, LocalEnroll, LocalMesh, MeshAdapter};
+use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::enroll::app_port;
 use crate::{Deployment, Error, LabContext, MeshContext, Ports};
 
@@ -33,63 +33,47 @@ pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[
 ];
 
 impl MeshAdapter for NodeAgent {
-    fn name(&self) -> &'static str {
-        if self.same_node_encryption {
-            "meshbench-node-agent"
+    fn describe(&self) -> Description {
+        let (name, same_node) = if self.same_node_encryption {
+            ("meshbench-node-agent", "encrypted")
         } else {
-            "meshbench-node-agent-plain-same-node"
+            ("meshbench-node-agent-plain-same-node", "plaintext")
+        };
+        let summary = format!(
+            "meshbench node agent per node (ztunnel-like HBONE over TLS 1.3 mTLS), capture on \
+             the node, same-node traffic {same_node}, CA service"
+        );
+        Description {
+            encrypts_same_node: self.same_node_encryption,
+            tunnels_within_node: self.same_node_encryption,
+            ..Description::new(name, summary, Enrollment::AgentPerNode)
+                .mtls((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
+                .policy(PolicySupport::Native)
         }
     }
 
-    fn description(&self) -> String {
-        format!(
-            "meshbench node agent per node (ztunnel-like HBONE over TLS 1.3 mTLS), capture on the node, same-node traffic {}, CA service",
-            if self.same_node_encryption {
-                "encrypted"
-            } else {
-                "plaintext"
-            }
-        )
+    fn local(&self) -> Option<&dyn LocalMesh> {
+        Some(self)
     }
 
-    fn enrollment(&self) -> Enrollment {
-        Enrollment::AgentPerNode
+    fn cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
     }
+}
 
-    fn mtls(&self) -> bool {
-        true
-    }
-
-    fn encrypts_same_node(&self) -> bool {
-        self.same_node_encryption
-    }
-
-    fn tunnels_within_node(&self) -> bool {
-        self.same_node_encryption
-    }
-
-    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
-        Some((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
-    }
-
-    fn policy(&self) -> PolicySupport {
-        PolicySupport::Native
-    }
-
+impl LocalMesh for NodeAgent {
     fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
         Box::pin(deploy(ctx, self.same_node_encryption))
     }
 
-    fn can_enroll(&self) -> bool {
-        true
+    fn enroller(&self) -> Option<&dyn LocalEnroll> {
+        Some(self)
     }
+}
 
+impl LocalEnroll for NodeAgent {
     fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(enroll(lab, self.same_node_encryption))
-    }
-
-    fn on_cluster(&self) -> Option<&dyn crate::ClusterMesh> {
-        Some(self)
     }
 }
 

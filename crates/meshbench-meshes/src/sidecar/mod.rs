@@ -9,11 +9,10 @@ use meshbench_dataplane::{
     InboundListener, MeshedDestination, Mode, SidecarFile, SidecarOutbound, TransparentListener,
 };
 use meshbench_lab::LabComponent;
-use meshbench_netlab::SidecarCapture;
 
-use crate::adapter::{Deploying, Enrolling, Enrollment, MeshAdapter, PolicySupport};
+use crate::adapter::{Deploying, Enrolling, LocalEnroll, LocalMesh, MeshAdapter};
 use crate::cluster::CONFIG_DIR_IN_POD;
-use crate::configs::IdentityCheck;
+use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::enroll::app_port;
 use crate::{
     spiffe_id, AddedContainer, ClusterCell, ClusterMesh, ClusterSite, Deployment, Error,
@@ -111,61 +110,46 @@ impl OurSidecar {
 }
 
 impl MeshAdapter for OurSidecar {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn aliases(&self) -> &'static [&'static str] {
-        if self.is_default() {
-            &["sidecar"]
-        } else {
-            &[]
-        }
-    }
-
-    fn description(&self) -> String {
-        format!(
+    fn describe(&self) -> Description {
+        let summary = format!(
             "meshbench sidecar in each pod, iptables capture, {}, CA service",
             self.tuning.describe()
-        )
-    }
-
-    fn enrollment(&self) -> Enrollment {
-        Enrollment::SidecarPerPod
-    }
-
-    fn mtls(&self) -> bool {
-        self.tuning.mtls
-    }
-
-    fn identity(&self) -> Option<(IdentityCheck, IdentityCheck)> {
-        self.tuning
-            .mtls
-            .then_some((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
-    }
-
-    fn policy(&self) -> PolicySupport {
-        if self.tuning.mtls {
-            PolicySupport::Native
-        } else {
-            PolicySupport::None
+        );
+        let mut description = Description::new(self.name, summary, Enrollment::SidecarPerPod);
+        if self.is_default() {
+            description = description.aliases(&["sidecar"]);
         }
+        if self.tuning.mtls {
+            description = description
+                .mtls((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
+                .policy(PolicySupport::Native);
+        }
+        description
     }
 
+    fn local(&self) -> Option<&dyn LocalMesh> {
+        Some(self)
+    }
+
+    fn cluster(&self) -> Option<&dyn ClusterMesh> {
+        Some(self)
+    }
+}
+
+impl LocalMesh for OurSidecar {
     fn deploy<'a>(&'a self, ctx: &'a MeshContext<'a>) -> Deploying<'a> {
         Box::pin(deploy(ctx, self.tuning))
     }
 
-    fn can_enroll(&self) -> bool {
-        self.is_default()
+    /// Only the default tuning enrolls whole topologies.
+    fn enroller(&self) -> Option<&dyn LocalEnroll> {
+        self.is_default().then_some(self as &dyn LocalEnroll)
     }
+}
 
+impl LocalEnroll for OurSidecar {
     fn enroll<'a>(&'a self, lab: &'a LabContext<'a>) -> Enrolling<'a> {
         Box::pin(enroll(lab))
-    }
-
-    fn on_cluster(&self) -> Option<&dyn ClusterMesh> {
-        Some(self)
     }
 }
 
@@ -261,7 +245,7 @@ fn sidecar_additions(
     capture.inbound_ports_excluded.push(Ports::ADMIN);
     let config = format!("{CONFIG_DIR_IN_POD}/sidecar.yaml");
     PodAdditions {
-        init: capture_additions(capture).init,
+        init: crate::cluster::capture_additions(capture).init,
         containers: vec![AddedContainer {
             name: "meshbench-proxy",
             program: None,
@@ -275,29 +259,6 @@ fn sidecar_additions(
             scratch: None,
         }],
         identity: true,
-        ..PodAdditions::default()
-    }
-}
-
-/// The init container that writes `capture`'s rules into the pod's network namespace, as
-/// Istio's does, before any other container starts.
-pub(crate) fn capture_additions(capture: SidecarCapture) -> PodAdditions {
-    let rules = format!("{CONFIG_DIR_IN_POD}/capture.rules");
-    PodAdditions {
-        init: vec![AddedContainer {
-            name: "meshbench-capture",
-            program: Some(meshbench_image::IPTABLES),
-            args: vec!["iptables-restore".into(), rules],
-            files: [("capture.rules".to_owned(), capture.restore_file())].into(),
-            run_as_user: Some(0),
-            capabilities: vec!["NET_ADMIN", "NET_RAW"],
-            role: "capture",
-            ready_port: None,
-            ready_command: None,
-            scratch: None,
-        }],
-        containers: vec![],
-        identity: false,
         ..PodAdditions::default()
     }
 }

@@ -6,7 +6,11 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use crate::configs::p;
+use crate::tool::Tool;
+
+use super::p;
+
+pub(crate) const NGINX: Tool = Tool::new("nginx", "apt-get install -y nginx-light", &["-v"]);
 
 pub struct NginxTls<'a> {
     pub cert: &'a Path,

