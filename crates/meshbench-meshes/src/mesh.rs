@@ -342,7 +342,16 @@ mod tests {
     fn the_security_answers_of_every_mesh() {
         use IdentityCheck::{ChainOnly, DnsName, SpiffeId};
         type Checks = Option<(IdentityCheck, IdentityCheck)>;
-        type Row = (&'static str, Enrollment, bool, bool, bool, Checks, &'static str, &'static str);
+        type Row = (
+            &'static str,
+            Enrollment,
+            bool,
+            bool,
+            bool,
+            Checks,
+            &'static str,
+            &'static str,
+        );
         const SPIFFE: Checks = Some((SpiffeId, SpiffeId));
         #[rustfmt::skip]
         let table: &[Row] = &[

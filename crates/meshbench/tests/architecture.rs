@@ -528,7 +528,10 @@ fn no_mesh_module_uses_another() {
         .filter_map(|rest| rest.split_once("::SCENARIOS").map(|(m, _)| m.to_string()))
         .filter(|m| m.chars().all(|c| c.is_alphanumeric() || c == '_'))
         .collect();
-    assert!(meshes.len() >= 10, "the registry lists the meshes: {meshes:?}");
+    assert!(
+        meshes.len() >= 10,
+        "the registry lists the meshes: {meshes:?}"
+    );
     let crossing: Vec<String> = crate_uses(&src)
         .into_iter()
         .filter(|((from, to), _)| meshes.contains(from) && meshes.contains(to))
