@@ -15,7 +15,7 @@ use kube::api::{
 };
 use kube::discovery::Scope;
 use kube::{Api, Client};
-use meshbench_meshes::{Found, FoundPod, Installation, Mesh, Signature};
+use meshbench_meshes::{Found, FoundConfigMap, FoundPod, Installation, Mesh, Signature};
 use serde_json::Value;
 
 use crate::objects::{FIELD_MANAGER, MANAGED_BY, RUN};
@@ -68,29 +68,26 @@ pub async fn detect(client: &Client, signature: &Signature) -> Result<Found, Err
     ] {
         for selector in selectors {
             let list = pods
-                .list(&ListParams::default().labels(selector))
+                .list(&ListParams::default().labels(&selector.to_string()))
                 .await
                 .map_err(Error::api(format!("listing pods {selector}")))?;
             into.extend(list.items.iter().map(found_pod));
         }
     }
     for reference in signature.config_maps {
-        let (namespace, name) = reference.split_once('/').unwrap_or(("*", reference));
-        let api = if namespace == "*" {
-            Api::<ConfigMap>::all(client.clone())
-        } else {
-            Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        let api = match reference.namespace {
+            None => Api::<ConfigMap>::all(client.clone()),
+            Some(namespace) => Api::<ConfigMap>::namespaced(client.clone(), namespace),
         };
         let list = api
-            .list(&ListParams::default().fields(&format!("metadata.name={name}")))
+            .list(&ListParams::default().fields(&format!("metadata.name={}", reference.name)))
             .await
             .map_err(Error::api(format!("listing config maps {reference}")))?;
         for cm in list.items {
-            let key = format!(
-                "{}/{}",
-                cm.metadata.namespace.unwrap_or_default(),
-                cm.metadata.name.unwrap_or_default()
-            );
+            let key = FoundConfigMap {
+                namespace: cm.metadata.namespace.unwrap_or_default(),
+                name: cm.metadata.name.unwrap_or_default(),
+            };
             found
                 .config_maps
                 .insert(key, cm.data.unwrap_or_default().into_iter().collect());

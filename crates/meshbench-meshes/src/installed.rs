@@ -27,15 +27,69 @@ pub const WORKLOAD_LABEL: &str = "meshbench.io/workload";
 pub struct Signature {
     /// CRDs the mesh installs (`<plural>.<group>`); the first one found says it is there.
     pub crds: &'static [&'static str],
-    /// Label selectors (`key=value`) of its control plane's pods.
-    pub control_plane: &'static [&'static str],
-    /// Label selectors of its node agents' pods (ztunnel, the Cilium agent).
-    pub node_agents: &'static [&'static str],
-    /// ConfigMaps (`namespace/name`, the namespace `*` for any) whose data tells its mode.
-    pub config_maps: &'static [&'static str],
+    /// Its control plane's pods, each selector finding some.
+    pub control_plane: &'static [LabelSelector],
+    /// Its node agents' pods (ztunnel, the Cilium agent).
+    pub node_agents: &'static [LabelSelector],
+    /// ConfigMaps whose data tells its mode.
+    pub config_maps: &'static [ConfigMapRef],
     /// Its injector's MutatingWebhookConfigurations, by name: where the control plane runs
     /// outside the cluster (Istio's external control plane), they are what is left of it.
     pub injector_webhooks: &'static [&'static str],
+}
+
+/// Pods by labels: every `(key, value)` must match (Kubernetes' equality-based selector).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LabelSelector(pub &'static [(&'static str, &'static str)]);
+
+impl LabelSelector {
+    /// Whether a pod with `labels` is selected.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0
+            .iter()
+            .all(|(key, value)| labels.get(*key).map(String::as_str) == Some(*value))
+    }
+}
+
+/// As the API server reads it in a list's `labelSelector`: `key=value,key=value`.
+impl std::fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (at, (key, value)) in self.0.iter().enumerate() {
+            let comma = if at == 0 { "" } else { "," };
+            write!(f, "{comma}{key}={value}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A ConfigMap by name, in one namespace or in any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigMapRef {
+    /// `None`: whichever namespace the mesh was installed in.
+    pub namespace: Option<&'static str>,
+    pub name: &'static str,
+}
+
+impl ConfigMapRef {
+    pub const fn in_any_namespace(name: &'static str) -> Self {
+        ConfigMapRef {
+            namespace: None,
+            name,
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigMapRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace.unwrap_or("*"), self.name)
+    }
+}
+
+/// A ConfigMap detection found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FoundConfigMap {
+    pub namespace: String,
+    pub name: String,
 }
 
 /// A pod detection found, as the mesh needs to know it.
@@ -68,11 +122,24 @@ pub struct Found {
     pub crds: BTreeMap<String, Vec<String>>,
     pub control_plane: Vec<FoundPod>,
     pub node_agents: Vec<FoundPod>,
-    /// `namespace/name` -> data.
-    pub config_maps: BTreeMap<String, BTreeMap<String, String>>,
+    /// Each ConfigMap found -> its data.
+    pub config_maps: BTreeMap<FoundConfigMap, BTreeMap<String, String>>,
     /// Injector webhook configuration name -> where each of its webhooks calls (`url`, or
     /// `service namespace/name`).
     pub injector_webhooks: BTreeMap<String, Vec<String>>,
+}
+
+impl Found {
+    /// The data of the first ConfigMap found for `reference`.
+    pub fn config_map(&self, reference: ConfigMapRef) -> Option<&BTreeMap<String, String>> {
+        self.config_maps
+            .iter()
+            .find(|(found, _)| {
+                found.name == reference.name
+                    && reference.namespace.is_none_or(|ns| ns == found.namespace)
+            })
+            .map(|(_, data)| data)
+    }
 }
 
 /// A mesh as installed on a cluster: what results record in their environment.
@@ -396,6 +463,49 @@ pub(crate) fn present(found: &Found, mesh: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_selector_reads_as_the_api_server_reads_it_and_matches_every_term() {
+        let selector = LabelSelector(&[("app", "consul"), ("component", "server")]);
+        assert_eq!(selector.to_string(), "app=consul,component=server");
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(selector.matches(&labels(&[
+            ("app", "consul"),
+            ("component", "server"),
+            ("extra", "x")
+        ])));
+        assert!(!selector.matches(&labels(&[("app", "consul")])));
+        assert!(!selector.matches(&labels(&[("app", "consul"), ("component", "client")])));
+    }
+
+    #[test]
+    fn a_config_map_is_found_by_name_in_its_namespace_or_any() {
+        let mut found = Found::default();
+        let at = |namespace: &str| FoundConfigMap {
+            namespace: namespace.into(),
+            name: "cilium-config".into(),
+        };
+        found.config_maps.insert(
+            at("kube-system"),
+            [("k".to_string(), "v".to_string())].into(),
+        );
+        let anywhere = ConfigMapRef::in_any_namespace("cilium-config");
+        assert_eq!(anywhere.to_string(), "*/cilium-config");
+        assert!(found.config_map(anywhere).is_some());
+        let elsewhere = ConfigMapRef {
+            namespace: Some("cilium"),
+            name: "cilium-config",
+        };
+        assert!(found.config_map(elsewhere).is_none());
+        assert!(found
+            .config_map(ConfigMapRef::in_any_namespace("other"))
+            .is_none());
+    }
 
     #[test]
     fn names_and_tags() {

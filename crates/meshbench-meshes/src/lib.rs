@@ -48,8 +48,9 @@ pub use description::{Description, EnforcedPolicy, Enrollment, IdentityCheck, Po
 pub use enroll::app_port;
 pub use gateway::start_gateway;
 pub use installed::{
-    translate_unplaced, ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh,
-    InstalledSite, MeshEnrollment, Signature, Translation, WORKLOAD_LABEL,
+    translate_unplaced, ComponentClass, ConfigMapRef, Documented, Found, FoundConfigMap, FoundPod,
+    Installation, InstalledMesh, InstalledSite, LabelSelector, MeshEnrollment, Signature,
+    Translation, WORKLOAD_LABEL,
 };
 pub use lab::{Deployment, LabContext, MeshContext, PROXY_METRICS_DIR_SUFFIX, PROXY_METRICS_FILE};
 pub use mesh::{deploy, enroll, enrollable, unenforceable, Mesh};

@@ -22,9 +22,9 @@ use serde_json::{json, Value};
 use crate::adapter::{ClusterMesh, MeshAdapter};
 use crate::description::{Description, Enrollment, PolicySupport};
 use crate::installed::{
-    metadata, resource_name, translate_unplaced, workload_selector, ComponentClass, Documented,
-    Found, FoundPod, Installation, InstalledMesh, InstalledSite, MeshEnrollment, Signature,
-    Translation,
+    metadata, resource_name, translate_unplaced, workload_selector, ComponentClass, ConfigMapRef,
+    Documented, Found, FoundPod, Installation, InstalledMesh, InstalledSite, LabelSelector,
+    MeshEnrollment, Signature, Translation,
 };
 use crate::pairs::{self, HttpMatch, Outcome, Source};
 use crate::{EnforcedPolicy, Error};
@@ -32,7 +32,7 @@ use crate::{EnforcedPolicy, Error};
 const NAME: &str = "cilium";
 const NAMESPACE_LABEL: &str = "k8s:io.kubernetes.pod.namespace";
 const SERVICE_ACCOUNT_LABEL: &str = "k8s:io.cilium.k8s.policy.serviceaccount";
-const CONFIG: &str = "*/cilium-config";
+const CONFIG: ConfigMapRef = ConfigMapRef::in_any_namespace("cilium-config");
 
 pub(crate) struct Cilium;
 
@@ -80,8 +80,8 @@ impl InstalledMesh for Cilium {
                 "ciliumnetworkpolicies.cilium.io",
                 "ciliumidentities.cilium.io",
             ],
-            control_plane: &["io.cilium/app=operator"],
-            node_agents: &["k8s-app=cilium"],
+            control_plane: &[LabelSelector(&[("io.cilium/app", "operator")])],
+            node_agents: &[LabelSelector(&[("k8s-app", "cilium")])],
             config_maps: &[CONFIG],
             injector_webhooks: &[],
         }
@@ -98,11 +98,7 @@ impl InstalledMesh for Cilium {
                 "Cilium's CRDs are installed but no Cilium agent is running",
             );
         }
-        let config = found
-            .config_maps
-            .iter()
-            .find(|(k, _)| k.ends_with("/cilium-config"))
-            .map(|(_, data)| data);
+        let config = found.config_map(CONFIG);
         let on = |key: &str| config.and_then(|c| c.get(key)).map(String::as_str) == Some("true");
         let encryption = if on("enable-wireguard") {
             "wireguard"

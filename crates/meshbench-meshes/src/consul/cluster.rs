@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::installed::{
     metadata, present, resource_name, ComponentClass, Documented, Found, FoundPod, Installation,
-    InstalledMesh, InstalledSite, MeshEnrollment, Signature, Translation,
+    InstalledMesh, InstalledSite, LabelSelector, MeshEnrollment, Signature, Translation,
 };
 use crate::Error;
 
@@ -34,7 +34,7 @@ impl InstalledMesh for ConsulOnCluster {
                 "serviceintentions.consul.hashicorp.com",
                 "servicedefaults.consul.hashicorp.com",
             ],
-            control_plane: &["app=consul,component=server"],
+            control_plane: &[LabelSelector(&[("app", "consul"), ("component", "server")])],
             node_agents: &[],
             config_maps: &[],
             injector_webhooks: &[],

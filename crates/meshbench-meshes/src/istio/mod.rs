@@ -18,7 +18,7 @@ use crate::adapter::{ClusterMesh, MeshAdapter};
 use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::installed::{
     present, ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh,
-    InstalledSite, Signature, Translation,
+    InstalledSite, LabelSelector, Signature, Translation,
 };
 use crate::{EnforcedPolicy, Error};
 
@@ -26,9 +26,9 @@ const SIGNATURE_CRDS: &[&str] = &[
     "peerauthentications.security.istio.io",
     "authorizationpolicies.security.istio.io",
 ];
-const ISTIOD: &str = "app=istiod";
-const ZTUNNEL: &str = "app=ztunnel";
-const CNI: &str = "k8s-app=istio-cni-node";
+const ISTIOD: LabelSelector = LabelSelector(&[("app", "istiod")]);
+const ZTUNNEL: LabelSelector = LabelSelector(&[("app", "ztunnel")]);
+const CNI: LabelSelector = LabelSelector(&[("k8s-app", "istio-cni-node")]);
 /// The default revision's injector (Istio's chart names it so).
 const INJECTOR: &str = "istio-sidecar-injector";
 const WAYPOINT_CRD: &str = "gateways.gateway.networking.k8s.io";
@@ -253,10 +253,7 @@ fn istiod(found: &Found) -> Installation {
 }
 
 fn has_ztunnel(found: &Found) -> bool {
-    found
-        .node_agents
-        .iter()
-        .any(|p| p.labels.get("app").map(String::as_str) == Some("ztunnel"))
+    found.node_agents.iter().any(|p| ZTUNNEL.matches(&p.labels))
 }
 
 fn component(pod: &FoundPod, container: &str) -> Option<ComponentClass> {

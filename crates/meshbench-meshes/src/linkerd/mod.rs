@@ -27,8 +27,8 @@ use crate::adapter::{ClusterMesh, MeshAdapter};
 use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::installed::{
     metadata, present, resource_name, translate_unplaced, workload_selector, ComponentClass,
-    Documented, Found, FoundPod, Installation, InstalledMesh, InstalledSite, MeshEnrollment,
-    Signature, Translation,
+    Documented, Found, FoundPod, Installation, InstalledMesh, InstalledSite, LabelSelector,
+    MeshEnrollment, Signature, Translation,
 };
 use crate::pairs::{self, HttpMatch, Outcome, Source};
 use crate::{EnforcedPolicy, Error};
@@ -92,9 +92,9 @@ impl InstalledMesh for Linkerd {
                 "meshtlsauthentications.policy.linkerd.io",
             ],
             control_plane: &[
-                "linkerd.io/control-plane-component=destination",
-                "linkerd.io/control-plane-component=identity",
-                "linkerd.io/control-plane-component=proxy-injector",
+                LabelSelector(&[("linkerd.io/control-plane-component", "destination")]),
+                LabelSelector(&[("linkerd.io/control-plane-component", "identity")]),
+                LabelSelector(&[("linkerd.io/control-plane-component", "proxy-injector")]),
             ],
             node_agents: &[],
             config_maps: &[],
