@@ -38,20 +38,6 @@ pub struct ClusterSite<'a> {
 }
 
 impl ClusterSite<'_> {
-    /// The services whose workloads are meshed, with their SPIFFE IDs.
-    pub fn meshed_services(&self) -> Vec<(SocketAddr, String)> {
-        self.topology
-            .services
-            .iter()
-            .filter_map(|s| {
-                let w = self.topology.workload(&s.workload)?;
-                let addr = self.services.get(&s.name)?;
-                w.meshed
-                    .then(|| (*addr, spiffe_id(&w.namespace, &w.service_account)))
-            })
-            .collect()
-    }
-
     /// The port `pod`'s app listens on: its service's target port.
     pub fn app_port(&self, pod: &Pod) -> u16 {
         self.topology

@@ -7,13 +7,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use meshbench_dataplane::{IdentityFiles, LocalWorkload, NodeAgentFile, SidecarFile};
+use meshbench_dataplane::{NodeAgentFile, SidecarFile};
 use meshbench_identity::{CaServerFile, ClientTlsFiles};
 use meshbench_lab::{CgroupFs, LabComponent, Launch, Readiness};
 use meshbench_netlab::{LabNetwork, SidecarCapture, WireTap, PROXY_UID};
 use meshbench_role::RoleConfig;
 use meshbench_topology::Pod;
 
+use crate::pki::PkiLayout;
 use crate::ports::Ports;
 use crate::{Error, MeshPki, ProxyArea};
 
@@ -101,22 +102,6 @@ pub(crate) enum Place<'a> {
 }
 
 impl LabContext<'_> {
-    /// `pod` as one of its node agent's local workloads: its identity, its SVID, and the
-    /// address its app is reached at.
-    pub(crate) fn agent_local_workload(&self, pod: &Pod, address: SocketAddr) -> LocalWorkload {
-        let svid = self
-            .pki
-            .svid(&pod.workload.namespace, &pod.workload.service_account);
-        LocalWorkload {
-            namespace: pod.workload.namespace.clone(),
-            name: pod.workload.name.clone(),
-            service_account: pod.workload.service_account.clone(),
-            cert: svid.cert,
-            key: svid.key,
-            address,
-        }
-    }
-
     /// The address that reaches server-side `addr` from the client side: through the wire
     /// tap's relay where there is one.
     pub(crate) fn across_link(&self, addr: SocketAddr) -> Result<SocketAddr, Error> {
@@ -245,21 +230,24 @@ impl LabContext<'_> {
         Ok((ca, SocketAddr::new(self.net.node_ip(&node)?, Ports::CA)))
     }
 
-    /// Our sidecar for `pod`: its SVID, renewed through `ca_endpoint`, and the lab's policy.
-    pub(crate) fn sidecar_file(&self, pod: &Pod, ca_endpoint: SocketAddr) -> SidecarFile {
-        let w = &pod.workload;
-        let svid = self.pki.svid(&w.namespace, &w.service_account);
-        let mut file = SidecarFile::new(&w.namespace, &w.name);
-        file.threads = Some(1);
-        file.identity = Some(IdentityFiles {
-            cert: svid.cert,
-            key: svid.key,
+    /// The lab's credentials as our proxies read them: the run's area.
+    pub(crate) fn pki_layout<'s>(
+        &self,
+        svid: &'s dyn Fn(&Pod) -> (PathBuf, PathBuf),
+    ) -> PkiLayout<'s> {
+        PkiLayout {
             ca: self.pki.ca.clone(),
-            ca_endpoint: Some(ca_endpoint),
-            rotate_at: meshbench_identity::DEFAULT_ROTATE_FRACTION,
-        });
-        file.policy = Some(self.pki.policy.clone());
-        file
+            policy: self.pki.policy.clone(),
+            svid,
+        }
+    }
+
+    /// A pod's SVID in the run's area: certificate and key.
+    pub(crate) fn svid_files(&self, pod: &Pod) -> (PathBuf, PathBuf) {
+        let svid = self
+            .pki
+            .svid(&pod.workload.namespace, &pod.workload.service_account);
+        (svid.cert, svid.key)
     }
 
     /// Starts meshbench's sidecar (`args` from [`LabContext::sidecar_args`] and more) in

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use meshbench_identity::{CertificateAuthority, IssueOptions, SpiffeId};
-use meshbench_topology::Topology;
+use meshbench_topology::{Pod, Topology};
 
 use crate::{Error, ProxyArea};
 
@@ -138,4 +138,14 @@ fn dns_name(namespace: &str, service_account: &str) -> String {
 /// or `.combined.pem`.
 pub fn svid_file_stem(namespace: &str, service_account: &str) -> String {
     format!("{namespace}.{service_account}")
+}
+
+/// Where the run's credentials are, as our proxies read them (the run's area on the local
+/// lab, the pod's `pki/` directory on a cluster): what the plans of our data plane take, so
+/// that one plan serves both platforms.
+pub(crate) struct PkiLayout<'a> {
+    pub ca: PathBuf,
+    pub policy: PathBuf,
+    /// A pod's SVID: certificate and key.
+    pub svid: &'a dyn Fn(&Pod) -> (PathBuf, PathBuf),
 }

@@ -10,15 +10,15 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use meshbench_dataplane::{
-    LocalWorkload, NodeAgentFile, RemoteWorkload, ServiceEndpoint, TransparentListeners,
-};
+use meshbench_dataplane::{NodeAgentFile, ServiceEndpoint};
 use meshbench_netlab::NodeCaptureFile;
 use meshbench_role::RoleConfig;
 use meshbench_topology::Pod;
 
+use super::plan::{plan, AgentPod, AgentSettings};
 use super::NodeAgent;
 use crate::cluster::{check_command, CONFIG_DIR_IN_POD};
+use crate::pki::PkiLayout;
 use crate::{
     identity_files, AddedContainer, ClusterCell, ClusterMesh, ClusterSite, Error, NodeAgentPod,
     PlacedPod, PodAdditions, Ports,
@@ -60,86 +60,68 @@ impl ClusterMesh for NodeAgent {
                     })
             })
             .collect();
-        let enrolled: Vec<&PlacedPod<'_>> = placed.iter().filter(|p| p.enrolled).collect();
+        let enrolled: Vec<AgentPod<'_>> = placed
+            .iter()
+            .filter(|p| p.enrolled)
+            .map(|p| AgentPod {
+                pod: p.pod,
+                ip: p.ip,
+                app: app(p),
+                agent: SocketAddr::new(p.host_ip, Ports::HBONE),
+                dialled: true,
+            })
+            .collect();
+        // An agent takes tunnels on its node's own address.
+        let bind = |node: &str| {
+            placed
+                .iter()
+                .find(|p| p.pod.workload.node == node)
+                .map(|p| p.host_ip)
+                .ok_or_else(|| Error::Unsupported {
+                    mesh: "meshbench-node-agent".into(),
+                    what: "a node agent on a node without placed pods",
+                })
+        };
+        let svid = |pod: &Pod| {
+            let svid = ClusterCell::svid(pod);
+            (svid.cert, svid.key)
+        };
+        let plans = plan(
+            &site.topology.nodes,
+            &enrolled,
+            &PkiLayout {
+                ca: ClusterCell::ca(),
+                policy: ClusterCell::policy(),
+                svid: &svid,
+            },
+            &AgentSettings {
+                same_node_encryption: self.same_node_encryption,
+                ca_endpoint: site.ca_endpoint,
+                bind: &bind,
+                transparent: true,
+                outbound: vec![],
+                services,
+            },
+        )?;
+        let config = |name: &str| Path::new(CONFIG_DIR_IN_POD).join(name);
         let mut agents = vec![];
-        for node in &site.topology.nodes {
-            let (local, remote): (Vec<&PlacedPod<'_>>, Vec<&PlacedPod<'_>>) =
-                enrolled.iter().partition(|p| &p.pod.workload.node == node);
-            let Some(first) = local.first() else {
-                continue;
-            };
-            let config = |name: &str| Path::new(CONFIG_DIR_IN_POD).join(name);
-            let mut file = NodeAgentFile::new(
-                node,
-                ClusterCell::ca(),
-                SocketAddr::new(first.host_ip, Ports::HBONE),
-            );
-            file.same_node_encryption = self.same_node_encryption;
-            // One worker thread, as on the local lab, so that the two backends' figures
-            // describe the same agent.
-            file.threads = Some(1);
-            file.policy = Some(ClusterCell::policy());
-            file.ca_endpoint = Some(site.ca_endpoint);
-            file.workloads = local
-                .iter()
-                .map(|p| {
-                    let svid = ClusterCell::svid(p.pod);
-                    let w = &p.pod.workload;
-                    LocalWorkload {
-                        namespace: w.namespace.clone(),
-                        name: w.name.clone(),
-                        service_account: w.service_account.clone(),
-                        cert: svid.cert,
-                        key: svid.key,
-                        address: app(p),
-                    }
-                })
-                .collect();
-            file.destinations = remote
-                .iter()
-                .map(|p| {
-                    let w = &p.pod.workload;
-                    RemoteWorkload {
-                        namespace: w.namespace.clone(),
-                        name: w.name.clone(),
-                        service_account: w.service_account.clone(),
-                        address: app(p),
-                        node_agent: SocketAddr::new(p.host_ip, Ports::HBONE),
-                    }
-                })
-                .collect();
-            file.services = services.clone();
-            let any = |port| SocketAddr::from(([0, 0, 0, 0], port));
-            file.transparent = Some(TransparentListeners {
-                outbound: any(Ports::OUTBOUND),
-                inbound: any(Ports::INBOUND),
-            });
-            let mut destinations = vec![];
-            for p in &local {
-                destinations.push(app(p));
-                destinations.extend(
-                    services
-                        .iter()
-                        .filter(|s| s.endpoint == app(p))
-                        .map(|s| s.address),
-                );
-            }
-            // A service with several pods on this node is listed once.
-            destinations.sort();
-            destinations.dedup();
+        for agent in plans {
             let capture = NodeCaptureFile {
-                sources: local.iter().map(|p| p.ip).collect(),
-                destinations,
+                sources: agent.capture_sources,
+                destinations: agent.capture_destinations,
                 outbound_port: Ports::OUTBOUND,
                 inbound_port: Ports::INBOUND,
                 iptables: meshbench_image::IPTABLES.into(),
             };
             let capture_config = config("node-capture.yaml");
             let agent_config = config("node-agent.yaml");
-            let credentials: BTreeSet<String> =
-                local.iter().flat_map(|p| identity_files(p.pod)).collect();
+            let credentials: BTreeSet<String> = enrolled
+                .iter()
+                .filter(|p| p.pod.workload.node == agent.node)
+                .flat_map(|p| identity_files(p.pod))
+                .collect();
             agents.push(NodeAgentPod {
-                node: node.clone(),
+                node: agent.node,
                 args: NodeCaptureFile::command_line(&capture_config),
                 files: [("node-capture.yaml".to_owned(), capture.to_yaml())].into(),
                 capabilities: vec!["NET_ADMIN", "NET_RAW"],
@@ -150,7 +132,7 @@ impl ClusterMesh for NodeAgent {
                         name: "meshbench-node-agent",
                         program: None,
                         args: NodeAgentFile::command_line(&agent_config),
-                        files: [("node-agent.yaml".to_owned(), file.to_yaml())].into(),
+                        files: [("node-agent.yaml".to_owned(), agent.file.to_yaml())].into(),
                         run_as_user: Some(meshbench_netlab::PROXY_UID),
                         capabilities: vec![],
                         role: "node-agent",

@@ -4,20 +4,22 @@
 //! tunnelled too (ztunnel) or left in plaintext (Cilium's choice).
 
 mod cluster;
+mod plan;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 
-use meshbench_dataplane::{
-    NodeAgentFile, OutboundListener, RemoteWorkload, ServiceEndpoint, TransparentListeners,
-};
+use meshbench_dataplane::{OutboundListener, ServiceEndpoint};
 use meshbench_lab::LabComponent;
-use meshbench_netlab::{NodeCapture, NodeRedirect};
+use meshbench_netlab::{AddressPlan, NodeCapture, NodeRedirect};
 use meshbench_topology::Pod;
 
 use crate::adapter::{ClusterMesh, Deploying, Enrolling, LocalEnroll, LocalMesh, MeshAdapter};
 use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::enroll::app_port;
+use crate::pki::PkiLayout;
 use crate::{Deployment, Error, LabContext, MeshContext, Ports};
+use plan::{plan, AgentPod, AgentSettings};
 
 pub(crate) struct NodeAgent {
     same_node_encryption: bool,
@@ -77,84 +79,136 @@ impl LocalEnroll for NodeAgent {
     }
 }
 
+/// The lab's credentials, as its agents read them.
+fn lab_pki<'a>(
+    lab: &'a LabContext<'a>,
+    svid: &'a dyn Fn(&Pod) -> (PathBuf, PathBuf),
+) -> PkiLayout<'a> {
+    PkiLayout {
+        ca: lab.pki.ca.clone(),
+        policy: lab.pki.policy.clone(),
+        svid,
+    }
+}
+
 async fn deploy(ctx: &MeshContext<'_>, same_node_encryption: bool) -> Result<Deployment, Error> {
     let (ca, ca_endpoint) = ctx.control_plane().await?;
     let mut components = vec![ca];
     let net = ctx.net;
     let (client, server) = (ctx.client_pod, ctx.server_pod);
     let server_app = SocketAddr::new(ctx.pod_ip(server)?, Ports::APP);
-    let pods = [client, server];
-    let client_ns_name = format!("{}/{}", client.workload.namespace, client.workload.name);
-    let mut nodes: Vec<&str> = pods.iter().map(|p| p.workload.node.as_str()).collect();
-    nodes.dedup();
-    let mut url = String::new();
-    for node in nodes {
-        let bind = net.node_bind_ip(node)?;
-        let local = |p: &Pod| p.workload.node == node;
-        let workloads = pods
-            .iter()
-            .filter(|p| local(p))
-            .map(|p| {
-                // The client app has no listener; its address only names it.
-                let port = if p.name == server.name { Ports::APP } else { 1 };
-                Ok(ctx.agent_local_workload(p, SocketAddr::new(ctx.pod_ip(p)?, port)))
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
-        let mut destinations = vec![];
-        if !local(server) {
-            destinations.push(RemoteWorkload {
-                namespace: server.workload.namespace.clone(),
-                name: server.workload.name.clone(),
-                service_account: server.workload.service_account.clone(),
-                address: server_app,
-                node_agent: ctx.across_link(SocketAddr::new(
-                    net.node_ip(&server.workload.node)?,
-                    Ports::HBONE,
-                ))?,
-            });
-        }
-        let mut outbound = vec![];
-        if local(client) {
-            let listen = SocketAddr::new(bind, Ports::OUTBOUND);
-            outbound.push(OutboundListener {
-                listen,
-                source: client_ns_name.clone(),
-                destination: server_app,
-            });
-            url = if net.captures() {
-                ctx.service_url("http")?
-            } else {
-                format!("http://{listen}/")
-            };
-        }
-        let mut file = NodeAgentFile::new(
-            node,
-            ctx.pki.ca.clone(),
-            SocketAddr::new(bind, Ports::HBONE),
-        );
-        file.same_node_encryption = same_node_encryption;
-        file.policy = Some(ctx.pki.policy.clone());
-        file.ca_endpoint = Some(ca_endpoint);
-        file.workloads = workloads;
-        file.destinations = destinations;
-        file.outbound = outbound;
-        components.push(ctx.start_node_agent(file).await?);
-        if local(client) && net.captures() {
-            net.redirect_on_node(
-                node,
-                &NodeRedirect {
-                    source: ctx.pod_ip(client)?,
-                    destination: net.service_addr(ctx.service)?,
-                    to_port: Ports::OUTBOUND,
-                },
-            )?;
-        }
+    let agent_of = |p: &Pod| -> Result<SocketAddr, Error> {
+        ctx.across_link(SocketAddr::new(
+            net.node_ip(&p.workload.node)?,
+            Ports::HBONE,
+        ))
+    };
+    let pods = [
+        AgentPod {
+            pod: client,
+            ip: ctx.pod_ip(client)?,
+            // The client app has no listener; its address only names it.
+            app: SocketAddr::new(ctx.pod_ip(client)?, 1),
+            agent: agent_of(client)?,
+            dialled: false,
+        },
+        AgentPod {
+            pod: server,
+            ip: ctx.pod_ip(server)?,
+            app: server_app,
+            agent: agent_of(server)?,
+            dialled: true,
+        },
+    ];
+    // Without capture, the client sends to its node's agent explicitly.
+    let listen = SocketAddr::new(net.node_bind_ip(&client.workload.node)?, Ports::OUTBOUND);
+    let outbound = OutboundListener {
+        listen,
+        source: format!("{}/{}", client.workload.namespace, client.workload.name),
+        destination: server_app,
+    };
+    let svid = |p: &Pod| {
+        let svid = ctx
+            .pki
+            .svid(&p.workload.namespace, &p.workload.service_account);
+        (svid.cert, svid.key)
+    };
+    let plans = plan(
+        &distinct_nodes(&pods),
+        &pods,
+        &lab_pki(ctx, &svid),
+        &AgentSettings {
+            same_node_encryption,
+            ca_endpoint,
+            bind: &|node| Ok(net.node_bind_ip(node)?),
+            transparent: false,
+            outbound: vec![(client.workload.node.clone(), outbound)],
+            services: vec![],
+        },
+    )?;
+    for agent in plans {
+        components.push(ctx.start_node_agent(agent.file).await?);
     }
+    let url = if net.captures() {
+        net.redirect_on_node(
+            &client.workload.node,
+            &NodeRedirect {
+                source: ctx.pod_ip(client)?,
+                destination: net.service_addr(ctx.service)?,
+                to_port: Ports::OUTBOUND,
+            },
+        )?;
+        ctx.service_url("http")?
+    } else {
+        format!("http://{listen}/")
+    };
     Ok(Deployment {
         components,
         url,
         client_tls: None,
     })
+}
+
+/// The enrolled `pods` where the lab put them, and its services.
+fn on_the_lab<'a>(
+    addresses: &AddressPlan,
+    pods: &'a [Pod],
+    app_port: impl Fn(&Pod) -> u16,
+) -> Result<(Vec<AgentPod<'a>>, Vec<ServiceEndpoint>), Error> {
+    let agents = pods
+        .iter()
+        .map(|pod| {
+            let ip = IpAddr::from(addresses.pod(&pod.name)?.ip);
+            let node = IpAddr::from(addresses.node(&pod.workload.node)?.ip);
+            Ok(AgentPod {
+                pod,
+                ip,
+                app: SocketAddr::new(ip, app_port(pod)),
+                agent: SocketAddr::new(node, Ports::HBONE),
+                dialled: true,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let services = addresses
+        .services
+        .iter()
+        .map(|s| ServiceEndpoint {
+            address: s.addr,
+            endpoint: s.endpoint,
+        })
+        .collect();
+    Ok((agents, services))
+}
+
+/// The nodes of `pods`, each once, in the pods' order.
+fn distinct_nodes(pods: &[AgentPod<'_>]) -> Vec<String> {
+    let mut nodes: Vec<String> = vec![];
+    for p in pods {
+        if !nodes.contains(&p.pod.workload.node) {
+            nodes.push(p.pod.workload.node.clone());
+        }
+    }
+    nodes
 }
 
 async fn enroll(
@@ -168,79 +222,157 @@ async fn enroll(
         .into_iter()
         .filter(|p| p.workload.meshed)
         .collect();
-    let app_addr = |pod: &Pod| -> Result<SocketAddr, Error> {
-        Ok(SocketAddr::new(lab.pod_ip(pod)?, app_port(lab, pod)))
-    };
-    let services = net
-        .plan()
-        .services
-        .iter()
-        .map(|s| ServiceEndpoint {
-            address: s.addr,
-            endpoint: s.endpoint,
-        })
-        .collect::<Vec<_>>();
+    let (pods, services) = on_the_lab(net.plan(), &meshed, |pod| app_port(lab, pod))?;
     let (ca, ca_endpoint) = lab.control_plane().await?;
+    let svid = |p: &Pod| {
+        let svid = lab
+            .pki
+            .svid(&p.workload.namespace, &p.workload.service_account);
+        (svid.cert, svid.key)
+    };
+    let plans = plan(
+        &topology.nodes,
+        &pods,
+        &lab_pki(lab, &svid),
+        &AgentSettings {
+            same_node_encryption,
+            ca_endpoint,
+            bind: &|node| Ok(net.node_bind_ip(node)?),
+            transparent: true,
+            outbound: vec![],
+            services,
+        },
+    )?;
     let mut components = vec![ca];
-    for node in &topology.nodes {
-        let (local, remote): (Vec<&Pod>, Vec<&Pod>) =
-            meshed.iter().partition(|p| &p.workload.node == node);
-        if local.is_empty() {
-            continue;
-        }
-        let workloads = local
-            .iter()
-            .map(|p| Ok(lab.agent_local_workload(p, app_addr(p)?)))
-            .collect::<Result<Vec<_>, Error>>()?;
-        let destinations = remote
-            .iter()
-            .map(|p| {
-                Ok(RemoteWorkload {
-                    namespace: p.workload.namespace.clone(),
-                    name: p.workload.name.clone(),
-                    service_account: p.workload.service_account.clone(),
-                    address: app_addr(p)?,
-                    node_agent: SocketAddr::new(net.node_ip(&p.workload.node)?, Ports::HBONE),
-                })
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
-        let any = |port| SocketAddr::from(([0, 0, 0, 0], port));
-        let mut file = NodeAgentFile::new(
-            node,
-            lab.pki.ca.clone(),
-            SocketAddr::new(net.node_bind_ip(node)?, Ports::HBONE),
-        );
-        file.same_node_encryption = same_node_encryption;
-        file.policy = Some(lab.pki.policy.clone());
-        file.ca_endpoint = Some(ca_endpoint);
-        file.workloads = workloads;
-        file.destinations = destinations;
-        file.services = services.clone();
-        // Bound to every address: a connection REDIRECTed from the uplink arrives at the
-        // uplink's address, one from a pod at the bridge's.
-        file.transparent = Some(TransparentListeners {
-            outbound: any(Ports::OUTBOUND),
-            inbound: any(Ports::INBOUND),
-        });
-        components.push(lab.start_node_agent(file).await?);
-        let mut capture = NodeCapture {
-            sources: vec![],
-            destinations: vec![],
+    for agent in plans {
+        let capture = NodeCapture {
+            sources: agent.capture_sources.clone(),
+            destinations: agent.capture_destinations.clone(),
             outbound_port: Ports::OUTBOUND,
             inbound_port: Ports::INBOUND,
         };
-        for pod in &local {
-            let app = app_addr(pod)?;
-            capture.sources.push(lab.pod_ip(pod)?);
-            capture.destinations.push(app);
-            capture.destinations.extend(
-                services
-                    .iter()
-                    .filter(|s| s.endpoint == app)
-                    .map(|s| s.address),
-            );
-        }
-        net.capture_on_node(node, &capture)?;
+        let node = agent.node.clone();
+        components.push(lab.start_node_agent(agent.file).await?);
+        net.capture_on_node(&node, &capture)?;
     }
     Ok(components)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use meshbench_dataplane::NodeAgentFile;
+    use meshbench_netlab::NodeCaptureFile;
+    use meshbench_policy::Policy;
+
+    use super::*;
+    use crate::cluster::{ClusterCell, ClusterSite, PlacedPod};
+    use crate::ClusterMesh;
+
+    /// The node agents of a topology placed at the same addresses, with the same credentials'
+    /// layout: the lab's inputs and the cluster's give the agents the same files and the nodes
+    /// the same capture.
+    #[test]
+    fn the_lab_and_the_cluster_plan_the_same_agents() {
+        let topology = meshbench_topology::e3::topology(
+            &["calculator", "experimenter", "security-checker"],
+            Ports::APP,
+        );
+        // One pod per workload: the lab's services lead to one pod each (only a cluster
+        // balances a service over replicas), so with replicas the services differ, rightly.
+        assert!(topology.workloads.iter().all(|w| w.replicas == 1));
+        let addresses = AddressPlan::netns(&topology).unwrap();
+        let pods: Vec<Pod> = topology
+            .pods()
+            .into_iter()
+            .filter(|p| p.workload.meshed)
+            .collect();
+        assert!(
+            distinct_nodes_of(&pods).len() > 1,
+            "the enrolled pods span nodes"
+        );
+        let agent = NodeAgent {
+            same_node_encryption: true,
+        };
+        let ca_endpoint: SocketAddr = "10.96.0.99:15012".parse().unwrap();
+
+        // The cluster: its pods placed at the lab's addresses, its services at the lab's.
+        let everyone = topology.pods();
+        let placed: Vec<PlacedPod<'_>> = everyone
+            .iter()
+            .map(|pod| PlacedPod {
+                pod,
+                ip: addresses.pod(&pod.name).unwrap().ip.into(),
+                host_ip: addresses.node(&pod.workload.node).unwrap().ip.into(),
+                enrolled: pod.workload.meshed,
+            })
+            .collect();
+        let services: BTreeMap<String, SocketAddr> = addresses
+            .services
+            .iter()
+            .map(|s| (s.name.clone(), s.addr))
+            .collect();
+        let policy = Policy::from_yaml(&meshbench_topology::e3::zero_trust_policy(
+            crate::TRUST_DOMAIN,
+        ))
+        .unwrap();
+        let site = ClusterSite {
+            topology: &topology,
+            services: &services,
+            ca_endpoint,
+            policy: &policy,
+        };
+        let on_cluster = agent.node_agents(&site, &placed).unwrap();
+
+        // The lab: the same pods, bound as the cluster binds, reading the cluster's layout.
+        let (lab_pods, lab_services) =
+            on_the_lab(&addresses, &pods, |pod| site.app_port(pod)).unwrap();
+        let svid = |pod: &Pod| {
+            let svid = ClusterCell::svid(pod);
+            (svid.cert, svid.key)
+        };
+        let on_lab = plan(
+            &topology.nodes,
+            &lab_pods,
+            &PkiLayout {
+                ca: ClusterCell::ca(),
+                policy: ClusterCell::policy(),
+                svid: &svid,
+            },
+            &AgentSettings {
+                same_node_encryption: true,
+                ca_endpoint,
+                bind: &|node| Ok(addresses.node(node)?.ip.into()),
+                transparent: true,
+                outbound: vec![],
+                services: lab_services,
+            },
+        )
+        .unwrap();
+
+        assert_eq!(on_cluster.len(), on_lab.len());
+        for (cluster, lab) in on_cluster.iter().zip(&on_lab) {
+            assert_eq!(cluster.node, lab.node);
+            let file: NodeAgentFile =
+                serde_yaml_ng::from_str(&cluster.additions.containers[0].files["node-agent.yaml"])
+                    .unwrap();
+            assert_eq!(file, lab.file, "node {}", lab.node);
+            let capture: NodeCaptureFile =
+                serde_yaml_ng::from_str(&cluster.files["node-capture.yaml"]).unwrap();
+            assert_eq!(capture.sources, lab.capture_sources, "node {}", lab.node);
+            assert_eq!(
+                capture.destinations, lab.capture_destinations,
+                "node {}",
+                lab.node
+            );
+        }
+    }
+
+    fn distinct_nodes_of(pods: &[Pod]) -> Vec<&str> {
+        let mut nodes: Vec<&str> = pods.iter().map(|p| p.workload.node.as_str()).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
 }

@@ -3,24 +3,28 @@
 //! default (L4, mTLS, metrics) is the one that enrolls whole topologies, in L7 so that
 //! denials are answered with 403 as Istio's and Linkerd's sidecars do.
 
-use std::net::SocketAddr;
+mod plan;
 
-use meshbench_dataplane::{
-    InboundListener, MeshedDestination, Mode, SidecarFile, SidecarOutbound, TransparentListener,
-};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use meshbench_dataplane::{InboundListener, MeshedDestination, Mode, SidecarFile, SidecarOutbound};
 use meshbench_lab::LabComponent;
 
 use crate::adapter::{Deploying, Enrolling, LocalEnroll, LocalMesh, MeshAdapter};
 use crate::cluster::CONFIG_DIR_IN_POD;
 use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::enroll::app_port;
+use crate::pki::PkiLayout;
 use crate::{
-    spiffe_id, AddedContainer, ClusterCell, ClusterMesh, ClusterSite, Deployment, Error,
-    LabContext, MeshContext, PodAdditions, Ports,
+    AddedContainer, ClusterCell, ClusterMesh, ClusterSite, Deployment, Error, LabContext,
+    MeshContext, PodAdditions, Ports,
 };
-use meshbench_dataplane::IdentityFiles;
 use meshbench_role::RoleConfig;
 use meshbench_topology::Pod;
+use plan::{
+    captured_inbound, captured_outbound, enrolled_sidecar, meshed_destinations, sidecar_file,
+};
 
 /// What our sidecar does beyond moving bytes: E1 switched these off one by one to find where a
 /// sidecar's cost comes from.
@@ -159,14 +163,18 @@ impl LocalEnroll for OurSidecar {
 /// what goes out; any other pod's sidecar does both.
 impl ClusterMesh for OurSidecar {
     fn pod(&self, cell: &ClusterCell<'_>, pod: &Pod) -> Result<PodAdditions, Error> {
-        let file = tuned(self.cluster_file(&cell.site, pod), self.tuning);
-        Ok(sidecar_additions(
-            &cell.site,
-            pod,
-            file,
-            pod.name != cell.client.name,
-            pod.name != cell.server.name,
-        ))
+        let svid = cluster_svid;
+        let mut file = tuned(
+            sidecar_file(pod, &cluster_pki(&svid), cell.site.ca_endpoint),
+            self.tuning,
+        );
+        if pod.name != cell.client.name {
+            file.inbound = Some(captured_inbound(cell.site.app_port(pod)));
+        }
+        if pod.name != cell.server.name {
+            file.transparent_outbound = Some(captured_outbound(cluster_destinations(&cell.site)?));
+        }
+        Ok(sidecar_additions(file))
     }
 
     /// As in the lab: every meshed pod captured both ways, in L7 so that a denial is a 403.
@@ -178,9 +186,7 @@ impl ClusterMesh for OurSidecar {
         if !pod.workload.meshed {
             return Ok(PodAdditions::default());
         }
-        let mut file = self.cluster_file(site, pod);
-        file.mode = Mode::L7;
-        Ok(sidecar_additions(site, pod, file, true, true))
+        Ok(sidecar_additions(enrolled_on_cluster(site, pod)?))
     }
 
     fn needs_ca(&self) -> bool {
@@ -188,55 +194,48 @@ impl ClusterMesh for OurSidecar {
     }
 }
 
-impl OurSidecar {
-    /// The sidecar's file in `pod` on a cluster: its SVID, renewed through the CA service,
-    /// and the policy, under the pod's config directory.
-    fn cluster_file(&self, site: &ClusterSite<'_>, pod: &Pod) -> SidecarFile {
-        let w = &pod.workload;
-        let svid = ClusterCell::svid(pod);
-        let mut file = SidecarFile::new(&w.namespace, &w.name);
-        file.threads = Some(1);
-        file.identity = Some(IdentityFiles {
-            cert: svid.cert,
-            key: svid.key,
-            ca: ClusterCell::ca(),
-            ca_endpoint: Some(site.ca_endpoint),
-            rotate_at: meshbench_identity::DEFAULT_ROTATE_FRACTION,
-        });
-        file.policy = Some(ClusterCell::policy());
-        file
+/// A pod's SVID under its config directory on a cluster.
+fn cluster_svid(pod: &Pod) -> (PathBuf, PathBuf) {
+    let svid = ClusterCell::svid(pod);
+    (svid.cert, svid.key)
+}
+
+/// A cluster's credentials as our sidecar reads them: the pod's `pki/` directory.
+fn cluster_pki<'a>(svid: &'a dyn Fn(&Pod) -> (PathBuf, PathBuf)) -> PkiLayout<'a> {
+    PkiLayout {
+        ca: ClusterCell::ca(),
+        policy: ClusterCell::policy(),
+        svid,
     }
 }
 
-/// Our sidecar beside `pod`'s app, taking what comes in (`inbound`) and what goes out
-/// (`outbound`), with the init container that writes its capture rules.
-fn sidecar_additions(
-    site: &ClusterSite<'_>,
-    pod: &Pod,
-    mut file: SidecarFile,
-    inbound: bool,
-    outbound: bool,
-) -> PodAdditions {
-    if inbound {
-        file.inbound = Some(InboundListener {
-            listen: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
-            app: SocketAddr::from(([127, 0, 0, 1], site.app_port(pod))),
-            transparent: true,
-        });
-    }
-    if outbound {
-        file.transparent_outbound = Some(TransparentListener {
-            listen: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
-            destinations: site
-                .meshed_services()
-                .into_iter()
-                .map(|(address, id)| MeshedDestination {
-                    address,
-                    id: Some(id),
-                })
-                .collect(),
-        });
-    }
+/// The meshed services at the cluster's addresses.
+fn cluster_destinations(site: &ClusterSite<'_>) -> Result<Vec<MeshedDestination>, Error> {
+    meshed_destinations(site.topology, |name| {
+        site.services
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::Unsupported {
+                mesh: "meshbench-sidecar".into(),
+                what: "a meshed service without an address on the cluster",
+            })
+    })
+}
+
+/// An enrolled pod's sidecar on a cluster, before it is launched.
+fn enrolled_on_cluster(site: &ClusterSite<'_>, pod: &Pod) -> Result<SidecarFile, Error> {
+    Ok(enrolled_sidecar(
+        pod,
+        &cluster_pki(&cluster_svid),
+        site.ca_endpoint,
+        site.app_port(pod),
+        cluster_destinations(site)?,
+    ))
+}
+
+/// Our sidecar as a container beside the pod's app, with the init container that writes its
+/// capture rules.
+fn sidecar_additions(mut file: SidecarFile) -> PodAdditions {
     // Started once it serves metrics, which it does after binding every listener.
     file.admin = file
         .metrics
@@ -271,13 +270,11 @@ async fn deploy(ctx: &MeshContext<'_>, tuning: SidecarTuning) -> Result<Deployme
     let client_ip = ctx.pod_ip(client)?;
     let capture = Ports::sidecar_capture();
 
-    let mut file = tuned(ctx.sidecar_file(server, ca_endpoint), tuning);
+    let svid = |pod: &Pod| ctx.svid_files(pod);
+    let pki = ctx.pki_layout(&svid);
+    let mut file = tuned(sidecar_file(server, &pki, ca_endpoint), tuning);
     file.inbound = Some(if ctx.net.captures() {
-        InboundListener {
-            listen: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
-            app: SocketAddr::from(([127, 0, 0, 1], Ports::APP)),
-            transparent: true,
-        }
+        captured_inbound(Ports::APP)
     } else {
         InboundListener {
             listen: SocketAddr::new(server_ip, Ports::INBOUND),
@@ -288,15 +285,12 @@ async fn deploy(ctx: &MeshContext<'_>, tuning: SidecarTuning) -> Result<Deployme
     components.push(ctx.start_our_sidecar(server, file, &capture).await?);
 
     let server_id = ctx.server_svid().id;
-    let mut file = tuned(ctx.sidecar_file(client, ca_endpoint), tuning);
+    let mut file = tuned(sidecar_file(client, &pki, ca_endpoint), tuning);
     let url = if ctx.net.captures() {
-        file.transparent_outbound = Some(TransparentListener {
-            listen: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
-            destinations: vec![MeshedDestination {
-                address: ctx.net.service_addr(ctx.service)?,
-                id: Some(server_id),
-            }],
-        });
+        file.transparent_outbound = Some(captured_outbound(vec![MeshedDestination {
+            address: ctx.net.service_addr(ctx.service)?,
+            id: Some(server_id),
+        }]));
         ctx.service_url("http")?
     } else {
         let listen = SocketAddr::new(client_ip, Ports::OUTBOUND);
@@ -331,39 +325,81 @@ fn tuned(mut file: SidecarFile, tuning: SidecarTuning) -> SidecarFile {
 /// over mTLS to their SPIFFE IDs, the rest pass through in plaintext (Istio's ALLOW_ANY).
 async fn enroll(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Error> {
     let topology = lab.net.topology();
-    let mut destinations = vec![];
-    for service in &topology.services {
-        let Some(workload) = topology.workload(&service.workload) else {
-            continue;
-        };
-        if workload.meshed {
-            let addr = lab.net.service_addr(&service.name)?;
-            let id = spiffe_id(&workload.namespace, &workload.service_account);
-            destinations.push(MeshedDestination {
-                address: addr,
-                id: Some(id),
-            });
-        }
-    }
+    let destinations = meshed_destinations(topology, |name| Ok(lab.net.service_addr(name)?))?;
     let capture = Ports::sidecar_capture();
     let (ca, ca_endpoint) = lab.control_plane().await?;
+    let svid = |pod: &Pod| lab.svid_files(pod);
+    let pki = lab.pki_layout(&svid);
     let mut components = vec![ca];
     for pod in topology.pods().iter().filter(|p| p.workload.meshed) {
-        let app_port = app_port(lab, pod);
-        let mut file = lab.sidecar_file(pod, ca_endpoint);
-        // E3's meshes (Istio, Linkerd) authorize each HTTP request in the sidecar and answer
-        // a denial with 403; so does an enrolled workload here.
-        file.mode = Mode::L7;
-        file.inbound = Some(InboundListener {
-            listen: SocketAddr::from(([0, 0, 0, 0], Ports::INBOUND)),
-            app: SocketAddr::from(([127, 0, 0, 1], app_port)),
-            transparent: true,
-        });
-        file.transparent_outbound = Some(TransparentListener {
-            listen: SocketAddr::from(([127, 0, 0, 1], Ports::OUTBOUND)),
-            destinations: destinations.clone(),
-        });
+        let file = enrolled_sidecar(
+            pod,
+            &pki,
+            ca_endpoint,
+            app_port(lab, pod),
+            destinations.clone(),
+        );
         components.push(lab.start_our_sidecar(pod, file, &capture).await?);
     }
     Ok(components)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use meshbench_netlab::AddressPlan;
+    use meshbench_policy::Policy;
+
+    use super::*;
+
+    /// An enrolled pod's sidecar, planned from the lab's addresses and from a cluster's at the
+    /// same addresses, with the same credentials' layout: the same file (before each platform
+    /// adds how it launches it).
+    #[test]
+    fn the_lab_and_the_cluster_plan_the_same_enrolled_sidecar() {
+        let topology = meshbench_topology::e3::topology(
+            &["calculator", "experimenter", "security-checker"],
+            Ports::APP,
+        );
+        let addresses = AddressPlan::netns(&topology).unwrap();
+        let services: BTreeMap<String, SocketAddr> = addresses
+            .services
+            .iter()
+            .map(|s| (s.name.clone(), s.addr))
+            .collect();
+        let policy = Policy::from_yaml(&meshbench_topology::e3::zero_trust_policy(
+            crate::TRUST_DOMAIN,
+        ))
+        .unwrap();
+        let ca_endpoint: SocketAddr = "10.96.0.99:15012".parse().unwrap();
+        let site = ClusterSite {
+            topology: &topology,
+            services: &services,
+            ca_endpoint,
+            policy: &policy,
+        };
+        let on_lab_addresses =
+            meshed_destinations(&topology, |name| Ok(addresses.service(name)?.addr)).unwrap();
+        assert_eq!(
+            on_lab_addresses.len(),
+            3,
+            "one destination per meshed service"
+        );
+        for pod in topology.pods().iter().filter(|p| p.workload.meshed) {
+            let lab = enrolled_sidecar(
+                pod,
+                &cluster_pki(&cluster_svid),
+                ca_endpoint,
+                site.app_port(pod),
+                on_lab_addresses.clone(),
+            );
+            assert_eq!(
+                lab,
+                enrolled_on_cluster(&site, pod).unwrap(),
+                "{}",
+                pod.name
+            );
+        }
+    }
 }
