@@ -17,25 +17,22 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use meshbench_experiment::platform::{Platform, Site};
 use meshbench_identity::ClientTlsFiles;
 use meshbench_kube::{KubeOptions, KubePlatform, KubeSite};
 use meshbench_lab::BuildInfo;
-use meshbench_meshes::{Enrollment, Mesh, Ports, CONFIG_DIR_IN_POD, POD_PKI_DIR};
-use meshbench_policy::Policy;
+use meshbench_meshes::{Mesh, Ports, CONFIG_DIR_IN_POD, POD_PKI_DIR};
 use meshbench_results::{
-    CaseVerification, IdentityCheck, MeshVerification, VerifyReport, SCHEMA_VERSION,
+    IdentityCheck, VerifyReport,
 };
 use meshbench_topology::{Pod as TopologyPod, Topology};
 
-use crate::e3::{self, SecurityCase, CASES, PROBES};
-use crate::expect::{enforced_in_case, expect_through};
+use crate::e3::{self, Probe, SecurityCase, CASES};
+use crate::flow::{e3_pod, verify_with, CapturePlace, CaseSite, ProbeRecord, Verifier};
 use crate::identity::{BoxFuture, ExchangeReport, Guard, GuardAccess, IdentityPlan, ROTATION_TTL};
 use crate::probe::{observation, probe_request};
-use crate::run::{all_passed, failures, not_verified, probe_verdict};
-use crate::wire::{evidence, WireExpectation};
 use crate::Error;
 
 /// The interface of a pod on every CNI: the verifier records it inside the pod.
@@ -69,159 +66,158 @@ pub async fn verify_on_cluster(
     options: &ClusterVerifyOptions,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<VerifyReport, Error> {
-    let started_at = now();
-    let policy_yaml = e3::zero_trust_policy();
-    let policy = Policy::from_yaml(&policy_yaml)?;
     let mut platform = KubePlatform::connect(&options.kube, &options.run).await?;
     // Every case has the same workloads, namespaces and service accounts; only which of
     // them the mesh enrolls differs.
     platform
-        .prepare(&e3::topology(&CASES[1]), &policy_yaml)
+        .prepare(&e3::topology(&CASES[1]), &e3::zero_trust_policy())
         .await?;
-    let mut meshes = vec![];
-    for &mesh in &options.meshes {
-        let dir = options.out_dir.join(mesh.name());
-        if !mesh.enrolls_on_cluster() {
-            let on_cluster: Vec<&str> = Mesh::all()
-                .filter(|m| m.enrolls_on_cluster())
-                .map(|m| m.name())
-                .collect();
-            meshes.push(not_verified(
-                mesh,
-                format!(
-                    "{} cannot enroll E3's application on Kubernetes yet (on a cluster: {})",
-                    mesh.name(),
-                    on_cluster.join(", ")
-                ),
-            ));
-            continue;
+    verify_with(
+        &Cluster { platform },
+        &options.meshes,
+        &options.out_dir,
+        &options.build,
+        progress,
+    )
+    .await
+}
+
+struct Cluster {
+    platform: KubePlatform,
+}
+
+impl Verifier for Cluster {
+    type Case<'a> = ClusterCase<'a>;
+
+    fn name(&self) -> String {
+        self.platform.name()
+    }
+
+    fn admit(&self, mesh: Mesh) -> Result<(), Error> {
+        if mesh.enrolls_on_cluster() {
+            return Ok(());
         }
-        let mut cases = vec![];
-        let mut identity = vec![];
-        let mut notes: Vec<String> = vec![];
-        for case in &CASES {
-            let case_dir = dir.join(format!("case-{}", case.number));
-            let enforced = enforced_in_case(mesh, &policy, case, &mut notes)?;
-            let (verification, checks) =
-                verify_case(&platform, mesh, case, &enforced, &case_dir).await?;
-            identity.extend(checks);
-            progress(&format!(
-                "{}: case {} ({}): {} probes, {} failed",
-                mesh.name(),
-                case.number,
-                case.title,
-                verification.probes.len(),
-                failures(&verification)
-            ));
-            cases.push(verification);
+        let on_cluster: Vec<&str> = Mesh::all()
+            .filter(|m| m.enrolls_on_cluster())
+            .map(|m| m.name())
+            .collect();
+        Err(Error::NotHere(format!(
+            "{} cannot enroll E3's application on Kubernetes yet (on a cluster: {})",
+            mesh.name(),
+            on_cluster.join(", ")
+        )))
+    }
+
+    fn notes(&self, _mesh: Mesh) -> Vec<String> {
+        vec![format!(
+            "on Kubernetes ({}): wire evidence is recorded through the API server, in the \
+             destination pod ({POD_INTERFACE}) or, where a node agent carries the path, on the \
+             calling node's network from its agent's pod; identity checks are made from a pod \
+             outside the mesh ({CHECKER_POD}), where the pods' first SVIDs live {} s and \
+             renewed ones {} s",
+            self.platform.name(),
+            meshbench_kube::BOOTSTRAP_SVID_TTL.as_secs(),
+            ROTATION_TTL.as_secs()
+        )]
+    }
+
+    async fn open<'a>(
+        &'a self,
+        _mesh: Mesh,
+        _case: &SecurityCase,
+        topology: &Topology,
+        dir: &Path,
+    ) -> Result<ClusterCase<'a>, Error> {
+        Ok(ClusterCase {
+            site: self.platform.realize_topology(topology, dir).await?,
+            platform: &self.platform,
+        })
+    }
+}
+
+/// A case's site on the cluster.
+struct ClusterCase<'a> {
+    site: KubeSite<'a>,
+    platform: &'a KubePlatform,
+}
+
+impl CaseSite for ClusterCase<'_> {
+    async fn start(
+        &mut self,
+        mesh: Mesh,
+        _case: &SecurityCase,
+        identities: bool,
+    ) -> Result<(), Error> {
+        let site = &mut self.site;
+        let topology = site.topology().clone();
+        for pod in topology.pods() {
+            site.start_app(&pod, &e3::app_file(&pod.workload.name))
+                .await?;
         }
-        notes.insert(
-            0,
-            format!(
-                "on Kubernetes ({}): wire evidence is recorded through the API server, in the \
-                 destination pod ({POD_INTERFACE}) or, where a node agent carries the path, on \
-                 the calling node's network from its agent's pod; identity checks are made \
-                 from a pod outside the mesh ({CHECKER_POD}), where the pods' first SVIDs live \
-                 {} s and renewed ones {} s",
-                platform.name(),
-                meshbench_kube::BOOTSTRAP_SVID_TTL.as_secs(),
-                ROTATION_TTL.as_secs()
-            ),
+        if identities {
+            // The case's SVIDs rotate while its identities are checked.
+            site.rotate_svids(ROTATION_TTL);
+        }
+        site.enroll(mesh).await?;
+        Ok(site.wait_for_routes().await?)
+    }
+
+    fn pod_ip(&self, pod: &TopologyPod) -> Option<IpAddr> {
+        self.site.pod_ip(&pod.name)
+    }
+
+    fn node_of(&self, pod: &TopologyPod) -> Option<String> {
+        self.site.node_of(&pod.name).map(str::to_owned)
+    }
+
+    /// Where a node agent carries the path, its calling node's network (the link toward
+    /// the other node, or loopback where the agent tunnels to itself), recorded in that node's
+    /// agent pod; otherwise the destination pod's own interface, which every byte to the pod
+    /// crosses.
+    fn capture_place(
+        &self,
+        from: &TopologyPod,
+        to: &TopologyPod,
+        same_node: bool,
+        agent_carries: bool,
+    ) -> CapturePlace {
+        let node = from.workload.node.clone();
+        match (agent_carries, same_node) {
+            (false, _) => CapturePlace::PodInterface {
+                pod: to.name.clone(),
+            },
+            (true, true) => CapturePlace::NodeLoopback { node },
+            (true, false) => CapturePlace::NodeLink { node },
+        }
+    }
+
+    async fn probe(
+        &self,
+        place: &CapturePlace,
+        (from, to): (&TopologyPod, &TopologyPod),
+        probe: &Probe,
+        marker: &str,
+        pcap: &Path,
+    ) -> Result<ProbeRecord, Error> {
+        let site = &self.site;
+        let recording = recording(site, place, from, to)?;
+        let stop_file = format!(
+            "/tmp/meshbench-capture-{}.stop",
+            pcap.file_stem().unwrap_or_default().to_string_lossy()
         );
-        meshes.push(MeshVerification {
-            mesh: mesh.name().into(),
-            description: mesh.description().to_owned(),
-            cases,
-            identity,
-            error: None,
-            notes,
-        });
-    }
-    let passed = all_passed(&meshes);
-    Ok(VerifyReport {
-        schema_version: SCHEMA_VERSION,
-        kind: "meshbench.verify".into(),
-        started_at,
-        finished_at: now(),
-        environment: meshbench_lab::describe_environment(&options.build),
-        platform: Some(platform.name()),
-        policy: policy_yaml,
-        meshes,
-        passed,
-    })
-}
-
-/// One case on its own site, deleted (and waited for) before the next case starts.
-async fn verify_case(
-    platform: &KubePlatform,
-    mesh: Mesh,
-    case: &SecurityCase,
-    policy: &Policy,
-    dir: &Path,
-) -> Result<(CaseVerification, Vec<IdentityCheck>), Error> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-        path: dir.to_owned(),
-        source,
-    })?;
-    let topology = e3::topology(case);
-    let mut site = platform.realize_topology(&topology, dir).await?;
-    let identity = case.checks_identities(mesh).then(|| {
-        IdentityPlan::prepare(
-            mesh,
-            platform.pki()?,
-            &dir.join("identity"),
-            Some(ROTATION_TTL),
-        )
-    });
-    let outcome = match identity.transpose() {
-        Ok(identity) => run_case(&mut site, &topology, mesh, case, policy, dir, identity).await,
-        Err(e) => Err(e),
-    };
-    Box::new(site).finish().await;
-    outcome
-}
-
-async fn run_case(
-    site: &mut KubeSite<'_>,
-    topology: &Topology,
-    mesh: Mesh,
-    case: &SecurityCase,
-    policy: &Policy,
-    dir: &Path,
-    identity: Option<IdentityPlan>,
-) -> Result<(CaseVerification, Vec<IdentityCheck>), Error> {
-    for pod in topology.pods() {
-        site.start_app(&pod, &e3::app_file(&pod.workload.name))
-            .await?;
-    }
-    if identity.is_some() {
-        // The case's SVIDs rotate while its identities are checked.
-        site.rotate_svids(ROTATION_TTL);
-    }
-    site.enroll(mesh).await?;
-    site.wait_for_routes().await?;
-    let mut probes = vec![];
-    for (i, probe) in PROBES.iter().enumerate() {
-        let (from, to) = (e3_pod(topology, probe.from)?, e3_pod(topology, probe.to)?);
-        let expected = expect_through(mesh, policy, probe, case.meshed, site.pod_ip(&from.name));
-        let marker = format!("mb-verify-marker-{}-{}-{i}", mesh.name(), case.number);
-        let both_enrolled = case.meshed.contains(&probe.from) && case.meshed.contains(&probe.to);
-        let same_node = site.node_of(&from.name) == site.node_of(&to.name);
-        let stop_file = format!("/tmp/meshbench-capture-{i}.stop");
-        let point = capture_point(site, mesh, &from, &to, both_enrolled, same_node)?;
         let mut command: Vec<String> = ["meshbench", "wire", "capture", "--stop-file", &stop_file]
             .map(str::to_owned)
             .to_vec();
-        command.extend(point.args.iter().cloned());
+        command.extend(recording.args.iter().cloned());
         command.extend(["--max-duration".into(), CAPTURE_MAX.into()]);
         let capture = site
-            .start_exec(&point.pod, command, "listening on", CAPTURE_WAIT)
+            .start_exec(&recording.pod, command, "listening on", CAPTURE_WAIT)
             .await?;
-        let (path, body) = probe_request(probe, &marker);
+        let (path, body) = probe_request(probe, marker);
         let asked = ask_app(site, probe.from, path, &body).await;
         // A capture whose stop file was not made would only time out: say why first.
         site.exec_ok(
-            &point.pod,
+            &recording.pod,
             vec!["meshbench".into(), "wire".into(), "mark".into(), stop_file],
             CAPTURE_WAIT,
         )
@@ -231,50 +227,43 @@ async fn run_case(
         if let Err(status) = captured.status {
             return Err(Error::Probe(format!(
                 "the capture in {} failed: {status}: {}",
-                point.pod,
+                recording.pod,
                 captured.stderr.trim()
             )));
         }
-        let pcap = dir.join(format!("probe-{i}-{}-{}.pcap", probe.from, probe.to));
-        std::fs::write(&pcap, &captured.stdout).map_err(|source| Error::Io {
-            path: pcap.clone(),
+        std::fs::write(pcap, &captured.stdout).map_err(|source| Error::Io {
+            path: pcap.to_owned(),
             source,
         })?;
-        let mut report = meshbench_netlab::analyze_pcap(&pcap, marker.as_bytes())?;
-        if let Some(keep) = &point.only_between {
+        let mut wire = meshbench_netlab::analyze_pcap(pcap, marker.as_bytes())?;
+        if let Some(keep) = &recording.only_between {
             // A node's link carries the node's own traffic too (its kubelet's, say).
-            report
-                .flows
+            wire.flows
                 .retain(|f| keep.contains(&f.client.ip()) && keep.contains(&f.server.ip()));
         }
-        let wire = evidence(
-            &report,
-            point.description,
-            if same_node { "same-node" } else { "inter-node" },
-            &marker,
-            WireExpectation::of(mesh, both_enrolled, same_node),
-            observation(probe, &reply).allowed(),
-        );
-        probes.push(probe_verdict(
-            probe,
-            expected,
-            observation(probe, &reply),
+        Ok(ProbeRecord {
+            observation: observation(probe, &reply),
             wire,
-        ));
+            capture_point: recording.description,
+        })
     }
-    let checks = match identity {
-        Some(plan) => check_identities(site, topology, mesh, &plan).await?,
-        None => vec![],
-    };
-    Ok((
-        CaseVerification {
-            case: case.number,
-            title: case.title.into(),
-            meshed: case.meshed.iter().map(|w| (*w).to_owned()).collect(),
-            probes,
-        },
-        checks,
-    ))
+
+    fn identity_plan(&self, mesh: Mesh, dir: &Path) -> Result<IdentityPlan, Error> {
+        IdentityPlan::prepare(mesh, self.platform.pki()?, dir, Some(ROTATION_TTL))
+    }
+
+    async fn check_identities(
+        &mut self,
+        mesh: Mesh,
+        plan: &IdentityPlan,
+    ) -> Result<Vec<IdentityCheck>, Error> {
+        let topology = self.site.topology().clone();
+        check_identities(&mut self.site, &topology, mesh, plan).await
+    }
+
+    async fn finish(self) {
+        Box::new(self.site).finish().await;
+    }
 }
 
 /// Has `workload`'s own app answer `body` at `path` (`meshbench call`, exec'd in its pod, asks
@@ -308,12 +297,6 @@ async fn ask_app(
     }
     serde_json::from_slice(&asked.stdout)
         .map_err(|e| Error::Probe(format!("{workload}'s answer is not JSON: {e}")))
-}
-
-fn e3_pod(topology: &Topology, workload: &str) -> Result<TopologyPod, Error> {
-    topology
-        .first_pod(workload)
-        .ok_or_else(|| Error::Probe(format!("no pod for {workload}")))
 }
 
 /// The identity checks, from a pod outside the mesh on the first node, given the checks'
@@ -459,9 +442,9 @@ impl GuardAccess for ClusterAccess<'_, '_> {
     }
 }
 
-/// Where a probe's path is recorded.
-struct CapturePoint {
-    /// The topology pod the capture is exec'd in.
+/// How a probe's path is recorded on the cluster: `meshbench wire capture` exec'd in a pod.
+struct Recording {
+    /// The topology pod (or node agent pod) the capture is exec'd in.
     pod: String,
     /// How `meshbench wire capture` picks its interface.
     args: Vec<String>,
@@ -470,45 +453,41 @@ struct CapturePoint {
     only_between: Option<Vec<IpAddr>>,
 }
 
-/// Where a probe's path runs encrypted, if anywhere, and can be recorded through the API:
-/// for a node agent carrying it, its calling node's network (the link toward the other
-/// node, or loopback where the agent tunnels to itself), recorded in that node's agent pod;
-/// otherwise the destination pod's own interface, which every byte to the pod crosses.
-fn capture_point(
+/// How `place` is recorded for a path from `from` to `to`.
+fn recording(
     site: &KubeSite<'_>,
-    mesh: Mesh,
+    place: &CapturePlace,
     from: &TopologyPod,
     to: &TopologyPod,
-    both_enrolled: bool,
-    same_node: bool,
-) -> Result<CapturePoint, Error> {
-    let agent_carries = mesh.enrollment() == Enrollment::AgentPerNode
-        && both_enrolled
-        && (!same_node || mesh.tunnels_within_node());
-    if !agent_carries {
-        return Ok(CapturePoint {
-            pod: to.name.clone(),
-            args: vec!["--interface".into(), POD_INTERFACE.into()],
-            description: format!(
-                "{}'s pod interface ({POD_INTERFACE}, recorded inside the pod through the API server)",
-                to.name
-            ),
-            only_between: None,
-        });
-    }
+) -> Result<Recording, Error> {
     let address = |what: &str, ip: Option<IpAddr>| {
         ip.ok_or_else(|| Error::Probe(format!("the cluster gave {what} no address")))
     };
+    let node = match place {
+        CapturePlace::PodInterface { pod } => {
+            return Ok(Recording {
+                pod: pod.clone(),
+                args: vec!["--interface".into(), POD_INTERFACE.into()],
+                description: format!(
+                    "{pod}'s pod interface ({POD_INTERFACE}, recorded inside the pod through \
+                         the API server)"
+                ),
+                only_between: None,
+            })
+        }
+        CapturePlace::NodeLink { node } | CapturePlace::NodeLoopback { node } => node,
+    };
     let toward = address(&format!("{}'s node", to.name), site.host_ip(&to.name))?;
     let from_host = address(&format!("{}'s node", from.name), site.host_ip(&from.name))?;
-    let node = &from.workload.node;
-    Ok(CapturePoint {
+    Ok(Recording {
         pod: meshbench_kube::node_agent_pod(node),
         args: vec!["--toward".into(), toward.to_string()],
-        description: if same_node {
-            format!("{node}'s loopback, where its agent tunnels to itself (recorded in its node agent's pod)")
-        } else {
-            format!("{node}'s link toward {toward} (recorded in its node agent's pod)")
+        description: match place {
+            CapturePlace::NodeLoopback { .. } => format!(
+                "{node}'s loopback, where its agent tunnels to itself (recorded in its node \
+                     agent's pod)"
+            ),
+            _ => format!("{node}'s link toward {toward} (recorded in its node agent's pod)"),
         },
         only_between: Some(
             [
@@ -522,8 +501,4 @@ fn capture_point(
             .collect(),
         ),
     })
-}
-
-fn now() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }

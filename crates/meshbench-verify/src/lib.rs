@@ -7,16 +7,17 @@
 mod cluster;
 mod e3;
 mod expect;
+mod flow;
 mod identity;
+mod local;
 mod probe;
-mod run;
 mod wire;
 
 pub use cluster::{verify_on_cluster, ClusterVerifyOptions};
 pub use e3::{zero_trust_policy, CASES, PROBES};
 pub use expect::{expect, Expectation};
 pub use identity::{exchange, ExchangeReport, Guard};
-pub use run::{verify, VerifyOptions};
+pub use local::{verify, VerifyOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -37,6 +38,9 @@ pub enum Error {
     },
     #[error("probe: {0}")]
     Probe(String),
+    /// The mesh cannot be verified on this platform, and why.
+    #[error("{0}")]
+    NotHere(String),
     #[error(transparent)]
     Cluster(#[from] meshbench_kube::Error),
     #[error(transparent)]
@@ -61,11 +65,12 @@ impl Error {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            Error::Mesh(
-                meshbench_meshes::Error::Unavailable(_)
-                    | meshbench_meshes::Error::Unsupported { .. }
-                    | meshbench_meshes::Error::Inexpressible { .. }
-            )
+            Error::NotHere(_)
+                | Error::Mesh(
+                    meshbench_meshes::Error::Unavailable(_)
+                        | meshbench_meshes::Error::Unsupported { .. }
+                        | meshbench_meshes::Error::Inexpressible { .. }
+                )
         )
     }
 }

@@ -5,47 +5,8 @@
 //! be TLS only with the request's marker nowhere in clear.
 
 use meshbench_meshes::Mesh;
-use meshbench_netlab::{LabNetwork, NetPlace, WireReport};
+use meshbench_netlab::WireReport;
 use meshbench_results::{Verdict, WireEvidence};
-
-use crate::e3::Probe;
-use crate::Error;
-
-/// Where to capture a probe's path: (namespace, interface, description, `inter-node` or
-/// `same-node`). `both_enrolled`: the mesh carries the path from end to end.
-pub fn capture_point(
-    net: &LabNetwork,
-    probe: &Probe,
-    mesh: Mesh,
-    both_enrolled: bool,
-) -> Result<(String, String, String, &'static str), Error> {
-    let topology = net.topology();
-    let pod = |workload: &str| {
-        topology
-            .first_pod(workload)
-            .ok_or_else(|| Error::Probe(format!("no pod for {workload}")))
-    };
-    let (from, to) = (pod(probe.from)?, pod(probe.to)?);
-    let agent_tunnels_to_itself = mesh.tunnels_within_node() && both_enrolled;
-    if from.workload.node == to.workload.node && agent_tunnels_to_itself {
-        let node = &to.workload.node;
-        let netns = net.netns_of(NetPlace::Node(node))?;
-        let description = format!(
-            "{node}'s loopback, where its agent tunnels to itself (the legs between each pod \
-             and the agent cross the pods' interfaces in plaintext, as with any agent in the \
-             node's namespace)"
-        );
-        Ok((netns, "lo".into(), description, "same-node"))
-    } else if from.workload.node == to.workload.node {
-        let (netns, interface) = net.pod_port(&to.name)?;
-        let description = format!("{}'s pod interface ({interface})", to.name);
-        Ok((netns, interface, description, "same-node"))
-    } else {
-        let (netns, interface) = net.uplink_of(&from.workload.node)?;
-        let description = format!("inter-node link ({} {interface})", from.workload.node);
-        Ok((netns, interface.to_owned(), description, "inter-node"))
-    }
-}
 
 /// What the mesh should do to a probe's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
