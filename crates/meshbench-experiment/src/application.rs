@@ -155,6 +155,13 @@ impl Application {
         }
     }
 
+    /// The experiment's zero-trust policy, parsed (a built-in policy that did not parse would
+    /// be meshbench's bug, said as an error rather than a panic).
+    pub fn policy(self) -> Result<meshbench_policy::Policy, crate::Error> {
+        meshbench_policy::Policy::from_yaml(&self.policy_yaml())
+            .map_err(|e| crate::Error::Mesh(e.into()))
+    }
+
     /// The experiment's zero-trust policy: E3's own for its application; otherwise STRICT mTLS
     /// in the namespace, and each called workload accepts only the identities that call it.
     pub fn policy_yaml(self) -> String {

@@ -35,8 +35,13 @@ pub enum Error {
     },
     #[error("setting up the lab: {0}")]
     Mesh(meshbench_meshes::Error),
-    #[error(transparent)]
-    Network(#[from] meshbench_netlab::Error),
+    /// A platform's own failure before any cell (its network cannot be built, say), and
+    /// whether it is bad input (not root, a missing tool).
+    #[error("{source}")]
+    Platform {
+        source: Box<dyn std::error::Error + Send + Sync>,
+        bad_input: bool,
+    },
     /// Not a `source`: the message carries the cause once, also where only `Display` is
     /// shown (a partial run's status reason).
     #[error("cell {cell}: {error}")]
@@ -64,7 +69,7 @@ impl InputFault for Error {
             | Error::OutputExists { .. }
             | Error::UnknownSelection { .. }
             | Error::Backend { .. } => true,
-            Error::Network(e) => e.is_bad_input(),
+            Error::Platform { bad_input, .. } => *bad_input,
             _ => false,
         }
     }

@@ -17,10 +17,9 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use meshbench_identity::ClientTlsFiles;
-use meshbench_lab::{describe_environment, BuildInfo};
 use meshbench_loadgen::{Body, ClientTlsSpec, LoadModel, LoadSpec, RequestFile};
 use meshbench_meshes::Mesh;
-use meshbench_netlab::Backend;
+use meshbench_results::{describe_environment, BuildInfo};
 use meshbench_results::{
     read_json, write_json_atomic, Cell, LoadPoint, RunConfig, RunResult, RunStatus,
     UnavailableScenario, SCHEMA_VERSION,
@@ -30,9 +29,7 @@ use meshbench_workload::{ExperimentOnce, WorkloadApp, WorkloadFile};
 
 use crate::application::{Application, COUNTER_A, COUNTER_B};
 use crate::placement::Placement;
-use crate::platform::{
-    CellPlace, ClientServer, Entry, Instrument, LocalLab, Measured, Platform, Site,
-};
+use crate::platform::{CellPlace, ClientServer, Entry, Instrument, Measured, Platform, Site};
 use crate::profile::{CapacityPlan, LoadPlan};
 use crate::{Error, LoadKind, PointPlan, Profile};
 use meshbench_stats::capacity::{next_step, trial_of, Next, Trial};
@@ -41,15 +38,7 @@ use meshbench_stats::capacity::{next_step, trial_of, Next, Trial};
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     pub out_dir: PathBuf,
-    /// The meshbench binary, started once per lab component.
-    pub exe: PathBuf,
     pub build: BuildInfo,
-    pub backend: Backend,
-    /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
-    pub pin: bool,
-    /// Capture the inter-node link during inter-node cells (netns backend) and record what
-    /// it saw: TLS or plaintext, and whether the request marker leaked.
-    pub capture_link: bool,
 }
 
 impl RunOptions {
@@ -126,14 +115,7 @@ pub struct Runner {
 
 impl Runner {
     /// Prepares the output directory; refuses one that already holds results. The cells run
-    /// on the local lab with the options' backend.
-    pub fn new(profile: Profile, options: RunOptions) -> Result<Self, Error> {
-        let options = options.absolute()?;
-        let platform = Box::new(local_lab(&options));
-        Runner::on(platform, profile, options)
-    }
-
-    /// [`Runner::new`] on another platform.
+    /// on `platform`.
     pub fn on(
         platform: Box<dyn Platform>,
         profile: Profile,
@@ -160,7 +142,7 @@ impl Runner {
             finished_at: None,
             environment,
             config: RunConfig {
-                pinned: platform.pins().then_some(options.pin),
+                pinned: platform.pinned(),
                 ..profile.describe(&platform.name())
             },
             cells: Vec::new(),
@@ -174,16 +156,9 @@ impl Runner {
         })
     }
 
-    /// Continues an interrupted run in `options.out_dir`: the profile is rebuilt from the spec
+    /// Continues an interrupted run in `options.out_dir`, on `platform`: the profile is rebuilt from the spec
     /// the results carry (with the run's scale, selection, duration and warm-up), finished
     /// cells are kept and skipped, and new cells are appended to the same document.
-    pub fn resume(options: RunOptions) -> Result<Self, Error> {
-        let options = options.absolute()?;
-        let platform = Box::new(local_lab(&options));
-        Runner::resume_on(platform, options)
-    }
-
-    /// [`Runner::resume`] on another platform.
     pub fn resume_on(platform: Box<dyn Platform>, options: RunOptions) -> Result<Self, Error> {
         let options = options.absolute()?;
         let results_path = options.out_dir.join("results.json");
@@ -288,7 +263,7 @@ impl Runner {
         self.platform
             .prepare(
                 &application.topology(Placement::InterNode, profile.replicas),
-                &application.policy_yaml(),
+                &application.policy()?,
             )
             .await?;
         let total = profile.cells() / profile.scenarios.len().max(1) * scenarios.len();
@@ -516,7 +491,7 @@ impl Runner {
     /// chain's hops do not carry the marker, so it is not captured: a capture that cannot see
     /// the marker would prove nothing about it.
     fn captures_wire(&self, id: &CellId) -> bool {
-        self.options.capture_link
+        self.platform.records_wire()
             && id.placement == Placement::InterNode
             && self.profile.application != Application::CounterChain
     }
@@ -656,15 +631,6 @@ impl Runner {
             },
         )
     }
-}
-
-fn local_lab(options: &RunOptions) -> LocalLab {
-    LocalLab::new(
-        options.backend,
-        options.exe.clone(),
-        options.out_dir.clone(),
-        options.pin,
-    )
 }
 
 fn timestamp() -> String {

@@ -129,13 +129,16 @@ impl Platform for KubePlatform {
     fn prepare<'a>(
         &'a mut self,
         topology: &'a Topology,
-        policy: &'a str,
+        policy: &'a meshbench_policy::Policy,
     ) -> BoxFuture<'a, Result<(), meshbench_experiment::Error>> {
         Box::pin(async move {
             let platform_err = |e: Error| meshbench_experiment::Error::Mesh(e.into());
             let area =
                 ProxyArea::create(&self.work_dir).map_err(meshbench_experiment::Error::Mesh)?;
-            let pki = MeshPki::create(&area, topology, policy)
+            let policy = policy
+                .to_yaml()
+                .map_err(|e| meshbench_experiment::Error::Mesh(e.into()))?;
+            let pki = MeshPki::create(&area, topology, &policy)
                 .map_err(meshbench_experiment::Error::Mesh)?;
             self.pki = Some((area, pki));
             // The run's own namespace holds meshbench's CA service, whatever the topology's

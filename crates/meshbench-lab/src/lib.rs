@@ -7,7 +7,6 @@
 
 mod cgroup;
 mod component;
-mod environment;
 mod launch;
 mod machine;
 mod process;
@@ -15,11 +14,11 @@ mod sampler;
 
 pub use cgroup::{destroy_lab_dir, Cgroup, CgroupFs, CgroupReading};
 pub use component::{LabComponent, Readiness, LAB_EVENTS};
-pub use environment::{describe_environment, BuildInfo};
 pub use launch::{which, Launch};
 pub use machine::{
     parse_cpu_mhz, parse_proc_stat, read_cpu_mhz, read_machine_sample, MachineSample, MachineSeries,
 };
+pub use meshbench_results::{describe_environment, BuildInfo};
 pub use meshbench_results::{Sample, SampleSeries};
 pub use process::{ComponentProcess, ReadyEvent};
 pub use sampler::{sample_process, ResourceSampler, SampleTarget, Sampled};

@@ -139,6 +139,12 @@ impl Policy {
         &self.file
     }
 
+    /// The policy as YAML that [`Policy::from_yaml`] reads back to the same policy: what a
+    /// platform gives its proxies.
+    pub fn to_yaml(&self) -> Result<String, Error> {
+        Ok(serde_yaml_ng::to_string(&self.file)?)
+    }
+
     /// The peer authentication mode of a workload: the most specific declaration wins
     /// (workload, then namespace, then mesh-wide); PERMISSIVE when none applies.
     pub fn peer_authentication(&self, namespace: &str, workload: &str) -> PeerAuthenticationMode {

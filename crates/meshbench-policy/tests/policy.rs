@@ -381,7 +381,8 @@ mod properties {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
         /// Any file either loads or is refused with an error naming where; a loaded policy
-        /// decides every request, by identity or without one, without panicking.
+        /// decides every request, by identity or without one, without panicking, and written
+        /// back as YAML reads as the same policy.
         #[test]
         fn any_policy_file_loads_or_is_refused_and_then_decides(
             yaml in policy_yaml(),
@@ -390,6 +391,8 @@ mod properties {
         ) {
             match Policy::from_yaml(&yaml) {
                 Ok(policy) => {
+                    let again = Policy::from_yaml(&policy.to_yaml().unwrap()).unwrap();
+                    prop_assert_eq!(again.file(), policy.file());
                     for peer in [svid("app", &sa), plaintext()] {
                         let _ = policy.authorize(&Request {
                             namespace: "app",

@@ -7,6 +7,7 @@
 
 mod bench;
 mod claims;
+mod environment;
 mod io;
 mod load;
 mod run;
@@ -15,6 +16,7 @@ mod verify;
 
 pub use bench::{BenchMeasurement, BenchRatio, BenchReport, Pacing};
 pub use claims::{Claim, ClaimAxis, ClaimCheck, ClaimMetric};
+pub use environment::{describe_environment, BuildInfo};
 pub use io::{read_json, write_json_atomic, Error};
 pub use load::{
     is_success_outcome, EncodedHistogram, GeneratorStats, LatencySummary, LoadModel, LoadReport,

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner, LIVE_SERIES};
 use meshbench_lab::BuildInfo;
+use meshbench_local::{LocalLab, LocalOptions};
 use meshbench_meshes::Mesh;
 use meshbench_netlab::Backend;
 use meshbench_results::{Cell, RunResult, RunStatus, SecondStats, UnavailableScenario};
@@ -689,20 +690,19 @@ impl Jobs {
         let out_dir = options.results_dir.join(id);
         let run_options = RunOptions {
             out_dir: out_dir.clone(),
-            exe: options.exe.clone(),
             build: options.build.clone(),
-            // The local lab's network backend; a cluster has its own network.
-            backend: match target {
-                RunTarget::Lab(backend) => backend,
-                RunTarget::Kubernetes => Backend::default_here(),
-            },
-            pin,
-            capture_link: false,
         };
         let estimate = profile.estimated_duration();
         let cells = profile.cells();
         let runner = match target {
-            RunTarget::Lab(_) => Runner::new(profile, run_options),
+            RunTarget::Lab(backend) => LocalLab::new(LocalOptions {
+                backend,
+                exe: options.exe.clone(),
+                out_dir: out_dir.clone(),
+                pin,
+                capture_link: false,
+            })
+            .and_then(|lab| Runner::on(Box::new(lab), profile, run_options)),
             RunTarget::Kubernetes => match self.connect(id, &out_dir, options).await {
                 Ok(platform) => Runner::on(Box::new(platform), profile, run_options),
                 Err(e) => return (JobStatus::Failed, Some(e)),

@@ -24,9 +24,7 @@ use meshbench_identity::ClientTlsFiles;
 use meshbench_kube::{KubeOptions, KubePlatform, KubeSite};
 use meshbench_lab::BuildInfo;
 use meshbench_meshes::{Mesh, Ports, CONFIG_DIR_IN_POD, POD_PKI_DIR};
-use meshbench_results::{
-    IdentityCheck, VerifyReport,
-};
+use meshbench_results::{IdentityCheck, VerifyReport};
 use meshbench_topology::{Pod as TopologyPod, Topology};
 
 use crate::e3::{self, Probe, SecurityCase, CASES};
@@ -69,9 +67,8 @@ pub async fn verify_on_cluster(
     let mut platform = KubePlatform::connect(&options.kube, &options.run).await?;
     // Every case has the same workloads, namespaces and service accounts; only which of
     // them the mesh enrolls differs.
-    platform
-        .prepare(&e3::topology(&CASES[1]), &e3::zero_trust_policy())
-        .await?;
+    let policy = meshbench_policy::Policy::from_yaml(&e3::zero_trust_policy())?;
+    platform.prepare(&e3::topology(&CASES[1]), &policy).await?;
     verify_with(
         &Cluster { platform },
         &options.meshes,

@@ -3,8 +3,9 @@
 //! `LoadSpec`) and records what it measured; a [`Platform`] realizes the cell's topology as a
 //! [`Site`], starts the apps and the mesh there, runs the instrument while sampling every
 //! component, records the wire when asked, and removes everything it created. The local lab
-//! ([`LocalLab`], netns or loopback) is one platform; Kubernetes (`meshbench-kube`) is the
-//! other, implementing these two traits without touching the runner.
+//! (`meshbench-local`, netns or loopback) is one platform; Kubernetes (`meshbench-kube`) is
+//! the other, each implementing these two traits in its own crate without touching the
+//! runner.
 //!
 //! Invariants a platform keeps:
 //! - a site removes what it created when [`Site::finish`] runs *and* when it is dropped
@@ -15,16 +16,13 @@
 //!   the components' users may not be able to read; outputs worth keeping are copied into the
 //!   cell's directory.
 
-mod local;
-
-pub use local::LocalLab;
-
 use std::net::SocketAddr;
 use std::path::Path;
 
 use meshbench_identity::{ClientTlsFiles, ServerTlsFiles};
 use meshbench_loadgen::LoadSpec;
 use meshbench_meshes::{BoxFuture, Mesh};
+use meshbench_policy::Policy;
 use meshbench_results::{
     ComponentResources, LoadReport, MachineCpu, UnavailableScenario, WireObservation,
 };
@@ -91,9 +89,15 @@ pub trait Platform {
     /// Refuses what it cannot run, before anything is written.
     fn check(&self, profile: &crate::Profile) -> Result<(), Error>;
 
-    /// Whether `--pin` means something here (the local lab's CPUs); results record it so a
-    /// report can say when pinning would have helped.
-    fn pins(&self) -> bool {
+    /// Whether the run pins its components to CPUs, where that means something (the local
+    /// lab's CPUs); results record it so a report can say when pinning would have helped.
+    fn pinned(&self) -> Option<bool> {
+        None
+    }
+
+    /// Whether inter-node cells record the wire between the nodes (the local lab, asked
+    /// to); such a cell's `CellPlace::capture_wire` is set and its requests carry a marker.
+    fn records_wire(&self) -> bool {
         false
     }
 
@@ -120,7 +124,7 @@ pub trait Platform {
     fn prepare<'a>(
         &'a mut self,
         topology: &'a Topology,
-        policy: &'a str,
+        policy: &'a Policy,
     ) -> BoxFuture<'a, Result<(), Error>>;
 
     /// Realizes one cell's topology.

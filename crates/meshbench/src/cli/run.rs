@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner, Scale};
+use meshbench_local::{LocalLab, LocalOptions};
 use meshbench_meshes::Mesh;
 use meshbench_netlab::Backend;
 use meshbench_results::{Cell, RunResult, RunStatus, UnavailableScenario};
@@ -84,23 +85,33 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let options = |out_dir: &Path| -> anyhow::Result<RunOptions> {
-        Ok(RunOptions {
-            out_dir: out_dir.to_owned(),
-            exe: std::env::current_exe()?,
-            build: super::build_info(),
+    if target == RunBackend::Kubernetes && a.capture_link {
+        return Err(BadInput(
+            "--capture-link: recording the wire between nodes needs the local lab's nodes (--backend netns)"
+                .into(),
+        )
+        .into());
+    }
+    let options = |out_dir: &Path| RunOptions {
+        out_dir: out_dir.to_owned(),
+        build: super::build_info(),
+    };
+    let local_lab = |out_dir: &Path| -> anyhow::Result<Box<LocalLab>> {
+        Ok(Box::new(LocalLab::new(LocalOptions {
             backend,
+            exe: std::env::current_exe()?,
+            out_dir: out_dir.to_owned(),
             pin: a.pin,
             capture_link: a.capture_link,
-        })
+        })?))
     };
     if let Some(dir) = &a.resume {
         let runner = match target {
-            RunBackend::Lab(_) => Runner::resume(options(dir)?)?,
+            RunBackend::Lab(_) => Runner::resume_on(local_lab(dir)?, options(dir))?,
             RunBackend::Kubernetes => {
                 let platform =
                     runtime.block_on(a.kube.connect(&meshbench_netlab::new_lab_id(), dir))?;
-                Runner::resume_on(Box::new(platform), options(dir)?)?
+                Runner::resume_on(Box::new(platform), options(dir))?
             }
         };
         let verify = verified_meshes(a.verify, runner.profile(), target)?;
@@ -123,12 +134,12 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| default_out_dir(&profile.name));
     let verify = verified_meshes(a.verify, &profile, target)?;
     let runner = match target {
-        RunBackend::Lab(_) => Runner::new(profile, options(&out_dir)?)?,
+        RunBackend::Lab(_) => Runner::on(local_lab(&out_dir)?, profile, options(&out_dir))?,
         RunBackend::Kubernetes => {
             std::fs::create_dir_all(&out_dir)?;
             let platform =
                 runtime.block_on(a.kube.connect(&meshbench_netlab::new_lab_id(), &out_dir))?;
-            Runner::on(Box::new(platform), profile, options(&out_dir)?)?
+            Runner::on(Box::new(platform), profile, options(&out_dir))?
         }
     };
     execute(runtime, runner, &out_dir, target, "running", verify)

@@ -19,41 +19,70 @@ use meshbench_role::RoleConfig;
 use meshbench_topology::{Pod, Topology};
 use meshbench_workload::{WorkloadApp, WorkloadFile};
 
-use super::{CellPlace, ClientServer, Entry, Instrument, Measured, Platform, Site, SiteError};
-use crate::{Application, Error};
+use meshbench_experiment::platform::{
+    CellPlace, ClientServer, Entry, Instrument, Measured, Platform, Site, SiteError, LIVE_SERIES,
+};
+use meshbench_experiment::{Application, Error, Profile};
+use meshbench_policy::Policy;
+
+/// A failure of the lab's network, which says itself whether it is bad input (not root, a
+/// missing tool).
+fn platform_error(e: meshbench_netlab::Error) -> Error {
+    let bad_input = meshbench_role::InputFault::is_bad_input(&e);
+    Error::Platform {
+        source: Box::new(e),
+        bad_input,
+    }
+}
 
 const STOP_GRACE: Duration = Duration::from_secs(2);
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// What only the local lab has.
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// Nodes and pods as network namespaces, or as loopback addresses.
+    pub backend: Backend,
+    /// The meshbench binary, started once per lab component.
+    pub exe: PathBuf,
+    /// The run's results directory: the proxy area is made beside it.
+    pub out_dir: PathBuf,
+    /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
+    pub pin: bool,
+    /// Capture the inter-node link during inter-node cells and record what it saw: TLS or
+    /// plaintext, and whether the request marker leaked.
+    pub capture_link: bool,
+}
+
 /// This machine, with `backend`'s network.
 pub struct LocalLab {
-    backend: Backend,
-    /// The meshbench binary, started once per lab component.
-    exe: PathBuf,
-    out_dir: PathBuf,
-    /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
-    pin: bool,
+    options: LocalOptions,
     cgroups: Option<CgroupFs>,
     /// What the proxies read and write, and the run's identities (set by `prepare`).
     shared: Option<(ProxyArea, MeshPki)>,
 }
 
 impl LocalLab {
-    pub fn new(backend: Backend, exe: PathBuf, out_dir: PathBuf, pin: bool) -> Self {
-        LocalLab {
-            backend,
-            exe,
-            out_dir,
-            pin,
+    /// The local lab; its results directory made absolute, since components read their
+    /// configs from the proxy area, where a relative path would resolve against the config's
+    /// directory.
+    pub fn new(mut options: LocalOptions) -> Result<Self, Error> {
+        options.out_dir =
+            std::path::absolute(&options.out_dir).map_err(|source| Error::CreateDir {
+                path: options.out_dir.clone(),
+                source,
+            })?;
+        Ok(LocalLab {
+            options,
             cgroups: CgroupFs::detect(),
             shared: None,
-        }
+        })
     }
 
     /// The CPUs of the load generator and of the system under test, when pinning.
     fn cpus(&self) -> (Option<String>, Option<String>) {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if !self.pin || cores < 2 {
+        if !self.options.pin || cores < 2 {
             return (None, None);
         }
         (Some("0".into()), Some(format!("1-{}", cores - 1)))
@@ -62,31 +91,35 @@ impl LocalLab {
 
 impl Platform for LocalLab {
     fn name(&self) -> String {
-        format!("local-lab/{}", self.backend.name())
+        format!("local-lab/{}", self.options.backend.name())
     }
 
-    fn pins(&self) -> bool {
-        true
+    fn pinned(&self) -> Option<bool> {
+        Some(self.options.pin)
     }
 
-    fn check(&self, profile: &crate::Profile) -> Result<(), Error> {
+    fn records_wire(&self) -> bool {
+        self.options.capture_link
+    }
+
+    fn check(&self, profile: &Profile) -> Result<(), Error> {
         let application = profile.application;
         if profile.replicas > 1 {
             return Err(Error::Backend {
                 application: application.name(),
-                backend: self.backend.name(),
+                backend: self.options.backend.name(),
                 why: "replicas above 1 need a service that balances between its pods, and the local lab's services reach one pod each; run it with --backend kubernetes",
             });
         }
-        if application == Application::CounterChain && self.backend != Backend::Netns {
+        if application == Application::CounterChain && self.options.backend != Backend::Netns {
             return Err(Error::Backend {
                 application: application.name(),
-                backend: self.backend.name(),
+                backend: self.options.backend.name(),
                 why: "every counter is enrolled in the mesh by transparent capture, which needs network namespaces",
             });
         }
-        if self.backend == Backend::Netns {
-            meshbench_netlab::NetnsLab::check_permitted()?;
+        if self.options.backend == Backend::Netns {
+            meshbench_netlab::NetnsLab::check_permitted().map_err(platform_error)?;
         }
         Ok(())
     }
@@ -94,13 +127,14 @@ impl Platform for LocalLab {
     fn prepare<'a>(
         &'a mut self,
         topology: &'a Topology,
-        policy: &'a str,
+        policy: &'a Policy,
     ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(async move {
             // Where the proxy user can reach it whatever the results directory's permissions;
             // removed when the run ends.
-            let area = ProxyArea::create(&self.out_dir).map_err(Error::Mesh)?;
-            let pki = MeshPki::create(&area, topology, policy).map_err(Error::Mesh)?;
+            let area = ProxyArea::create(&self.options.out_dir).map_err(Error::Mesh)?;
+            let policy = policy.to_yaml().map_err(|e| Error::Mesh(e.into()))?;
+            let pki = MeshPki::create(&area, topology, &policy).map_err(Error::Mesh)?;
             self.shared = Some((area, pki));
             Ok(())
         })
@@ -128,7 +162,8 @@ impl Platform for LocalLab {
                 fs: self.cgroups.clone(),
                 lab: lab_id.clone(),
             };
-            let net = LabNetwork::create_off_runtime(self.backend, &lab_id, cell.topology).await?;
+            let net = LabNetwork::create_off_runtime(self.options.backend, &lab_id, cell.topology)
+                .await?;
             let (generator_cpus, sut_cpus) = self.cpus();
             // Without a link to capture (loopback), relays stand in for it.
             let wire_tap = (cell.capture_wire && !net.captures()).then(WireTap::new);
@@ -171,7 +206,7 @@ impl LocalSite<'_> {
         LabContext {
             net: &self.net,
             pki: self.pki,
-            exe: &self.lab.exe,
+            exe: &self.lab.options.exe,
             work_dir: &self.cell_dir,
             area: self.area,
             cell_area: &self.cell_area,
@@ -197,7 +232,7 @@ impl LocalSite<'_> {
         Ok(match instrument {
             Instrument::Load(mut spec) => {
                 spec.output.json = Some(load_json);
-                spec.output.live = Some(self.cell_dir.join(super::LIVE_SERIES));
+                spec.output.live = Some(self.cell_dir.join(LIVE_SERIES));
                 spec.output.quiet = true;
                 LoadSpec::command_line(&ctx.write("load.yaml", &spec.to_yaml())?)
             }
@@ -246,7 +281,7 @@ impl<'a> Site<'a> for LocalSite<'a> {
                 &pod.name,
                 "app",
                 &launch,
-                &self.lab.exe,
+                &self.lab.options.exe,
                 &WorkloadFile::command_line(&config),
                 Readiness::ReadyLine,
                 READY_TIMEOUT,
@@ -304,7 +339,7 @@ impl<'a> Site<'a> for LocalSite<'a> {
                 &client.name,
                 "load-generator",
                 &launch,
-                &self.lab.exe,
+                &self.lab.options.exe,
                 &command,
                 Readiness::Started,
                 READY_TIMEOUT,
@@ -322,7 +357,7 @@ impl<'a> Site<'a> for LocalSite<'a> {
                 component.stop(STOP_GRACE).await;
             }
             finished?;
-            let out_dir = &self.lab.out_dir;
+            let out_dir = &self.lab.options.out_dir;
             let wire = match (capture, marker, &self.wire_tap) {
                 (Some((capture, link, pcap)), Some(marker), _) => {
                     let report = capture.finish(marker.as_bytes())?;

@@ -1,7 +1,7 @@
-//! A description of the machine and build for every result: kernel, CPU, cores, memory,
+//! A description of the machine and build for every result (each result describes itself): kernel, CPU, cores, memory,
 //! meshbench version and commit, and whether this is a release build.
 
-use meshbench_results::Environment;
+use crate::Environment;
 
 /// Facts fixed at build time, passed in by the binary that was built.
 #[derive(Debug, Clone)]
