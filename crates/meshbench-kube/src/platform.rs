@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use kube::api::ListParams;
 use kube::Api;
 use meshbench_experiment::platform::{CellPlace, Platform, Site, SiteError};
-use meshbench_meshes::{BoxFuture, Mesh, MeshPki, ProxyArea};
+use meshbench_meshes::{BoxFuture, Mesh, MeshPki};
 use meshbench_results::{MeshInstallation, UnavailableScenario};
 use meshbench_topology::Topology;
 
@@ -133,14 +133,8 @@ impl Platform for KubePlatform {
     ) -> BoxFuture<'a, Result<(), meshbench_experiment::Error>> {
         Box::pin(async move {
             let platform_err = |e: Error| meshbench_experiment::Error::Mesh(e.into());
-            let area =
-                ProxyArea::create(&self.work_dir).map_err(meshbench_experiment::Error::Mesh)?;
-            let policy = policy
-                .to_yaml()
-                .map_err(|e| meshbench_experiment::Error::Mesh(e.into()))?;
-            let pki = MeshPki::create(&area, topology, &policy)
-                .map_err(meshbench_experiment::Error::Mesh)?;
-            self.pki = Some((area, pki));
+            let shared = MeshPki::for_run(&self.work_dir, topology, policy);
+            self.pki = Some(shared.map_err(meshbench_experiment::Error::Mesh)?);
             // The run's own namespace holds meshbench's CA service, whatever the topology's
             // namespaces are.
             let run_namespace = meshbench_experiment::NAMESPACE.to_owned();

@@ -41,12 +41,41 @@ impl LabComponent {
         readiness: Readiness,
         timeout: Duration,
     ) -> Result<Self, Error> {
+        let starting = async {
+            let mut process = ComponentProcess::spawn_with(name, launch, program, args)?;
+            let ready = match readiness {
+                Readiness::ReadyLine => Some(process.wait_ready(timeout).await?),
+                Readiness::Listening(port) => {
+                    let pid = process.pid().unwrap_or(0);
+                    let deadline = Instant::now() + timeout;
+                    while !listens(pid, port) {
+                        if let Some(e) = process.exited().await {
+                            return Err(e);
+                        }
+                        if Instant::now() > deadline {
+                            return Err(Error::NotReady {
+                                component: name.to_owned(),
+                                seconds: timeout.as_secs(),
+                            });
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    None
+                }
+                Readiness::Started => None,
+            };
+            Ok(LabComponent {
+                name: name.to_owned(),
+                role: role.to_owned(),
+                process,
+                cgroup: launch.cgroup.clone(),
+                ready,
+            })
+        };
         // Watchers (`meshbench serve`) show these as the lab's events.
-        let started = Self::start_quietly(name, role, launch, program, args, readiness, timeout)
-            .await
-            .inspect_err(|e| {
-                tracing::warn!(target: LAB_EVENTS, component = name, role, error = %e, "component failed");
-            })?;
+        let started: LabComponent = starting.await.inspect_err(|e: &Error| {
+            tracing::warn!(target: LAB_EVENTS, component = name, role, error = %e, "component failed");
+        })?;
         tracing::info!(
             target: LAB_EVENTS,
             component = name,
@@ -55,46 +84,6 @@ impl LabComponent {
             "component started"
         );
         Ok(started)
-    }
-
-    async fn start_quietly(
-        name: &str,
-        role: &str,
-        launch: &Launch,
-        program: &Path,
-        args: &[String],
-        readiness: Readiness,
-        timeout: Duration,
-    ) -> Result<Self, Error> {
-        let mut process = ComponentProcess::spawn_with(name, launch, program, args)?;
-        let ready = match readiness {
-            Readiness::ReadyLine => Some(process.wait_ready(timeout).await?),
-            Readiness::Listening(port) => {
-                let pid = process.pid().unwrap_or(0);
-                let deadline = Instant::now() + timeout;
-                while !listens(pid, port) {
-                    if let Some(e) = process.exited().await {
-                        return Err(e);
-                    }
-                    if Instant::now() > deadline {
-                        return Err(Error::NotReady {
-                            component: name.to_owned(),
-                            seconds: timeout.as_secs(),
-                        });
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                None
-            }
-            Readiness::Started => None,
-        };
-        Ok(LabComponent {
-            name: name.to_owned(),
-            role: role.to_owned(),
-            process,
-            cgroup: launch.cgroup.clone(),
-            ready,
-        })
     }
 
     pub fn sample_target(&self) -> Option<SampleTarget> {

@@ -130,12 +130,8 @@ impl Platform for LocalLab {
         policy: &'a Policy,
     ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(async move {
-            // Where the proxy user can reach it whatever the results directory's permissions;
-            // removed when the run ends.
-            let area = ProxyArea::create(&self.options.out_dir).map_err(Error::Mesh)?;
-            let policy = policy.to_yaml().map_err(|e| Error::Mesh(e.into()))?;
-            let pki = MeshPki::create(&area, topology, &policy).map_err(Error::Mesh)?;
-            self.shared = Some((area, pki));
+            let shared = MeshPki::for_run(&self.options.out_dir, topology, policy);
+            self.shared = Some(shared.map_err(Error::Mesh)?);
             Ok(())
         })
     }

@@ -30,7 +30,7 @@ use crate::cluster::{
     ClusterCell, ClusterEntry, ClusterSite, NodeAgentPod, PlacedPod, PodAdditions,
 };
 use crate::description::{Description, EnforcedPolicy};
-use crate::installed::InstalledMesh;
+use crate::installed::{translate_unplaced, InstalledMesh};
 use crate::lab::{Deployment, LabContext, MeshContext};
 use crate::pki::MeshPki;
 use crate::tool::Tool;
@@ -61,17 +61,21 @@ pub trait MeshAdapter: Sync {
 
     /// Our policy as this mesh enforces it for `topology`'s enrolled workloads, in our own
     /// language, with what it could not express as written: `verify` expects what this
-    /// returns, so a rule the mesh cannot express is reported, never silently dropped. Meshes
-    /// that read or translate the policy whole keep it as it is.
+    /// returns, so a rule the mesh cannot express is reported, never silently dropped. A mesh
+    /// a cluster runs enforces what its translation says; meshes that read the policy whole
+    /// keep it as it is.
     fn enforced_policy(
         &self,
         policy: &Policy,
-        _topology: &Topology,
+        topology: &Topology,
     ) -> Result<EnforcedPolicy, Error> {
-        Ok(EnforcedPolicy {
-            policy: policy.clone(),
-            notes: vec![],
-        })
+        match self.cluster().and_then(|c| c.installed()) {
+            Some(installed) => Ok(translate_unplaced(installed, policy, topology)?.enforced),
+            None => Ok(EnforcedPolicy {
+                policy: policy.clone(),
+                notes: vec![],
+            }),
+        }
     }
 
     /// Its control plane's own CA, when it keeps one.
@@ -191,5 +195,13 @@ pub trait ClusterMesh: Sync {
     /// pods are then enrolled by the labels and annotations its translation gives).
     fn installed(&self) -> Option<&dyn InstalledMesh> {
         None
+    }
+}
+
+/// A mesh the cluster already runs is a cluster part with nothing to add to the pods: the
+/// mesh enrolls them itself.
+impl<T: InstalledMesh> ClusterMesh for T {
+    fn installed(&self) -> Option<&dyn InstalledMesh> {
+        Some(self)
     }
 }

@@ -243,3 +243,66 @@ pub(crate) fn capture_additions(capture: SidecarCapture) -> PodAdditions {
         ..PodAdditions::default()
     }
 }
+
+/// A topology placed at the local lab's addresses, as a cluster site: what the tests that
+/// compare the two platforms' plans start from.
+#[cfg(test)]
+pub(crate) mod same_addresses {
+    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+
+    use meshbench_netlab::AddressPlan;
+    use meshbench_policy::Policy;
+    use meshbench_topology::Topology;
+
+    use super::ClusterSite;
+
+    /// The CA service's address in these sites.
+    pub(crate) const CA_ENDPOINT: &str = "10.96.0.99:15012";
+
+    pub(crate) struct E3AtLabAddresses {
+        pub topology: Topology,
+        pub addresses: AddressPlan,
+        services: BTreeMap<String, SocketAddr>,
+        policy: Policy,
+    }
+
+    impl E3AtLabAddresses {
+        /// E3's application with the calculator, the experimenter and the security checker
+        /// enrolled, one pod each (the lab's services lead to one pod each), at the netns
+        /// lab's addresses.
+        pub(crate) fn new() -> Self {
+            let topology = meshbench_topology::e3::topology(
+                &["calculator", "experimenter", "security-checker"],
+                crate::Ports::APP,
+            );
+            assert!(topology.workloads.iter().all(|w| w.replicas == 1));
+            let addresses = AddressPlan::netns(&topology).unwrap();
+            let services = addresses
+                .services
+                .iter()
+                .map(|s| (s.name.clone(), s.addr))
+                .collect();
+            let policy = Policy::from_yaml(&meshbench_topology::e3::zero_trust_policy(
+                crate::TRUST_DOMAIN,
+            ))
+            .unwrap();
+            E3AtLabAddresses {
+                topology,
+                addresses,
+                services,
+                policy,
+            }
+        }
+
+        /// The cluster's view: its services at the lab's addresses.
+        pub(crate) fn site(&self) -> ClusterSite<'_> {
+            ClusterSite {
+                topology: &self.topology,
+                services: &self.services,
+                ca_endpoint: CA_ENDPOINT.parse().unwrap(),
+                policy: &self.policy,
+            }
+        }
+    }
+}

@@ -42,6 +42,19 @@ impl MeshPki {
         Self::create_with_ttl(area, topology, policy_yaml, None)
     }
 
+    /// A run's identities under `policy`, in a proxy area of their own made for `results`
+    /// (where the proxy user can reach them whatever the results directory's permissions;
+    /// removed when the area is dropped).
+    pub fn for_run(
+        results: &Path,
+        topology: &Topology,
+        policy: &meshbench_policy::Policy,
+    ) -> Result<(ProxyArea, Self), Error> {
+        let area = ProxyArea::create(results)?;
+        let pki = MeshPki::create(&area, topology, &policy.to_yaml()?)?;
+        Ok((area, pki))
+    }
+
     /// As [`MeshPki::create`], with SVIDs that live `svid_ttl`.
     pub fn create_with_ttl(
         area: &ProxyArea,

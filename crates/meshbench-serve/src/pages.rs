@@ -380,11 +380,7 @@ fn render_new_run(
         },
         pin = if new.pin { " checked" } else { "" },
     );
-    let status = if error.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
+    let status = form_status(error.is_some());
     page(caller, status, "New run", "/runs/new", &body)
 }
 
@@ -456,10 +452,9 @@ async fn submit_run(
     let submitted = api::parse_off_the_workers(&state, form.new.clone())
         .await
         .and_then(|job| api::submit(&state, job));
-    match submitted {
-        Ok(id) => Redirect::to(&format!("/runs/{id}")).into_response(),
-        Err(e) => render_new_run(&state, &caller, &form, Some(&e)),
-    }
+    after_submit(submitted, "/runs", |e| {
+        render_new_run(&state, &caller, &form, Some(e))
+    })
 }
 
 async fn run_page(
@@ -686,11 +681,7 @@ async fn cost_page(
     if let Some(Ok(table)) = &outcome {
         body.push_str(&table_html(table));
     }
-    let status = if error.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
+    let status = form_status(error.is_some());
     page(&caller, status, &format!("Cost of {id}"), "/", &body)
 }
 
@@ -752,11 +743,7 @@ async fn compare_page(
         }
         body.push_str("</div>");
     }
-    let status = if error.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
+    let status = form_status(error.is_some());
     page(&caller, status, "Compare two runs", "/compare", &body)
 }
 
@@ -827,11 +814,7 @@ fn render_verify(
         }
         body.push_str("</tbody></table>");
     }
-    let status = if error.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
+    let status = form_status(error.is_some());
     page(caller, status, "Verify", "/verify", &body)
 }
 
@@ -848,10 +831,10 @@ async fn submit_verification(
     let new = NewVerification {
         meshes: meshes.clone(),
     };
-    match api::verification_of(&new).and_then(|job| api::submit(&state, job)) {
-        Ok(id) => Redirect::to(&format!("/verify/{id}")).into_response(),
-        Err(e) => render_verify(&state, &caller, &meshes, Some(&e)),
-    }
+    let submitted = api::verification_of(&new).and_then(|job| api::submit(&state, job));
+    after_submit(submitted, "/verify", |e| {
+        render_verify(&state, &caller, &meshes, Some(e))
+    })
 }
 
 async fn verification_page(
@@ -1170,4 +1153,26 @@ async fn logout(
         state.cookie_name
     );
     ([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
+}
+
+/// Where a submitted form goes: to its job's page under `pages` once queued, or back to the
+/// form with the error (`again`).
+fn after_submit(
+    submitted: Result<String, ApiError>,
+    pages: &str,
+    again: impl FnOnce(&ApiError) -> Response,
+) -> Response {
+    match submitted {
+        Ok(id) => Redirect::to(&format!("{pages}/{id}")).into_response(),
+        Err(e) => again(&e),
+    }
+}
+
+/// A form page's status: 400 when it is shown again with the error its input caused.
+fn form_status(refused: bool) -> StatusCode {
+    if refused {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    }
 }

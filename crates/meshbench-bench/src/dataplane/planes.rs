@@ -374,9 +374,30 @@ fn haproxy_pair(ctx: &PairContext<'_>, plane: Plane, mode: ProxyMode) -> Result<
             mode,
         ),
     )?;
+    third_party_pair(
+        ctx,
+        name,
+        [(server_cfg, inbound), (client_cfg, outbound)],
+        |cfg| {
+            let mut command = Command::new(&ctx.tools.haproxy);
+            command.arg("-db").arg("-f").arg(cfg);
+            command
+        },
+    )
+}
+
+/// A third-party proxy pair: the server's proxy from its config listening on its port, then
+/// the client's, each started by `command` on the proxies' CPU; the client's port is the
+/// pair's entry.
+fn third_party_pair(
+    ctx: &PairContext<'_>,
+    name: &str,
+    [(server_cfg, inbound), (client_cfg, outbound)]: [(PathBuf, u16); 2],
+    command: impl Fn(&Path) -> Command,
+) -> Result<Pair, Error> {
     let start = |name: &str, cfg: &Path, port: u16| -> Result<Daemon, Error> {
-        let mut command = Command::new(&ctx.tools.haproxy);
-        command.arg("-db").arg("-f").arg(cfg).stdout(Stdio::null());
+        let mut command = command(cfg);
+        command.stdout(Stdio::null());
         let mut daemon = Daemon::spawn(&mut command, ctx.cpu, name, &ctx.log(name))?;
         daemon.wait_listening(SocketAddr::from(([127, 0, 0, 1], port)))?;
         Ok(daemon)
@@ -428,27 +449,20 @@ fn envoy_pair(ctx: &PairContext<'_>, plane: Plane, mode: ProxyMode) -> Result<Pa
             mode,
         ),
     )?;
-    let start = |name: &str, cfg: &Path, port: u16| -> Result<Daemon, Error> {
-        let mut command = Command::new(&ctx.tools.envoy);
-        command
-            .arg("-c")
-            .arg(cfg)
-            .args([
+    third_party_pair(
+        ctx,
+        name,
+        [(server_cfg, inbound), (client_cfg, outbound)],
+        |cfg| {
+            let mut command = Command::new(&ctx.tools.envoy);
+            command.arg("-c").arg(cfg).args([
                 "--concurrency",
                 "1",
                 "--disable-hot-restart",
                 "--log-level",
                 "warn",
-            ])
-            .stdout(Stdio::null());
-        let mut daemon = Daemon::spawn(&mut command, ctx.cpu, name, &ctx.log(name))?;
-        daemon.wait_listening(SocketAddr::from(([127, 0, 0, 1], port)))?;
-        Ok(daemon)
-    };
-    let server = start(&format!("{name}-server"), &server_cfg, inbound)?;
-    let client = start(&format!("{name}-client"), &client_cfg, outbound)?;
-    Ok(Pair {
-        entry: SocketAddr::from(([127, 0, 0, 1], outbound)),
-        proxies: vec![client, server],
-    })
+            ]);
+            command
+        },
+    )
 }

@@ -131,14 +131,7 @@ impl KubeSite<'_> {
             pod: first.name.clone(),
             problem: e.to_string(),
         })?;
-        let (resources, machines) = in_window(&finished, &load, first)?;
-        let _ = meshbench_results::write_json_atomic(&self.cell_dir.join("load.json"), &load);
-        Ok(Measured {
-            load,
-            resources,
-            wire: None,
-            machines,
-        })
+        self.measured(&finished, load, first)
     }
 
     /// E3's experimenter running `file`'s one experiment in the client's pod; it prints its
@@ -196,7 +189,19 @@ impl KubeSite<'_> {
                 &answer,
             );
         }
-        let (resources, machines) = in_window(&finished, &load, pod)?;
+        self.measured(&finished, load, pod)
+    }
+
+    /// Whether the instrument must wait for node agents that capture it by its address.
+    /// What the instrument measured, with every component's resources cut to its window; its
+    /// report is kept in the cell's directory as `load.json`.
+    fn measured(
+        &self,
+        finished: &Finished,
+        load: LoadReport,
+        instrument: &CreatedPod,
+    ) -> Result<Measured, Error> {
+        let (resources, machines) = in_window(finished, &load, instrument)?;
         let _ = meshbench_results::write_json_atomic(&self.cell_dir.join("load.json"), &load);
         Ok(Measured {
             load,
@@ -206,7 +211,6 @@ impl KubeSite<'_> {
         })
     }
 
-    /// Whether the instrument must wait for node agents that capture it by its address.
     fn instrument_waits_for_agents(&self) -> bool {
         self.enrolled.as_ref().is_some_and(|e| e.agents_pending)
     }

@@ -15,16 +15,16 @@
 //! This kernel has no WireGuard and no IPsec ESP and Cilium's agent needs BPF programs built
 //! for it: the resources are validated against Cilium's CRDs only.
 
-use meshbench_policy::{Action, DefaultInbound, Pattern, Policy};
-use meshbench_topology::{Topology, Workload};
+use meshbench_policy::{Action, DefaultInbound, Pattern};
+use meshbench_topology::Workload;
 use serde_json::{json, Value};
 
 use crate::adapter::{ClusterMesh, MeshAdapter};
 use crate::description::{Description, Enrollment, PolicySupport};
 use crate::installed::{
-    metadata, resource_name, translate_unplaced, workload_selector, ComponentClass, ConfigMapRef,
-    Documented, Found, FoundPod, Installation, InstalledMesh, InstalledSite, LabelSelector,
-    MeshEnrollment, Signature, Translation,
+    metadata, resource_name, workload_selector, ComponentClass, ConfigMapRef, Documented, Found,
+    FoundPod, Installation, InstalledMesh, InstalledSite, LabelSelector, MeshEnrollment, Signature,
+    Translation,
 };
 use crate::pairs::{self, HttpMatch, Outcome, Source};
 use crate::{EnforcedPolicy, Error};
@@ -55,20 +55,6 @@ impl MeshAdapter for Cilium {
     }
 
     fn cluster(&self) -> Option<&dyn ClusterMesh> {
-        Some(self)
-    }
-
-    fn enforced_policy(
-        &self,
-        policy: &Policy,
-        topology: &Topology,
-    ) -> Result<EnforcedPolicy, Error> {
-        Ok(translate_unplaced(self, policy, topology)?.enforced)
-    }
-}
-
-impl ClusterMesh for Cilium {
-    fn installed(&self) -> Option<&dyn InstalledMesh> {
         Some(self)
     }
 }
@@ -326,6 +312,8 @@ fn path_regex(path: &Pattern) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::translate_unplaced;
+    use meshbench_policy::Policy;
     use meshbench_topology::e3;
 
     #[test]

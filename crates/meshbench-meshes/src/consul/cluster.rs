@@ -21,12 +21,6 @@ pub(crate) struct ConsulOnCluster;
 
 const GROUP_VERSION: &str = "consul.hashicorp.com/v1alpha1";
 
-impl crate::ClusterMesh for ConsulOnCluster {
-    fn installed(&self) -> Option<&dyn InstalledMesh> {
-        Some(self)
-    }
-}
-
 impl InstalledMesh for ConsulOnCluster {
     fn signature(&self) -> Signature {
         Signature {

@@ -11,16 +11,13 @@
 
 mod policy;
 
-use meshbench_policy::Policy;
-use meshbench_topology::Topology;
-
 use crate::adapter::{ClusterMesh, MeshAdapter};
 use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::installed::{
     present, ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh,
     InstalledSite, LabelSelector, Signature, Translation,
 };
-use crate::{EnforcedPolicy, Error};
+use crate::Error;
 
 const SIGNATURE_CRDS: &[&str] = &[
     "peerauthentications.security.istio.io",
@@ -34,94 +31,32 @@ const INJECTOR: &str = "istio-sidecar-injector";
 const WAYPOINT_CRD: &str = "gateways.gateway.networking.k8s.io";
 const AMBIENT_CRDS: &[&str] = &[SIGNATURE_CRDS[0], SIGNATURE_CRDS[1], WAYPOINT_CRD];
 
-pub(crate) struct IstioSidecar;
-pub(crate) struct IstioAmbient;
+/// Istio in one of its data-plane modes: an Envoy sidecar per pod, or ambient (ztunnel per
+/// node, a waypoint where L7 rules need one).
+pub(crate) struct Istio {
+    ambient: bool,
+}
 
-pub(crate) const SCENARIOS: &[&dyn MeshAdapter] = &[&IstioSidecar, &IstioAmbient];
+pub(crate) const SCENARIOS: &[&dyn MeshAdapter] =
+    &[&Istio { ambient: false }, &Istio { ambient: true }];
 
-impl MeshAdapter for IstioSidecar {
+impl MeshAdapter for Istio {
     fn describe(&self) -> Description {
-        Description::new(
-            "istio",
-            "Istio, sidecar mode, as installed on the cluster: istiod injects an Envoy sidecar \
-             into each enrolled pod; TLS 1.3 mTLS (Istio's); peer identity: SPIFFE ID; our \
-             policy as PeerAuthentication and AuthorizationPolicy",
-            Enrollment::SidecarPerPod,
-        )
-        .aliases(&["istio-sidecar"])
-        .mtls((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
-        .policy(PolicySupport::Translated(
-            "Istio PeerAuthentication and AuthorizationPolicy",
-        ))
-    }
-
-    fn cluster(&self) -> Option<&dyn ClusterMesh> {
-        Some(self)
-    }
-
-    fn enforced_policy(
-        &self,
-        policy: &Policy,
-        topology: &Topology,
-    ) -> Result<EnforcedPolicy, Error> {
-        Ok(policy::enforced(policy, topology, false))
-    }
-}
-
-impl ClusterMesh for IstioSidecar {
-    fn installed(&self) -> Option<&dyn InstalledMesh> {
-        Some(self)
-    }
-}
-
-impl InstalledMesh for IstioSidecar {
-    fn signature(&self) -> Signature {
-        Signature {
-            crds: SIGNATURE_CRDS,
-            control_plane: &[ISTIOD],
-            node_agents: &[ZTUNNEL, CNI],
-            config_maps: &[],
-            injector_webhooks: &[INJECTOR],
+        let spiffe = (IdentityCheck::SpiffeId, IdentityCheck::SpiffeId);
+        if !self.ambient {
+            return Description::new(
+                "istio",
+                "Istio, sidecar mode, as installed on the cluster: istiod injects an Envoy sidecar \
+                 into each enrolled pod; TLS 1.3 mTLS (Istio's); peer identity: SPIFFE ID; our \
+                 policy as PeerAuthentication and AuthorizationPolicy",
+                Enrollment::SidecarPerPod,
+            )
+            .aliases(&["istio-sidecar"])
+            .mtls(spiffe)
+            .policy(PolicySupport::Translated(
+                "Istio PeerAuthentication and AuthorizationPolicy",
+            ));
         }
-    }
-
-    fn interpret(&self, found: &Found) -> Installation {
-        let mut installation = istiod(found);
-        let mode = if has_ztunnel(found) {
-            "sidecar (ambient also installed)"
-        } else {
-            "sidecar"
-        };
-        installation.mode = Some(match installation.mode.take() {
-            Some(external) => format!("{mode}; {external}"),
-            None => mode.into(),
-        });
-        installation
-    }
-
-    fn translate(&self, site: &InstalledSite<'_>) -> Result<Translation, Error> {
-        policy::translate(site, false)
-    }
-
-    fn component(&self, pod: &FoundPod, container: &str) -> Option<ComponentClass> {
-        component(pod, container)
-    }
-
-    fn documented(&self) -> Documented {
-        Documented {
-            wire: "TLS 1.3 between the sidecars (Istio's mTLS), same node or not",
-            notes: &[
-                "Istio's sidecar hides some denials as connection resets (E3): a request its \
-                 RBAC filter denies on a TCP (L4) path is a closed connection, not a 403",
-                "a workload with PERMISSIVE peer authentication takes plaintext from outside \
-                 the mesh, and an unauthenticated caller matches no principal rule",
-            ],
-        }
-    }
-}
-
-impl MeshAdapter for IstioAmbient {
-    fn describe(&self) -> Description {
         Description {
             tunnels_within_node: true,
             ..Description::new(
@@ -133,7 +68,7 @@ impl MeshAdapter for IstioAmbient {
                 Enrollment::AgentPerNode,
             )
             .aliases(&["ambient"])
-            .mtls((IdentityCheck::SpiffeId, IdentityCheck::SpiffeId))
+            .mtls(spiffe)
             .policy(PolicySupport::Translated(
                 "Istio PeerAuthentication and AuthorizationPolicy (L4 at ztunnel, L7 at a \
                  waypoint)",
@@ -144,26 +79,16 @@ impl MeshAdapter for IstioAmbient {
     fn cluster(&self) -> Option<&dyn ClusterMesh> {
         Some(self)
     }
-
-    fn enforced_policy(
-        &self,
-        policy: &Policy,
-        topology: &Topology,
-    ) -> Result<EnforcedPolicy, Error> {
-        Ok(policy::enforced(policy, topology, true))
-    }
 }
 
-impl ClusterMesh for IstioAmbient {
-    fn installed(&self) -> Option<&dyn InstalledMesh> {
-        Some(self)
-    }
-}
-
-impl InstalledMesh for IstioAmbient {
+impl InstalledMesh for Istio {
     fn signature(&self) -> Signature {
         Signature {
-            crds: AMBIENT_CRDS,
+            crds: if self.ambient {
+                AMBIENT_CRDS
+            } else {
+                SIGNATURE_CRDS
+            },
             control_plane: &[ISTIOD],
             node_agents: &[ZTUNNEL, CNI],
             config_maps: &[],
@@ -173,11 +98,16 @@ impl InstalledMesh for IstioAmbient {
 
     fn interpret(&self, found: &Found) -> Installation {
         let mut installation = istiod(found);
+        let mode = match (self.ambient, has_ztunnel(found)) {
+            (true, _) => "ambient",
+            (false, true) => "sidecar (ambient also installed)",
+            (false, false) => "sidecar",
+        };
         installation.mode = Some(match installation.mode.take() {
-            Some(external) => format!("ambient; {external}"),
-            None => "ambient".into(),
+            Some(external) => format!("{mode}; {external}"),
+            None => mode.into(),
         });
-        if installation.unusable.is_none() {
+        if self.ambient && installation.unusable.is_none() {
             if !has_ztunnel(found) {
                 installation.unusable =
                     Some("Istio is installed without ambient mode (no ztunnel pods)".into());
@@ -192,7 +122,7 @@ impl InstalledMesh for IstioAmbient {
     }
 
     fn translate(&self, site: &InstalledSite<'_>) -> Result<Translation, Error> {
-        policy::translate(site, true)
+        policy::translate(site, self.ambient)
     }
 
     fn component(&self, pod: &FoundPod, container: &str) -> Option<ComponentClass> {
@@ -200,14 +130,25 @@ impl InstalledMesh for IstioAmbient {
     }
 
     fn documented(&self) -> Documented {
+        if self.ambient {
+            return Documented {
+                wire: "HBONE (HTTP/2 CONNECT in TLS 1.3 mTLS, port 15008) between ztunnels; \
+                       same-node traffic goes through ztunnel and is encrypted too",
+                notes: &[
+                    "L7 rules are enforced by the waypoint only: a call that reaches a pod by \
+                     its address rather than its service skips it (meshbench's translation then \
+                     lets only the waypoint through ztunnel)",
+                    "ztunnel judges traffic that passed the waypoint by the waypoint's identity",
+                ],
+            };
+        }
         Documented {
-            wire: "HBONE (HTTP/2 CONNECT in TLS 1.3 mTLS, port 15008) between ztunnels; \
-                   same-node traffic goes through ztunnel and is encrypted too",
+            wire: "TLS 1.3 between the sidecars (Istio's mTLS), same node or not",
             notes: &[
-                "L7 rules are enforced by the waypoint only: a call that reaches a pod by its \
-                 address rather than its service skips it (meshbench's translation then lets \
-                 only the waypoint through ztunnel)",
-                "ztunnel judges traffic that passed the waypoint by the waypoint's identity",
+                "Istio's sidecar hides some denials as connection resets (E3): a request its \
+                 RBAC filter denies on a TCP (L4) path is a closed connection, not a 403",
+                "a workload with PERMISSIVE peer authentication takes plaintext from outside \
+                 the mesh, and an unauthenticated caller matches no principal rule",
             ],
         }
     }
@@ -288,7 +229,7 @@ mod tests {
             crds: crds(),
             ..Found::default()
         };
-        let absent = IstioSidecar.interpret(&found);
+        let absent = Istio { ambient: false }.interpret(&found);
         assert!(absent
             .unusable
             .unwrap()
@@ -305,12 +246,12 @@ mod tests {
             ready: true,
             node: "node-1".into(),
         });
-        let running = IstioSidecar.interpret(&found);
+        let running = Istio { ambient: false }.interpret(&found);
         assert_eq!(running.version.as_deref(), Some("1.31.0"));
         assert_eq!(running.namespace.as_deref(), Some("istio-system"));
         assert!(running.unusable.is_none());
         // Ambient needs ztunnel.
-        assert!(IstioAmbient
+        assert!(Istio { ambient: true }
             .interpret(&found)
             .unusable
             .unwrap()
@@ -325,7 +266,7 @@ mod tests {
             .into(),
             ..Found::default()
         };
-        let installation = IstioSidecar.interpret(&external);
+        let installation = Istio { ambient: false }.interpret(&external);
         assert!(installation.unusable.is_none());
         assert_eq!(
             installation.mode.as_deref(),

@@ -428,7 +428,7 @@ mod tests {
     #[test]
     fn e3s_policy_is_istios_own_and_every_member_is_labelled() {
         let t = translated(
-            &super::super::IstioSidecar,
+            &super::super::Istio { ambient: false },
             &[e3::CALCULATOR, e3::EXPERIMENTER],
             &e3::zero_trust_policy(crate::TRUST_DOMAIN),
         );
@@ -460,7 +460,7 @@ mod tests {
     #[test]
     fn ambient_sends_l7_rules_to_a_waypoint_that_ztunnel_lets_through() {
         let t = translated(
-            &super::super::IstioAmbient,
+            &super::super::Istio { ambient: true },
             &[e3::CALCULATOR, e3::EXPERIMENTER],
             "authorization:\n\
              \x20 - name: calc\n    namespace: app\n    workload: calculator\n    action: ALLOW\n    rules:\n\

@@ -19,16 +19,16 @@
 
 use std::collections::BTreeMap;
 
-use meshbench_policy::{Action, DefaultInbound, Pattern, PeerAuthenticationMode, Policy};
-use meshbench_topology::{Topology, Workload};
+use meshbench_policy::{Action, DefaultInbound, Pattern, PeerAuthenticationMode};
+use meshbench_topology::Workload;
 use serde_json::{json, Value};
 
 use crate::adapter::{ClusterMesh, MeshAdapter};
 use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::installed::{
-    metadata, present, resource_name, translate_unplaced, workload_selector, ComponentClass,
-    Documented, Found, FoundPod, Installation, InstalledMesh, InstalledSite, LabelSelector,
-    MeshEnrollment, Signature, Translation,
+    metadata, present, resource_name, workload_selector, ComponentClass, Documented, Found,
+    FoundPod, Installation, InstalledMesh, InstalledSite, LabelSelector, MeshEnrollment, Signature,
+    Translation,
 };
 use crate::pairs::{self, HttpMatch, Outcome, Source};
 use crate::{EnforcedPolicy, Error};
@@ -65,20 +65,6 @@ impl MeshAdapter for Linkerd {
     }
 
     fn cluster(&self) -> Option<&dyn ClusterMesh> {
-        Some(self)
-    }
-
-    fn enforced_policy(
-        &self,
-        policy: &Policy,
-        topology: &Topology,
-    ) -> Result<EnforcedPolicy, Error> {
-        Ok(translate_unplaced(self, policy, topology)?.enforced)
-    }
-}
-
-impl ClusterMesh for Linkerd {
-    fn installed(&self) -> Option<&dyn InstalledMesh> {
         Some(self)
     }
 }
@@ -415,6 +401,8 @@ fn authorization(name: &str, namespace: &str, kind: &str, target: &str, authn: &
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::translate_unplaced;
+    use meshbench_policy::Policy;
     use meshbench_topology::e3;
 
     #[test]

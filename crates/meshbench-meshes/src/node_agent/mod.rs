@@ -260,14 +260,12 @@ async fn enroll(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use meshbench_dataplane::NodeAgentFile;
     use meshbench_netlab::NodeCaptureFile;
-    use meshbench_policy::Policy;
 
     use super::*;
-    use crate::cluster::{ClusterCell, ClusterSite, PlacedPod};
+    use crate::cluster::same_addresses::E3AtLabAddresses;
+    use crate::cluster::{ClusterCell, PlacedPod};
     use crate::ClusterMesh;
 
     /// The node agents of a topology placed at the same addresses, with the same credentials'
@@ -275,29 +273,21 @@ mod tests {
     /// the same capture.
     #[test]
     fn the_lab_and_the_cluster_plan_the_same_agents() {
-        let topology = meshbench_topology::e3::topology(
-            &["calculator", "experimenter", "security-checker"],
-            Ports::APP,
-        );
-        // One pod per workload: the lab's services lead to one pod each (only a cluster
-        // balances a service over replicas), so with replicas the services differ, rightly.
-        assert!(topology.workloads.iter().all(|w| w.replicas == 1));
-        let addresses = AddressPlan::netns(&topology).unwrap();
+        let e3 = E3AtLabAddresses::new();
+        let (topology, addresses) = (&e3.topology, &e3.addresses);
         let pods: Vec<Pod> = topology
             .pods()
             .into_iter()
             .filter(|p| p.workload.meshed)
             .collect();
-        assert!(
-            distinct_nodes_of(&pods).len() > 1,
-            "the enrolled pods span nodes"
-        );
+        let mut nodes: Vec<&str> = pods.iter().map(|p| p.workload.node.as_str()).collect();
+        nodes.dedup();
+        assert!(nodes.len() > 1, "the enrolled pods span nodes");
         let agent = NodeAgent {
             same_node_encryption: true,
         };
-        let ca_endpoint: SocketAddr = "10.96.0.99:15012".parse().unwrap();
 
-        // The cluster: its pods placed at the lab's addresses, its services at the lab's.
+        // The cluster: its pods placed at the lab's addresses.
         let everyone = topology.pods();
         let placed: Vec<PlacedPod<'_>> = everyone
             .iter()
@@ -308,26 +298,12 @@ mod tests {
                 enrolled: pod.workload.meshed,
             })
             .collect();
-        let services: BTreeMap<String, SocketAddr> = addresses
-            .services
-            .iter()
-            .map(|s| (s.name.clone(), s.addr))
-            .collect();
-        let policy = Policy::from_yaml(&meshbench_topology::e3::zero_trust_policy(
-            crate::TRUST_DOMAIN,
-        ))
-        .unwrap();
-        let site = ClusterSite {
-            topology: &topology,
-            services: &services,
-            ca_endpoint,
-            policy: &policy,
-        };
+        let site = e3.site();
         let on_cluster = agent.node_agents(&site, &placed).unwrap();
 
         // The lab: the same pods, bound as the cluster binds, reading the cluster's layout.
         let (lab_pods, lab_services) =
-            on_the_lab(&addresses, &pods, |pod| site.app_port(pod)).unwrap();
+            on_the_lab(addresses, &pods, |pod| site.app_port(pod)).unwrap();
         let svid = |pod: &Pod| {
             let svid = ClusterCell::svid(pod);
             (svid.cert, svid.key)
@@ -342,7 +318,7 @@ mod tests {
             },
             &AgentSettings {
                 same_node_encryption: true,
-                ca_endpoint,
+                ca_endpoint: site.ca_endpoint,
                 bind: &|node| Ok(addresses.node(node)?.ip.into()),
                 transparent: true,
                 outbound: vec![],
@@ -367,12 +343,5 @@ mod tests {
                 lab.node
             );
         }
-    }
-
-    fn distinct_nodes_of(pods: &[Pod]) -> Vec<&str> {
-        let mut nodes: Vec<&str> = pods.iter().map(|p| p.workload.node.as_str()).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        nodes
     }
 }

@@ -346,51 +346,28 @@ async fn enroll(lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Error> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use meshbench_netlab::AddressPlan;
-    use meshbench_policy::Policy;
-
     use super::*;
+    use crate::cluster::same_addresses::E3AtLabAddresses;
 
     /// An enrolled pod's sidecar, planned from the lab's addresses and from a cluster's at the
     /// same addresses, with the same credentials' layout: the same file (before each platform
     /// adds how it launches it).
     #[test]
     fn the_lab_and_the_cluster_plan_the_same_enrolled_sidecar() {
-        let topology = meshbench_topology::e3::topology(
-            &["calculator", "experimenter", "security-checker"],
-            Ports::APP,
-        );
-        let addresses = AddressPlan::netns(&topology).unwrap();
-        let services: BTreeMap<String, SocketAddr> = addresses
-            .services
-            .iter()
-            .map(|s| (s.name.clone(), s.addr))
-            .collect();
-        let policy = Policy::from_yaml(&meshbench_topology::e3::zero_trust_policy(
-            crate::TRUST_DOMAIN,
-        ))
-        .unwrap();
-        let ca_endpoint: SocketAddr = "10.96.0.99:15012".parse().unwrap();
-        let site = ClusterSite {
-            topology: &topology,
-            services: &services,
-            ca_endpoint,
-            policy: &policy,
-        };
+        let e3 = E3AtLabAddresses::new();
+        let site = e3.site();
         let on_lab_addresses =
-            meshed_destinations(&topology, |name| Ok(addresses.service(name)?.addr)).unwrap();
+            meshed_destinations(&e3.topology, |name| Ok(e3.addresses.service(name)?.addr)).unwrap();
         assert_eq!(
             on_lab_addresses.len(),
             3,
             "one destination per meshed service"
         );
-        for pod in topology.pods().iter().filter(|p| p.workload.meshed) {
+        for pod in e3.topology.pods().iter().filter(|p| p.workload.meshed) {
             let lab = enrolled_sidecar(
                 pod,
                 &cluster_pki(&cluster_svid),
-                ca_endpoint,
+                site.ca_endpoint,
                 site.app_port(pod),
                 on_lab_addresses.clone(),
             );
