@@ -7,7 +7,6 @@ mod cluster;
 mod plan;
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 
 use meshbench_dataplane::{OutboundListener, ServiceEndpoint};
 use meshbench_lab::LabComponent;
@@ -17,7 +16,6 @@ use meshbench_topology::Pod;
 use crate::adapter::{ClusterMesh, Deploying, Enrolling, LocalEnroll, LocalMesh, MeshAdapter};
 use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::enroll::app_port;
-use crate::pki::PkiLayout;
 use crate::{Deployment, Error, LabContext, MeshContext, Ports};
 use plan::{plan, AgentPod, AgentSettings};
 
@@ -79,18 +77,6 @@ impl LocalEnroll for NodeAgent {
     }
 }
 
-/// The lab's credentials, as its agents read them.
-fn lab_pki<'a>(
-    lab: &'a LabContext<'a>,
-    svid: &'a dyn Fn(&Pod) -> (PathBuf, PathBuf),
-) -> PkiLayout<'a> {
-    PkiLayout {
-        ca: lab.pki.ca.clone(),
-        policy: lab.pki.policy.clone(),
-        svid,
-    }
-}
-
 async fn deploy(ctx: &MeshContext<'_>, same_node_encryption: bool) -> Result<Deployment, Error> {
     let (ca, ca_endpoint) = ctx.control_plane().await?;
     let mut components = vec![ca];
@@ -127,16 +113,11 @@ async fn deploy(ctx: &MeshContext<'_>, same_node_encryption: bool) -> Result<Dep
         source: format!("{}/{}", client.workload.namespace, client.workload.name),
         destination: server_app,
     };
-    let svid = |p: &Pod| {
-        let svid = ctx
-            .pki
-            .svid(&p.workload.namespace, &p.workload.service_account);
-        (svid.cert, svid.key)
-    };
+    let svid = |p: &Pod| ctx.svid_files(p);
     let plans = plan(
         &distinct_nodes(&pods),
         &pods,
-        &lab_pki(ctx, &svid),
+        &ctx.pki_layout(&svid),
         &AgentSettings {
             same_node_encryption,
             ca_endpoint,
@@ -224,16 +205,11 @@ async fn enroll(
         .collect();
     let (pods, services) = on_the_lab(net.plan(), &meshed, |pod| app_port(lab, pod))?;
     let (ca, ca_endpoint) = lab.control_plane().await?;
-    let svid = |p: &Pod| {
-        let svid = lab
-            .pki
-            .svid(&p.workload.namespace, &p.workload.service_account);
-        (svid.cert, svid.key)
-    };
+    let svid = |p: &Pod| lab.svid_files(p);
     let plans = plan(
         &topology.nodes,
         &pods,
-        &lab_pki(lab, &svid),
+        &lab.pki_layout(&svid),
         &AgentSettings {
             same_node_encryption,
             ca_endpoint,
@@ -266,6 +242,7 @@ mod tests {
     use super::*;
     use crate::cluster::same_addresses::E3AtLabAddresses;
     use crate::cluster::{ClusterCell, PlacedPod};
+    use crate::pki::PkiLayout;
     use crate::ClusterMesh;
 
     /// The node agents of a topology placed at the same addresses, with the same credentials'
