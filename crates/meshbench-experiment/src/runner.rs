@@ -156,9 +156,10 @@ impl Runner {
         })
     }
 
-    /// Continues an interrupted run in `options.out_dir`, on `platform`: the profile is rebuilt from the spec
-    /// the results carry (with the run's scale, selection, duration and warm-up), finished
-    /// cells are kept and skipped, and new cells are appended to the same document.
+    /// Continues an interrupted run in `options.out_dir`, on `platform`: the profile is
+    /// rebuilt from the spec the results carry (with the run's scale, selection, duration and
+    /// warm-up), finished cells are kept and skipped, and new cells are appended to the same
+    /// document.
     pub fn resume_on(platform: Box<dyn Platform>, options: RunOptions) -> Result<Self, Error> {
         let options = options.absolute()?;
         let results_path = options.out_dir.join("results.json");

@@ -37,7 +37,7 @@ pub async fn verify(
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<VerifyReport, Error> {
     meshbench_netlab::NetnsLab::check_permitted()?;
-    let lab = LocalLab { exe: &options.exe };
+    let lab = NetnsVerifier { exe: &options.exe };
     verify_with(
         &lab,
         &options.meshes,
@@ -48,11 +48,13 @@ pub async fn verify(
     .await
 }
 
-struct LocalLab<'e> {
+/// The netns lab as a place to verify (not `meshbench_local::LocalLab`, the platform that
+/// runs measure on).
+struct NetnsVerifier<'e> {
     exe: &'e Path,
 }
 
-impl Verifier for LocalLab<'_> {
+impl Verifier for NetnsVerifier<'_> {
     type Case<'a>
         = LocalCase<'a>
     where
