@@ -7,7 +7,7 @@
 //!   request bounces between counters A and B until it has crossed the requested number of
 //!   services; every counter is enrolled in the mesh, so every hop goes through it.
 
-use meshbench_meshes::{enrollable, Enrollment, Mesh, Ports};
+use meshbench_meshes::{enrollable, Enrollment, Ports, Scenario};
 use meshbench_results::{ScenarioConfig, SoftwareVersion};
 use meshbench_topology::{e3, Service, Topology, Workload};
 
@@ -87,7 +87,7 @@ impl Application {
     }
 
     /// Why `mesh` cannot carry this application, if it cannot.
-    pub fn unsupported(self, mesh: Mesh) -> Option<String> {
+    pub fn unsupported(self, mesh: Scenario) -> Option<String> {
         match self {
             Application::Echo => None,
             Application::ZeroTrustApp | Application::CounterChain
@@ -192,7 +192,7 @@ impl Application {
         yaml
     }
 
-    pub fn describe(self, mesh: Mesh) -> ScenarioConfig {
+    pub fn describe(self, mesh: Scenario) -> ScenarioConfig {
         ScenarioConfig {
             name: mesh.name().to_owned(),
             description: mesh.description().to_owned(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use meshbench_results::{LoadModel, LoadPoint, OutlierPolicyConfig, RunConfig, WorkloadConfig};
 
-use meshbench_meshes::Mesh;
+use meshbench_meshes::Scenario;
 
 use crate::application::Application;
 use crate::placement::Placement;
@@ -172,7 +172,7 @@ pub struct Profile {
     pub application: Application,
     /// The spec's text, kept with the results so a run describes itself.
     pub spec: String,
-    pub scenarios: Vec<Mesh>,
+    pub scenarios: Vec<Scenario>,
     pub placements: Vec<Placement>,
     pub model: LoadKind,
     pub load_points: Vec<PointPlan>,

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use meshbench_identity::ClientTlsFiles;
 use meshbench_loadgen::{Body, ClientTlsSpec, LoadModel, LoadSpec, RequestFile};
-use meshbench_meshes::Mesh;
+use meshbench_meshes::Scenario;
 use meshbench_results::{describe_environment, BuildInfo};
 use meshbench_results::{
     read_json, write_json_atomic, Cell, LoadPoint, RunConfig, RunResult, RunStatus,
@@ -59,7 +59,7 @@ impl RunOptions {
 pub struct CellId {
     pub index: usize,
     pub total: usize,
-    pub scenario: Mesh,
+    pub scenario: Scenario,
     pub placement: Placement,
     /// As results record it.
     pub load_point: LoadPoint,
@@ -114,6 +114,22 @@ pub struct Runner {
 }
 
 impl Runner {
+    fn assemble(
+        platform: Box<dyn Platform>,
+        profile: Profile,
+        options: RunOptions,
+        result: RunResult,
+    ) -> Self {
+        let results_path = options.out_dir.join("results.json");
+        Runner {
+            profile,
+            options,
+            result,
+            results_path,
+            platform,
+        }
+    }
+
     /// Prepares the output directory; refuses one that already holds results. The cells run
     /// on `platform`.
     pub fn on(
@@ -147,13 +163,7 @@ impl Runner {
             },
             cells: Vec::new(),
         };
-        Ok(Runner {
-            profile,
-            options,
-            result,
-            results_path,
-            platform,
-        })
+        Ok(Runner::assemble(platform, profile, options, result))
     }
 
     /// Continues an interrupted run in `options.out_dir`, on `platform`: the profile is
@@ -185,13 +195,7 @@ impl Runner {
         // Re-checked now: a tool installed since may make a scenario available.
         result.config.unavailable.clear();
         result.environment.cluster_meshes = platform.cluster_meshes();
-        Ok(Runner {
-            profile,
-            options,
-            result,
-            results_path,
-            platform,
-        })
+        Ok(Runner::assemble(platform, profile, options, result))
     }
 
     pub fn profile(&self) -> &Profile {
@@ -324,7 +328,7 @@ impl Runner {
     async fn run_searches(
         &mut self,
         progress: &dyn Progress,
-        scenarios: &[Mesh],
+        scenarios: &[Scenario],
         plan: CapacityPlan,
         total: usize,
     ) -> Result<(), Error> {

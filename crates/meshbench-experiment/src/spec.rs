@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
-use meshbench_meshes::Mesh;
+use meshbench_meshes::Scenario;
 
 use crate::application::Application;
 use crate::limits::{
@@ -294,12 +294,12 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, FieldErr
     }
     let mut scenarios = Vec::new();
     for (i, name) in spec.scenarios.iter().enumerate() {
-        let mesh = Mesh::parse(name).ok_or_else(|| {
+        let mesh = Scenario::parse(name).ok_or_else(|| {
             invalid(
                 &format!("scenarios[{i}]"),
                 format!(
                     "unknown scenario {name:?}; known: {}",
-                    Mesh::names().join(", ")
+                    Scenario::names().join(", ")
                 ),
             )
         })?;
@@ -571,12 +571,12 @@ fn validate_findings(findings: &[Claim]) -> Result<(), FieldError> {
             ));
         }
         for name in claim.check.scenarios() {
-            if Mesh::parse(name).is_none() {
+            if Scenario::parse(name).is_none() {
                 return Err(FieldError::new(
                     field("check"),
                     format!(
                         "unknown scenario {name:?}; known: {}",
-                        Mesh::names().join(", ")
+                        Scenario::names().join(", ")
                     ),
                 ));
             }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use kube::api::ListParams;
 use kube::{Client, Config};
-use meshbench_meshes::{Installation, Mesh, MeshPki, ProxyArea};
+use meshbench_meshes::{Installation, MeshPki, ProxyArea, Scenario};
 
 use crate::clean::{delete_namespaces, off_runtime};
 use crate::objects;
@@ -82,7 +82,7 @@ impl KubePlatform {
     }
 
     /// What detection found of `mesh`, a mesh the cluster runs.
-    pub(crate) fn installation(&self, mesh: Mesh) -> Option<&Installation> {
+    pub(crate) fn installation(&self, mesh: Scenario) -> Option<&Installation> {
         self.installed.get(mesh.name())
     }
 

@@ -15,7 +15,7 @@ use kube::api::{
 };
 use kube::discovery::Scope;
 use kube::{Api, Client};
-use meshbench_meshes::{Found, FoundConfigMap, FoundPod, Installation, Mesh, Signature};
+use meshbench_meshes::{Found, FoundConfigMap, FoundPod, Installation, Scenario, Signature};
 use serde_json::Value;
 
 use crate::objects::{FIELD_MANAGER, MANAGED_BY, RUN};
@@ -124,7 +124,7 @@ fn found_pod(pod: &Pod) -> FoundPod {
 /// Every registered mesh the cluster may run, with what detection says of it.
 pub async fn detect_all(client: &Client) -> Result<BTreeMap<&'static str, Installation>, Error> {
     let mut all = BTreeMap::new();
-    for mesh in Mesh::all() {
+    for mesh in Scenario::all() {
         let Some(installed) = mesh.cluster().and_then(|c| c.installed()) else {
             continue;
         };
@@ -246,7 +246,7 @@ pub struct PodAdmission {
 /// injector among them, answer as they would). The namespaces are deleted before returning.
 pub async fn check(
     client: &Client,
-    mesh: Mesh,
+    mesh: Scenario,
     topology: &meshbench_topology::Topology,
     policy: &meshbench_policy::Policy,
     run: &str,

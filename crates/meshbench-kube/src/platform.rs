@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use kube::api::ListParams;
 use kube::Api;
 use meshbench_experiment::platform::{CellPlace, Platform, Site, SiteError};
-use meshbench_meshes::{BoxFuture, Mesh, MeshPki};
+use meshbench_meshes::{BoxFuture, MeshPki, Scenario};
 use meshbench_results::{MeshInstallation, UnavailableScenario};
 use meshbench_topology::Topology;
 
@@ -85,7 +85,7 @@ impl Platform for KubePlatform {
     }
 
     /// A mesh without a Kubernetes flavour yet; the binaries of the rest are in the image.
-    fn unavailable(&self, mesh: Mesh) -> Option<UnavailableScenario> {
+    fn unavailable(&self, mesh: Scenario) -> Option<UnavailableScenario> {
         if let Some(installed) = self.installed.get(mesh.name()) {
             return installed.unusable.as_ref().map(|why| UnavailableScenario {
                 name: mesh.name().to_owned(),
@@ -96,7 +96,7 @@ impl Platform for KubePlatform {
         if mesh.cluster().is_some() {
             return None;
         }
-        let available: Vec<&str> = Mesh::all()
+        let available: Vec<&str> = Scenario::all()
             .filter(|m| m.cluster().is_some())
             .map(|m| m.name())
             .collect();

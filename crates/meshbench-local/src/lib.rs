@@ -11,7 +11,7 @@ use meshbench_identity::ServerTlsFiles;
 use meshbench_lab::{CgroupFs, LabComponent, Readiness, ResourceSampler};
 use meshbench_loadgen::LoadSpec;
 use meshbench_meshes::{
-    deploy, enroll, BoxFuture, LabContext, Mesh, MeshContext, MeshPki, ProxyArea,
+    deploy, enroll, BoxFuture, LabContext, MeshContext, MeshPki, ProxyArea, Scenario,
 };
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireTap};
 use meshbench_results::{read_json, LoadReport, WireObservation};
@@ -260,7 +260,7 @@ impl<'a> Site<'a> for LocalSite<'a> {
         Ok(self.net.service_host(service)?)
     }
 
-    fn app_tls(&self, mesh: Mesh, cell: ClientServer<'_>) -> Option<ServerTlsFiles> {
+    fn app_tls(&self, mesh: Scenario, cell: ClientServer<'_>) -> Option<ServerTlsFiles> {
         mesh.app_tls(&self.mesh_ctx(cell))
     }
 
@@ -290,7 +290,7 @@ impl<'a> Site<'a> for LocalSite<'a> {
 
     fn deploy<'b>(
         &'b mut self,
-        mesh: Mesh,
+        mesh: Scenario,
         cell: ClientServer<'b>,
     ) -> BoxFuture<'b, Result<Entry, SiteError>> {
         Box::pin(async move {
@@ -303,7 +303,7 @@ impl<'a> Site<'a> for LocalSite<'a> {
         })
     }
 
-    fn enroll(&mut self, mesh: Mesh) -> BoxFuture<'_, Result<(), SiteError>> {
+    fn enroll(&mut self, mesh: Scenario) -> BoxFuture<'_, Result<(), SiteError>> {
         Box::pin(async move {
             let components = enroll(mesh, &self.ctx()).await?;
             self.components.extend(components);

@@ -15,11 +15,11 @@ mod enroll;
 mod gateway;
 mod installed;
 mod lab;
-mod mesh;
 mod pairs;
 mod pki;
 mod ports;
 mod registry;
+mod scenario;
 mod third_party;
 mod tool;
 
@@ -53,9 +53,9 @@ pub use installed::{
     Translation, WORKLOAD_LABEL,
 };
 pub use lab::{Deployment, LabContext, MeshContext, PROXY_METRICS_DIR_SUFFIX, PROXY_METRICS_FILE};
-pub use mesh::{deploy, enroll, enrollable, unenforceable, Mesh};
 pub use pki::{spiffe_id, svid_file_stem, MeshPki, WorkloadSvid, TRUST_DOMAIN};
 pub use ports::Ports;
+pub use scenario::{deploy, enroll, enrollable, unenforceable, Scenario};
 pub use sidecar::SidecarTuning;
 pub use tool::{Tool, Unavailable};
 

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use meshbench_meshes::{translate_unplaced, Mesh};
+use meshbench_meshes::{translate_unplaced, Scenario};
 use meshbench_policy::Policy;
 use meshbench_topology::e3;
 
@@ -19,28 +19,7 @@ const INSTALLED: [&str; 5] = [
 ];
 
 /// A policy with L7 rules after a DENY, a mesh-wide mode, a DISABLE and a non-Istio default.
-const HARD_POLICY: &str = "\
-default_inbound: all-authenticated
-peer_authentication:
-  - { name: mesh-permissive, mode: PERMISSIVE }
-  - { name: external-off, namespace: external, workload: external-checker, mode: DISABLE }
-authorization:
-  - name: no-admin
-    namespace: app
-    workload: calculator
-    action: DENY
-    rules:
-      - to: { paths: [/admin/*, '*.bak'] }
-  - name: calculator-api
-    namespace: app
-    workload: calculator
-    action: ALLOW
-    rules:
-      - from: { principals: [cluster.local/ns/app/sa/experimenter] }
-        to: { methods: [POST, GET], paths: [/api/*] }
-      - from: { namespaces: [external] }
-        to: { methods: [GET], paths: [/health] }
-";
+const HARD_POLICY: &str = include_str!("golden/hard-policy.input.yaml");
 
 fn golden(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -49,7 +28,7 @@ fn golden(name: &str) -> PathBuf {
 }
 
 fn rendered(mesh: &str, policy: &str) -> String {
-    let mesh = Mesh::parse(mesh).unwrap();
+    let mesh = Scenario::parse(mesh).unwrap();
     let installed = mesh
         .cluster()
         .and_then(|c| c.installed())
@@ -102,7 +81,7 @@ fn every_installed_meshs_resources_match_their_golden_files() {
 
 #[test]
 fn every_mesh_a_cluster_runs_is_in_the_golden_set() {
-    let installed: Vec<&str> = Mesh::all()
+    let installed: Vec<&str> = Scenario::all()
         .filter(|m| m.cluster().and_then(|c| c.installed()).is_some())
         .map(|m| m.name())
         .collect();

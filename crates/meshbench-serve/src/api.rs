@@ -15,7 +15,7 @@ use axum::{Extension, Json, Router};
 use futures::{Stream, StreamExt};
 use http::{header, StatusCode};
 use meshbench_experiment::{builtin_spec, parse_spec, profile_names, Profile, Scale};
-use meshbench_meshes::Mesh;
+use meshbench_meshes::Scenario;
 use meshbench_netlab::Backend;
 use meshbench_report::{compare_runs, cost_table, tables::Table, Prices};
 use serde::{Deserialize, Serialize};
@@ -621,12 +621,12 @@ pub struct NewVerification {
 
 /// The meshes verify can take, in the order it reports them (`baseline`, the negative
 /// control, last).
-pub fn verifiable() -> Vec<Mesh> {
-    let mut meshes: Vec<Mesh> = meshbench_meshes::enrollable()
+pub fn verifiable() -> Vec<Scenario> {
+    let mut meshes: Vec<Scenario> = meshbench_meshes::enrollable()
         .into_iter()
         .chain(meshbench_meshes::unenforceable())
         .collect();
-    meshes.push(Mesh::baseline());
+    meshes.push(Scenario::baseline());
     meshes
 }
 
@@ -644,7 +644,7 @@ pub fn verification_of(new: &NewVerification) -> Result<JobRequest, ApiError> {
     } else {
         names
             .iter()
-            .map(|name| match Mesh::parse(name) {
+            .map(|name| match Scenario::parse(name) {
                 Some(mesh) if known.contains(&mesh) => Ok(mesh),
                 _ => Err(ApiError::field(
                     "meshes",

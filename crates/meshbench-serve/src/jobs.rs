@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner, LIVE_SERIES};
 use meshbench_lab::BuildInfo;
 use meshbench_local::{LocalLab, LocalOptions};
-use meshbench_meshes::Mesh;
+use meshbench_meshes::Scenario;
 use meshbench_netlab::Backend;
 use meshbench_results::{Cell, RunResult, RunStatus, SecondStats, UnavailableScenario};
 use serde::Serialize;
@@ -77,7 +77,7 @@ pub enum JobRequest {
         pin: bool,
     },
     Verify {
-        meshes: Vec<Mesh>,
+        meshes: Vec<Scenario>,
     },
     /// A job that panics: the worker's own test.
     #[cfg(test)]
@@ -779,7 +779,7 @@ impl Jobs {
     async fn verify(
         &self,
         id: &str,
-        meshes: Vec<Mesh>,
+        meshes: Vec<Scenario>,
         options: &WorkerOptions,
         cancel: &Notify,
     ) -> (JobStatus, Option<String>) {

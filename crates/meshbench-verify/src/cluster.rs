@@ -23,7 +23,7 @@ use meshbench_experiment::platform::{Platform, Site};
 use meshbench_identity::ClientTlsFiles;
 use meshbench_kube::{KubeOptions, KubePlatform, KubeSite};
 use meshbench_lab::BuildInfo;
-use meshbench_meshes::{Mesh, Ports, CONFIG_DIR_IN_POD, POD_PKI_DIR};
+use meshbench_meshes::{Ports, Scenario, CONFIG_DIR_IN_POD, POD_PKI_DIR};
 use meshbench_results::{IdentityCheck, VerifyReport};
 use meshbench_topology::{Pod as TopologyPod, Topology};
 
@@ -49,7 +49,7 @@ const EXCHANGE_EXEC_TIMEOUT: Duration = Duration::from_secs(30);
 const EXPERIMENT_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct ClusterVerifyOptions {
-    pub meshes: Vec<Mesh>,
+    pub meshes: Vec<Scenario>,
     /// Where `verify.json`, the captures and each case's files go.
     pub out_dir: std::path::PathBuf,
     /// The cluster and the image; `work_dir` holds the run's identities while it runs.
@@ -90,11 +90,11 @@ impl Verifier for Cluster {
         self.platform.name()
     }
 
-    fn admit(&self, mesh: Mesh) -> Result<(), Error> {
+    fn admit(&self, mesh: Scenario) -> Result<(), Error> {
         if mesh.enrolls_on_cluster() {
             return Ok(());
         }
-        let on_cluster: Vec<&str> = Mesh::all()
+        let on_cluster: Vec<&str> = Scenario::all()
             .filter(|m| m.enrolls_on_cluster())
             .map(|m| m.name())
             .collect();
@@ -105,7 +105,7 @@ impl Verifier for Cluster {
         )))
     }
 
-    fn notes(&self, _mesh: Mesh) -> Vec<String> {
+    fn notes(&self, _mesh: Scenario) -> Vec<String> {
         vec![format!(
             "on Kubernetes ({}): wire evidence is recorded through the API server, in the \
              destination pod ({POD_INTERFACE}) or, where a node agent carries the path, on the \
@@ -120,7 +120,7 @@ impl Verifier for Cluster {
 
     async fn open<'a>(
         &'a self,
-        _mesh: Mesh,
+        _mesh: Scenario,
         _case: &SecurityCase,
         topology: &Topology,
         dir: &Path,
@@ -141,7 +141,7 @@ struct ClusterCase<'a> {
 impl CaseSite for ClusterCase<'_> {
     async fn start(
         &mut self,
-        mesh: Mesh,
+        mesh: Scenario,
         _case: &SecurityCase,
         identities: bool,
     ) -> Result<(), Error> {
@@ -245,13 +245,13 @@ impl CaseSite for ClusterCase<'_> {
         })
     }
 
-    fn identity_plan(&self, mesh: Mesh, dir: &Path) -> Result<IdentityPlan, Error> {
+    fn identity_plan(&self, mesh: Scenario, dir: &Path) -> Result<IdentityPlan, Error> {
         IdentityPlan::prepare(mesh, self.platform.pki()?, dir, Some(ROTATION_TTL))
     }
 
     async fn check_identities(
         &mut self,
-        mesh: Mesh,
+        mesh: Scenario,
         plan: &IdentityPlan,
     ) -> Result<Vec<IdentityCheck>, Error> {
         let topology = self.site.topology().clone();
@@ -301,7 +301,7 @@ async fn ask_app(
 async fn check_identities(
     site: &mut KubeSite<'_>,
     topology: &Topology,
-    mesh: Mesh,
+    mesh: Scenario,
     plan: &IdentityPlan,
 ) -> Result<Vec<IdentityCheck>, Error> {
     let mut in_pod = BTreeMap::new();

@@ -20,7 +20,7 @@ pub struct SecurityCase {
 impl SecurityCase {
     /// Whether `mesh`'s identities are checked in this case: it speaks mTLS and enrolls every
     /// member of the application (the impostor, never enrolled, aside).
-    pub fn checks_identities(&self, mesh: meshbench_meshes::Mesh) -> bool {
+    pub fn checks_identities(&self, mesh: meshbench_meshes::Scenario) -> bool {
         mesh.mtls()
             && MEMBERS
                 .iter()

@@ -19,7 +19,7 @@ pub struct Expectation {
 /// The policy `mesh` enforces in `case` (whose enrolled workloads it depends on), its notes
 /// added to `notes` once each: the expectations follow it, and what it changed is said.
 pub fn enforced_in_case(
-    mesh: meshbench_meshes::Mesh,
+    mesh: meshbench_meshes::Scenario,
     policy: &Policy,
     case: &crate::e3::SecurityCase,
     notes: &mut Vec<String>,
@@ -34,10 +34,10 @@ pub fn enforced_in_case(
 }
 
 /// What `probe` should get when `mesh` enrolls the workloads in `meshed`: refused by the
-/// caller's own proxy where the mesh does that (see `Mesh::refuses_outbound`),
+/// caller's own proxy where the mesh does that (see `Scenario::refuses_outbound`),
 /// otherwise as `policy` (the policy the mesh enforces) decides at the destination.
 pub fn expect_through(
-    mesh: meshbench_meshes::Mesh,
+    mesh: meshbench_meshes::Scenario,
     policy: &Policy,
     probe: &Probe,
     meshed: &[&str],

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use meshbench_lab::BuildInfo;
-use meshbench_meshes::Mesh;
+use meshbench_meshes::Scenario;
 use meshbench_netlab::WireReport;
 use meshbench_policy::Policy;
 use meshbench_results::{
@@ -60,15 +60,15 @@ pub(crate) trait Verifier {
 
     /// Whether `mesh` can be verified here: an error that [`Error::is_unavailable`] reports
     /// the mesh as not verified, with the reason; any other ends the verification.
-    fn admit(&self, mesh: Mesh) -> Result<(), Error>;
+    fn admit(&self, mesh: Scenario) -> Result<(), Error>;
 
     /// What the report should say about verifying `mesh` here.
-    fn notes(&self, mesh: Mesh) -> Vec<String>;
+    fn notes(&self, mesh: Scenario) -> Vec<String>;
 
     /// A site for `case`'s topology, its files in `dir` (nothing started yet).
     async fn open<'a>(
         &'a self,
-        mesh: Mesh,
+        mesh: Scenario,
         case: &SecurityCase,
         topology: &Topology,
         dir: &Path,
@@ -81,7 +81,7 @@ pub(crate) trait CaseSite {
     /// `identities`: the case's identities will be checked (their SVIDs rotate meanwhile).
     async fn start(
         &mut self,
-        mesh: Mesh,
+        mesh: Scenario,
         case: &SecurityCase,
         identities: bool,
     ) -> Result<(), Error>;
@@ -112,12 +112,12 @@ pub(crate) trait CaseSite {
     ) -> Result<ProbeRecord, Error>;
 
     /// The identity checks' certificates for `mesh`, made in `dir`.
-    fn identity_plan(&self, mesh: Mesh, dir: &Path) -> Result<IdentityPlan, Error>;
+    fn identity_plan(&self, mesh: Scenario, dir: &Path) -> Result<IdentityPlan, Error>;
 
     /// Runs the identity checks against the calculator's guard.
     async fn check_identities(
         &mut self,
-        mesh: Mesh,
+        mesh: Scenario,
         plan: &IdentityPlan,
     ) -> Result<Vec<IdentityCheck>, Error>;
 
@@ -128,7 +128,7 @@ pub(crate) trait CaseSite {
 /// Verifies `meshes` on `platform`, into `out_dir`. `progress` gets one line per case.
 pub(crate) async fn verify_with<V: Verifier>(
     platform: &V,
-    meshes: &[Mesh],
+    meshes: &[Scenario],
     out_dir: &Path,
     build: &BuildInfo,
     progress: &(dyn Fn(&str) + Sync),
@@ -162,7 +162,7 @@ pub(crate) async fn verify_with<V: Verifier>(
 
 async fn verify_mesh<V: Verifier>(
     platform: &V,
-    mesh: Mesh,
+    mesh: Scenario,
     policy: &Policy,
     dir: &Path,
     progress: &(dyn Fn(&str) + Sync),
@@ -201,7 +201,7 @@ async fn verify_mesh<V: Verifier>(
 /// failed or could not run.
 async fn verify_case<V: Verifier>(
     platform: &V,
-    mesh: Mesh,
+    mesh: Scenario,
     case: &SecurityCase,
     policy: &Policy,
     dir: &Path,
@@ -220,7 +220,7 @@ async fn verify_case<V: Verifier>(
 async fn run_case<S: CaseSite>(
     site: &mut S,
     topology: &Topology,
-    mesh: Mesh,
+    mesh: Scenario,
     case: &SecurityCase,
     policy: &Policy,
     dir: &Path,
@@ -304,7 +304,7 @@ fn probe_verdict(
 }
 
 /// A mesh that could not be verified, and why (nothing else is reported for it).
-fn not_verified(mesh: Mesh, why: String) -> MeshVerification {
+fn not_verified(mesh: Scenario, why: String) -> MeshVerification {
     MeshVerification {
         mesh: mesh.name().into(),
         description: mesh.description().to_owned(),

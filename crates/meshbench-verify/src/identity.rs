@@ -19,7 +19,7 @@ use meshbench_identity::{
     client_config, CertificateAuthority, CertificateSummary, ClientTlsFiles, IssueOptions, SpiffeId,
 };
 use meshbench_loadgen::Outcome;
-use meshbench_meshes::{spiffe_id, Enrollment, Mesh, MeshPki, Ports};
+use meshbench_meshes::{spiffe_id, Enrollment, MeshPki, Ports, Scenario};
 use meshbench_netlab::{run_in_netns, LabNetwork, NetPlace};
 use meshbench_results::{IdentityCheck, Verdict};
 use rustls_pki_types::ServerName;
@@ -34,7 +34,7 @@ pub(crate) const ROTATION_TTL: Duration = Duration::from_secs(4);
 const RENEWED_SVID_WAIT: Duration = Duration::from_secs(90);
 /// Requests in each round of the CA rotation check.
 const ROTATION_ROUND: usize = 300;
-/// Rotates a mesh's CA (see `Mesh::rotate_ca`).
+/// Rotates a mesh's CA (see `Scenario::rotate_ca`).
 pub(crate) type CaRotation<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), meshbench_meshes::Error>> + 'a>>;
 /// One exchange, from connect to the answer.
@@ -96,7 +96,7 @@ impl IdentityPlan {
     /// own, or the one its control plane was given) and with the identities it names; the
     /// mesh's SVIDs live `svid_ttl` once renewed.
     pub(crate) fn prepare(
-        mesh: Mesh,
+        mesh: Scenario,
         pki: &MeshPki,
         dir: &Path,
         svid_ttl: Option<Duration>,
@@ -397,7 +397,11 @@ pub enum Guard {
 
 impl Guard {
     /// The calculator's guard for `mesh`, its app at `app` on the node at `node_ip`.
-    pub fn for_calculator(mesh: Mesh, app: std::net::IpAddr, node_ip: std::net::IpAddr) -> Guard {
+    pub fn for_calculator(
+        mesh: Scenario,
+        app: std::net::IpAddr,
+        node_ip: std::net::IpAddr,
+    ) -> Guard {
         let app = SocketAddr::new(app, Ports::APP);
         match mesh.enrollment() {
             Enrollment::AgentPerNode => Guard::NodeAgent {
@@ -409,7 +413,7 @@ impl Guard {
     }
 
     /// The calculator's guard in `net` for `mesh`.
-    pub fn of(mesh: Mesh, net: &LabNetwork) -> Result<Guard, Error> {
+    pub fn of(mesh: Scenario, net: &LabNetwork) -> Result<Guard, Error> {
         let calculator_pod = net
             .topology()
             .first_pod(CALCULATOR)

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use meshbench_lab::{BuildInfo, LabComponent, Readiness};
-use meshbench_meshes::{enroll, LabContext, Mesh, MeshPki, ProxyArea};
+use meshbench_meshes::{enroll, LabContext, MeshPki, ProxyArea, Scenario};
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork, NetPlace, WireCapture};
 use meshbench_results::{IdentityCheck, VerifyReport};
 use meshbench_role::RoleConfig;
@@ -23,7 +23,7 @@ use crate::probe::run_probe;
 use crate::Error;
 
 pub struct VerifyOptions {
-    pub meshes: Vec<Mesh>,
+    pub meshes: Vec<Scenario>,
     /// Where `verify.json`, the captures and the labs' files go.
     pub out_dir: PathBuf,
     /// The meshbench binary (apps and proxies are roles of it).
@@ -64,18 +64,18 @@ impl Verifier for NetnsVerifier<'_> {
         "local lab (netns)".into()
     }
 
-    fn admit(&self, mesh: Mesh) -> Result<(), Error> {
+    fn admit(&self, mesh: Scenario) -> Result<(), Error> {
         mesh.binary().map_err(meshbench_meshes::Error::from)?;
         Ok(mesh.check_enrollable()?)
     }
 
-    fn notes(&self, _mesh: Mesh) -> Vec<String> {
+    fn notes(&self, _mesh: Scenario) -> Vec<String> {
         vec![]
     }
 
     async fn open<'a>(
         &'a self,
-        mesh: Mesh,
+        mesh: Scenario,
         case: &SecurityCase,
         topology: &Topology,
         dir: &Path,
@@ -148,7 +148,7 @@ impl LocalCase<'_> {
 impl CaseSite for LocalCase<'_> {
     async fn start(
         &mut self,
-        mesh: Mesh,
+        mesh: Scenario,
         _case: &SecurityCase,
         _identities: bool,
     ) -> Result<(), Error> {
@@ -230,13 +230,13 @@ impl CaseSite for LocalCase<'_> {
         })
     }
 
-    fn identity_plan(&self, mesh: Mesh, dir: &Path) -> Result<IdentityPlan, Error> {
+    fn identity_plan(&self, mesh: Scenario, dir: &Path) -> Result<IdentityPlan, Error> {
         IdentityPlan::prepare(mesh, &self.pki, dir, self.pki.svid_ttl)
     }
 
     async fn check_identities(
         &mut self,
-        mesh: Mesh,
+        mesh: Scenario,
         plan: &IdentityPlan,
     ) -> Result<Vec<IdentityCheck>, Error> {
         let access = NodeAccess {

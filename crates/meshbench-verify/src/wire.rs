@@ -4,7 +4,7 @@
 //! connections, and judged: a path between two enrolled workloads of an encrypting mesh must
 //! be TLS only with the request's marker nowhere in clear.
 
-use meshbench_meshes::Mesh;
+use meshbench_meshes::Scenario;
 use meshbench_netlab::WireReport;
 use meshbench_results::{Verdict, WireEvidence};
 
@@ -22,7 +22,7 @@ pub enum WireExpectation {
 
 impl WireExpectation {
     /// The expectation for a path of `mesh` (`same_node`: both ends on one node).
-    pub fn of(mesh: Mesh, both_enrolled: bool, same_node: bool) -> Self {
+    pub fn of(mesh: Scenario, both_enrolled: bool, same_node: bool) -> Self {
         if !(mesh.mtls() && both_enrolled) {
             WireExpectation::NotMeshed
         } else if same_node && !mesh.encrypts_same_node() {

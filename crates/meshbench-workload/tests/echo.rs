@@ -12,32 +12,18 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use meshbench_identity::{
     client_config, CertificateAuthority, ClientTlsFiles, IssueOptions, ServerTlsFiles, SpiffeId,
 };
-use meshbench_workload::{bind, Echo, EchoConfig, RoleService, ServeOptions};
+use meshbench_workload::{Echo, EchoConfig, RoleService};
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+
+mod common;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Starts an echo server on 127.0.0.1:0; it stops when the returned sender is dropped.
-async fn start_echo(
-    tls: Option<ServerTlsFiles>,
-    delay: Duration,
-) -> (SocketAddr, oneshot::Sender<()>) {
-    let server = bind(&ServeOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tls,
-        drain_timeout: Duration::from_secs(1),
-    })
-    .await
-    .unwrap();
-    let addr = server.local_addr();
-    let service = RoleService::new(Echo::new(&EchoConfig::fixed(delay, 1024)));
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(server.serve(service, async move {
-        let _ = stopped.await;
-    }));
-    (addr, stop)
+async fn start_echo(tls: Option<ServerTlsFiles>, delay: Duration) -> common::Running {
+    let echo = RoleService::new(Echo::new(&EchoConfig::fixed(delay, 1024)));
+    common::start_service(echo, tls, None).await
 }
 
 async fn http1_get(
@@ -120,7 +106,8 @@ fn pki() -> Pki {
 
 #[tokio::test]
 async fn serves_http1_and_h2c_with_the_configured_response_size() {
-    let (addr, _stop) = start_echo(None, Duration::ZERO).await;
+    let server = start_echo(None, Duration::ZERO).await;
+    let addr = server.addr;
     let (status, len) = http1_get(TcpStream::connect(addr).await.unwrap())
         .await
         .unwrap();
@@ -145,7 +132,8 @@ async fn serves_http1_and_h2c_with_the_configured_response_size() {
 #[tokio::test]
 async fn the_delay_is_kept_to_well_under_a_millisecond() {
     // Delay precision matters: E1's latency is mostly the server's sleep.
-    let (addr, _stop) = start_echo(None, Duration::from_millis(5)).await;
+    let server = start_echo(None, Duration::from_millis(5)).await;
+    let addr = server.addr;
     let mut tcp = Some(TcpStream::connect(addr).await.unwrap());
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(TokioIo::new(tcp.take().unwrap()))
@@ -177,7 +165,8 @@ async fn the_delay_is_kept_to_well_under_a_millisecond() {
 #[tokio::test]
 async fn mtls_admits_a_client_certificate_from_the_configured_ca() {
     let pki = pki();
-    let (addr, _stop) = start_echo(Some(pki.server.clone()), Duration::ZERO).await;
+    let server = start_echo(Some(pki.server.clone()), Duration::ZERO).await;
+    let addr = server.addr;
     let (status, len) = tls_get(addr, &pki.client).await.unwrap();
     assert_eq!((status, len), (200, 1024));
 }
@@ -185,7 +174,8 @@ async fn mtls_admits_a_client_certificate_from_the_configured_ca() {
 #[tokio::test]
 async fn mtls_rejects_a_client_without_a_certificate() {
     let pki = pki();
-    let (addr, _stop) = start_echo(Some(pki.server.clone()), Duration::ZERO).await;
+    let server = start_echo(Some(pki.server.clone()), Duration::ZERO).await;
+    let addr = server.addr;
     let anonymous = ClientTlsFiles {
         cert: None,
         key: None,
@@ -199,7 +189,8 @@ async fn mtls_rejects_a_client_without_a_certificate() {
 #[tokio::test]
 async fn mtls_rejects_a_client_certificate_from_another_ca() {
     let pki = pki();
-    let (addr, _stop) = start_echo(Some(pki.server.clone()), Duration::ZERO).await;
+    let server = start_echo(Some(pki.server.clone()), Duration::ZERO).await;
+    let addr = server.addr;
     let err = tls_get(addr, &pki.foreign_client).await.unwrap_err();
     let outcome = outcome_of(&*err);
     // Both CAs carry the same subject name (same trust domain), so the server finds "its" CA
@@ -219,7 +210,8 @@ async fn mtls_rejects_a_client_certificate_from_another_ca() {
 #[tokio::test]
 async fn the_client_refuses_a_server_with_another_spiffe_id() {
     let pki = pki();
-    let (addr, _stop) = start_echo(Some(pki.server.clone()), Duration::ZERO).await;
+    let server = start_echo(Some(pki.server.clone()), Duration::ZERO).await;
+    let addr = server.addr;
     let wrong = ClientTlsFiles {
         expect_server_id: Some(SpiffeId::parse("spiffe://cluster.local/ns/default/sa/db").unwrap()),
         ..pki.client.clone()
@@ -237,7 +229,8 @@ async fn curl_talks_mtls_to_the_server_with_the_issued_pem_files() {
         return;
     };
     let pki = pki();
-    let (addr, _stop) = start_echo(Some(pki.server.clone()), Duration::ZERO).await;
+    let server = start_echo(Some(pki.server.clone()), Duration::ZERO).await;
+    let addr = server.addr;
     let url = format!("https://localhost:{}/", addr.port());
     let resolve = format!("localhost:{}:127.0.0.1", addr.port());
     let with_cert = tokio::process::Command::new(&curl)
@@ -304,7 +297,8 @@ async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u1
 
 #[tokio::test]
 async fn a_request_overrides_status_size_and_delay_as_fortio_echo_allows() {
-    let (addr, _stop) = start_echo(None, Duration::ZERO).await;
+    let server = start_echo(None, Duration::ZERO).await;
+    let addr = server.addr;
     assert_eq!(get_with(addr, "/?status=418&size=10", &[]).await, (418, 10));
     assert_eq!(
         get_with(
@@ -327,7 +321,8 @@ async fn a_request_overrides_status_size_and_delay_as_fortio_echo_allows() {
 
 #[tokio::test]
 async fn a_status_mix_gives_each_status_its_share() {
-    let (addr, _stop) = start_echo(None, Duration::ZERO).await;
+    let server = start_echo(None, Duration::ZERO).await;
+    let addr = server.addr;
     let mut failures = 0;
     for _ in 0..200 {
         let (status, _) = get_with(addr, "/?status=503:25", &[]).await;
@@ -342,7 +337,8 @@ async fn a_status_mix_gives_each_status_its_share() {
 
 #[tokio::test]
 async fn a_bad_knob_is_a_400_naming_it() {
-    let (addr, _stop) = start_echo(None, Duration::ZERO).await;
+    let server = start_echo(None, Duration::ZERO).await;
+    let addr = server.addr;
     assert_eq!(get_with(addr, "/?delay=soon", &[]).await.0, 400);
     assert_eq!(get_with(addr, "/?status=42", &[]).await.0, 400);
     assert_eq!(get_with(addr, "/healthz", &[]).await.0, 200);

@@ -13,7 +13,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 async fn start(config: GrpcEchoConfig) -> (String, common::Running) {
-    let running = common::start_service(grpc_echo_service(&config).await).await;
+    let running = common::start_service(grpc_echo_service(&config).await, None, None).await;
     (format!("http://{}", running.addr), running)
 }
 

@@ -3,44 +3,33 @@
 //! stream that takes longer than the timeout keeps its connection, and the workloads' own
 //! limits have no idle timeout at all.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use meshbench_workload::{bind, ConnectionLimits, Echo, EchoConfig, RoleService, ServeOptions};
+use meshbench_workload::{ConnectionLimits, Echo, EchoConfig, RoleService};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+
+mod common;
 
 const IDLE: Duration = Duration::from_millis(500);
 
 /// An echo server that answers after `delay`, with the control listeners' limits but a short
 /// HTTP/2 idle timeout.
-async fn start(delay: Duration) -> (SocketAddr, oneshot::Sender<()>) {
-    let server = bind(&ServeOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tls: None,
-        drain_timeout: Duration::from_secs(1),
-    })
-    .await
-    .unwrap()
-    .with_limits(ConnectionLimits {
+async fn start(delay: Duration) -> common::Running {
+    let limits = ConnectionLimits {
         h2_idle_timeout: Some(IDLE),
         ..ConnectionLimits::control()
-    });
-    let addr = server.local_addr();
-    let service = RoleService::new(Echo::new(&EchoConfig::fixed(delay, 1024)));
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(server.serve(service, async move {
-        let _ = stopped.await;
-    }));
-    (addr, stop)
+    };
+    let echo = RoleService::new(Echo::new(&EchoConfig::fixed(delay, 1024)));
+    common::start_service(echo, None, Some(limits)).await
 }
 
 #[tokio::test]
 async fn an_idle_http2_connection_is_closed_and_an_open_stream_keeps_its_own() {
-    let (addr, _stop) = start(IDLE * 3).await;
+    let server = start(IDLE * 3).await;
+    let addr = server.addr;
 
     // Nothing asked: the server says GOAWAY once the timeout has passed, and the connection
     // ends, though the client is there to answer pings.

@@ -189,17 +189,8 @@ fn status_of(addr: SocketAddr, request: &[u8]) -> String {
     answer.lines().next().unwrap_or_default().to_owned()
 }
 
-const POLICY: &str = r#"
-peer_authentication:
-  - { name: permissive, namespace: app, mode: PERMISSIVE }
-authorization:
-  - name: no-admin
-    namespace: app
-    workload: calculator
-    action: DENY
-    rules:
-      - to: { paths: ["/admin", "/admin/*"] }
-"#;
+/// The L7 sidecar's policy: plaintext allowed in `app`, and no `/admin` at the calculator.
+const POLICY: &str = include_str!("policies/permissive-no-admin.yaml");
 
 /// An L7 sidecar (plaintext inbound, so raw sockets reach its parser) in front of `app`.
 /// An app that records what reaches it, behind an L7 sidecar started with `extra` flags.
@@ -616,18 +607,7 @@ fn a_spiffe_id_counts_only_when_a_root_of_its_own_trust_domain_vouches_for_it() 
     let policy = d.join("policy.yaml");
     std::fs::write(
         &policy,
-        r#"
-trust_domain: cluster.local
-peer_authentication:
-  - { name: strict, namespace: app, mode: STRICT }
-authorization:
-  - name: app-namespace-only
-    namespace: app
-    workload: calculator
-    action: ALLOW
-    rules:
-      - from: { namespaces: [app] }
-"#,
+        include_str!("policies/strict-app-namespace-only.yaml"),
     )
     .unwrap();
     let app = RecordingApp::start();

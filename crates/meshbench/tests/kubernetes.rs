@@ -306,7 +306,7 @@ fn a_run_started_from_the_web_ui_goes_to_the_cluster_and_streams_the_clusters_pr
             .any(|l| l.contains("running 2 cells on the kubernetes backend")),
         "{logged:?}"
     );
-    let run = serve.get(&format!("{}/api/runs/{id}", serve.url)).json();
+    let run = serve.get_path(&format!("/api/runs/{id}")).json();
     assert!(
         run["platform"]
             .as_str()

@@ -67,15 +67,15 @@ fn a_run_started_over_the_api_streams_its_progress_and_serves_its_files() {
         "the lab's events: {seen:?}"
     );
 
-    let run = serve.get(&format!("{}/api/runs/{id}", serve.url)).json();
+    let run = serve.get_path(&format!("/api/runs/{id}")).json();
     assert_eq!(run["status"], "complete");
     assert_eq!(run["cells_done"], 4);
     assert_eq!(run["platform"], "local-lab/loopback");
-    let listed = serve.get(&format!("{}/api/runs", serve.url)).json();
+    let listed = serve.get_path("/api/runs").json();
     assert_eq!(listed[0]["id"], id);
 
     // The run's own files, and each cell as Fortio and SMP documents.
-    let file = |name: &str| serve.get(&format!("{}/api/runs/{id}/files/{name}", serve.url));
+    let file = |name: &str| serve.get_path(&format!("/api/runs/{id}/files/{name}"));
     let report = file("report.html");
     assert_eq!(report.status, StatusCode::OK);
     assert!(report.text().contains("<svg"), "the report has its charts");
@@ -198,7 +198,7 @@ fn cancelling_keeps_the_finished_cells_and_marks_the_run_partial() {
 fn every_endpoint_the_openapi_description_lists_exists() {
     let serve = Serve::start(&[]);
     serve.add_example_run("example");
-    let document = serve.get(&format!("{}/api/openapi.json", serve.url)).json();
+    let document = serve.get_path("/api/openapi.json").json();
     assert_eq!(document["openapi"], "3.1.0");
     let paths = document["paths"].as_object().unwrap();
     for required in [
@@ -330,7 +330,7 @@ fn bad_requests_get_400_naming_the_field_with_the_clis_message() {
         serve.post_json(&runs, &huge).status,
         StatusCode::PAYLOAD_TOO_LARGE
     );
-    let nothing = serve.get(&format!("{}/api/runs", serve.url)).json();
+    let nothing = serve.get_path("/api/runs").json();
     assert_eq!(nothing, json!([]), "no bad request started a run");
 }
 
@@ -347,7 +347,7 @@ fn hostile_paths_and_cross_site_requests_reach_nothing() {
         "/runs/example/files/..%2F..%2Fsecret.txt",
         "/api/runs/.%2E/files/results.json",
     ] {
-        let answer = serve.get(&format!("{}{path}", serve.url));
+        let answer = serve.get_path(path);
         assert!(
             matches!(
                 answer.status,
@@ -366,16 +366,7 @@ fn hostile_paths_and_cross_site_requests_reach_nothing() {
     // session cookie along: its form posts carry no CSRF token, it cannot send JSON (415), and
     // its origin is not this server's.
     let (cookie, _csrf) = serve.session();
-    let form = request(
-        Method::POST,
-        &format!("{}/runs/example/cancel", serve.url),
-        &[
-            ("cookie", &cookie),
-            ("origin", &serve.url),
-            ("content-type", "application/x-www-form-urlencoded"),
-        ],
-        "x=1",
-    );
+    let form = serve.form_post("/runs/example/cancel", &cookie, "x=1");
     assert_eq!(form.status, StatusCode::FORBIDDEN, "{}", form.text());
     let plain = request(
         Method::POST,
@@ -538,7 +529,7 @@ fn cost_and_compare_answer_what_the_cli_prints() {
             "{table}"
         );
     }
-    let missing = serve.get(&format!("{}/api/compare?a=example&b=nope", serve.url));
+    let missing = serve.get_path("/api/compare?a=example&b=nope");
     assert_eq!(missing.status, StatusCode::BAD_REQUEST);
     assert_eq!(missing.json()["field"], "b");
 }

@@ -103,10 +103,7 @@ fn a_rebinding_host_is_refused_on_every_route_before_authentication() {
         );
         assert_eq!(answer.status, StatusCode::OK, "{host}");
     }
-    assert_eq!(
-        serve.get(&format!("{}/api/runs", serve.url)).json(),
-        json!([])
-    );
+    assert_eq!(serve.get_path("/api/runs").json(), json!([]));
 }
 
 /// The resident peak of a process, in KiB.
@@ -235,7 +232,7 @@ fn a_malformed_results_json_is_listed_as_unreadable_beside_good_runs() {
     std::fs::create_dir(serve.results.join("garbage")).unwrap();
     std::fs::write(serve.results.join("garbage/results.json"), "{\"cells\": [").unwrap();
 
-    let listed = serve.get(&format!("{}/api/runs", serve.url));
+    let listed = serve.get_path("/api/runs");
     assert_eq!(listed.status, StatusCode::OK, "{}", listed.text());
     let listed = listed.json();
     let status = |id: &str| {
@@ -265,7 +262,7 @@ fn a_malformed_results_json_is_listed_as_unreadable_beside_good_runs() {
         "/runs/garbage",
         "/api/runs/negative",
     ] {
-        let answer = serve.get(&format!("{}{path}", serve.url));
+        let answer = serve.get_path(path);
         assert!(
             answer.status.as_u16() < 500,
             "{path}: {} {}",
@@ -310,7 +307,7 @@ fn links_under_the_results_directory_are_refused_and_never_followed() {
         "/api/runs",
         "/",
     ] {
-        let answer = serve.get(&format!("{}{path}", serve.url));
+        let answer = serve.get_path(path);
         assert!(
             !answer.text().contains("secret-hash"),
             "{path}: {}",
@@ -464,10 +461,7 @@ fn a_silent_connection_and_a_partial_http2_preface_are_closed_within_the_deadlin
         assert!(wait >= SNIFF_DEADLINE - Duration::from_secs(1), "{wait:?}");
     }
     // The server still answers.
-    assert_eq!(
-        serve.get(&format!("{}/api/runs", serve.url)).status,
-        StatusCode::OK
-    );
+    assert_eq!(serve.get_path("/api/runs").status, StatusCode::OK);
 }
 
 #[test]
@@ -621,14 +615,9 @@ fn the_cookie_is_a_session_not_the_token_and_no_page_carries_csrf_before_login()
     assert_ne!(a_csrf, b_csrf, "a CSRF token per session");
     // One session's CSRF token is no good with another's cookie.
     let form = |cookie: &str, csrf: &str| {
-        request(
-            Method::POST,
-            &format!("{}/verify", serve.url),
-            &[
-                ("cookie", cookie),
-                ("origin", &serve.url),
-                ("content-type", "application/x-www-form-urlencoded"),
-            ],
+        serve.form_post(
+            "/verify",
+            cookie,
             format!("csrf={csrf}&meshes=no-such-mesh"),
         )
     };
@@ -636,16 +625,7 @@ fn the_cookie_is_a_session_not_the_token_and_no_page_carries_csrf_before_login()
     assert_ne!(form(&a_cookie, &a_csrf).status, StatusCode::FORBIDDEN);
 
     // Logging out ends the session.
-    let logout = request(
-        Method::POST,
-        &format!("{}/logout", serve.url),
-        &[
-            ("cookie", &a_cookie),
-            ("origin", &serve.url),
-            ("content-type", "application/x-www-form-urlencoded"),
-        ],
-        format!("csrf={a_csrf}"),
-    );
+    let logout = serve.form_post("/logout", &a_cookie, format!("csrf={a_csrf}"));
     assert_eq!(logout.status, StatusCode::SEE_OTHER, "{}", logout.text());
     let after = request(
         Method::GET,

@@ -378,26 +378,22 @@ fn haproxy_pair(ctx: &PairContext<'_>, plane: Plane, mode: ProxyMode) -> Result<
         ctx,
         name,
         [(server_cfg, inbound), (client_cfg, outbound)],
-        |cfg| {
-            let mut command = Command::new(&ctx.tools.haproxy);
-            command.arg("-db").arg("-f").arg(cfg);
-            command
-        },
+        (&ctx.tools.haproxy, configs::haproxy_args),
     )
 }
 
 /// A third-party proxy pair: the server's proxy from its config listening on its port, then
-/// the client's, each started by `command` on the proxies' CPU; the client's port is the
-/// pair's entry.
+/// the client's, each started as `program` with `args(config)` on the proxies' CPU; the
+/// client's port is the pair's entry.
 fn third_party_pair(
     ctx: &PairContext<'_>,
     name: &str,
     [(server_cfg, inbound), (client_cfg, outbound)]: [(PathBuf, u16); 2],
-    command: impl Fn(&Path) -> Command,
+    (program, args): (&Path, fn(&Path) -> Vec<String>),
 ) -> Result<Pair, Error> {
     let start = |name: &str, cfg: &Path, port: u16| -> Result<Daemon, Error> {
-        let mut command = command(cfg);
-        command.stdout(Stdio::null());
+        let mut command = Command::new(program);
+        command.args(args(cfg)).stdout(Stdio::null());
         let mut daemon = Daemon::spawn(&mut command, ctx.cpu, name, &ctx.log(name))?;
         daemon.wait_listening(SocketAddr::from(([127, 0, 0, 1], port)))?;
         Ok(daemon)
@@ -453,16 +449,6 @@ fn envoy_pair(ctx: &PairContext<'_>, plane: Plane, mode: ProxyMode) -> Result<Pa
         ctx,
         name,
         [(server_cfg, inbound), (client_cfg, outbound)],
-        |cfg| {
-            let mut command = Command::new(&ctx.tools.envoy);
-            command.arg("-c").arg(cfg).args([
-                "--concurrency",
-                "1",
-                "--disable-hot-restart",
-                "--log-level",
-                "warn",
-            ]);
-            command
-        },
+        (&ctx.tools.envoy, configs::envoy_args),
     )
 }

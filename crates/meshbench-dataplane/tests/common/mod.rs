@@ -17,17 +17,7 @@ use meshbench_policy::Policy;
 
 /// STRICT mTLS in namespace `app`, and no `/admin/*` for anyone at the calculator (an L7
 /// rule).
-pub const STRICT_NO_ADMIN: &str = r#"
-peer_authentication:
-  - { name: strict-app, namespace: app, mode: STRICT }
-authorization:
-  - name: no-admin
-    namespace: app
-    workload: calculator
-    action: DENY
-    rules:
-      - to: { paths: ["/admin/*"] }
-"#;
+pub const STRICT_NO_ADMIN: &str = include_str!("../policies/strict-no-admin.yaml");
 
 pub struct Lab {
     pki: TestPki,

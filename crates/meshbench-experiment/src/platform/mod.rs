@@ -21,7 +21,7 @@ use std::path::Path;
 
 use meshbench_identity::{ClientTlsFiles, ServerTlsFiles};
 use meshbench_loadgen::LoadSpec;
-use meshbench_meshes::{BoxFuture, Mesh};
+use meshbench_meshes::{BoxFuture, Scenario};
 use meshbench_policy::Policy;
 use meshbench_results::{
     ComponentResources, LoadReport, MachineCpu, UnavailableScenario, WireObservation,
@@ -104,7 +104,7 @@ pub trait Platform {
     /// Why `mesh` cannot run here, if it cannot: its binary is missing (the local lab), or
     /// it has no flavour for this platform yet. Such a scenario is reported unavailable with
     /// the reason and its cells are not run.
-    fn unavailable(&self, mesh: Mesh) -> Option<UnavailableScenario> {
+    fn unavailable(&self, mesh: Scenario) -> Option<UnavailableScenario> {
         let missing = mesh.binary().err()?;
         Some(UnavailableScenario {
             name: mesh.name().to_owned(),
@@ -146,7 +146,7 @@ pub trait Site<'a> {
     fn service_host(&self, service: &str) -> Result<String, SiteError>;
 
     /// The TLS the server app serves itself under `mesh`, if it does.
-    fn app_tls(&self, mesh: Mesh, cell: ClientServer<'_>) -> Option<ServerTlsFiles>;
+    fn app_tls(&self, mesh: Scenario, cell: ClientServer<'_>) -> Option<ServerTlsFiles>;
 
     /// Starts `app` in `pod` and waits until it serves; a platform that fixes a pod's
     /// containers when it creates it (Kubernetes) may only record the app here and start it,
@@ -160,12 +160,12 @@ pub trait Site<'a> {
     /// Puts `mesh` around a client/server cell whose server app runs.
     fn deploy<'b>(
         &'b mut self,
-        mesh: Mesh,
+        mesh: Scenario,
         cell: ClientServer<'b>,
     ) -> BoxFuture<'b, Result<Entry, SiteError>>;
 
     /// Puts `mesh` around every meshed workload of the topology.
-    fn enroll(&mut self, mesh: Mesh) -> BoxFuture<'_, Result<(), SiteError>>;
+    fn enroll(&mut self, mesh: Scenario) -> BoxFuture<'_, Result<(), SiteError>>;
 
     /// Runs `instrument` in `client` to its end, sampling every component every
     /// `sample_interval`; with `marker`, records the wire between the nodes and whether the

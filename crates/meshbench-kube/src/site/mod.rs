@@ -21,7 +21,7 @@ use meshbench_experiment::platform::{ClientServer, Entry, Instrument, Measured, 
 use meshbench_identity::{CaServerFile, ServerTlsFiles};
 use meshbench_meshes::{
     identity_files, BoxFuture, ClusterCell, ClusterMesh, ClusterSite, FoundPod, InstalledMesh,
-    InstalledSite, Mesh, MeshEnrollment, PlacedPod, PodAdditions, Ports, CONFIG_DIR_IN_POD,
+    InstalledSite, MeshEnrollment, PlacedPod, PodAdditions, Ports, Scenario, CONFIG_DIR_IN_POD,
     POD_PKI_DIR,
 };
 use meshbench_role::RoleConfig;
@@ -75,7 +75,7 @@ struct CreatedPod {
 
 /// The mesh of the cell, once its apps are enrolled, and how.
 struct Enrolled {
-    mesh: Mesh,
+    mesh: Scenario,
     /// Set when the mesh deployed around a client and a server (`Site::deploy`); otherwise
     /// every workload of the topology marked `meshed` is enrolled (`Site::enroll`).
     pair: Option<Pair>,
@@ -632,7 +632,7 @@ impl<'a> KubeSite<'a> {
     /// labelled as the cell's) and keeps what enrolls each workload's pods.
     async fn install_mesh(
         &mut self,
-        mesh: Mesh,
+        mesh: Scenario,
         installed: &'static dyn InstalledMesh,
     ) -> Result<(), Error> {
         let installation =
@@ -701,7 +701,7 @@ impl<'a> KubeSite<'a> {
 
     /// Enrolls every meshed workload of the topology in `mesh`, its apps' pods created with
     /// what the mesh adds to each.
-    async fn enroll_topology(&mut self, mesh: Mesh) -> Result<(), Error> {
+    async fn enroll_topology(&mut self, mesh: Scenario) -> Result<(), Error> {
         let cluster = on_cluster(mesh)?;
         if let Some(installed) = cluster.installed() {
             self.install_mesh(mesh, installed).await?;
@@ -989,7 +989,7 @@ impl<'a> Site<'a> for KubeSite<'a> {
         Ok(format!("{}:{}", s.name, s.port))
     }
 
-    fn app_tls(&self, mesh: Mesh, cell: ClientServer<'_>) -> Option<ServerTlsFiles> {
+    fn app_tls(&self, mesh: Scenario, cell: ClientServer<'_>) -> Option<ServerTlsFiles> {
         mesh.cluster()?
             .app_tls(&self.cluster_cell(cell.client, cell.server, cell.service))
     }
@@ -1005,7 +1005,7 @@ impl<'a> Site<'a> for KubeSite<'a> {
 
     fn deploy<'b>(
         &'b mut self,
-        mesh: Mesh,
+        mesh: Scenario,
         cell: ClientServer<'b>,
     ) -> BoxFuture<'b, Result<Entry, SiteError>> {
         Box::pin(async move {
@@ -1036,7 +1036,7 @@ impl<'a> Site<'a> for KubeSite<'a> {
         })
     }
 
-    fn enroll(&mut self, mesh: Mesh) -> BoxFuture<'_, Result<(), SiteError>> {
+    fn enroll(&mut self, mesh: Scenario) -> BoxFuture<'_, Result<(), SiteError>> {
         Box::pin(async move { Ok(self.enroll_topology(mesh).await?) })
     }
 
@@ -1140,12 +1140,12 @@ async fn delete_everything(
 }
 
 /// `mesh` on a cluster, or why it cannot run there yet.
-fn on_cluster(mesh: Mesh) -> Result<&'static dyn ClusterMesh, Error> {
+fn on_cluster(mesh: Scenario) -> Result<&'static dyn ClusterMesh, Error> {
     mesh.cluster().ok_or_else(|| Error::Unsupported {
         what: format!("mesh {}", mesh.name()),
         why: format!(
             "it has no Kubernetes flavour yet; on a cluster: {}",
-            Mesh::all()
+            Scenario::all()
                 .filter(|m| m.cluster().is_some())
                 .map(|m| m.name())
                 .collect::<Vec<_>>()
@@ -1174,7 +1174,7 @@ mod tests {
 
     #[test]
     fn the_control_plane_and_the_cells_node_agents_are_sampled_under_their_class() {
-        let ambient = Mesh::parse("istio-ambient")
+        let ambient = Scenario::parse("istio-ambient")
             .and_then(|m| m.cluster())
             .and_then(|c| c.installed())
             .unwrap();

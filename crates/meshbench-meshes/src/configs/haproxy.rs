@@ -18,6 +18,11 @@ pub(crate) const CHAIN_ONLY: PolicySupport = PolicySupport::Unenforceable(
      subject and chain, never its SPIFFE ID, so E3's rules cannot be enforced)",
 );
 
+/// How every HAProxy sidecar runs: in the foreground with its configuration `config`.
+pub fn haproxy_args(config: &Path) -> Vec<String> {
+    vec!["-db".into(), "-f".into(), p(config)]
+}
+
 /// Plaintext in on `listen`, mTLS to `upstream`, which must present `upstream_dns`.
 pub fn haproxy_outbound(
     listen: SocketAddr,

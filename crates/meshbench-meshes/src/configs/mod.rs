@@ -15,11 +15,11 @@ pub(crate) mod nginx;
 
 pub use crate::description::IdentityCheck;
 pub use envoy::{
-    envoy_enrolled, envoy_inbound, envoy_outbound, envoy_svid_secret, EnvoyEnrollment, EnvoyTls,
-    MeshDestination,
+    envoy_args, envoy_enrolled, envoy_inbound, envoy_outbound, envoy_svid_secret, EnvoyEnrollment,
+    EnvoyTls, MeshDestination,
 };
 pub use envoy_rbac::rbac_filters;
-pub use haproxy::{haproxy_inbound, haproxy_outbound};
+pub use haproxy::{haproxy_args, haproxy_inbound, haproxy_outbound};
 pub use nginx::{nginx_gateway, nginx_inbound, nginx_outbound, GatewayRoute, NginxTls};
 
 use std::path::Path;

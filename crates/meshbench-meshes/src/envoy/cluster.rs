@@ -14,7 +14,9 @@ use meshbench_topology::Pod;
 
 use super::Envoy;
 use crate::cluster::{check_command, CONFIG_DIR_IN_POD};
-use crate::configs::envoy::{envoy_enrolled, envoy_svid_secret, EnvoyEnrollment, MeshDestination};
+use crate::configs::envoy::{
+    envoy_args, envoy_enrolled, envoy_svid_secret, EnvoyEnrollment, MeshDestination,
+};
 use crate::configs::envoy_rbac::rbac_filters;
 use crate::{
     spiffe_id, AddedContainer, ClusterCell, ClusterMesh, ClusterSite, Error, PodAdditions, Ports,
@@ -128,17 +130,7 @@ fn envoy_additions(
         AddedContainer {
             name: "envoy",
             program: Some(ENVOY_IN_IMAGE),
-            args: [
-                "-c",
-                &envoy_config.display().to_string(),
-                "--concurrency",
-                "1",
-                "--disable-hot-restart",
-                "--log-level",
-                "warn",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
+            args: envoy_args(&envoy_config),
             files: [
                 ("envoy.yaml".to_owned(), envoy_enrolled(&enrollment)),
                 ("envoy-sds.yaml".to_owned(), envoy_svid_secret(&svid_dir)),

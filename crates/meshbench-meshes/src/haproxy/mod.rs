@@ -50,6 +50,6 @@ impl PairedProxy for Haproxy {
     }
 
     fn args(&self, config: &Path, _dir: &Path) -> Vec<String> {
-        vec!["-db".into(), "-f".into(), config.display().to_string()]
+        crate::configs::haproxy_args(config)
     }
 }

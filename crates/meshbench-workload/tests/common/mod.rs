@@ -8,7 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, Uri};
 use http_body_util::Full;
-use meshbench_workload::{bind, Call, Caller, Role, RoleService, ServeOptions};
+use meshbench_identity::ServerTlsFiles;
+use meshbench_workload::{bind, Call, Caller, ConnectionLimits, Role, RoleService, ServeOptions};
 use tokio::sync::oneshot;
 
 /// A role serving on loopback; it stops (draining) when this is dropped.
@@ -28,11 +29,16 @@ impl Running {
 }
 
 pub async fn start<R: Role>(role: R) -> Running {
-    start_service(RoleService::new(role)).await
+    start_service(RoleService::new(role), None, None).await
 }
 
-/// Serves any hyper service (a role, the gRPC echo) on loopback.
-pub async fn start_service<S, B>(service: S) -> Running
+/// Serves any hyper service (a role, the gRPC echo) on 127.0.0.1:0: over TLS with `tls`,
+/// with `limits` in place of the serving code's defaults.
+pub async fn start_service<S, B>(
+    service: S,
+    tls: Option<ServerTlsFiles>,
+    limits: Option<ConnectionLimits>,
+) -> Running
 where
     S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
         + Clone
@@ -44,13 +50,16 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let server = bind(&ServeOptions {
+    let mut server = bind(&ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
-        tls: None,
+        tls,
         drain_timeout: Duration::from_secs(1),
     })
     .await
     .unwrap();
+    if let Some(limits) = limits {
+        server = server.with_limits(limits);
+    }
     let addr = server.local_addr();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(server.serve(service, async move {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 use meshbench_experiment::{Application, Placement};
-use meshbench_meshes::Mesh;
+use meshbench_meshes::Scenario;
 use meshbench_policy::Policy;
 
 #[derive(Debug, Subcommand)]
@@ -47,16 +47,16 @@ pub struct RenderArgs {
 }
 
 impl RenderArgs {
-    fn resolve(&self) -> anyhow::Result<(Mesh, meshbench_topology::Topology, Policy)> {
-        let mesh = Mesh::parse(&self.mesh).ok_or_else(|| {
+    fn resolve(&self) -> anyhow::Result<(Scenario, meshbench_topology::Topology, Policy)> {
+        let mesh = Scenario::parse(&self.mesh).ok_or_else(|| {
             super::BadInput(format!(
                 "--mesh {:?}: unknown mesh; known: {}",
                 self.mesh,
-                Mesh::names().join(", ")
+                Scenario::names().join(", ")
             ))
         })?;
         if mesh.cluster().and_then(|c| c.installed()).is_none() {
-            let installed: Vec<&str> = Mesh::all()
+            let installed: Vec<&str> = Scenario::all()
                 .filter(|m| m.cluster().and_then(|c| c.installed()).is_some())
                 .map(|m| m.name())
                 .collect();
@@ -146,7 +146,7 @@ fn render(args: &RenderArgs) -> anyhow::Result<()> {
 }
 
 /// What the mesh is documented to do that a reader of its verification must know.
-fn documented(mesh: Mesh, installed: &dyn meshbench_meshes::InstalledMesh) -> Vec<String> {
+fn documented(mesh: Scenario, installed: &dyn meshbench_meshes::InstalledMesh) -> Vec<String> {
     let documented = installed.documented();
     let same_node = if mesh.encrypts_same_node() {
         "encrypted"

@@ -9,7 +9,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner, Scale};
 use meshbench_local::{LocalLab, LocalOptions};
-use meshbench_meshes::Mesh;
+use meshbench_meshes::Scenario;
 use meshbench_netlab::Backend;
 use meshbench_results::{Cell, RunResult, RunStatus, UnavailableScenario};
 
@@ -150,7 +150,7 @@ fn verified_meshes(
     requested: bool,
     profile: &Profile,
     target: RunBackend,
-) -> Result<Option<Vec<Mesh>>, BadInput> {
+) -> Result<Option<Vec<Scenario>>, BadInput> {
     if !requested {
         return Ok(None);
     }
@@ -160,14 +160,14 @@ fn verified_meshes(
         ));
     }
     let data_planes = super::verify::data_planes();
-    let meshes: Vec<Mesh> = profile
+    let meshes: Vec<Scenario> = profile
         .scenarios
         .iter()
         .copied()
         .filter(|m| data_planes.contains(m))
         .collect();
     if meshes.is_empty() {
-        let names = |ms: &[Mesh]| ms.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
+        let names = |ms: &[Scenario]| ms.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
         return Err(BadInput(format!(
             "--verify: none of this run's scenarios ({}) can be verified (verify supports {})",
             names(&profile.scenarios),
@@ -183,7 +183,7 @@ fn execute(
     out_dir: &Path,
     target: RunBackend,
     verb: &str,
-    verify: Option<Vec<Mesh>>,
+    verify: Option<Vec<Scenario>>,
 ) -> anyhow::Result<()> {
     let profile = runner.profile();
     let remaining = profile.cells() - runner.finished_cells();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use clap::Args;
-use meshbench_meshes::{enrollable, unenforceable, Mesh};
+use meshbench_meshes::{enrollable, unenforceable, Scenario};
 use meshbench_netlab::Backend;
 use meshbench_results::VerifyReport;
 use meshbench_verify::{verify, verify_on_cluster, ClusterVerifyOptions, VerifyOptions};
@@ -53,7 +53,7 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
     // `baseline` enrolls nothing: the negative control, where every rule that needs a mesh
     // must fail.
     let mut verifiable = data_planes();
-    verifiable.push(Mesh::baseline());
+    verifiable.push(Scenario::baseline());
     let supported: Vec<&str> = verifiable.iter().map(|m| m.name()).collect();
     let meshes = if a.mesh.is_empty() && on_cluster {
         cluster_data_planes()
@@ -62,7 +62,7 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
     } else {
         a.mesh
             .iter()
-            .map(|name| match Mesh::parse(name) {
+            .map(|name| match Scenario::parse(name) {
                 Some(mesh) if verifiable.contains(&mesh) => Ok(mesh),
                 _ => Err(BadInput(format!(
                     "--mesh: cannot verify {name:?} (verify supports: {})",
@@ -94,12 +94,12 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
 }
 
 /// Every data plane of the local lab, in the order verify reports them.
-pub(super) fn data_planes() -> Vec<Mesh> {
+pub(super) fn data_planes() -> Vec<Scenario> {
     enrollable().into_iter().chain(unenforceable()).collect()
 }
 
 /// The data planes that enroll E3's application on a cluster.
-fn cluster_data_planes() -> Vec<Mesh> {
+fn cluster_data_planes() -> Vec<Scenario> {
     data_planes()
         .into_iter()
         .filter(|m| m.enrolls_on_cluster())
@@ -109,7 +109,7 @@ fn cluster_data_planes() -> Vec<Mesh> {
 /// Verifies `meshes` on the cluster of `kube` into `out_dir`, as [`verify_into`] does on
 /// the local lab. Ctrl-C deletes what the verification created on the cluster.
 fn verify_on_cluster_into(
-    meshes: Vec<Mesh>,
+    meshes: Vec<Scenario>,
     out_dir: &Path,
     kube: &super::args::KubeTarget,
 ) -> anyhow::Result<VerifyReport> {
@@ -144,7 +144,7 @@ fn until_interrupted(
     })
 }
 
-fn announce(meshes: &[Mesh], out_dir: &Path) {
+fn announce(meshes: &[Scenario], out_dir: &Path) {
     eprintln!(
         "meshbench verify: {} x {} cases, results in {}",
         meshes
@@ -178,7 +178,7 @@ fn write_report(out_dir: &Path, report: VerifyReport) -> anyhow::Result<VerifyRe
 
 /// Verifies `meshes` into `out_dir` (`verify.json`, `verify.md`, `verify.html`), printing a
 /// line per finished case and per table. Ctrl-C tears the lab down and reports interruption.
-pub(super) fn verify_into(meshes: Vec<Mesh>, out_dir: &Path) -> anyhow::Result<VerifyReport> {
+pub(super) fn verify_into(meshes: Vec<Scenario>, out_dir: &Path) -> anyhow::Result<VerifyReport> {
     let out_dir = out_dir.to_owned();
     std::fs::create_dir_all(&out_dir)?;
     let options = VerifyOptions {

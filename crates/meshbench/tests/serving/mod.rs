@@ -128,6 +128,11 @@ impl Serve {
         self.request(Method::GET, url, &[], Bytes::new())
     }
 
+    /// GET of `path` (with its query) on this server.
+    pub fn get_path(&self, path: &str) -> Answer {
+        self.get(&format!("{}{path}", self.url))
+    }
+
     pub fn post_json(&self, url: &str, body: &serde_json::Value) -> Answer {
         self.request(
             Method::POST,
@@ -169,6 +174,21 @@ impl Serve {
             .map(|(csrf, _)| csrf.to_owned())
             .unwrap_or_else(|| panic!("no CSRF token in a logged-in page: {text}"));
         (pair, csrf)
+    }
+
+    /// What a browser on this server's own pages sends for a form: a POST of `form` to `path`
+    /// with the session's `cookie` and this server's origin.
+    pub fn form_post(&self, path: &str, cookie: &str, form: impl Into<Bytes>) -> Answer {
+        request(
+            Method::POST,
+            &format!("{}{path}", self.url),
+            &[
+                ("cookie", cookie),
+                ("origin", &self.url),
+                ("content-type", "application/x-www-form-urlencoded"),
+            ],
+            form,
+        )
     }
 
     /// Stops the server as Ctrl-C would and waits for it.

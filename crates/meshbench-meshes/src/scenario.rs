@@ -1,4 +1,4 @@
-//! The handle the runner, the verifier and the specs pass around ([`Mesh`]): a registered
+//! The handle the runner, the verifier and the specs pass around ([`Scenario`]): a registered
 //! scenario's description, read once, and its parts. Nothing here knows which mesh it is.
 
 use std::path::PathBuf;
@@ -36,26 +36,26 @@ static REGISTERED: LazyLock<Vec<Registered>> = LazyLock::new(|| {
 
 /// A mesh scenario: a handle to its registered description and parts.
 #[derive(Clone, Copy)]
-pub struct Mesh(&'static Registered);
+pub struct Scenario(&'static Registered);
 
-impl Mesh {
+impl Scenario {
     /// The scenario of `name` (or an alias), if one is registered.
-    pub fn parse(name: &str) -> Option<Mesh> {
-        Mesh::all().find(|m| m.name() == name || m.aliases().contains(&name))
+    pub fn parse(name: &str) -> Option<Scenario> {
+        Scenario::all().find(|m| m.name() == name || m.aliases().contains(&name))
     }
 
     /// Every registered scenario, in the registry's order.
-    pub fn all() -> impl Iterator<Item = Mesh> {
-        REGISTERED.iter().map(Mesh)
+    pub fn all() -> impl Iterator<Item = Scenario> {
+        REGISTERED.iter().map(Scenario)
     }
 
     pub fn names() -> Vec<&'static str> {
-        Mesh::all().map(|m| m.name()).collect()
+        Scenario::all().map(|m| m.name()).collect()
     }
 
     /// No mesh: the reference every overhead is measured against.
-    pub fn baseline() -> Mesh {
-        Mesh::all()
+    pub fn baseline() -> Scenario {
+        Scenario::all()
             .find(|m| m.is_baseline())
             .expect("the registry has a scenario without a mesh")
     }
@@ -164,7 +164,7 @@ impl Mesh {
         }
     }
 
-    /// Rotates the enrolled mesh's own CA (only meshes that [`Mesh::renews_by_ca_rotation`]).
+    /// Rotates the enrolled mesh's own CA (only meshes that [`Scenario::renews_by_ca_rotation`]).
     pub fn rotate_ca<'a>(self, lab: &'a LabContext<'a>) -> BoxFuture<'a, Result<(), Error>> {
         match self.0.adapter.own_ca() {
             Some(ca) => ca.rotate(lab),
@@ -236,22 +236,22 @@ impl Mesh {
     }
 }
 
-impl PartialEq for Mesh {
+impl PartialEq for Scenario {
     fn eq(&self, other: &Self) -> bool {
         self.name() == other.name()
     }
 }
 
-impl Eq for Mesh {}
+impl Eq for Scenario {}
 
-impl std::fmt::Debug for Mesh {
+impl std::fmt::Debug for Scenario {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Mesh({})", self.name())
+        write!(f, "Scenario({})", self.name())
     }
 }
 
 /// Starts `mesh` around the server app (already running) and says how the client reaches it.
-pub async fn deploy(mesh: Mesh, ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
+pub async fn deploy(mesh: Scenario, ctx: &MeshContext<'_>) -> Result<Deployment, Error> {
     mesh.binary()?;
     let local = mesh.local().ok_or_else(|| Error::Unsupported {
         mesh: mesh.name().into(),
@@ -262,7 +262,7 @@ pub async fn deploy(mesh: Mesh, ctx: &MeshContext<'_>) -> Result<Deployment, Err
 
 /// Starts `mesh` for every meshed workload of the lab's topology (the apps already run).
 /// The netns backend is required: enrollment means transparent capture.
-pub async fn enroll(mesh: Mesh, lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Error> {
+pub async fn enroll(mesh: Scenario, lab: &LabContext<'_>) -> Result<Vec<LabComponent>, Error> {
     mesh.check_enrollable()?;
     if !lab.net.captures() {
         return Err(Error::Unsupported {
@@ -285,14 +285,14 @@ pub async fn enroll(mesh: Mesh, lab: &LabContext<'_>) -> Result<Vec<LabComponent
 }
 
 /// Meshes that can enroll an arbitrary topology on the local lab.
-pub fn enrollable() -> Vec<Mesh> {
-    Mesh::all().filter(|m| m.can_enroll()).collect()
+pub fn enrollable() -> Vec<Scenario> {
+    Scenario::all().filter(|m| m.can_enroll()).collect()
 }
 
 /// Data planes that cannot enforce identity rules: a verification reports them as not
 /// verified, which fails it, with the reason.
-pub fn unenforceable() -> Vec<Mesh> {
-    Mesh::all()
+pub fn unenforceable() -> Vec<Scenario> {
+    Scenario::all()
         .filter(|m| matches!(m.policy(), PolicySupport::Unenforceable(_)))
         .collect()
 }
@@ -303,17 +303,17 @@ mod tests {
 
     #[test]
     fn every_name_and_alias_parses_back_and_names_are_unique() {
-        let names = Mesh::names();
+        let names = Scenario::names();
         for name in &names {
-            assert_eq!(Mesh::parse(name).unwrap().name(), *name);
+            assert_eq!(Scenario::parse(name).unwrap().name(), *name);
         }
         let mut sorted = names.clone();
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), names.len(), "duplicate scenario names");
-        for mesh in Mesh::all() {
+        for mesh in Scenario::all() {
             for alias in mesh.aliases() {
-                assert_eq!(Mesh::parse(alias), Some(mesh));
+                assert_eq!(Scenario::parse(alias), Some(mesh));
                 assert!(!names.contains(alias), "{alias} is also a name");
             }
         }
@@ -321,7 +321,7 @@ mod tests {
 
     #[test]
     fn security_answers_agree_with_each_other() {
-        for mesh in Mesh::all() {
+        for mesh in Scenario::all() {
             assert_eq!(mesh.identity().is_some(), mesh.mtls(), "{}", mesh.name());
             if !mesh.mtls() {
                 assert!(!mesh.encrypts_same_node(), "{}", mesh.name());
@@ -381,12 +381,12 @@ mod tests {
         ];
         let names: Vec<&str> = table.iter().map(|row| row.0).collect();
         assert_eq!(
-            Mesh::names(),
+            Scenario::names(),
             names,
             "every registered mesh has a row, in order"
         );
         for &(name, enrollment, mtls, same_node, tunnels, identity, policy, parts) in table {
-            let mesh = Mesh::parse(name).unwrap();
+            let mesh = Scenario::parse(name).unwrap();
             let policy_kind = match mesh.policy() {
                 PolicySupport::None => "none",
                 PolicySupport::Native => "native",
