@@ -28,6 +28,21 @@ pub struct ExecOutput {
     pub status: Result<(), String>,
 }
 
+impl ExecOutput {
+    /// This output if `command` (which ran in `pod`) succeeded, else an error naming what it
+    /// said.
+    pub fn succeeded(self, pod: &str, command: &str) -> Result<Self, Error> {
+        match &self.status {
+            Ok(()) => Ok(self),
+            Err(status) => Err(Error::Exec {
+                pod: pod.to_owned(),
+                command: command.to_owned(),
+                problem: format!("{status}: {}", self.stderr.trim()),
+            }),
+        }
+    }
+}
+
 /// A command still running in a pod.
 pub struct RunningExec {
     what: String,
@@ -125,27 +140,6 @@ pub async fn run(
         .await?
         .finish(timeout)
         .await
-}
-
-/// Runs `command` as [`run`] does; a command that did not succeed is an error naming what
-/// it said.
-pub async fn run_ok(
-    api: &Api<Pod>,
-    pod: &str,
-    container: &str,
-    command: Vec<String>,
-    timeout: Duration,
-) -> Result<ExecOutput, Error> {
-    let what = command.join(" ");
-    let output = run(api, pod, container, command, timeout).await?;
-    match &output.status {
-        Ok(()) => Ok(output),
-        Err(status) => Err(Error::Exec {
-            pod: pod.to_owned(),
-            command: what,
-            problem: format!("{status}: {}", output.stderr.trim()),
-        }),
-    }
 }
 
 impl RunningExec {

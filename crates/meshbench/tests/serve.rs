@@ -272,14 +272,7 @@ fn bad_requests_get_400_naming_the_field_with_the_clis_message() {
     let serve = Serve::start(&[]);
     let runs = format!("{}/api/runs", serve.url);
     let refused = |body: serde_json::Value, field: &str| {
-        let answer = serve.post_json(&runs, &body);
-        assert_eq!(
-            answer.status,
-            StatusCode::BAD_REQUEST,
-            "{body}: {}",
-            answer.text()
-        );
-        let error = answer.json();
+        let error = serve.post_refused(&runs, &body);
         assert_eq!(error["field"], field, "{error}");
         error["error"].as_str().unwrap().to_owned()
     };

@@ -351,64 +351,68 @@ fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
 
 fn haproxy_pair(ctx: &PairContext<'_>, plane: Plane, mode: ProxyMode) -> Result<Pair, Error> {
     let pki = ctx.pki;
-    let name = plane.name();
     let (inbound, outbound) = (free_port()?, free_port()?);
-    let server_cfg = ctx.write(
-        &format!("{name}-server.cfg"),
-        &configs::haproxy_inbound(
-            local(inbound),
-            ctx.app,
-            &pki.file("server.combined.pem"),
-            &pki.file("ca.pem"),
-            mode,
-        ),
-    )?;
-    let client_cfg = ctx.write(
-        &format!("{name}-client.cfg"),
-        &configs::haproxy_outbound(
-            local(outbound),
-            local(inbound),
-            &Pki::dns_name("server"),
-            &pki.file("client.combined.pem"),
-            &pki.file("ca.pem"),
-            mode,
-        ),
-    )?;
-    third_party_pair(
-        ctx,
-        name,
-        [(server_cfg, inbound), (client_cfg, outbound)],
-        (&ctx.tools.haproxy, configs::haproxy_args),
-    )
+    let server = configs::haproxy_inbound(
+        local(inbound),
+        ctx.app,
+        &pki.file("server.combined.pem"),
+        &pki.file("ca.pem"),
+        mode,
+    );
+    let client = configs::haproxy_outbound(
+        local(outbound),
+        local(inbound),
+        &Pki::dns_name("server"),
+        &pki.file("client.combined.pem"),
+        &pki.file("ca.pem"),
+        mode,
+    );
+    let haproxy = ThirdParty {
+        program: &ctx.tools.haproxy,
+        args: configs::haproxy_args,
+        config_extension: "cfg",
+    };
+    haproxy.start_pair(ctx, plane, [(server, inbound), (client, outbound)])
 }
 
-/// A third-party proxy pair: the server's proxy from its config listening on its port, then
-/// the client's, each started as `program` with `args(config)` on the proxies' CPU; the
-/// client's port is the pair's entry.
-fn third_party_pair(
-    ctx: &PairContext<'_>,
-    name: &str,
-    [(server_cfg, inbound), (client_cfg, outbound)]: [(PathBuf, u16); 2],
-    (program, args): (&Path, fn(&Path) -> Vec<String>),
-) -> Result<Pair, Error> {
-    let start = |name: &str, cfg: &Path, port: u16| -> Result<Daemon, Error> {
-        let mut command = Command::new(program);
-        command.args(args(cfg)).stdout(Stdio::null());
-        let mut daemon = Daemon::spawn(&mut command, ctx.cpu, name, &ctx.log(name))?;
-        daemon.wait_listening(SocketAddr::from(([127, 0, 0, 1], port)))?;
-        Ok(daemon)
-    };
-    let server = start(&format!("{name}-server"), &server_cfg, inbound)?;
-    let client = start(&format!("{name}-client"), &client_cfg, outbound)?;
-    Ok(Pair {
-        entry: SocketAddr::from(([127, 0, 0, 1], outbound)),
-        proxies: vec![client, server],
-    })
+/// A third-party proxy: its binary, its command line for a configuration file, and that
+/// file's extension.
+struct ThirdParty<'a> {
+    program: &'a Path,
+    args: fn(&Path) -> Vec<String>,
+    config_extension: &'static str,
+}
+
+impl ThirdParty<'_> {
+    /// The server's proxy from its configuration, listening on its port, then the client's,
+    /// each on the proxies' CPU; the client's port is the pair's entry.
+    fn start_pair(
+        &self,
+        ctx: &PairContext<'_>,
+        plane: Plane,
+        [server, client]: [(String, u16); 2],
+    ) -> Result<Pair, Error> {
+        let start = |side: &str, (config, port): (String, u16)| -> Result<Daemon, Error> {
+            let name = format!("{}-{side}", plane.name());
+            let config = ctx.write(&format!("{name}.{}", self.config_extension), &config)?;
+            let mut command = Command::new(self.program);
+            command.args((self.args)(&config)).stdout(Stdio::null());
+            let mut daemon = Daemon::spawn(&mut command, ctx.cpu, &name, &ctx.log(&name))?;
+            daemon.wait_listening(local(port))?;
+            Ok(daemon)
+        };
+        let outbound = client.1;
+        let server = start("server", server)?;
+        let client = start("client", client)?;
+        Ok(Pair {
+            entry: local(outbound),
+            proxies: vec![client, server],
+        })
+    }
 }
 
 fn envoy_pair(ctx: &PairContext<'_>, plane: Plane, mode: ProxyMode) -> Result<Pair, Error> {
     let pki = ctx.pki;
-    let name = plane.name();
     let (inbound, outbound) = (free_port()?, free_port()?);
     let (ca, server_cert, server_key, client_cert, client_key) = (
         pki.file("ca.pem"),
@@ -417,38 +421,32 @@ fn envoy_pair(ctx: &PairContext<'_>, plane: Plane, mode: ProxyMode) -> Result<Pa
         pki.file("client.pem"),
         pki.file("client.key"),
     );
-    let server_cfg = ctx.write(
-        &format!("{name}-server.yaml"),
-        &configs::envoy_inbound(
-            local(inbound),
-            ctx.app,
-            &configs::EnvoyTls {
-                cert: &server_cert,
-                key: &server_key,
-                ca: &ca,
-                peer_id: &Pki::id("client"),
-            },
-            mode,
-        ),
-    )?;
-    let client_cfg = ctx.write(
-        &format!("{name}-client.yaml"),
-        &configs::envoy_outbound(
-            local(outbound),
-            local(inbound),
-            &configs::EnvoyTls {
-                cert: &client_cert,
-                key: &client_key,
-                ca: &ca,
-                peer_id: &Pki::id("server"),
-            },
-            mode,
-        ),
-    )?;
-    third_party_pair(
-        ctx,
-        name,
-        [(server_cfg, inbound), (client_cfg, outbound)],
-        (&ctx.tools.envoy, configs::envoy_args),
-    )
+    let server = configs::envoy_inbound(
+        local(inbound),
+        ctx.app,
+        &configs::EnvoyTls {
+            cert: &server_cert,
+            key: &server_key,
+            ca: &ca,
+            peer_id: &Pki::id("client"),
+        },
+        mode,
+    );
+    let client = configs::envoy_outbound(
+        local(outbound),
+        local(inbound),
+        &configs::EnvoyTls {
+            cert: &client_cert,
+            key: &client_key,
+            ca: &ca,
+            peer_id: &Pki::id("server"),
+        },
+        mode,
+    );
+    let envoy = ThirdParty {
+        program: &ctx.tools.envoy,
+        args: configs::envoy_args,
+        config_extension: "yaml",
+    };
+    envoy.start_pair(ctx, plane, [(server, inbound), (client, outbound)])
 }

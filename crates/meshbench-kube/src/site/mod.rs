@@ -843,7 +843,10 @@ impl<'a> KubeSite<'a> {
         timeout: Duration,
     ) -> Result<crate::exec::ExecOutput, Error> {
         let api = Api::<Pod>::namespaced(self.client(), &pod.namespace);
-        crate::exec::run_ok(&api, &pod.name, APP_CONTAINER, command, timeout).await
+        let what = command.join(" ");
+        crate::exec::run(&api, &pod.name, APP_CONTAINER, command, timeout)
+            .await?
+            .succeeded(&pod.name, &what)
     }
 
     fn created(&self, pod: &str) -> Result<&CreatedPod, Error> {

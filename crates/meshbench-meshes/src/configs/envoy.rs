@@ -144,14 +144,10 @@ pub fn envoy_outbound(
     tls: &EnvoyTls<'_>,
     mode: ProxyMode,
 ) -> String {
-    let transport = format!(
-        "    transport_socket:\n      name: envoy.transport_sockets.tls\n      typed_config:\n        \"@type\": {UPSTREAM_TLS}\n{}",
-        common_tls(tls, "        ")
-    );
-    format!(
-        "static_resources:\n  listeners:\n{}  clusters:\n{}",
-        listener("outbound", listen, "upstream", "", mode),
-        cluster("upstream", upstream, &transport)
+    let transport = tls_transport(4, UPSTREAM_TLS, &[], tls);
+    static_resources(
+        &listener("outbound", listen, "upstream", "", mode),
+        &cluster("upstream", upstream, &transport),
     )
 }
 
@@ -162,15 +158,30 @@ pub fn envoy_inbound(
     tls: &EnvoyTls<'_>,
     mode: ProxyMode,
 ) -> String {
-    let transport = format!(
-        "      transport_socket:\n        name: envoy.transport_sockets.tls\n        typed_config:\n          \"@type\": {DOWNSTREAM_TLS}\n          require_client_certificate: true\n{}",
-        common_tls(tls, "          ")
-    );
-    format!(
-        "static_resources:\n  listeners:\n{}  clusters:\n{}",
-        listener("inbound", listen, "app", &transport, mode),
-        cluster("app", app, "")
+    let require_client = ["require_client_certificate: true"];
+    let transport = tls_transport(6, DOWNSTREAM_TLS, &require_client, tls);
+    static_resources(
+        &listener("inbound", listen, "app", &transport, mode),
+        &cluster("app", app, ""),
     )
+}
+
+fn static_resources(listeners: &str, clusters: &str) -> String {
+    format!("static_resources:\n  listeners:\n{listeners}  clusters:\n{clusters}")
+}
+
+/// A TLS transport socket at `indent` (a listener's filter chain or a cluster), its context of
+/// type `context` with `settings` before the certificates.
+fn tls_transport(indent: usize, context: &str, settings: &[&str], tls: &EnvoyTls<'_>) -> String {
+    let pad = " ".repeat(indent);
+    let inner = " ".repeat(indent + 4);
+    let mut out = format!(
+        "{pad}transport_socket:\n{pad}  name: envoy.transport_sockets.tls\n{pad}  typed_config:\n{inner}\"@type\": {context}\n"
+    );
+    for setting in settings {
+        out.push_str(&format!("{inner}{setting}\n"));
+    }
+    out + &common_tls(tls, &inner)
 }
 
 /// An enrolled workload's Envoy, as Istio configures its sidecar: every connection the pod

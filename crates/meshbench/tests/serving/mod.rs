@@ -176,6 +176,19 @@ impl Serve {
         (pair, csrf)
     }
 
+    /// POSTs `body` as JSON to `url`, asserts that it is refused as a bad request, and returns
+    /// the error document.
+    pub fn post_refused(&self, url: &str, body: &serde_json::Value) -> serde_json::Value {
+        let answer = self.post_json(url, body);
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{body}: {}",
+            answer.text()
+        );
+        answer.json()
+    }
+
     /// What a browser on this server's own pages sends for a form: a POST of `form` to `path`
     /// with the session's `cookie` and this server's origin.
     pub fn form_post(&self, path: &str, cookie: &str, form: impl Into<Bytes>) -> Answer {
