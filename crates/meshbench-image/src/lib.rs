@@ -1,8 +1,11 @@
-//! `meshbench image build`: the image a Kubernetes cluster runs meshbench's roles from,
-//! made without Docker or a registry. One layer holds the binary (the running one, by
-//! default), the interpreter and shared libraries it loads ([`elf`]), optionally Envoy with
-//! its own, and the few files a container expects (`/etc/passwd` with the proxy user,
-//! `/tmp`). It is written as an OCI image-layout archive (`oci-layout`, `index.json`,
+//! `meshbench image build`: the images a Kubernetes cluster runs, made without Docker or a
+//! registry: meshbench's roles, and third-party programs laid out as their upstream images
+//! lay them out (ztunnel, istio-cni, Linkerd's proxy). One layer holds the meshbench binary
+//! (the running one, by default), the interpreter and shared libraries it loads ([`elf`]),
+//! optionally Envoy and iptables with theirs, files placed at chosen paths (each executable
+//! with its libraries), other names for them (the `iptables-nft` family is one multi-call
+//! binary), and the few files a container expects (`/etc/passwd` with the proxy user,
+//! `/tmp`). The entrypoint is meshbench unless another program is named. It is written as an OCI image-layout archive (`oci-layout`, `index.json`,
 //! `blobs/sha256/…`), which `ctr images import` loads into containerd and registry tools
 //! push. Every entry has owner 0, a fixed mode and time 0, and entries are sorted, so the
 //! same binaries always give the same digests.
@@ -40,6 +43,14 @@ pub enum Error {
     Write(PathBuf, #[source] std::io::Error),
     #[error("--tag {0:?} is not an image reference such as meshbench:0.1.0")]
     BadReference(String),
+    #[error("{0:?} is not an absolute path in the image without `.` or `..` components")]
+    BadImagePath(String),
+    #[error("{path} is placed in the image twice: as {first} and as {second}")]
+    Conflict {
+        path: String,
+        first: String,
+        second: String,
+    },
     #[error("building the image's metadata: {0}")]
     Oci(#[from] oci_spec::OciSpecError),
 }
@@ -62,11 +73,74 @@ pub struct ImageOptions {
     /// Shared objects a packed program opens at run time (iptables' extensions), each with
     /// its libraries, at their paths on this machine, where that program looks for them.
     pub loadable: Vec<PathBuf>,
+    /// Files at the paths the image's programs expect them (`/opt/cni/bin/istio-cni`); an
+    /// executable brings its interpreter and libraries.
+    pub placed: Vec<Placed>,
+    /// Other names of files in the image, as symbolic links: `(name, target)`.
+    pub aliases: Vec<(String, String)>,
+    /// The program the container runs and its arguments (the image's `Entrypoint` and
+    /// `Cmd`); meshbench, without arguments, when `None`.
+    pub entrypoint: Option<(String, Vec<String>)>,
     /// `name:tag`, with a registry host in front or not.
     pub reference: String,
     /// The archive to write (replaced atomically).
     pub out: PathBuf,
 }
+
+/// A file of this machine at a path of the image.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub host: PathBuf,
+    pub in_image: String,
+}
+
+impl std::str::FromStr for Placed {
+    type Err = String;
+
+    /// `HOST=IN_IMAGE`, as `--file` takes it.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (host, in_image) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?} is not HOST_PATH=PATH_IN_IMAGE"))?;
+        let in_image = image_path(in_image).map_err(|e| e.to_string())?;
+        Ok(Placed {
+            host: PathBuf::from(host),
+            in_image,
+        })
+    }
+}
+
+/// `path` if it is absolute and plain (no `.`, `..` or empty components), so that an entry
+/// lands where it says.
+pub fn image_path(path: &str) -> Result<String, Error> {
+    let plain = path.starts_with('/')
+        && path.len() > 1
+        && path[1..]
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+        && !path.contains('\0');
+    match plain {
+        true => Ok(path.to_owned()),
+        false => Err(Error::BadImagePath(path.to_owned())),
+    }
+}
+
+/// The names the nf_tables multi-call binary answers to, as iptables' own packages install
+/// them: programs that call `iptables-nft-save` or `ip6tables-restore` find them on `PATH`.
+pub const IPTABLES_NAMES: [&str; 12] = [
+    "iptables",
+    "iptables-save",
+    "iptables-restore",
+    "ip6tables",
+    "ip6tables-save",
+    "ip6tables-restore",
+    "iptables-nft",
+    "iptables-nft-save",
+    "iptables-nft-restore",
+    "ip6tables-nft",
+    "ip6tables-nft-save",
+    "ip6tables-nft-restore",
+];
 
 /// What was written.
 #[derive(Debug, Clone)]
@@ -80,11 +154,12 @@ pub struct BuiltImage {
     pub archive_bytes: u64,
 }
 
-/// One layer entry: a file copied from the host, or content of its own.
+/// One layer entry: a file copied from the host, content of its own, or a link.
 enum Source {
     Host(PathBuf),
     Text(String),
     Directory,
+    Link(String),
 }
 
 struct Entry {
@@ -130,7 +205,7 @@ pub fn build_image(options: &ImageOptions) -> Result<BuiltImage, Error> {
     let entries = layer_entries(options)?;
     let files: Vec<String> = entries
         .iter()
-        .filter(|(_, e)| !matches!(e.source, Source::Directory))
+        .filter(|(_, e)| !matches!(e.source, Source::Directory | Source::Link(_)))
         .map(|(p, _)| p.clone())
         .collect();
 
@@ -140,17 +215,23 @@ pub fn build_image(options: &ImageOptions) -> Result<BuiltImage, Error> {
     drop(layer_tar);
     let layer_digest = sha256_hex(&layer);
 
-    let entrypoint = format!("{BIN_DIR}/meshbench");
+    let (entrypoint, cmd) = options
+        .entrypoint
+        .clone()
+        .unwrap_or_else(|| (format!("{BIN_DIR}/meshbench"), Vec::new()));
+    let mut runs = ConfigBuilder::default()
+        .entrypoint(vec![entrypoint])
+        .env(vec![format!(
+            "PATH={BIN_DIR}:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"
+        )])
+        .working_dir("/".to_owned());
+    if !cmd.is_empty() {
+        runs = runs.cmd(cmd);
+    }
     let config = ImageConfigurationBuilder::default()
         .architecture(arch())
         .os(Os::Linux)
-        .config(
-            ConfigBuilder::default()
-                .entrypoint(vec![entrypoint])
-                .env(vec![format!("PATH={BIN_DIR}:/usr/bin:/bin")])
-                .working_dir("/".to_owned())
-                .build()?,
-        )
+        .config(runs.build()?)
         .rootfs(
             RootFsBuilder::default()
                 .typ("layers".to_owned())
@@ -275,6 +356,36 @@ fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Erro
         }
         entries.insert(path, Entry { source, mode });
     };
+    let mut placed_at = BTreeMap::new();
+    for placed in &options.placed {
+        let real = placed
+            .host
+            .canonicalize()
+            .map_err(|source| Error::Read(placed.host.clone(), source))?;
+        if let Some(first) = placed_at.insert(placed.in_image.clone(), real.clone()) {
+            if first != real {
+                return Err(Error::Conflict {
+                    path: placed.in_image.clone(),
+                    first: first.display().to_string(),
+                    second: real.display().to_string(),
+                });
+            }
+        }
+        if is_elf(&real)? {
+            for library in elf::closure(&real)?.files {
+                let path = library.to_string_lossy().into_owned();
+                add(path, Source::Host(library), 0o755);
+            }
+        }
+        let mode = match is_executable(&real)? {
+            true => 0o755,
+            false => 0o644,
+        };
+        add(placed.in_image.clone(), Source::Host(real), mode);
+    }
+    for (name, target) in &options.aliases {
+        add(image_path(name)?, Source::Link(target.clone()), 0o777);
+    }
     let binaries = std::iter::once((&options.binary, "meshbench".to_owned())).chain(
         options.extra.iter().map(|p| {
             (
@@ -322,6 +433,22 @@ fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Erro
     Ok(entries)
 }
 
+fn is_elf(path: &Path) -> Result<bool, Error> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut file = std::fs::File::open(path).map_err(|e| Error::Read(path.to_path_buf(), e))?;
+    let read = file
+        .read(&mut magic)
+        .map_err(|e| Error::Read(path.to_path_buf(), e))?;
+    Ok(read == 4 && magic == *b"\x7fELF")
+}
+
+fn is_executable(path: &Path) -> Result<bool, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| Error::Read(path.to_path_buf(), e))?;
+    Ok(meta.permissions().mode() & 0o111 != 0)
+}
+
 /// The layer as an uncompressed tar: sorted, owner 0, time 0. It is built in memory, so
 /// the only I/O that can fail is reading a host file, and the error names that file.
 fn layer_tar(entries: &BTreeMap<String, Entry>) -> Result<Vec<u8>, Error> {
@@ -340,6 +467,13 @@ fn layer_tar(entries: &BTreeMap<String, Entry>) -> Result<Vec<u8>, Error> {
                 header.set_size(0);
                 builder
                     .append_data(&mut header, format!("{name}/"), std::io::empty())
+                    .map_err(in_memory)?;
+            }
+            Source::Link(target) => {
+                header.set_entry_type(tar::EntryType::Symlink);
+                header.set_size(0);
+                builder
+                    .append_link(&mut header, name, target)
                     .map_err(in_memory)?;
             }
             Source::Text(text) => {
@@ -414,6 +548,38 @@ fn write_archive(out: &Path, index: &[u8], blobs: &[(String, Vec<u8>)]) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_placed_file_names_a_plain_absolute_path_in_the_image() {
+        let placed: Placed = "./istio-cni=/opt/cni/bin/istio-cni".parse().unwrap();
+        assert_eq!(placed.host, PathBuf::from("./istio-cni"));
+        assert_eq!(placed.in_image, "/opt/cni/bin/istio-cni");
+        for bad in [
+            "no-equals",
+            "a=relative/path",
+            "a=/",
+            "a=/opt/../etc/passwd",
+            "a=/opt/./x",
+            "a=/opt//x",
+            "a=/opt/x/",
+        ] {
+            assert!(bad.parse::<Placed>().is_err(), "{bad:?}");
+        }
+    }
+
+    proptest! {
+        /// Whatever the text, the parser answers without panicking, and a path it accepts
+        /// stays under the image's root: absolute, no `..`, `.` or empty component.
+        #[test]
+        fn image_paths_never_escape_the_root(text in "\\PC{0,40}") {
+            if let Ok(path) = image_path(&text) {
+                prop_assert!(path.starts_with('/'));
+                prop_assert!(path[1..].split('/').all(|c| !c.is_empty() && c != ".." && c != "."));
+            }
+            let _ = text.parse::<Placed>();
+        }
+    }
 
     #[test]
     fn bare_names_get_docker_hubs_library_and_a_tag() {

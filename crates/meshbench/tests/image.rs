@@ -123,7 +123,7 @@ fn the_image_is_an_oci_layout_whose_layer_runs_meshbench_and_envoy() {
             "-c",
             &format!(
                 "chroot {root} {iptables} iptables-restore /capture.rules && \
-                 chroot {root} {iptables} iptables-save -t nat"
+                 chroot {root} iptables-nft-save -t nat"
             ),
         ]));
         let saved = String::from_utf8_lossy(&output.stdout);
@@ -138,6 +138,110 @@ fn the_image_is_an_oci_layout_whose_layer_runs_meshbench_and_envoy() {
     let said_again = build(&again, flags);
     let digest = |s: &str| s.rsplit_once("manifest ").map(|(_, d)| d.trim().to_owned());
     assert_eq!(digest(&said), digest(&said_again));
+}
+
+/// The image's config and its layer unpacked under `dir/rootfs`.
+fn unpack(archive: &Path, dir: &Path) -> (serde_json::Value, std::path::PathBuf) {
+    let files = members(archive);
+    let blob = |digest: &serde_json::Value| {
+        let hex = digest.as_str().unwrap().strip_prefix("sha256:").unwrap();
+        files[&format!("blobs/sha256/{hex}")].clone()
+    };
+    let index: serde_json::Value = serde_json::from_slice(&files["index.json"]).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&blob(&index["manifests"][0]["digest"])).unwrap();
+    let config = serde_json::from_slice(&blob(&manifest["config"]["digest"])).unwrap();
+    let layer = blob(&manifest["layers"][0]["digest"]);
+    let rootfs = dir.join("rootfs");
+    tar::Archive::new(flate2::read::GzDecoder::new(&layer[..]))
+        .unpack(&rootfs)
+        .unwrap();
+    (config, rootfs)
+}
+
+#[test]
+fn a_third_party_program_runs_from_where_its_upstream_image_puts_it() {
+    if !require_root("runs the image's programs under chroot") {
+        return;
+    }
+    let Some(chroot) = require_tool("chroot") else {
+        return;
+    };
+    // A dynamically linked program of this machine stands in for ztunnel or istio-cni: what
+    // is checked is the layout, the libraries and the entrypoint, not the program.
+    let env = require_tool("env").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("NOTICE");
+    std::fs::write(&notes, "not executable\n").unwrap();
+    let archive = dir.path().join("tool.oci.tar");
+    build(
+        &archive,
+        &[
+            "--tag",
+            "tool:1",
+            "--file",
+            &format!("{}=/opt/tool/bin/tool", env.display()),
+            "--file",
+            &format!("{}=/opt/tool/NOTICE", notes.display()),
+            "--alias",
+            "/usr/bin/tool-alias=/opt/tool/bin/tool",
+            "--entrypoint",
+            "/opt/tool/bin/tool",
+            "--arg",
+            "--null",
+        ],
+    );
+    let (config, rootfs) = unpack(&archive, dir.path());
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        serde_json::json!(["/opt/tool/bin/tool"])
+    );
+    assert_eq!(config["config"]["Cmd"], serde_json::json!(["--null"]));
+    let link = std::fs::read_link(rootfs.join("usr/bin/tool-alias")).unwrap();
+    assert_eq!(link, Path::new("/opt/tool/bin/tool"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &str| {
+        std::fs::metadata(rootfs.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("opt/tool/bin/tool"), 0o755);
+    assert_eq!(mode("opt/tool/NOTICE"), 0o644);
+    // Started by its other name, from its own libraries in the image.
+    let output = run_ok(Command::new(&chroot).arg(&rootfs).args([
+        "/usr/bin/tool-alias",
+        "-i",
+        "PLACED=yes",
+        "/opt/tool/bin/tool",
+    ]));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "PLACED=yes\n");
+}
+
+#[test]
+fn a_file_placed_outside_the_images_root_is_refused_as_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    for flags in [
+        ["--file", "/bin/sh=/opt/../../etc/sh"],
+        ["--file", "/bin/sh"],
+        ["--alias", "relative=/bin/sh"],
+        ["--entrypoint", "bin/sh"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["image", "build", "--out"])
+            .arg(dir.path().join("x.tar"))
+            .args(flags)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{flags:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(flags[0]) || stderr.contains(flags[1]),
+            "{flags:?}: {stderr}"
+        );
+        assert!(!dir.path().join("x.tar").exists());
+    }
 }
 
 #[test]

@@ -1,9 +1,10 @@
-//! `meshbench image build`: the OCI image a Kubernetes cluster runs meshbench's roles from.
+//! `meshbench image build`: the OCI images a Kubernetes cluster runs: meshbench's roles, and
+//! third-party programs laid out as their upstream images lay them out.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use meshbench_image::{build_image, ImageOptions};
+use meshbench_image::{build_image, image_path, ImageOptions, Placed, BIN_DIR, IPTABLES_NAMES};
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
@@ -30,6 +31,38 @@ pub struct BuildArgs {
     /// Pack this meshbench binary instead of the running one.
     #[arg(long)]
     binary: Option<PathBuf>,
+    /// Place a file of this machine at a path in the image, HOST=PATH_IN_IMAGE (repeatable;
+    /// an executable brings its interpreter and libraries), e.g.
+    /// `--file ./istio-cni=/opt/cni/bin/istio-cni`.
+    #[arg(long = "file", value_name = "HOST=PATH_IN_IMAGE")]
+    files: Vec<Placed>,
+    /// Another name for a file in the image, NAME=TARGET, as a symbolic link (repeatable).
+    #[arg(long = "alias", value_name = "NAME=TARGET", value_parser = parse_alias)]
+    aliases: Vec<(String, String)>,
+    /// The program the container runs (the image's entrypoint), a path in the image;
+    /// meshbench by default.
+    #[arg(long)]
+    entrypoint: Option<String>,
+    /// An argument the entrypoint gets when the pod gives none (the image's `Cmd`;
+    /// repeatable).
+    #[arg(
+        long = "arg",
+        value_name = "ARG",
+        requires = "entrypoint",
+        allow_hyphen_values = true
+    )]
+    args: Vec<String>,
+}
+
+fn parse_alias(s: &str) -> Result<(String, String), String> {
+    let (name, target) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NAME=TARGET"))?;
+    let name = image_path(name).map_err(|e| e.to_string())?;
+    if target.is_empty() || target.contains('\0') {
+        return Err(format!("{s:?}: the target is empty"));
+    }
+    Ok((name, target.to_owned()))
 }
 
 pub fn run(command: ImageCommand) -> anyhow::Result<()> {
@@ -55,6 +88,23 @@ pub fn run(command: ImageCommand) -> anyhow::Result<()> {
         extra.push(iptables);
         loadable = extensions;
     }
+    // The multi-call binary's other names, where programs (istio-cni, Linkerd's proxy-init)
+    // look for them.
+    let mut aliases: Vec<(String, String)> = match args.without_iptables {
+        true => Vec::new(),
+        false => IPTABLES_NAMES
+            .iter()
+            .map(|name| (format!("{BIN_DIR}/{name}"), "xtables-nft-multi".to_owned()))
+            .collect(),
+    };
+    aliases.extend(args.aliases);
+    let entrypoint = match args.entrypoint {
+        Some(program) => Some((
+            image_path(&program).map_err(|e| super::BadInput(format!("--entrypoint: {e}")))?,
+            args.args,
+        )),
+        None => None,
+    };
     let binary = match args.binary {
         Some(path) => path,
         None => std::env::current_exe()?,
@@ -63,6 +113,9 @@ pub fn run(command: ImageCommand) -> anyhow::Result<()> {
         binary,
         extra,
         loadable,
+        placed: args.files,
+        aliases,
+        entrypoint,
         reference: args.tag,
         out: args.out.clone(),
     })?;
