@@ -759,25 +759,145 @@ struct IstioLab<'a> {
 }
 
 impl IstioLab<'_> {
-    fn script(cluster: &Cluster, action: &str) -> Command {
+    fn script(cluster: &Cluster, action: &[&str]) -> Command {
         let mut command =
             Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/istio-lab"));
         command
-            .arg(action)
-            .env("MESHBENCH_KUBECONFIG", &cluster.kubeconfig);
+            .args(action)
+            .env("MESHBENCH_KUBECONFIG", &cluster.kubeconfig)
+            .env("MESHBENCH", env!("CARGO_BIN_EXE_meshbench"));
         command
     }
 
     fn up(cluster: &Cluster) -> IstioLab<'_> {
-        run_ok(&mut IstioLab::script(cluster, "up"));
+        run_ok(&mut IstioLab::script(cluster, &["up"]));
+        IstioLab { cluster }
+    }
+
+    /// istiod with ambient's data plane: istio-cni and ztunnel on every node.
+    fn up_ambient(cluster: &Cluster) -> IstioLab<'_> {
+        run_ok(&mut IstioLab::script(cluster, &["up", "--ambient"]));
         IstioLab { cluster }
     }
 }
 
 impl Drop for IstioLab<'_> {
     fn drop(&mut self) {
-        let _ = IstioLab::script(self.cluster, "down").status();
+        let _ = IstioLab::script(self.cluster, &["down"]).status();
     }
+}
+
+#[test]
+fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let Some(crds) = meshbench_testkit::require_mesh_crds() else {
+        return;
+    };
+    install_mesh_crds(&cluster, &crds);
+    let _istio = IstioLab::up_ambient(&cluster);
+    let detect = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["mesh", "detect", "--kubeconfig"])
+            .arg(&cluster.kubeconfig),
+    );
+    let detected = String::from_utf8_lossy(&detect.stdout);
+    assert!(
+        detected.contains("istio-ambient    installed: mode ambient (ztunnel 62d826530e5c"),
+        "{detected}"
+    );
+    assert!(detected.contains(", istio-cni 0.0.0-"), "{detected}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("ambient.yaml");
+    std::fs::write(
+        &spec,
+        "name: ambient-run\nscenarios: [baseline, istio-ambient]\nplacements: [inter-node]\n\
+         load:\n  model: constant-rate\n  points: [{ rps: 100, connections: 4 }]\nduration: 6s\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let output = cluster
+        .run(&out, &["--spec", spec.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let r = results(&out);
+    let cell = r["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["scenario"] == "istio-ambient")
+        .cloned()
+        .expect("an istio-ambient cell");
+    let outcomes: Vec<&String> = cell["load"]["outcomes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(outcomes, ["http_200"], "{}", cell["load"]);
+    // ztunnel on both nodes of the placement, as the node agents, each working for the cell;
+    // istio-cni with the control plane.
+    let resources = cell["resources"].as_array().unwrap();
+    let ztunnels: Vec<&Value> = resources
+        .iter()
+        .filter(|r| r["component"].as_str().unwrap().starts_with("ztunnel-"))
+        .collect();
+    let nodes: std::collections::BTreeSet<String> = ztunnels
+        .iter()
+        .map(|z| z["node"].as_str().unwrap().to_owned())
+        .collect();
+    let nodes_of_apps = nodes_of(&cell);
+    let placed: std::collections::BTreeSet<String> = ["echo-server-1", "load-generator-1"]
+        .map(|app| nodes_of_apps[app].clone())
+        .into();
+    assert_eq!(placed.len(), 2, "inter-node: {nodes_of_apps:?}");
+    assert!(placed.is_subset(&nodes), "{placed:?} {nodes:?}");
+    for ztunnel in &ztunnels {
+        assert_eq!(ztunnel["role"], "node-agent", "{ztunnel}");
+        if placed.contains(ztunnel["node"].as_str().unwrap()) {
+            assert!(
+                ztunnel["cpu_cores_mean"].as_f64().unwrap() > 0.0,
+                "{ztunnel}"
+            );
+        }
+    }
+    assert!(
+        resources.iter().any(|r| r["component"]
+            .as_str()
+            .unwrap()
+            .starts_with("istio-cni-node-")
+            && r["role"] == "control-plane"),
+        "{resources:?}"
+    );
+    // ztunnel's own word: the load generator's connections went over HBONE (port 15008) with
+    // the identity istiod issued to the load generator's service account.
+    let logs = run_ok(
+        Command::new(&cluster.kubectl)
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args([
+                "-n",
+                "istio-system",
+                "logs",
+                "-l",
+                "app=ztunnel",
+                "--tail",
+                "-1",
+            ]),
+    );
+    let logs = String::from_utf8_lossy(&logs.stdout);
+    let hbone = logs.lines().find(|l| {
+        l.contains("connection complete")
+            && l.contains("/sa/load-generator\"")
+            && l.contains(":15008 ")
+    });
+    assert!(
+        hbone.is_some(),
+        "no HBONE connection of the load generator in ztunnel's logs"
+    );
+    assert_eq!(cluster.leftovers(), "", "objects left after a run");
 }
 
 #[test]

@@ -99,13 +99,14 @@ impl InstalledMesh for Istio {
     fn interpret(&self, found: &Found) -> Installation {
         let mut installation = istiod(found);
         let mode = match (self.ambient, has_ztunnel(found)) {
-            (true, _) => "ambient",
-            (false, true) => "sidecar (ambient also installed)",
-            (false, false) => "sidecar",
+            (true, true) => format!("ambient ({})", ambient_versions(found)),
+            (true, false) => "ambient".into(),
+            (false, true) => "sidecar (ambient also installed)".into(),
+            (false, false) => "sidecar".into(),
         };
         installation.mode = Some(match installation.mode.take() {
             Some(external) => format!("{mode}; {external}"),
-            None => mode.into(),
+            None => mode,
         });
         if self.ambient && installation.unusable.is_none() {
             if !has_ztunnel(found) {
@@ -193,15 +194,36 @@ fn istiod(found: &Found) -> Installation {
     }
 }
 
+/// ztunnel's and istio-cni's versions, from their images' tags (ztunnel's is its build's
+/// commit where it is built from source).
+fn ambient_versions(found: &Found) -> String {
+    let version = |selector: &LabelSelector, container: &str| {
+        found
+            .node_agents
+            .iter()
+            .find(|p| selector.matches(&p.labels))
+            .and_then(|p| p.image_version(container))
+            .unwrap_or_else(|| "version unknown".into())
+    };
+    format!(
+        "ztunnel {}, istio-cni {}",
+        version(&ZTUNNEL, "istio-proxy"),
+        version(&CNI, "install-cni")
+    )
+}
+
 fn has_ztunnel(found: &Found) -> bool {
     found.node_agents.iter().any(|p| ZTUNNEL.matches(&p.labels))
 }
 
+/// ztunnel carries every request of an enrolled pod: it is the node agent. istio-cni's agent
+/// only programs each pod's redirection into ztunnel and hands ztunnel the pod's network
+/// namespace; no request crosses it, so it counts with istiod as the control plane.
 fn component(pod: &FoundPod, container: &str) -> Option<ComponentClass> {
     let label = |k: &str| pod.labels.get(k).map(String::as_str);
-    if label("app") == Some("istiod") {
+    if label("app") == Some("istiod") || label("k8s-app") == Some("istio-cni-node") {
         Some(ComponentClass::ControlPlane)
-    } else if label("app") == Some("ztunnel") || label("k8s-app") == Some("istio-cni-node") {
+    } else if label("app") == Some("ztunnel") {
         Some(ComponentClass::NodeAgent)
     } else if label("gateway.istio.io/managed") == Some("istio.io-mesh-controller") {
         Some(ComponentClass::Waypoint)
