@@ -94,6 +94,17 @@ impl Verifier for Cluster {
         if mesh.enrolls_on_cluster() {
             return Ok(());
         }
+        if mesh.installed().is_some() {
+            // Installed by its own tools: usable where the cluster runs it.
+            return match self.platform.unavailable(mesh) {
+                None => Ok(()),
+                Some(why) => Err(Error::NotHere(format!(
+                    "{} is not usable on this cluster: {}",
+                    mesh.name(),
+                    why.reason
+                ))),
+            };
+        }
         let on_cluster: Vec<&str> = Scenario::all()
             .filter(|m| m.enrolls_on_cluster())
             .map(|m| m.name())
@@ -105,8 +116,8 @@ impl Verifier for Cluster {
         )))
     }
 
-    fn notes(&self, _mesh: Scenario) -> Vec<String> {
-        vec![format!(
+    fn notes(&self, mesh: Scenario) -> Vec<String> {
+        let mut notes = vec![format!(
             "on Kubernetes ({}): wire evidence is recorded through the API server, in the \
              destination pod ({POD_INTERFACE}) or, where a node agent carries the path, on the \
              calling node's network from its agent's pod; identity checks are made from a pod \
@@ -115,12 +126,22 @@ impl Verifier for Cluster {
             self.platform.name(),
             meshbench_kube::BOOTSTRAP_SVID_TTL.as_secs(),
             ROTATION_TTL.as_secs()
-        )]
+        )];
+        if mesh.installed().is_some() {
+            notes.push(format!(
+                "{} runs as the cluster installed it: the policy is applied as its own \
+                 resources and enforced as it enforces them; wire evidence is recorded at the \
+                 destination pod's interface; identity checks against its own CA are not made \
+                 yet",
+                mesh.name()
+            ));
+        }
+        notes
     }
 
     async fn open<'a>(
         &'a self,
-        _mesh: Scenario,
+        mesh: Scenario,
         _case: &SecurityCase,
         topology: &Topology,
         dir: &Path,
@@ -128,6 +149,7 @@ impl Verifier for Cluster {
         Ok(ClusterCase {
             site: self.platform.realize_topology(topology, dir).await?,
             platform: &self.platform,
+            installed: mesh.installed().is_some(),
         })
     }
 }
@@ -136,9 +158,17 @@ impl Verifier for Cluster {
 struct ClusterCase<'a> {
     site: KubeSite<'a>,
     platform: &'a KubePlatform,
+    /// The mesh is one the cluster runs (its node agents are its own, not meshbench's).
+    installed: bool,
 }
 
 impl CaseSite for ClusterCase<'_> {
+    /// The checks present meshbench's CA's certificates, and forgeries of them, to our data
+    /// planes; a mesh the cluster runs answers to its own CA, which they do not cover yet.
+    fn checks_identities(&self) -> bool {
+        !self.installed
+    }
+
     async fn start(
         &mut self,
         mesh: Scenario,
@@ -167,10 +197,11 @@ impl CaseSite for ClusterCase<'_> {
         self.site.node_of(&pod.name).map(str::to_owned)
     }
 
-    /// Where a node agent carries the path, its calling node's network (the link toward
+    /// Where our node agent carries the path, its calling node's network (the link toward
     /// the other node, or loopback where the agent tunnels to itself), recorded in that node's
     /// agent pod; otherwise the destination pod's own interface, which every byte to the pod
-    /// crosses.
+    /// crosses. A mesh the cluster runs is recorded there too: its agents' pods are not ours
+    /// to record in, and ambient's in-pod redirection brings HBONE to the pod's interface.
     fn capture_place(
         &self,
         from: &TopologyPod,
@@ -179,7 +210,12 @@ impl CaseSite for ClusterCase<'_> {
         agent_carries: bool,
     ) -> CapturePlace {
         let node = from.workload.node.clone();
-        match (agent_carries, same_node) {
+        if self.installed && from.name == to.name && to.workload.meshed {
+            return CapturePlace::PodLoopback {
+                pod: to.name.clone(),
+            };
+        }
+        match (agent_carries && !self.installed, same_node) {
             (false, _) => CapturePlace::PodInterface {
                 pod: to.name.clone(),
             },
@@ -233,6 +269,9 @@ impl CaseSite for ClusterCase<'_> {
             source,
         })?;
         let mut wire = meshbench_netlab::analyze_pcap(pcap, marker.as_bytes())?;
+        if let Some(port) = recording.only_to_port {
+            wire.flows.retain(|f| f.server.port() == port);
+        }
         if let Some(keep) = &recording.only_between {
             // A node's link carries the node's own traffic too (its kubelet's, say).
             wire.flows
@@ -448,6 +487,8 @@ struct Recording {
     description: String,
     /// Only the connections between these addresses are the probe's.
     only_between: Option<Vec<IpAddr>>,
+    /// Only the connections to this port are judged.
+    only_to_port: Option<u16>,
 }
 
 /// How `place` is recorded for a path from `from` to `to`.
@@ -461,6 +502,21 @@ fn recording(
         ip.ok_or_else(|| Error::Probe(format!("the cluster gave {what} no address")))
     };
     let node = match place {
+        CapturePlace::PodLoopback { pod } => {
+            return Ok(Recording {
+                pod: pod.clone(),
+                args: vec!["--interface".into(), "lo".into()],
+                description: format!(
+                    "{pod}'s loopback, where its call to itself goes through the mesh's proxy \
+                     in the pod's namespace (recorded inside the pod through the API server); \
+                     judged: the tunnel between the proxy's two ends (port {}), not the legs \
+                     between the app and the proxy, which stay in the pod as a sidecar's do",
+                    Ports::HBONE
+                ),
+                only_between: None,
+                only_to_port: Some(Ports::HBONE),
+            })
+        }
         CapturePlace::PodInterface { pod } => {
             return Ok(Recording {
                 pod: pod.clone(),
@@ -470,6 +526,7 @@ fn recording(
                          the API server)"
                 ),
                 only_between: None,
+                only_to_port: None,
             })
         }
         CapturePlace::NodeLink { node } | CapturePlace::NodeLoopback { node } => node,
@@ -497,5 +554,6 @@ fn recording(
             .flatten()
             .collect(),
         ),
+        only_to_port: None,
     })
 }

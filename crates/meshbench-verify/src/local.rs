@@ -214,6 +214,10 @@ impl CaseSite for LocalCase<'_> {
                 let described = format!("{pod}'s pod interface ({interface})");
                 (netns, interface, described)
             }
+            CapturePlace::PodLoopback { pod } => {
+                let (netns, _) = self.net.pod_port(pod)?;
+                (netns, "lo".to_owned(), format!("{pod}'s loopback"))
+            }
             CapturePlace::NodeLink { node } => {
                 let (netns, interface) = self.net.uplink_of(node)?;
                 let described = format!("inter-node link ({node} {interface})");

@@ -898,6 +898,39 @@ fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
         "no HBONE connection of the load generator in ztunnel's logs"
     );
     assert_eq!(cluster.leftovers(), "", "objects left after a run");
+
+    // E3's six cases through ztunnel: the policy as Istio's resources, enforced at L4 (a
+    // denial is a reset connection), and on the wire TLS 1.3 wherever both ends are enrolled,
+    // recorded at the destination pod (its loopback for a pod's call to itself).
+    let out = dir.path().join("verify");
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["verify", "--backend", "kubernetes", "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        .args(["--image", image(), "--mesh", "istio-ambient", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let report = verification(&out);
+    assert_eq!(report["passed"], true);
+    let ambient = &report["meshes"][0];
+    assert_eq!(ambient["cases"].as_array().unwrap().len(), 6);
+    let case_2 = &ambient["cases"][1];
+    let mut denied = 0;
+    for probe in case_2["probes"].as_array().unwrap() {
+        if probe["from"] == "impostor" {
+            continue;
+        }
+        let wire = &probe["wire"];
+        assert_eq!(wire["marker_seen"], false, "{probe}");
+        assert!(
+            wire["tls_versions"].to_string().contains("TLSv1.3"),
+            "{probe}"
+        );
+        denied += usize::from(probe["observed"] == "connection_reset");
+    }
+    assert!(denied >= 2, "ztunnel denied nothing: {case_2}");
+    assert_eq!(cluster.leftovers(), "", "objects left after verify");
 }
 
 #[test]
