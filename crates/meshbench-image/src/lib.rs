@@ -5,10 +5,11 @@
 //! optionally Envoy and iptables with theirs, files placed at chosen paths (each executable
 //! with its libraries), other names for them (the `iptables-nft` family is one multi-call
 //! binary), and the few files a container expects (`/etc/passwd` with the proxy user,
-//! `/tmp`). The entrypoint is meshbench unless another program is named. It is written as an OCI image-layout archive (`oci-layout`, `index.json`,
-//! `blobs/sha256/…`), which `ctr images import` loads into containerd and registry tools
-//! push. Every entry has owner 0, a fixed mode and time 0, and entries are sorted, so the
-//! same binaries always give the same digests.
+//! `/tmp`). The entrypoint is meshbench unless another program is named. It is written as
+//! an OCI image-layout archive (`oci-layout`, `index.json`, `blobs/sha256/…`), which
+//! `ctr images import` loads into containerd and registry tools push. Every entry has owner
+//! 0, a fixed mode and time 0, and entries are sorted, so the same binaries always give the
+//! same digests.
 
 pub mod elf;
 

@@ -60,7 +60,7 @@ fn parse_alias(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{s:?} is not NAME=TARGET"))?;
     let name = image_path(name).map_err(|e| e.to_string())?;
     if target.is_empty() || target.contains('\0') {
-        return Err(format!("{s:?}: the target is empty"));
+        return Err(format!("{s:?}: the target is empty or holds a NUL byte"));
     }
     Ok((name, target.to_owned()))
 }
