@@ -40,6 +40,8 @@ pub enum Error {
     },
     #[error("the target server did not start: {0}")]
     Target(String),
+    #[error("a plane's network namespace: {0}")]
+    Netns(meshbench_netlab::Error),
     #[error("cannot capture the requests on the wire: {0}")]
     Capture(#[from] meshbench_netlab::Error),
     #[error("cannot use {path}: {source}")]

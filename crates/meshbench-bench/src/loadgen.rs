@@ -118,6 +118,7 @@ fn run_meshbench(c: &Case<'_>, model: LoadModel) -> Result<BenchMeasurement, Err
         &opts.work_dir,
         &format!("{case}.meshbench"),
         opts.generator_cpu,
+        None,
     )?;
     Ok(measurement(
         case,
@@ -384,8 +385,10 @@ fn ratio(
         ours,
         theirs,
         ratio: r,
+        interval: None,
         target: target.map(|t| format!("<= {t}")),
         met: target.map(|t| r <= t),
+        verdict: None,
     })
 }
 
@@ -402,6 +405,7 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         opts.target_cpu,
         opts.response_bytes,
         &opts.work_dir.join("target.log"),
+        None,
     )?;
     let url = format!("http://{target_addr}/");
     let mut m = Vec::new();

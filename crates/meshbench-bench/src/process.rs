@@ -8,6 +8,7 @@ use nix::sys::resource::{getrusage, UsageWho};
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
 use meshbench_loadgen::LoadSpec;
+use meshbench_netlab::ScratchNetns;
 use meshbench_results::LoadReport;
 use meshbench_role::RoleConfig;
 use meshbench_workload::{WorkloadApp, WorkloadFile};
@@ -94,6 +95,7 @@ pub(crate) fn run_meshbench_load(
     dir: &std::path::Path,
     name: &str,
     cpu: usize,
+    netns: Option<&ScratchNetns>,
 ) -> Result<(LoadReport, f64), Error> {
     let json = dir.join(format!("{name}.json"));
     let config = dir.join(format!("{name}.load.yaml"));
@@ -103,8 +105,7 @@ pub(crate) fn run_meshbench_load(
         path: config.clone(),
         source,
     })?;
-    let mut command = Command::new(meshbench);
-    command.args(LoadSpec::command_line(&config));
+    let mut command = command_in(netns, meshbench, LoadSpec::command_line(&config));
     let run = run_measured(&mut command, cpu, "meshbench load")?;
     let report = meshbench_results::read_json(&json).map_err(|e| Error::Output {
         tool: "meshbench load".into(),
@@ -197,7 +198,15 @@ impl Daemon {
         }
     }
 
-    fn died(&mut self, what: &str) -> Error {
+    /// An error naming how the daemon ended, if it has.
+    pub(crate) fn check_running(&mut self, what: &str) -> Result<(), Error> {
+        match self.child.try_wait() {
+            Ok(Some(_)) => Err(self.died(what)),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn died(&mut self, what: &str) -> Error {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let stderr = std::fs::read_to_string(&self.log).unwrap_or_default();
@@ -222,12 +231,35 @@ impl Drop for Daemon {
     }
 }
 
-/// The echo app every bench targets: one thread, pinned to `cpu`, on an ephemeral port.
+/// `program args`, inside `netns` when one is given (same PID: `ip netns exec` execs).
+pub(crate) fn command_in(
+    netns: Option<&ScratchNetns>,
+    program: &std::path::Path,
+    args: Vec<String>,
+) -> Command {
+    match netns {
+        None => {
+            let mut command = Command::new(program);
+            command.args(args);
+            command
+        }
+        Some(ns) => {
+            let (wrapper, full) = ns.wrap(program, &args);
+            let mut command = Command::new(wrapper);
+            command.args(full);
+            command
+        }
+    }
+}
+
+/// The echo app every bench targets: one thread, pinned to `cpu`, on an ephemeral loopback
+/// port (of `netns` when one is given).
 pub(crate) fn start_echo(
     meshbench: &std::path::Path,
     cpu: usize,
     response_bytes: u64,
     log: &std::path::Path,
+    netns: Option<&ScratchNetns>,
 ) -> Result<(Daemon, std::net::SocketAddr), Error> {
     let mut file = WorkloadFile::new(
         std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -239,10 +271,8 @@ pub(crate) fn start_echo(
         path: config.clone(),
         source,
     })?;
-    let mut command = Command::new(meshbench);
-    command
-        .args(WorkloadFile::command_line(&config))
-        .stdout(Stdio::piped());
+    let mut command = command_in(netns, meshbench, WorkloadFile::command_line(&config));
+    command.stdout(Stdio::piped());
     let mut app = Daemon::spawn(&mut command, cpu, "echo app", log)?;
     let ready = app.ready_line()?;
     let addr = ready["addr"]

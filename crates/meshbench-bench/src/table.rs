@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use meshbench_results::BenchReport;
+use meshbench_results::{BenchReport, TargetVerdict};
 
 pub fn render_markdown(report: &BenchReport) -> String {
     let mut out = format!("# meshbench bench {}\n\n", report.bench);
@@ -71,20 +71,29 @@ pub fn render_markdown(report: &BenchReport) -> String {
         );
     }
     let repeated = report.ratios.iter().find_map(|r| r.repetitions);
-    out.push_str(&match repeated {
-        Some(n) => format!("\n## Ratios (ours / peer, medians of {n} repetitions)\n\n"),
-        None => "\n## Ratios (ours / peer)\n\n".to_owned(),
+    let intervals = report.ratios.iter().any(|r| r.interval.is_some());
+    out.push_str(&match (repeated, intervals) {
+        (Some(n), true) => {
+            format!("\n## Ratios (ours / peer, over {n} repetitions, 95% intervals)\n\n")
+        }
+        (Some(n), false) => format!("\n## Ratios (ours / peer, medians of {n} repetitions)\n\n"),
+        (None, _) => "\n## Ratios (ours / peer)\n\n".to_owned(),
     });
-    out.push_str("| case | metric | peer | ours | peer | ratio | target | met |\n|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| case | metric | peer | ours | peer | ratio | 95% interval | target | met |\n|---|---|---|---|---|---|---|---|---|\n");
     for r in &report.ratios {
-        let met = match r.met {
-            Some(true) => "yes",
-            Some(false) => "NO",
-            None => "-",
+        let met = match (r.verdict, r.met) {
+            (Some(TargetVerdict::Inconclusive), _) => "inconclusive",
+            (_, Some(true)) => "yes",
+            (_, Some(false)) => "NO",
+            (_, None) => "-",
         };
+        let interval = r.interval.map_or_else(
+            || "-".to_owned(),
+            |i| format!("{:.2} to {:.2}", i.low, i.high),
+        );
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {met} |",
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {interval} | {} | {met} |",
             r.case,
             r.metric,
             r.peer,

@@ -12,6 +12,8 @@ mod ca_server_file;
 mod cert_agent_file;
 mod error;
 mod files;
+mod istio_ca;
+mod istio_ca_file;
 mod pem;
 mod published;
 mod rotation;
@@ -28,6 +30,12 @@ pub use ca_server_file::CaServerFile;
 pub use cert_agent_file::CertAgentFile;
 pub use error::Error;
 pub use files::{create_private_dir, write_secret};
+pub use istio_ca::{
+    bind_istio_ca, proto as istio_ca_proto, BoundIstioCa, IstioCaCaller, IstioCaOptions,
+    ISTIOD_HOSTNAME, ISTIO_CA_KEEPALIVE, ISTIO_CA_MAX_CONNECTIONS, ISTIO_CA_MAX_MESSAGE_BYTES,
+    ISTIO_CA_MAX_STREAMS,
+};
+pub use istio_ca_file::{IstioCaCallerFile, IstioCaFile};
 pub use pem::{load_certs, load_private_key};
 pub use published::{PublishedSvid, PUBLISHED_CERT, PUBLISHED_KEY};
 pub use rotation::{rotate_forever, CaClient, DEFAULT_ROTATE_FRACTION, RENEW_TIMEOUT};

@@ -20,6 +20,7 @@ mod network;
 mod packet;
 mod plan;
 mod relay;
+mod scratch;
 mod wire;
 
 use meshbench_role::InputFault;
@@ -34,6 +35,7 @@ pub use network::{new_lab_id, Backend, LabNetwork, NetPlace};
 pub use packet::{capture, interface_toward, CaptureLimits, CaptureSummary};
 pub use plan::AddressPlan;
 pub use relay::WireTap;
+pub use scratch::ScratchNetns;
 pub use wire::{analyze_pcap, send_times_to_port, FlowVerdict, WireCapture, WireReport};
 
 /// Prefix of every namespace, interface file and cgroup a lab creates.

@@ -80,7 +80,8 @@ pub struct Pacing {
 #[serde(deny_unknown_fields)]
 pub struct BenchRatio {
     pub case: String,
-    /// `ours` and `theirs` are medians over this many repetitions (absent: one run each).
+    /// `ours` and `theirs` are taken over this many repetitions (absent: one run each): the
+    /// bench's setup lines say how (medians, or estimates pooled over every round's seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repetitions: Option<u32>,
     pub metric: String,
@@ -88,7 +89,34 @@ pub struct BenchRatio {
     pub ours: f64,
     pub theirs: f64,
     pub ratio: f64,
+    /// The ratio's confidence interval, where its spread could be estimated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<RatioInterval>,
     /// The target the ratio is held to (`<= 0.8`, ...), if any.
     pub target: Option<String>,
+    /// True when the target was met, false when missed; absent without a target, or when the
+    /// verdict is inconclusive.
     pub met: Option<bool>,
+    /// The target judged by the interval: met when it lies on the target's side, missed when
+    /// on the other side, inconclusive when it straddles the bound (or could not be had).
+    /// Absent where the ratio has no interval by design (the point decides `met`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<TargetVerdict>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RatioInterval {
+    pub low: f64,
+    pub high: f64,
+    /// e.g. 0.95.
+    pub level: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetVerdict {
+    Met,
+    Missed,
+    Inconclusive,
 }

@@ -14,7 +14,7 @@ mod run;
 mod samples;
 mod verify;
 
-pub use bench::{BenchMeasurement, BenchRatio, BenchReport, Pacing};
+pub use bench::{BenchMeasurement, BenchRatio, BenchReport, Pacing, RatioInterval, TargetVerdict};
 pub use claims::{Claim, ClaimAxis, ClaimCheck, ClaimMetric};
 pub use environment::{describe_environment, BuildInfo};
 pub use io::{read_json, write_json_atomic, Error};

@@ -147,6 +147,60 @@ pub fn combined_interval(terms: &[(f64, BlockEstimate)], level: f64) -> Option<I
     })
 }
 
+/// The interval at `level` of the ratio X / Y, where X = sum(a_i E_i) and Y = sum(b_i E_i)
+/// over independent estimates E_i (separate runs; one may appear in both, as a shared
+/// baseline does in two added latencies). By the delta method: dR/dE_i = (a_i - R b_i) / Y,
+/// so the variance is the sum of those squared times each E_i's variance, with the degrees of
+/// freedom by Welch-Satterthwaite as in [`combined_interval`]. `None` when the lengths differ,
+/// Y is not above zero, or nothing is finite: a ratio over a denominator that may be zero has
+/// no interval.
+pub fn ratio_interval(
+    estimates: &[BlockEstimate],
+    numerator: &[f64],
+    denominator: &[f64],
+    level: f64,
+) -> Option<Interval> {
+    if estimates.is_empty()
+        || numerator.len() != estimates.len()
+        || denominator.len() != estimates.len()
+    {
+        return None;
+    }
+    let dot = |c: &[f64]| -> f64 { c.iter().zip(estimates).map(|(c, e)| c * e.estimate).sum() };
+    let (x, y) = (dot(numerator), dot(denominator));
+    if y.is_nan() || y <= 0.0 || !x.is_finite() {
+        return None;
+    }
+    let ratio = x / y;
+    let parts: Vec<(f64, f64)> = estimates
+        .iter()
+        .zip(numerator.iter().zip(denominator))
+        .map(|(e, (a, b))| {
+            let derivative = (a - ratio * b) / y;
+            (
+                (derivative * e.standard_error).powi(2),
+                e.degrees_of_freedom,
+            )
+        })
+        .collect();
+    let variance: f64 = parts.iter().map(|(v, _)| v).sum();
+    let df = if variance > 0.0 {
+        variance.powi(2) / parts.iter().map(|(v, df)| v * v / df).sum::<f64>()
+    } else {
+        parts.iter().map(|(_, df)| df).sum()
+    };
+    let t = StudentsT::new(0.0, 1.0, df.max(1.0))
+        .ok()?
+        .inverse_cdf(0.5 + level / 2.0);
+    let half = t * variance.sqrt();
+    half.is_finite().then_some(Interval {
+        estimate: ratio,
+        low: ratio - half,
+        high: ratio + half,
+        level,
+    })
+}
+
 /// The block length for the mean of `segments` (one series per cell): Politis and White's
 /// automatic choice for the circular or moving block bootstrap. The autocorrelations are
 /// read up to the first lag after which K_N of them in a row are negligible (within
@@ -320,6 +374,71 @@ mod tests {
     use rand_distr::{Distribution as _, Normal};
 
     use super::*;
+
+    fn estimate(estimate: f64, standard_error: f64) -> BlockEstimate {
+        BlockEstimate {
+            estimate,
+            standard_error,
+            degrees_of_freedom: 20.0,
+            block_seconds: 1,
+            seconds: 21,
+        }
+    }
+
+    #[test]
+    fn a_ratio_s_interval_follows_its_parts_and_a_shared_baseline_counts_once() {
+        // Exact parts: the interval is the point.
+        let exact = ratio_interval(
+            &[estimate(3.0, 0.0), estimate(2.0, 0.0)],
+            &[1.0, 0.0],
+            &[0.0, 1.0],
+            0.95,
+        )
+        .unwrap();
+        assert_eq!((exact.estimate, exact.low, exact.high), (1.5, 1.5, 1.5));
+        // Added latencies over one baseline: (ours - base) / (peer - base).
+        let (ours, peer, base) = (
+            estimate(300.0, 5.0),
+            estimate(200.0, 5.0),
+            estimate(100.0, 5.0),
+        );
+        let added = ratio_interval(
+            &[ours, peer, base],
+            &[1.0, 0.0, -1.0],
+            &[0.0, 1.0, -1.0],
+            0.95,
+        )
+        .unwrap();
+        assert!((added.estimate - 2.0).abs() < 1e-12);
+        assert!(added.low < 2.0 && added.high > 2.0);
+        // The baseline's noise moves both differences together: with it alone noisy, the
+        // ratio's spread is (1 - R) / Y times its error, not the sum of two independent ones.
+        let only_base = ratio_interval(
+            &[
+                estimate(300.0, 0.0),
+                estimate(200.0, 0.0),
+                estimate(100.0, 5.0),
+            ],
+            &[1.0, 0.0, -1.0],
+            &[0.0, 1.0, -1.0],
+            0.95,
+        )
+        .unwrap();
+        let t = StudentsT::new(0.0, 1.0, 20.0).unwrap().inverse_cdf(0.975);
+        assert!(
+            (only_base.high - 2.0 - t * 5.0 / 100.0).abs() < 1e-9,
+            "{only_base:?}"
+        );
+        // A peer no slower than the baseline: no ratio to speak of.
+        assert!(ratio_interval(
+            &[ours, base, base],
+            &[1.0, 0.0, -1.0],
+            &[0.0, 1.0, -1.0],
+            0.95
+        )
+        .is_none());
+        assert!(ratio_interval(&[ours], &[1.0, 0.0], &[0.0, 1.0], 0.95).is_none());
+    }
 
     #[test]
     fn a_combination_of_one_side_is_that_side_and_two_sides_widen_it() {

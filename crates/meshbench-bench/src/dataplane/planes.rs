@@ -14,6 +14,8 @@ use meshbench_dataplane::{
 use meshbench_identity::{CertificateAuthority, IssueOptions};
 use meshbench_role::RoleConfig;
 
+use meshbench_netlab::ScratchNetns;
+
 use crate::process::{free_port, Daemon};
 use crate::Error;
 use meshbench_meshes::configs::{self, ProxyMode};
@@ -41,10 +43,13 @@ pub enum Plane {
     HaproxyTcp,
     /// Envoy's `tcp_proxy`, likewise.
     EnvoyTcp,
+    /// Istio's ztunnel looping a connection through its own HBONE port, as
+    /// `NodeAgentLoop` does: the peer of our node agent (see `ztunnel.rs`).
+    ZtunnelLoop,
 }
 
 impl Plane {
-    pub const ALL: [Plane; 9] = [
+    pub const ALL: [Plane; 10] = [
         Plane::Direct,
         Plane::SidecarL4,
         Plane::SidecarL7,
@@ -54,6 +59,7 @@ impl Plane {
         Plane::Envoy,
         Plane::HaproxyTcp,
         Plane::EnvoyTcp,
+        Plane::ZtunnelLoop,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +73,7 @@ impl Plane {
             Plane::Envoy => "envoy",
             Plane::HaproxyTcp => "haproxy-tcp",
             Plane::EnvoyTcp => "envoy-tcp",
+            Plane::ZtunnelLoop => "ztunnel-loop",
         }
     }
 
@@ -156,12 +163,30 @@ pub(crate) struct Tools {
     pub meshbench: PathBuf,
     pub haproxy: PathBuf,
     pub envoy: PathBuf,
+    pub ztunnel: PathBuf,
 }
 
 /// A running pair: where the load generator sends, and the proxies to measure.
 pub(crate) struct Pair {
     pub entry: SocketAddr,
     pub proxies: Vec<Daemon>,
+    /// What the pair needs running but is not measured (a plane's own app, its CA).
+    pub _support: Vec<Daemon>,
+    /// The namespace the plane runs in, where the load generator must run too; deleted
+    /// last, after every process in it was stopped.
+    pub netns: Option<ScratchNetns>,
+}
+
+impl Pair {
+    /// A pair of proxies on the machine's loopback.
+    fn on_loopback(entry: SocketAddr, proxies: Vec<Daemon>) -> Self {
+        Pair {
+            entry,
+            proxies,
+            _support: vec![],
+            netns: None,
+        }
+    }
 }
 
 pub(crate) struct PairContext<'a> {
@@ -170,6 +195,8 @@ pub(crate) struct PairContext<'a> {
     pub app: SocketAddr,
     pub cpu: usize,
     pub work_dir: &'a Path,
+    /// The echo app's response size, for a plane that starts an app of its own.
+    pub response_bytes: u64,
 }
 
 impl PairContext<'_> {
@@ -215,10 +242,7 @@ fn addr_field(ready: &serde_json::Value, pointer: &str, who: &str) -> Result<Soc
 
 pub(crate) fn start(plane: Plane, ctx: &PairContext<'_>) -> Result<Pair, Error> {
     match plane {
-        Plane::Direct => Ok(Pair {
-            entry: ctx.app,
-            proxies: vec![],
-        }),
+        Plane::Direct => Ok(Pair::on_loopback(ctx.app, vec![])),
         Plane::SidecarL4 => sidecar_pair(ctx, Mode::L4),
         Plane::SidecarL7 => sidecar_pair(ctx, Mode::L7),
         Plane::NodeAgent => node_agent_pair(ctx),
@@ -227,6 +251,7 @@ pub(crate) fn start(plane: Plane, ctx: &PairContext<'_>) -> Result<Pair, Error> 
         Plane::Envoy => envoy_pair(ctx, plane, ProxyMode::Http),
         Plane::HaproxyTcp => haproxy_pair(ctx, plane, ProxyMode::Tcp),
         Plane::EnvoyTcp => envoy_pair(ctx, plane, ProxyMode::Tcp),
+        Plane::ZtunnelLoop => super::ztunnel::ztunnel_loop(ctx),
     }
 }
 
@@ -266,10 +291,10 @@ fn sidecar_pair(ctx: &PairContext<'_>, mode: Mode) -> Result<Pair, Error> {
         upstream_id: Some(Pki::id("server")),
     });
     let (client, ready) = ctx.meshbench(&format!("sidecar-{label}-client"), &client)?;
-    Ok(Pair {
-        entry: addr_field(&ready, "/outbound/0", "client sidecar")?,
-        proxies: vec![client, server],
-    })
+    Ok(Pair::on_loopback(
+        addr_field(&ready, "/outbound/0", "client sidecar")?,
+        vec![client, server],
+    ))
 }
 
 /// A workload on a node agent's node, with its SVID.
@@ -320,10 +345,10 @@ fn node_agent_loop(ctx: &PairContext<'_>) -> Result<Pair, Error> {
     file.same_node_encryption = true;
     file.outbound = vec![client_outbound(ctx.app)];
     let (agent, ready) = ctx.meshbench("node-agent-loop", &file)?;
-    Ok(Pair {
-        entry: addr_field(&ready, "/outbound/0", "node agent")?,
-        proxies: vec![agent],
-    })
+    Ok(Pair::on_loopback(
+        addr_field(&ready, "/outbound/0", "node agent")?,
+        vec![agent],
+    ))
 }
 
 fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
@@ -343,10 +368,10 @@ fn node_agent_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
     }];
     client_file.outbound = vec![client_outbound(ctx.app)];
     let (client, ready) = ctx.meshbench("node-agent-client", &client_file)?;
-    Ok(Pair {
-        entry: addr_field(&ready, "/outbound/0", "client node agent")?,
-        proxies: vec![client, server],
-    })
+    Ok(Pair::on_loopback(
+        addr_field(&ready, "/outbound/0", "client node agent")?,
+        vec![client, server],
+    ))
 }
 
 fn haproxy_pair(ctx: &PairContext<'_>, plane: Plane, mode: ProxyMode) -> Result<Pair, Error> {
@@ -404,10 +429,7 @@ impl ThirdParty<'_> {
         let outbound = client.1;
         let server = start("server", server)?;
         let client = start("client", client)?;
-        Ok(Pair {
-            entry: local(outbound),
-            proxies: vec![client, server],
-        })
+        Ok(Pair::on_loopback(local(outbound), vec![client, server]))
     }
 }
 

@@ -1,12 +1,14 @@
-//! `meshbench ca init|issue|serve`: the built-in CA on disk, and as the lab's control plane
-//! that renews workload SVIDs.
+//! `meshbench ca init|issue|serve|istio`: the built-in CA on disk, as the lab's control plane
+//! that renews workload SVIDs, and answering Istio's certificate API for Istio's own proxies.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use meshbench_identity::{bind_ca_server, CaServerFile, CertificateAuthority, IssueOptions};
+use meshbench_identity::{
+    bind_ca_server, bind_istio_ca, CaServerFile, CertificateAuthority, IssueOptions, IstioCaFile,
+};
 use meshbench_lab::ReadyEvent;
 
 use super::args;
@@ -20,6 +22,18 @@ pub enum CaCommand {
     /// Serve SVID renewals over mTLS (POST a CSR to /v1/svid), authenticated by the caller's
     /// current SVID.
     Serve(ServeArgs),
+    /// Answer Istio's certificate API (istio.v1.auth.IstioCertificateService, gRPC over TLS)
+    /// for the callers the file names, each by a bearer token: ztunnel gets its SVIDs from
+    /// meshbench's CA as it would from istiod.
+    Istio(IstioArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct IstioArgs {
+    /// The configuration (YAML, `IstioCaFile`): the CA's directory, the address, the callers
+    /// and their token files.
+    #[arg(long)]
+    config: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -106,6 +120,7 @@ pub fn run(command: CaCommand) -> anyhow::Result<()> {
             );
         }
         CaCommand::Serve(a) => serve(a)?,
+        CaCommand::Istio(a) => serve_istio(&a.config)?,
     }
     Ok(())
 }
@@ -126,6 +141,20 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         let server = bind_ca_server(ca, file.listen, file.ttl)
             .await?
             .with_handshake_timeout(file.handshake_timeout);
+        let ready = ReadyEvent::ready(Some(server.local_addr()?.to_string()));
+        println!("{}", serde_json::to_string(&ready)?);
+        server.serve(super::workload::shutdown_signal()).await;
+        Ok(())
+    })
+}
+
+fn serve_istio(config: &std::path::Path) -> anyhow::Result<()> {
+    let file = IstioCaFile::load(config)?;
+    let callers = file.read_callers()?;
+    let ca = CertificateAuthority::load(&file.dir)?;
+    let runtime = meshbench_workload::role_runtime(Some(1))?;
+    runtime.block_on(async move {
+        let server = bind_istio_ca(ca, file.listen, callers, &file.options()).await?;
         let ready = ReadyEvent::ready(Some(server.local_addr()?.to_string()));
         println!("{}", serde_json::to_string(&ready)?);
         server.serve(super::workload::shutdown_signal()).await;
