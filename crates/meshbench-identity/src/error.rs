@@ -43,6 +43,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Config(#[from] meshbench_role::Error),
+    #[error("the Istio CA at {address}: {reason}")]
+    IstioCa { address: String, reason: String },
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
     #[error("TLS configuration rejected: {0}")]

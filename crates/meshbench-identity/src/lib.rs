@@ -13,6 +13,7 @@ mod cert_agent_file;
 mod error;
 mod files;
 mod istio_ca;
+mod istio_ca_client;
 mod istio_ca_file;
 mod pem;
 mod published;
@@ -34,6 +35,9 @@ pub use istio_ca::{
     bind_istio_ca, proto as istio_ca_proto, BoundIstioCa, IstioCaCaller, IstioCaOptions,
     ISTIOD_HOSTNAME, ISTIO_CA_KEEPALIVE, ISTIO_CA_MAX_CONNECTIONS, ISTIO_CA_MAX_MESSAGE_BYTES,
     ISTIO_CA_MAX_STREAMS,
+};
+pub use istio_ca_client::{
+    request_istio_svid, IstioSvid, IstioSvidRequest, ISTIO_CA_REQUEST_TIMEOUT,
 };
 pub use istio_ca_file::{IstioCaCallerFile, IstioCaFile};
 pub use pem::{load_certs, load_private_key};

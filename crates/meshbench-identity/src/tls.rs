@@ -283,12 +283,23 @@ pub fn client_config_for(
     Ok(config)
 }
 
+/// A TLS 1.3 client that verifies servers by host name against `roots`, as a control plane's
+/// clients do (not by SPIFFE ID).
+pub(crate) fn client_builder_with_roots(
+    roots: RootCertStore,
+) -> Result<ConfigBuilder<ClientConfig, WantsClientCert>, Error> {
+    Ok(ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(roots))
+}
+
 fn client_builder(
     ca: &Path,
     expect_server_id: Option<SpiffeId>,
     options: &TlsOptions,
 ) -> Result<ConfigBuilder<ClientConfig, WantsClientCert>, Error> {
-    let bundle = TrustBundle::load(ca)?;
+    let bundle =
+        TrustBundle::load_with_default(ca, expect_server_id.as_ref().map(SpiffeId::trust_domain))?;
     let trust_domain = Some(bundle.local_trust_domain().to_owned());
     let verifier = SpiffeServerVerifier::new(bundle, trust_domain, expect_server_id);
     Ok(ClientConfig::builder_with_provider(provider_with(options))

@@ -32,11 +32,19 @@ pub struct TrustBundle {
 impl TrustBundle {
     /// Reads the roots of `path`, each filed under the trust domain its URI SAN names.
     pub fn load(path: &Path) -> Result<Self, Error> {
+        Self::load_with_default(path, None)
+    }
+
+    /// As [`TrustBundle::load`], with roots that name no trust domain (istiod's self-signed
+    /// root carries none) filed under `default_domain` when one is given: the domain of the
+    /// identity the caller expects.
+    pub fn load_with_default(path: &Path, default_domain: Option<&str>) -> Result<Self, Error> {
         let mut domains: Vec<(String, RootCertStore)> = Vec::new();
         for cert in load_certs(path)? {
             let Some(domain) = spiffe_ids_of(&cert)
                 .first()
                 .map(|id| id.trust_domain().to_owned())
+                .or_else(|| default_domain.map(str::to_owned))
             else {
                 continue;
             };

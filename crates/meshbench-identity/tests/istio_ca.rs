@@ -13,8 +13,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use meshbench_identity::istio_ca_proto::istio_certificate_service_client::IstioCertificateServiceClient;
 use meshbench_identity::istio_ca_proto::IstioCertificateRequest;
 use meshbench_identity::{
-    bind_istio_ca, spiffe_ids_of, CertificateAuthority, IstioCaCaller, IstioCaOptions, SpiffeId,
-    ISTIO_CA_MAX_MESSAGE_BYTES,
+    bind_istio_ca, request_istio_svid, spiffe_ids_of, CertificateAuthority, IstioCaCaller,
+    IstioCaOptions, IstioSvidRequest, SpiffeId, ISTIO_CA_MAX_MESSAGE_BYTES,
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
@@ -53,6 +53,7 @@ fn csr(names: &[&str]) -> String {
 struct Served {
     _dir: tempfile::TempDir,
     ca_pem: String,
+    addr: std::net::SocketAddr,
     client: IstioCertificateServiceClient<H2>,
 }
 
@@ -105,6 +106,7 @@ async fn serve() -> Served {
     Served {
         _dir: dir,
         ca_pem,
+        addr,
         client: IstioCertificateServiceClient::with_origin(H2(sender), origin),
     }
 }
@@ -145,6 +147,62 @@ async fn the_token_s_identity_is_signed_whatever_the_csr_asks_for() {
     let lifetime = validity.not_after.timestamp() - validity.not_before.timestamp();
     // The 600 s asked for, plus the CA's backdating of not_before.
     assert!((600..=600 + 600).contains(&lifetime), "{lifetime}");
+}
+
+#[tokio::test]
+async fn meshbench_s_istio_client_gets_a_chain_it_can_present_and_names_a_refusal() {
+    let served = serve().await;
+    let request = IstioSvidRequest {
+        address: served.addr.to_string(),
+        server_name: served.addr.ip().to_string(),
+        root_pem: served.ca_pem.clone(),
+        identity: SpiffeId::parse("spiffe://cluster.local/ns/bench/sa/server").unwrap(),
+        ttl: Duration::from_secs(60),
+        cluster_id: "Kubernetes".into(),
+    };
+    let svid = request_istio_svid(&request, TOKEN).await.unwrap();
+    assert_eq!(svid.root_pem.as_deref(), Some(served.ca_pem.as_str()));
+    let leaf = CertificateDer::from_pem_slice(svid.chain_pem.as_bytes()).unwrap();
+    assert_eq!(
+        spiffe_ids_of(&leaf)[0].to_string(),
+        "spiffe://cluster.local/ns/bench/sa/server"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(
+        (now + 50..=now + 70).contains(&svid.not_after),
+        "{}",
+        svid.not_after
+    );
+    // The key matches the certificate: rustls accepts the pair as a client identity.
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(svid.key_pem.as_bytes()).unwrap();
+    rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_client_auth_cert(vec![leaf], key)
+    .unwrap();
+
+    // Another identity than the token's: the CA signs the token's, and the client says so.
+    let mut other = request.clone();
+    other.identity = SpiffeId::parse("spiffe://cluster.local/ns/bench/sa/client").unwrap();
+    let error = request_istio_svid(&other, TOKEN)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("not spiffe://cluster.local/ns/bench/sa/client"),
+        "{error}"
+    );
+    let error = request_istio_svid(&request, "wrong")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("Unauthenticated"), "{error}");
 }
 
 #[tokio::test]

@@ -113,6 +113,16 @@ impl KubePlatform {
         namespaces
     }
 
+    /// The CA of `mesh`, which the cluster runs, as its proxies use it (`None`: it names
+    /// none the verifier can ask).
+    pub async fn identity_service(
+        &self,
+        mesh: &dyn meshbench_meshes::InstalledMesh,
+    ) -> Result<Option<meshbench_meshes::IdentityService>, Error> {
+        let found = crate::installed::detect(&self.client, &mesh.signature()).await?;
+        Ok(mesh.identity_service(&found))
+    }
+
     /// The run's identities.
     pub fn pki(&self) -> Result<&MeshPki, Error> {
         self.pki

@@ -112,6 +112,20 @@ fn found_pod(pod: &Pod) -> FoundPod {
             .flat_map(|s| s.containers.iter())
             .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
             .collect(),
+        env: pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .map(|c| {
+                let literal = c
+                    .env
+                    .iter()
+                    .flatten()
+                    .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+                    .collect();
+                (c.name.clone(), literal)
+            })
+            .collect(),
         ready,
         node: pod
             .spec

@@ -100,6 +100,9 @@ pub struct FoundPod {
     pub labels: BTreeMap<String, String>,
     /// Container name -> image reference.
     pub images: BTreeMap<String, String>,
+    /// Container name -> its environment's literal values (what the chart set; values from
+    /// references are left out).
+    pub env: BTreeMap<String, BTreeMap<String, String>>,
     pub ready: bool,
     /// The node it runs on (empty until scheduled).
     pub node: String,
@@ -355,6 +358,35 @@ pub struct Documented {
     pub notes: &'static [&'static str],
 }
 
+/// The mesh's own CA as its proxies use it, found from its pods: where the verifier asks it
+/// for SVIDs of the run's workloads (each with its service-account token), and which trust
+/// root the workloads get. What lets the identity checks present the mesh's real
+/// certificates, valid and expired, to its proxies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityService {
+    /// The certificate API it speaks.
+    pub protocol: IdentityProtocol,
+    /// `host:port`, as the node agents are told.
+    pub address: String,
+    /// The name its serving certificate carries.
+    pub server_name: String,
+    /// The audience its tokens must be for.
+    pub token_audience: String,
+    /// The cluster name it reviews tokens with (Istio's `ClusterID`).
+    pub cluster_id: String,
+    /// The ConfigMap in each workload namespace holding the trust root, and its key.
+    pub root_config_map: (String, String),
+    /// Where a destination's proxy takes HBONE: on the pod's own address (ambient's in-pod
+    /// redirection), at this port.
+    pub hbone_port_in_pod: Option<u16>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdentityProtocol {
+    /// `istio.v1.auth.IstioCertificateService/CreateCertificate`.
+    Istio,
+}
+
 /// A mesh the cluster runs. See the module's header.
 pub trait InstalledMesh: Sync {
     /// What tells that it is installed.
@@ -372,6 +404,12 @@ pub trait InstalledMesh: Sync {
 
     /// Its documented behaviour.
     fn documented(&self) -> Documented;
+
+    /// Its CA, as its proxies found in `found` use it, where the verifier can be issued
+    /// SVIDs by it (`None`: the identity checks cannot present its certificates).
+    fn identity_service(&self, _found: &Found) -> Option<IdentityService> {
+        None
+    }
 }
 
 /// `mesh`'s translation of `policy` for `topology` placed on no cluster yet: the topology's

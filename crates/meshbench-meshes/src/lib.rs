@@ -49,8 +49,8 @@ pub use enroll::app_port;
 pub use gateway::start_gateway;
 pub use installed::{
     translate_unplaced, ComponentClass, ConfigMapRef, Documented, Found, FoundConfigMap, FoundPod,
-    Installation, InstalledMesh, InstalledSite, LabelSelector, MeshEnrollment, Signature,
-    Translation, WORKLOAD_LABEL,
+    IdentityProtocol, IdentityService, Installation, InstalledMesh, InstalledSite, LabelSelector,
+    MeshEnrollment, Signature, Translation, WORKLOAD_LABEL,
 };
 pub use lab::{Deployment, LabContext, MeshContext, PROXY_METRICS_DIR_SUFFIX, PROXY_METRICS_FILE};
 pub use pki::{spiffe_id, svid_file_stem, MeshPki, WorkloadSvid, TRUST_DOMAIN};

@@ -23,13 +23,15 @@ use meshbench_experiment::platform::{Platform, Site};
 use meshbench_identity::ClientTlsFiles;
 use meshbench_kube::{KubeOptions, KubePlatform, KubeSite};
 use meshbench_lab::BuildInfo;
-use meshbench_meshes::{Ports, Scenario, CONFIG_DIR_IN_POD, POD_PKI_DIR};
+use meshbench_meshes::{IdentityService, Ports, Scenario, CONFIG_DIR_IN_POD, POD_PKI_DIR};
 use meshbench_results::{IdentityCheck, VerifyReport};
 use meshbench_topology::{Pod as TopologyPod, Topology};
 
 use crate::e3::{self, Probe, SecurityCase, CASES};
 use crate::flow::{e3_pod, verify_with, CapturePlace, CaseSite, ProbeRecord, Verifier};
-use crate::identity::{BoxFuture, ExchangeReport, Guard, GuardAccess, IdentityPlan, ROTATION_TTL};
+use crate::identity::{
+    BoxFuture, CertKey, ExchangeReport, Guard, GuardAccess, IdentityPlan, MeshSvids, ROTATION_TTL,
+};
 use crate::probe::{observation, probe_request};
 use crate::Error;
 
@@ -131,8 +133,11 @@ impl Verifier for Cluster {
             notes.push(format!(
                 "{} runs as the cluster installed it: the policy is applied as its own \
                  resources and enforced as it enforces them; wire evidence is recorded at the \
-                 destination pod's interface; identity checks against its own CA are not made \
-                 yet",
+                 destination pod's interface; where it names a CA the verifier can ask, the \
+                 identity checks present that CA's own certificates (issued to the checking \
+                 pod for each workload's service-account token, valid, and expired after a \
+                 second) to the calculator's proxy, and the rotation check is not made: its \
+                 SVIDs live as its CA decides",
                 mesh.name()
             ));
         }
@@ -146,10 +151,16 @@ impl Verifier for Cluster {
         topology: &Topology,
         dir: &Path,
     ) -> Result<ClusterCase<'a>, Error> {
+        let mesh_ca = match mesh.installed() {
+            Some(installed) => self.platform.identity_service(installed).await?,
+            None => None,
+        };
         Ok(ClusterCase {
             site: self.platform.realize_topology(topology, dir).await?,
             platform: &self.platform,
             installed: mesh.installed().is_some(),
+            mesh_ca,
+            remote: None,
         })
     }
 }
@@ -160,13 +171,130 @@ struct ClusterCase<'a> {
     platform: &'a KubePlatform,
     /// The mesh is one the cluster runs (its node agents are its own, not meshbench's).
     installed: bool,
+    /// Its CA as its proxies use it, where the verifier can ask it for SVIDs.
+    mesh_ca: Option<IdentityService>,
+    /// What the checking pod asks the mesh's CA for, once the plan is made.
+    remote: Option<RemoteIssue>,
+}
+
+/// The SVIDs a checking pod is issued by a mesh's own CA, and the root that CA's serving
+/// certificate chains to (a file given to the pod).
+struct RemoteIssue {
+    root: PathBuf,
+    svids: Vec<RemoteSvid>,
+}
+
+/// An SVID the checking pod is issued by a mesh's own CA.
+struct RemoteSvid {
+    /// The file stem in the pod (`<name>.pem`, `<name>.key`).
+    name: String,
+    identity: String,
+    ttl: Duration,
+    /// The service-account token it is asked with (a file given to the pod).
+    token: PathBuf,
+    /// Where the plan names its files.
+    files: CertKey,
+    /// The one whose expiry the plan waits for.
+    expired: bool,
+}
+
+/// Where the checking pod keeps the SVIDs the mesh's CA issued it.
+const REMOTE_SVID_DIR: &str = "/tmp/meshbench-mesh-svids";
+/// Bound on one request to a mesh's CA exec'd in the checker (the request is bounded at 15 s).
+const REMOTE_SVID_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the checks' valid SVIDs from a mesh's CA live: the checks take a minute or two.
+const REMOTE_SVID_TTL: Duration = Duration::from_secs(3600);
+
+impl ClusterCase<'_> {
+    /// The plan for a mesh the cluster runs: its trust root and a token of each workload
+    /// made here; the SVIDs themselves are issued to the checking pod by the mesh's CA once
+    /// the pod runs ([`check_identities`]), so the plan names where they will be.
+    async fn mesh_svids_plan(&mut self, mesh: Scenario, dir: &Path) -> Result<IdentityPlan, Error> {
+        let (service, root) = self.site.installed_mesh_ca(e3::APP).await?.ok_or_else(|| {
+            Error::Probe(format!("{} names no CA the checks can ask", mesh.name()))
+        })?;
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let write = |path: PathBuf, contents: &str| -> Result<PathBuf, Error> {
+            meshbench_identity::write_secret(&path, contents.as_bytes())?;
+            Ok(path)
+        };
+        // The CA's serving root, for the pod's requests to it; the workloads' root comes back
+        // with the first SVID.
+        let serving_root = write(dir.join("mesh-ca-serving-root.pem"), &root)?;
+        let in_pod = dir.join("in-pod");
+        let trust_root = in_pod.join("mesh-experimenter.root.pem");
+        let mut remote = vec![];
+        for (account, name, ttl, expired) in [
+            (
+                e3::EXPERIMENTER,
+                "mesh-experimenter",
+                REMOTE_SVID_TTL,
+                false,
+            ),
+            (e3::CHECKER, "mesh-security-checker", REMOTE_SVID_TTL, false),
+            (
+                e3::EXPERIMENTER,
+                "mesh-expired-experimenter",
+                Duration::from_secs(1),
+                true,
+            ),
+        ] {
+            let token = self
+                .site
+                .service_account_token(e3::APP, account, &service.token_audience)
+                .await?;
+            remote.push(RemoteSvid {
+                name: name.to_owned(),
+                identity: mesh.workload_identity(e3::APP, account),
+                ttl,
+                token: write(dir.join(format!("{name}.token")), &token)?,
+                files: CertKey {
+                    cert: in_pod.join(format!("{name}.pem")),
+                    key: in_pod.join(format!("{name}.key")),
+                },
+                expired,
+            });
+        }
+        let file = |expired: bool, account: &str| {
+            remote
+                .iter()
+                .find(|r| {
+                    r.expired == expired && r.identity == mesh.workload_identity(e3::APP, account)
+                })
+                .map(|r| r.files.clone())
+                .ok_or_else(|| Error::Probe(format!("no SVID planned for {account}")))
+        };
+        let svids = MeshSvids {
+            experimenter: file(false, e3::EXPERIMENTER)?,
+            checker: file(false, e3::CHECKER)?,
+            expired: file(true, e3::EXPERIMENTER)?,
+            // Known once the pod is issued it.
+            expired_after: time::OffsetDateTime::now_utc(),
+            rotation_caller: None,
+            made_remotely: remote
+                .iter()
+                .flat_map(|r| [r.files.cert.clone(), r.files.key.clone()])
+                .chain([trust_root.clone()])
+                .collect(),
+            trust_root,
+        };
+        self.remote = Some(RemoteIssue {
+            root: serving_root,
+            svids: remote,
+        });
+        IdentityPlan::from_svids(mesh, svids, dir, None)
+    }
 }
 
 impl CaseSite for ClusterCase<'_> {
-    /// The checks present meshbench's CA's certificates, and forgeries of them, to our data
-    /// planes; a mesh the cluster runs answers to its own CA, which they do not cover yet.
+    /// Our data planes answer to meshbench's CA, whose certificates the checks issue; a mesh
+    /// the cluster runs answers to its own, which the checks can use where it names one they
+    /// can ask.
     fn checks_identities(&self) -> bool {
-        !self.installed
+        !self.installed || self.mesh_ca.is_some()
     }
 
     async fn start(
@@ -284,17 +412,27 @@ impl CaseSite for ClusterCase<'_> {
         })
     }
 
-    fn identity_plan(&self, mesh: Scenario, dir: &Path) -> Result<IdentityPlan, Error> {
-        IdentityPlan::prepare(mesh, self.platform.pki()?, dir, Some(ROTATION_TTL))
+    async fn identity_plan(&mut self, mesh: Scenario, dir: &Path) -> Result<IdentityPlan, Error> {
+        if !self.installed {
+            return IdentityPlan::prepare(mesh, self.platform.pki()?, dir, Some(ROTATION_TTL));
+        }
+        self.mesh_svids_plan(mesh, dir).await
     }
 
     async fn check_identities(
         &mut self,
         mesh: Scenario,
-        plan: &IdentityPlan,
+        plan: &mut IdentityPlan,
     ) -> Result<Vec<IdentityCheck>, Error> {
         let topology = self.site.topology().clone();
-        check_identities(&mut self.site, &topology, mesh, plan).await
+        check_identities(
+            &mut self.site,
+            &topology,
+            mesh,
+            plan,
+            self.remote.as_ref().zip(self.mesh_ca.as_ref()),
+        )
+        .await
     }
 
     async fn finish(self) {
@@ -341,11 +479,24 @@ async fn check_identities(
     site: &mut KubeSite<'_>,
     topology: &Topology,
     mesh: Scenario,
-    plan: &IdentityPlan,
+    plan: &mut IdentityPlan,
+    remote: Option<(&RemoteIssue, &IdentityService)>,
 ) -> Result<Vec<IdentityCheck>, Error> {
     let mut in_pod = BTreeMap::new();
     let mut secret = BTreeMap::new();
-    for path in plan.files() {
+    // The pod's requests to the mesh's CA need each token and the CA's serving root.
+    let tokens = remote.iter().flat_map(|(issue, _)| {
+        issue
+            .svids
+            .iter()
+            .map(|r| r.token.clone())
+            .chain([issue.root.clone()])
+    });
+    let mut files = plan.files();
+    files.extend(tokens);
+    files.sort();
+    files.dedup();
+    for path in files {
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -366,15 +517,57 @@ async fn check_identities(
     }
     site.start_bystander(CHECKER_POD, &topology.nodes[0], secret)
         .await?;
+    if let Some((issue, service)) = remote {
+        let pod_path = |path: &Path| {
+            in_pod
+                .get(path)
+                .map(|p: &PathBuf| p.display().to_string())
+                .ok_or_else(|| Error::Probe(format!("{} is not in the pod", path.display())))
+        };
+        let root = pod_path(&issue.root)?;
+        let mut issued = vec![];
+        for svid in &issue.svids {
+            let not_after =
+                issue_in_pod(site, service, svid, &pod_path(&svid.token)?, &root).await?;
+            issued.push((svid, not_after));
+        }
+        for (svid, not_after) in issued {
+            let root = svid
+                .files
+                .cert
+                .with_file_name(format!("{}.root.pem", svid.name));
+            for (file, extension) in [
+                (&svid.files.cert, "pem"),
+                (&svid.files.key, "key"),
+                (&root, "root.pem"),
+            ] {
+                in_pod.insert(
+                    file.clone(),
+                    Path::new(REMOTE_SVID_DIR).join(format!("{}.{extension}", svid.name)),
+                );
+            }
+            if svid.expired {
+                plan.set_expired_after(not_after);
+            }
+        }
+    }
     let calculator = e3_pod(topology, e3::CALCULATOR)?;
     let address = |what: &str, ip: Option<IpAddr>| {
         ip.ok_or_else(|| Error::Probe(format!("the cluster gave {what} no address")))
     };
-    let guard = Guard::for_calculator(
-        mesh,
-        address("the calculator", site.pod_ip(&calculator.name))?,
-        address("the calculator's node", site.host_ip(&calculator.name))?,
-    );
+    let calculator_ip = address("the calculator", site.pod_ip(&calculator.name))?;
+    let guard = match remote.and_then(|(_, m)| m.hbone_port_in_pod) {
+        // Ambient's in-pod redirection: the calculator's own address takes HBONE.
+        Some(port) => Guard::NodeAgent {
+            agent: std::net::SocketAddr::new(calculator_ip, port),
+            app: std::net::SocketAddr::new(calculator_ip, Ports::APP),
+        },
+        None => Guard::for_calculator(
+            mesh,
+            calculator_ip,
+            address("the calculator's node", site.host_ip(&calculator.name))?,
+        ),
+    };
     plan.run(
         &ClusterAccess {
             site,
@@ -384,6 +577,59 @@ async fn check_identities(
         None,
     )
     .await
+}
+
+/// Has the checking pod be issued `svid` by the mesh's CA (`meshbench ca request-istio`,
+/// as the mesh's proxies ask it); its notAfter.
+async fn issue_in_pod(
+    site: &KubeSite<'_>,
+    service: &IdentityService,
+    svid: &RemoteSvid,
+    token: &str,
+    root: &str,
+) -> Result<time::OffsetDateTime, Error> {
+    match service.protocol {
+        meshbench_meshes::IdentityProtocol::Istio => {}
+    }
+    let command: Vec<String> = [
+        "meshbench",
+        "ca",
+        "request-istio",
+        "--address",
+        &service.address,
+        "--server-name",
+        &service.server_name,
+        "--root",
+        root,
+        "--token-file",
+        token,
+        "--identity",
+        &svid.identity,
+        "--ttl",
+        &format!("{}s", svid.ttl.as_secs()),
+        "--cluster-id",
+        &service.cluster_id,
+        "--out",
+        REMOTE_SVID_DIR,
+        "--name",
+        &svid.name,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let out = site
+        .exec_ok(CHECKER_POD, command, REMOTE_SVID_TIMEOUT)
+        .await?;
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+        Error::Probe(format!(
+            "the mesh CA's answer for {} is not JSON ({e}): {}",
+            svid.identity,
+            String::from_utf8_lossy(&out.stdout)
+        ))
+    })?;
+    answer["not_after"]
+        .as_i64()
+        .and_then(|t| time::OffsetDateTime::from_unix_timestamp(t).ok())
+        .ok_or_else(|| Error::Probe(format!("no notAfter in {answer}")))
 }
 
 /// The cluster's access to the calculator's guard: exchanges exec'd in the checker pod.

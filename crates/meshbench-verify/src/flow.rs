@@ -121,13 +121,14 @@ pub(crate) trait CaseSite {
     ) -> Result<ProbeRecord, Error>;
 
     /// The identity checks' certificates for `mesh`, made in `dir`.
-    fn identity_plan(&self, mesh: Scenario, dir: &Path) -> Result<IdentityPlan, Error>;
+    async fn identity_plan(&mut self, mesh: Scenario, dir: &Path) -> Result<IdentityPlan, Error>;
 
-    /// Runs the identity checks against the calculator's guard.
+    /// Runs the identity checks against the calculator's guard (completing `plan` with what
+    /// only the place the checks run from can make).
     async fn check_identities(
         &mut self,
         mesh: Scenario,
-        plan: &IdentityPlan,
+        plan: &mut IdentityPlan,
     ) -> Result<Vec<IdentityCheck>, Error>;
 
     /// Stops and removes everything the case started, keeping its outputs in its directory.
@@ -264,8 +265,8 @@ async fn run_case<S: CaseSite>(
     let mut checks = vec![];
     if identities {
         // Made once the mesh runs: a control plane with a CA of its own has made it by now.
-        let plan = site.identity_plan(mesh, &dir.join("identity"))?;
-        checks = site.check_identities(mesh, &plan).await?;
+        let mut plan = site.identity_plan(mesh, &dir.join("identity")).await?;
+        checks = site.check_identities(mesh, &mut plan).await?;
     }
     Ok((
         CaseVerification {

@@ -83,12 +83,44 @@ struct Attempt {
 /// checking pod can be given them when it is created.
 pub(crate) struct IdentityPlan {
     attempts: Vec<Attempt>,
-    /// The experimenter's valid SVID, with which the rotation check reads the guard's.
-    rotation_caller: ClientTlsFiles,
+    /// The experimenter's valid SVID, with which the rotation check reads the guard's (`None`:
+    /// the rotation check is not made, and the verifier's notes say why).
+    rotation_caller: Option<ClientTlsFiles>,
     /// The expired SVID's notAfter.
     expired_after: time::OffsetDateTime,
     /// How long the mesh's renewed SVIDs live.
     svid_ttl: Option<Duration>,
+    /// Files the checks present that are made where the checks run (a checking pod, by the
+    /// mesh's own CA), not on this machine.
+    made_remotely: Vec<PathBuf>,
+}
+
+/// An SVID the checks present: its certificate (with any intermediates) and its key.
+#[derive(Debug, Clone)]
+pub(crate) struct CertKey {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl From<(PathBuf, PathBuf)> for CertKey {
+    fn from((cert, key): (PathBuf, PathBuf)) -> Self {
+        CertKey { cert, key }
+    }
+}
+
+/// The mesh's own certificates for the checks: valid SVIDs of the experimenter (the caller the
+/// policy allows) and the security checker (a valid caller it does not), an expired one of
+/// the experimenter, and the root the guard's certificate chains to.
+pub(crate) struct MeshSvids {
+    pub trust_root: PathBuf,
+    pub experimenter: CertKey,
+    pub checker: CertKey,
+    pub expired: CertKey,
+    pub expired_after: time::OffsetDateTime,
+    /// The experimenter's, for the rotation check, where it is made.
+    pub rotation_caller: Option<CertKey>,
+    /// Which of these files are made where the checks run, not here.
+    pub made_remotely: Vec<PathBuf>,
 }
 
 impl IdentityPlan {
@@ -101,24 +133,13 @@ impl IdentityPlan {
         dir: &Path,
         svid_ttl: Option<Duration>,
     ) -> Result<Self, Error> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-            path: dir.to_owned(),
-            source,
-        })?;
+        create_dir(dir)?;
         let ca_dir = mesh.ca_dir(pki);
         let (ca_file, _) = CertificateAuthority::files(&ca_dir);
-        let id_of = |sa: &str| SpiffeId::parse(&mesh.workload_identity(APP, sa));
-        let calculator_id = id_of(CALCULATOR)?;
-        let files = |cert: Option<(PathBuf, PathBuf)>| ClientTlsFiles {
-            cert: cert.as_ref().map(|c| c.0.clone()),
-            key: cert.map(|c| c.1),
-            ca: ca_file.clone(),
-            expect_server_id: Some(calculator_id.clone()),
-        };
         let lab_ca = CertificateAuthority::load(&ca_dir)?;
         let issue = |sa: &str, ttl: Option<Duration>| {
             lab_ca.issue_for(
-                &id_of(sa)?,
+                &SpiffeId::parse(&mesh.workload_identity(APP, sa))?,
                 &IssueOptions {
                     ttl,
                     ..IssueOptions::default()
@@ -126,26 +147,55 @@ impl IdentityPlan {
             )
         };
         // Fresh SVIDs from the lab CA: the ones issued at start-up may be short-lived.
-        let svid = |sa: &str| -> Result<_, Error> {
-            Ok(Some(issue(sa, None)?.write(dir, &format!("fresh-{sa}"))?))
+        let svid = |sa: &str| -> Result<CertKey, Error> {
+            Ok(issue(sa, None)?.write(dir, &format!("fresh-{sa}"))?.into())
         };
+        let short = issue(EXPERIMENTER, Some(Duration::from_secs(1)))?;
+        let svids = MeshSvids {
+            trust_root: ca_file,
+            experimenter: svid(EXPERIMENTER)?,
+            checker: svid(CHECKER)?,
+            expired_after: short.not_after,
+            expired: short.write(dir, "expired-experimenter")?.into(),
+            rotation_caller: Some(
+                issue(EXPERIMENTER, None)?
+                    .write(dir, "rotation-experimenter")?
+                    .into(),
+            ),
+            made_remotely: vec![],
+        };
+        Self::from_svids(mesh, svids, dir, svid_ttl)
+    }
 
+    /// The checks presenting `svids` (and a certificate of another trust domain, made in
+    /// `dir`) to the calculator's guard.
+    pub(crate) fn from_svids(
+        mesh: Scenario,
+        svids: MeshSvids,
+        dir: &Path,
+        svid_ttl: Option<Duration>,
+    ) -> Result<Self, Error> {
+        create_dir(dir)?;
+        let calculator_id = SpiffeId::parse(&mesh.workload_identity(APP, CALCULATOR))?;
+        let files = |cert: Option<&CertKey>| ClientTlsFiles {
+            cert: cert.map(|c| c.cert.clone()),
+            key: cert.map(|c| c.key.clone()),
+            ca: svids.trust_root.clone(),
+            expect_server_id: Some(calculator_id.clone()),
+        };
         let foreign_ca =
             CertificateAuthority::init(&dir.join("other-trust-domain"), "evil.example")?;
-        let foreign = foreign_ca
+        let foreign: CertKey = foreign_ca
             .issue(APP, EXPERIMENTER, &IssueOptions::default())?
-            .write(dir, "other-trust-domain-experimenter")?;
-
-        let short = issue(EXPERIMENTER, Some(Duration::from_secs(1)))?;
-        let expired_after = short.not_after;
-        let expired = short.write(dir, "expired-experimenter")?;
+            .write(dir, "other-trust-domain-experimenter")?
+            .into();
 
         let forged_id = mesh.workload_identity(APP, EXPERIMENTER);
         let attempts = vec![
             Attempt {
                 name: "valid-identity",
                 description: "the experimenter's SVID: the one caller the policy allows",
-                files: files(svid(EXPERIMENTER)?),
+                files: files(Some(&svids.experimenter)),
                 headers: vec![],
                 expect_allowed: true,
             },
@@ -159,14 +209,14 @@ impl IdentityPlan {
             Attempt {
                 name: "other-trust-domain",
                 description: "app/experimenter's name, issued by another trust domain's CA",
-                files: files(Some(foreign)),
+                files: files(Some(&foreign)),
                 headers: vec![],
                 expect_allowed: false,
             },
             Attempt {
                 name: "expired-certificate",
                 description: "the experimenter's SVID from the mesh's CA, expired",
-                files: files(Some(expired)),
+                files: files(Some(&svids.expired)),
                 headers: vec![],
                 expect_allowed: false,
             },
@@ -174,7 +224,7 @@ impl IdentityPlan {
                 name: "forged-identity-header",
                 description: "the security checker's valid SVID, claiming the experimenter's \
                               identity in x-forwarded-client-cert and x-meshbench-identity",
-                files: files(svid(CHECKER)?),
+                files: files(Some(&svids.checker)),
                 headers: vec![
                     (
                         "x-forwarded-client-cert".into(),
@@ -185,24 +235,31 @@ impl IdentityPlan {
                 expect_allowed: false,
             },
         ];
-        let caller = issue(EXPERIMENTER, None)?.write(dir, "rotation-experimenter")?;
         Ok(IdentityPlan {
             attempts,
-            rotation_caller: files(Some(caller)),
-            expired_after,
+            rotation_caller: svids.rotation_caller.as_ref().map(|c| files(Some(c))),
+            expired_after: svids.expired_after,
             svid_ttl,
+            made_remotely: svids.made_remotely,
         })
     }
 
-    /// Every file the checks present or trust.
+    /// Where the remotely made expired SVID turned out to expire.
+    pub(crate) fn set_expired_after(&mut self, not_after: time::OffsetDateTime) {
+        self.expired_after = not_after;
+    }
+
+    /// Every file the checks present or trust that is made here (the others are
+    /// [`IdentityPlan::made_remotely`]).
     pub(crate) fn files(&self) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = self
             .attempts
             .iter()
             .map(|a| &a.files)
-            .chain([&self.rotation_caller])
+            .chain(self.rotation_caller.as_ref())
             .flat_map(|f| [f.cert.clone(), f.key.clone(), Some(f.ca.clone())])
             .flatten()
+            .filter(|f| !self.made_remotely.contains(f))
             .collect();
         files.sort();
         files.dedup();
@@ -249,9 +306,12 @@ impl IdentityPlan {
                 },
             });
         }
+        let Some(caller) = &self.rotation_caller else {
+            return Ok(checks);
+        };
         checks.push(match ca_rotation {
-            None => self.rotation_under_load(access).await?,
-            Some(rotate) => self.ca_rotation_under_load(access, rotate).await?,
+            None => self.rotation_under_load(access, caller).await?,
+            Some(rotate) => self.ca_rotation_under_load(access, caller, rotate).await?,
         });
         Ok(checks)
     }
@@ -262,9 +322,10 @@ impl IdentityPlan {
     async fn ca_rotation_under_load(
         &self,
         access: &dyn GuardAccess,
+        caller: &ClientTlsFiles,
         rotate: CaRotation<'_>,
     ) -> Result<IdentityCheck, Error> {
-        let before = access.exchange(&self.rotation_caller, &[]).await?;
+        let before = access.exchange(caller, &[]).await?;
         rotate.await?;
         let deadline = Instant::now() + RENEWED_SVID_WAIT;
         let (mut sent, mut succeeded, mut failures) = (0, 0, vec![]);
@@ -275,7 +336,7 @@ impl IdentityPlan {
             if failed.as_object().is_some_and(|f| !f.is_empty()) {
                 failures.push(failed);
             }
-            let after = access.exchange(&self.rotation_caller, &[]).await?;
+            let after = access.exchange(caller, &[]).await?;
             if renewed(&before, &after) || Instant::now() >= deadline {
                 break after;
             }
@@ -306,11 +367,15 @@ impl IdentityPlan {
     /// With SVIDs living a few seconds, the experimenter sends a stream of requests through
     /// its proxy to the calculator's while both renew their certificates; none may fail, and
     /// the calculator's proxy must present a renewed certificate afterwards.
-    async fn rotation_under_load(&self, access: &dyn GuardAccess) -> Result<IdentityCheck, Error> {
-        let before = self.renewed_guard_certificate(access).await?;
+    async fn rotation_under_load(
+        &self,
+        access: &dyn GuardAccess,
+        caller: &ClientTlsFiles,
+    ) -> Result<IdentityCheck, Error> {
+        let before = self.renewed_guard_certificate(access, caller).await?;
         let interactions = ROTATION_ROUND;
         let (succeeded, failures) = experiment_round(access, interactions).await?;
-        let after = access.exchange(&self.rotation_caller, &[]).await?;
+        let after = access.exchange(caller, &[]).await?;
         let renewed = renewed(&before, &after);
         let ttl = self
             .svid_ttl
@@ -341,10 +406,11 @@ impl IdentityPlan {
     async fn renewed_guard_certificate(
         &self,
         access: &dyn GuardAccess,
+        caller: &ClientTlsFiles,
     ) -> Result<ExchangeReport, Error> {
         let deadline = Instant::now() + RENEWED_SVID_WAIT;
         loop {
-            let report = access.exchange(&self.rotation_caller, &[]).await?;
+            let report = access.exchange(caller, &[]).await?;
             let lifetime = report.server_cert.as_ref().map(|c| c.lifetime_secs());
             let short_lived = match (self.svid_ttl, lifetime) {
                 (Some(ttl), Some(lifetime)) => {
@@ -377,6 +443,13 @@ async fn experiment_round(
         .as_array()
         .map_or(0, |rtts| rtts.len());
     Ok((succeeded, result["failuresByClass"].clone()))
+}
+
+fn create_dir(dir: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        path: dir.to_owned(),
+        source,
+    })
 }
 
 /// Whether the guard presented a different certificate `after` than `before` (both seen).

@@ -234,14 +234,14 @@ impl CaseSite for LocalCase<'_> {
         })
     }
 
-    fn identity_plan(&self, mesh: Scenario, dir: &Path) -> Result<IdentityPlan, Error> {
+    async fn identity_plan(&mut self, mesh: Scenario, dir: &Path) -> Result<IdentityPlan, Error> {
         IdentityPlan::prepare(mesh, &self.pki, dir, self.pki.svid_ttl)
     }
 
     async fn check_identities(
         &mut self,
         mesh: Scenario,
-        plan: &IdentityPlan,
+        plan: &mut IdentityPlan,
     ) -> Result<Vec<IdentityCheck>, Error> {
         let access = NodeAccess {
             net: &self.net,

@@ -930,6 +930,34 @@ fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
         denied += usize::from(probe["observed"] == "connection_reset");
     }
     assert!(denied >= 2, "ztunnel denied nothing: {case_2}");
+    // The identity checks present istiod's own certificates to ztunnel at the calculator's
+    // port 15008, each issued to the checking pod through Istio's certificate API for a
+    // service-account token: the experimenter's is let through, the checker's (claiming the
+    // experimenter in headers) is not, nor none, another trust domain's or an expired one;
+    // ztunnel presents the calculator's identity. No rotation check: istiod's SVIDs live a day.
+    let checks: Vec<(&str, &str)> = ambient["identity"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["verdict"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            ("valid-identity", "pass"),
+            ("no-client-certificate", "pass"),
+            ("other-trust-domain", "pass"),
+            ("expired-certificate", "pass"),
+            ("forged-identity-header", "pass"),
+        ],
+        "{}",
+        ambient["identity"]
+    );
+    assert_eq!(
+        ambient["identity"][0]["server_id"], "spiffe://cluster.local/ns/app/sa/calculator",
+        "{}",
+        ambient["identity"]
+    );
     assert_eq!(cluster.leftovers(), "", "objects left after verify");
 }
 

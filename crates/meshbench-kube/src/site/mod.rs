@@ -20,9 +20,9 @@ use kube::{Api, Client};
 use meshbench_experiment::platform::{ClientServer, Entry, Instrument, Measured, Site, SiteError};
 use meshbench_identity::{CaServerFile, ServerTlsFiles};
 use meshbench_meshes::{
-    identity_files, BoxFuture, ClusterCell, ClusterMesh, ClusterSite, FoundPod, InstalledMesh,
-    InstalledSite, MeshEnrollment, PlacedPod, PodAdditions, Ports, Scenario, CONFIG_DIR_IN_POD,
-    POD_PKI_DIR,
+    identity_files, BoxFuture, ClusterCell, ClusterMesh, ClusterSite, FoundPod, IdentityService,
+    InstalledMesh, InstalledSite, MeshEnrollment, PlacedPod, PodAdditions, Ports, Scenario,
+    CONFIG_DIR_IN_POD, POD_PKI_DIR,
 };
 use meshbench_role::RoleConfig;
 use meshbench_topology::{Pod as TopologyPod, Topology, Workload};
@@ -393,6 +393,7 @@ impl<'a> KubeSite<'a> {
                 name: name.clone(),
                 labels: admitted.metadata.labels.clone().unwrap_or_default(),
                 images: BTreeMap::new(),
+                env: BTreeMap::new(),
                 ready: false,
                 node: node.clone(),
             };
@@ -927,6 +928,76 @@ impl<'a> KubeSite<'a> {
         self.platform.namespaces()
     }
 
+    /// The CA of the mesh the cluster runs, as its proxies use it, and the trust root
+    /// `topology_namespace`'s workloads are given; `None` when the cell's scenario is not a
+    /// mesh the cluster runs, or the mesh names no CA the verifier can ask.
+    pub async fn installed_mesh_ca(
+        &self,
+        topology_namespace: &str,
+    ) -> Result<Option<(IdentityService, String)>, Error> {
+        let Some(installed) = &self.installed else {
+            return Ok(None);
+        };
+        let Some(service) = self.platform.identity_service(installed.mesh).await? else {
+            return Ok(None);
+        };
+        let namespace = self.platform.namespace_for(topology_namespace);
+        let (name, key) = &service.root_config_map;
+        let map = Api::<ConfigMap>::namespaced(self.client(), &namespace)
+            .get(name)
+            .await
+            .map_err(|source| Error::Api {
+                what: format!("ConfigMap {namespace}/{name} (the mesh's trust root)"),
+                source,
+            })?;
+        let root = map
+            .data
+            .and_then(|mut d| d.remove(key))
+            .ok_or_else(|| Error::Unsupported {
+                what: format!("ConfigMap {namespace}/{name}"),
+                why: format!("it has no {key}"),
+            })?;
+        Ok(Some((service, root)))
+    }
+
+    /// A token of `topology_namespace`'s service account `account` for `audience`, living
+    /// ten minutes: what the verifier presents to a mesh's CA as that workload.
+    pub async fn service_account_token(
+        &self,
+        topology_namespace: &str,
+        account: &str,
+        audience: &str,
+    ) -> Result<String, Error> {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        let namespace = self.platform.namespace_for(topology_namespace);
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                audiences: Some(vec![audience.to_owned()]),
+                expiration_seconds: Some(600),
+                ..TokenRequestSpec::default()
+            }),
+            ..TokenRequest::default()
+        };
+        let answer = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(
+            self.client(),
+            &namespace,
+        )
+        .create_token_request(account, &kube::api::PostParams::default(), &request)
+        .await
+        .map_err(|source| Error::Api {
+            what: format!("a token of service account {namespace}/{account}"),
+            source,
+        })?;
+        answer
+            .status
+            .and_then(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| Error::Unsupported {
+                what: format!("a token of service account {namespace}/{account}"),
+                why: "the API server answered without one".into(),
+            })
+    }
+
     /// The resources applied for a mesh the cluster runs, if the cell's scenario is one.
     fn mesh_resources(&self) -> Vec<serde_json::Value> {
         self.installed
@@ -1170,6 +1241,7 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             images: [(container.to_owned(), "istio/x:1".to_owned())].into(),
+            env: BTreeMap::new(),
             ready: true,
             node: node.into(),
         }

@@ -14,8 +14,8 @@ mod policy;
 use crate::adapter::{ClusterMesh, MeshAdapter};
 use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::installed::{
-    present, ComponentClass, Documented, Found, FoundPod, Installation, InstalledMesh,
-    InstalledSite, LabelSelector, Signature, Translation,
+    present, ComponentClass, Documented, Found, FoundPod, IdentityProtocol, IdentityService,
+    Installation, InstalledMesh, InstalledSite, LabelSelector, Signature, Translation,
 };
 use crate::Error;
 
@@ -25,6 +25,8 @@ const SIGNATURE_CRDS: &[&str] = &[
 ];
 const ISTIOD: LabelSelector = LabelSelector(&[("app", "istiod")]);
 const ZTUNNEL: LabelSelector = LabelSelector(&[("app", "ztunnel")]);
+/// ztunnel's container in its pods.
+const ZTUNNEL_CONTAINER: &str = "istio-proxy";
 const CNI: LabelSelector = LabelSelector(&[("k8s-app", "istio-cni-node")]);
 /// The default revision's injector (Istio's chart names it so).
 const INJECTOR: &str = "istio-sidecar-injector";
@@ -128,6 +130,52 @@ impl InstalledMesh for Istio {
 
     fn component(&self, pod: &FoundPod, container: &str) -> Option<ComponentClass> {
         component(pod, container)
+    }
+
+    /// ztunnel's CA as its pods are configured (`CA_ADDRESS`, `ALT_CA_HOSTNAME`, the cluster
+    /// ID), istiod's defaults where they say nothing; the root istiod publishes to every
+    /// namespace. Ambient only: a sidecar's CA is reached through its pilot-agent.
+    fn identity_service(&self, found: &Found) -> Option<IdentityService> {
+        if !self.ambient {
+            return None;
+        }
+        let ztunnels = || {
+            found
+                .node_agents
+                .iter()
+                .filter(|p| ZTUNNEL.matches(&p.labels))
+        };
+        let ztunnel = ztunnels().find(|p| p.ready).or(ztunnels().next())?;
+        let env = ztunnel
+            .env
+            .get(ZTUNNEL_CONTAINER)
+            .or(ztunnel.env.values().next());
+        let get = |key: &str| env.and_then(|e| e.get(key)).filter(|v| !v.is_empty());
+        let address = get("CA_ADDRESS")
+            .map(|a| {
+                a.trim_start_matches("https://")
+                    .trim_end_matches('/')
+                    .to_owned()
+            })
+            .unwrap_or_else(|| "istiod.istio-system.svc:15012".to_owned());
+        let host = address
+            .rsplit_once(':')
+            .map_or(address.as_str(), |(host, _)| host)
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        Some(IdentityService {
+            protocol: IdentityProtocol::Istio,
+            server_name: get("ALT_CA_HOSTNAME").cloned().unwrap_or(host),
+            address,
+            token_audience: "istio-ca".into(),
+            cluster_id: get("ISTIO_META_CLUSTER_ID")
+                .or(get("CLUSTER_ID"))
+                .cloned()
+                .unwrap_or_else(|| "Kubernetes".into()),
+            root_config_map: ("istio-ca-root-cert".into(), "root-cert.pem".into()),
+            hbone_port_in_pod: Some(crate::Ports::HBONE),
+        })
     }
 
     fn documented(&self) -> Documented {
@@ -265,6 +313,7 @@ mod tests {
                 "docker.io/istio/pilot:1.31.0".to_owned(),
             )]
             .into(),
+            env: BTreeMap::new(),
             ready: true,
             node: "node-1".into(),
         });

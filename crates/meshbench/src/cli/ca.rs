@@ -26,6 +26,39 @@ pub enum CaCommand {
     /// for the callers the file names, each by a bearer token: ztunnel gets its SVIDs from
     /// meshbench's CA as it would from istiod.
     Istio(IstioArgs),
+    /// Ask an Istio CA (istiod, or `ca istio`) for an SVID with a service-account token, as
+    /// ztunnel does: writes <name>.pem (the chain to present), <name>.key and
+    /// <name>.root.pem (the root the chain ends in), and prints {"cert", "key", "root",
+    /// "not_after"} as JSON.
+    RequestIstio(RequestIstioArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RequestIstioArgs {
+    /// The CA's `host:port` (istiod's 15012).
+    #[arg(long)]
+    address: String,
+    /// The name its serving certificate carries.
+    #[arg(long, default_value = meshbench_identity::ISTIOD_HOSTNAME)]
+    server_name: String,
+    /// The root its serving certificate chains to (PEM).
+    #[arg(long)]
+    root: PathBuf,
+    /// A file holding the bearer token (a service-account token for audience istio-ca).
+    #[arg(long)]
+    token_file: PathBuf,
+    /// The SPIFFE ID asked for; the answer must carry it.
+    #[arg(long)]
+    identity: String,
+    #[arg(long, value_parser = super::args::positive_duration, default_value = "1h")]
+    ttl: Duration,
+    /// The cluster whose API server reviews the token (istiod's `ClusterID`).
+    #[arg(long, default_value = "Kubernetes")]
+    cluster_id: String,
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+    #[arg(long)]
+    name: String,
 }
 
 #[derive(Debug, Args)]
@@ -121,6 +154,7 @@ pub fn run(command: CaCommand) -> anyhow::Result<()> {
         }
         CaCommand::Serve(a) => serve(a)?,
         CaCommand::Istio(a) => serve_istio(&a.config)?,
+        CaCommand::RequestIstio(a) => request_istio(a)?,
     }
     Ok(())
 }
@@ -160,4 +194,43 @@ fn serve_istio(config: &std::path::Path) -> anyhow::Result<()> {
         server.serve(super::workload::shutdown_signal()).await;
         Ok(())
     })
+}
+
+fn request_istio(a: RequestIstioArgs) -> anyhow::Result<()> {
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))
+    };
+    let request = meshbench_identity::IstioSvidRequest {
+        address: a.address,
+        server_name: a.server_name,
+        root_pem: read(&a.root)?,
+        identity: meshbench_identity::SpiffeId::parse(&a.identity)?,
+        ttl: a.ttl,
+        cluster_id: a.cluster_id,
+    };
+    let token = read(&a.token_file)?;
+    let runtime = meshbench_workload::role_runtime(Some(1))?;
+    let svid = runtime.block_on(meshbench_identity::request_istio_svid(&request, &token))?;
+    meshbench_identity::create_private_dir(&a.out)?;
+    let cert = a.out.join(format!("{}.pem", a.name));
+    let key = a.out.join(format!("{}.key", a.name));
+    let root = a.out.join(format!("{}.root.pem", a.name));
+    meshbench_identity::write_secret(&cert, svid.chain_pem.as_bytes())?;
+    meshbench_identity::write_secret(&key, svid.key_pem.as_bytes())?;
+    // The workloads' root is the one the answer's chain ends in, which the mesh's proxies
+    // trust; it may differ from the root of the CA's serving certificate (an external istiod
+    // serves with a certificate of its own).
+    let workload_root = svid.root_pem.clone().unwrap_or(request.root_pem.clone());
+    meshbench_identity::write_secret(&root, workload_root.as_bytes())?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "cert": cert,
+            "key": key,
+            "root": root,
+            "not_after": svid.not_after,
+        })
+    );
+    Ok(())
 }
