@@ -17,11 +17,11 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::RootCertStore;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::spiffe::{spiffe_ids_of, SpiffeId};
 use crate::tls::server_builder;
+use crate::tls_listener::TlsListener;
 use crate::{CertificateAuthority, Error, IssueOptions, TlsOptions};
 
 /// The path renewals are posted to.
@@ -99,56 +99,39 @@ impl BoundCaServer {
     /// Serves renewals until `shutdown` resolves: at most `MAX_CONNECTIONS` at once, each
     /// handshaken within 10 s, its request head within 10 s and done within 30 s.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-        let mut listener = meshbench_net::PatientListener::new(self.listener, "CA");
-        let accept = async {
-            loop {
-                let Ok(slot) = slots.clone().acquire_owned().await else {
-                    return;
-                };
-                let (tcp, peer) = listener.accept().await;
-                let acceptor = self.acceptor.clone();
-                let ca = self.ca.clone();
-                let ttl = self.svid_ttl;
-                let handshake_timeout = self.handshake_timeout;
-                tokio::spawn(async move {
-                    let _slot = slot;
-                    let deadline = tokio::time::Instant::now() + handshake_timeout;
-                    let handshake = meshbench_net::handshake_by(deadline, acceptor.accept(tcp));
-                    let tls = match handshake.await {
-                        Ok(tls) => tls,
-                        Err(e) => {
-                            tracing::info!(%peer, error = %e, "CA: TLS handshake failed");
-                            return;
-                        }
-                    };
-                    let caller = tls
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|certs| certs.first())
-                        .and_then(|leaf| spiffe_ids_of(leaf).into_iter().next());
-                    let service = hyper::service::service_fn(move |request| {
-                        let ca = ca.clone();
-                        let caller = caller.clone();
-                        async move {
-                            Ok::<_, std::convert::Infallible>(
-                                renew(&ca, caller, ttl, request).await,
-                            )
-                        }
-                    });
-                    let serving = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(handshake_timeout.min(HEADER_READ_TIMEOUT))
-                        .serve_connection(TokioIo::new(tls), service);
-                    let _ = tokio::time::timeout(CONNECTION_LIFETIME, serving).await;
-                });
-            }
+        let (ca, ttl, handshake_timeout) = (self.ca, self.svid_ttl, self.handshake_timeout);
+        let listener = TlsListener {
+            listener: self.listener,
+            acceptor: self.acceptor,
+            what: "CA",
+            max_connections: MAX_CONNECTIONS,
+            handshake_timeout,
         };
-        tokio::select! {
-            _ = accept => {}
-            _ = shutdown => {}
-        }
+        listener
+            .serve(shutdown, move |tls, _peer| {
+                let caller = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|certs| certs.first())
+                    .and_then(|leaf| spiffe_ids_of(leaf).into_iter().next());
+                let ca = ca.clone();
+                let service = hyper::service::service_fn(move |request| {
+                    let ca = ca.clone();
+                    let caller = caller.clone();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(renew(&ca, caller, ttl, request).await)
+                    }
+                });
+                let serving = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(handshake_timeout.min(HEADER_READ_TIMEOUT))
+                    .serve_connection(TokioIo::new(tls), service);
+                async move {
+                    let _ = tokio::time::timeout(CONNECTION_LIFETIME, serving).await;
+                }
+            })
+            .await;
     }
 }
 

@@ -37,11 +37,19 @@ meshbench_role::serde_defaults! {
     default_handshake_timeout: Duration = CA_HANDSHAKE_TIMEOUT,
 }
 
-fn bad(field: &'static str, value: String, reason: &str) -> Error {
+pub(crate) fn bad(field: &'static str, value: String, reason: impl Into<String>) -> Error {
     Error::InvalidName {
         field,
         value,
-        reason: reason.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Refuses a zero duration among `fields`, naming the field.
+pub(crate) fn refuse_zero(fields: &[(&'static str, Duration)]) -> Result<(), Error> {
+    match fields.iter().find(|(_, value)| value.is_zero()) {
+        Some((field, _)) => Err(bad(field, "0s".into(), "must be longer than 0")),
+        None => Ok(()),
     }
 }
 
@@ -65,15 +73,10 @@ impl CaServerFile {
 
     /// Refuses a zero lifetime or timeout, naming the field.
     pub fn validate(&self) -> Result<(), Error> {
-        for (field, value) in [
+        refuse_zero(&[
             ("ttl", self.ttl),
             ("handshake_timeout", self.handshake_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(bad(field, "0s".into(), "must be longer than 0"));
-            }
-        }
-        Ok(())
+        ])
     }
 }
 

@@ -59,7 +59,7 @@ impl meshbench_role::InputFault for Error {
     fn is_bad_input(&self) -> bool {
         !matches!(
             self,
-            Error::Write { .. } | Error::Generate(_) | Error::Renew { .. }
+            Error::Write { .. } | Error::Generate(_) | Error::Renew { .. } | Error::IstioCa { .. }
         )
     }
 }

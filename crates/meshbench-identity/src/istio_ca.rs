@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tonic::{Request, Response, Status};
 
 use crate::spiffe::SpiffeId;
 use crate::tls::server_builder;
+use crate::tls_listener::TlsListener;
 use crate::{CertificateAuthority, Error, IssueOptions, TlsOptions};
 
 /// The generated messages, client and server.
@@ -146,51 +146,36 @@ impl BoundIstioCa {
     /// each handshaken within the handshake timeout, with at most [`ISTIO_CA_MAX_STREAMS`]
     /// streams and messages of at most [`ISTIO_CA_MAX_MESSAGE_BYTES`].
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let slots = Arc::new(Semaphore::new(ISTIO_CA_MAX_CONNECTIONS));
-        let mut listener = meshbench_net::PatientListener::new(self.listener, "Istio CA");
         let service = IstioCertificateServiceServer::new(self.signer)
             .max_decoding_message_size(ISTIO_CA_MAX_MESSAGE_BYTES)
             .max_encoding_message_size(ISTIO_CA_MAX_MESSAGE_BYTES);
         let routes = tonic::service::Routes::new(service);
-        let accept = async {
-            loop {
-                let Ok(slot) = slots.clone().acquire_owned().await else {
-                    return;
-                };
-                let (tcp, peer) = listener.accept().await;
-                let acceptor = self.acceptor.clone();
-                let routes = routes.clone();
-                let deadline = tokio::time::Instant::now() + self.handshake_timeout;
-                tokio::spawn(async move {
-                    let _slot = slot;
-                    let tls =
-                        match meshbench_net::handshake_by(deadline, acceptor.accept(tcp)).await {
-                            Ok(tls) => tls,
-                            Err(e) => {
-                                tracing::info!(%peer, error = %e, "Istio CA: TLS handshake failed");
-                                return;
-                            }
-                        };
-                    let serving = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .timer(TokioTimer::new())
-                        .max_concurrent_streams(ISTIO_CA_MAX_STREAMS)
-                        .max_header_list_size(16 * 1024)
-                        .keep_alive_interval(ISTIO_CA_KEEPALIVE)
-                        .keep_alive_timeout(ISTIO_CA_KEEPALIVE)
-                        .serve_connection(
-                            TokioIo::new(tls),
-                            hyper_util::service::TowerToHyperService::new(routes),
-                        );
+        let listener = TlsListener {
+            listener: self.listener,
+            acceptor: self.acceptor,
+            what: "Istio CA",
+            max_connections: ISTIO_CA_MAX_CONNECTIONS,
+            handshake_timeout: self.handshake_timeout,
+        };
+        listener
+            .serve(shutdown, move |tls, peer| {
+                let serving = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .max_concurrent_streams(ISTIO_CA_MAX_STREAMS)
+                    .max_header_list_size(16 * 1024)
+                    .keep_alive_interval(ISTIO_CA_KEEPALIVE)
+                    .keep_alive_timeout(ISTIO_CA_KEEPALIVE)
+                    .serve_connection(
+                        TokioIo::new(tls),
+                        hyper_util::service::TowerToHyperService::new(routes.clone()),
+                    );
+                async move {
                     if let Err(e) = serving.await {
                         tracing::debug!(%peer, error = %e, "Istio CA: connection ended");
                     }
-                });
-            }
-        };
-        tokio::select! {
-            _ = accept => {}
-            _ = shutdown => {}
-        }
+                }
+            })
+            .await;
     }
 }
 

@@ -119,6 +119,9 @@ async fn request_once(request: &IstioSvidRequest, token: &str) -> Result<IstioSv
     for cert in CertificateDer::pem_slice_iter(request.root_pem.as_bytes()) {
         roots.add(cert.map_err(|e| failed(address, format!("root: {e}")))?)?;
     }
+    if roots.is_empty() {
+        return Err(failed(address, "the root given holds no PEM certificate"));
+    }
     let mut config = crate::tls::client_builder_with_roots(roots)?.with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
     let name = ServerName::try_from(request.server_name.clone())

@@ -19,6 +19,7 @@ use std::time::Duration;
 use meshbench_role::RoleConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::ca_server_file::{bad, refuse_zero};
 use crate::istio_ca::{IstioCaCaller, IstioCaOptions, MAX_TOKEN_BYTES};
 use crate::spiffe::SpiffeId;
 use crate::{Error, CA_HANDSHAKE_TIMEOUT, DEFAULT_SVID_TTL};
@@ -56,14 +57,6 @@ meshbench_role::serde_defaults! {
     default_handshake_timeout: Duration = CA_HANDSHAKE_TIMEOUT,
 }
 
-fn bad(field: &'static str, value: String, reason: impl Into<String>) -> Error {
-    Error::InvalidName {
-        field,
-        value,
-        reason: reason.into(),
-    }
-}
-
 impl IstioCaFile {
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Self, Error> {
@@ -75,14 +68,10 @@ impl IstioCaFile {
     /// Refuses a zero lifetime or timeout, no callers, or an identity that is not a SPIFFE
     /// ID, naming the field.
     pub fn validate(&self) -> Result<(), Error> {
-        for (field, value) in [
+        refuse_zero(&[
             ("ttl", self.ttl),
             ("handshake_timeout", self.handshake_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(bad(field, "0s".into(), "must be longer than 0"));
-            }
-        }
+        ])?;
         if self.callers.is_empty() {
             return Err(bad("callers", "[]".into(), "name at least one caller"));
         }

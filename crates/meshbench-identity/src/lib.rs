@@ -21,6 +21,7 @@ mod rotation;
 mod spiffe;
 mod store;
 mod tls;
+mod tls_listener;
 mod verifier;
 
 pub use ca::{CertificateAuthority, IssueOptions, IssuedSvid, SignedSvid, DEFAULT_SVID_TTL};

@@ -129,6 +129,13 @@ pub fn combined_interval(terms: &[(f64, BlockEstimate)], level: f64) -> Option<I
         .iter()
         .map(|(c, e)| ((c * e.standard_error).powi(2), e.degrees_of_freedom))
         .collect();
+    welch_interval(estimate, &parts, level)
+}
+
+/// `estimate` +- t x the root of the summed variances of `parts` (variance, degrees of
+/// freedom), t at `level` with the degrees of freedom by Welch-Satterthwaite. `None` when the
+/// half-width is not finite.
+fn welch_interval(estimate: f64, parts: &[(f64, f64)], level: f64) -> Option<Interval> {
     let variance: f64 = parts.iter().map(|(v, _)| v).sum();
     let df = if variance > 0.0 {
         variance.powi(2) / parts.iter().map(|(v, df)| v * v / df).sum::<f64>()
@@ -139,7 +146,7 @@ pub fn combined_interval(terms: &[(f64, BlockEstimate)], level: f64) -> Option<I
         .ok()?
         .inverse_cdf(0.5 + level / 2.0);
     let half = t * variance.sqrt();
-    Some(Interval {
+    half.is_finite().then_some(Interval {
         estimate,
         low: estimate - half,
         high: estimate + half,
@@ -183,22 +190,7 @@ pub fn ratio_interval(
             )
         })
         .collect();
-    let variance: f64 = parts.iter().map(|(v, _)| v).sum();
-    let df = if variance > 0.0 {
-        variance.powi(2) / parts.iter().map(|(v, df)| v * v / df).sum::<f64>()
-    } else {
-        parts.iter().map(|(_, df)| df).sum()
-    };
-    let t = StudentsT::new(0.0, 1.0, df.max(1.0))
-        .ok()?
-        .inverse_cdf(0.5 + level / 2.0);
-    let half = t * variance.sqrt();
-    half.is_finite().then_some(Interval {
-        estimate: ratio,
-        low: ratio - half,
-        high: ratio + half,
-        level,
-    })
+    welch_interval(ratio, &parts, level)
 }
 
 /// The block length for the mean of `segments` (one series per cell): Politis and White's

@@ -293,6 +293,49 @@ mod tests {
             .collect()
     }
 
+    fn ztunnel_pod(env: &[(&str, &str)]) -> FoundPod {
+        FoundPod {
+            namespace: "istio-system".into(),
+            name: "ztunnel-x".into(),
+            labels: [("app".to_owned(), "ztunnel".to_owned())].into(),
+            images: [(ZTUNNEL_CONTAINER.to_owned(), "istio/ztunnel:1".to_owned())].into(),
+            env: [(
+                ZTUNNEL_CONTAINER.to_owned(),
+                env.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            )]
+            .into(),
+            ready: true,
+            node: "node-1".into(),
+        }
+    }
+
+    #[test]
+    fn ambient_s_ca_is_where_ztunnel_is_told_it_is() {
+        let mut found = Found::default();
+        assert_eq!(Istio { ambient: true }.identity_service(&found), None);
+        // The chart's defaults: istiod's service, its name, the default cluster.
+        found.node_agents.push(ztunnel_pod(&[]));
+        let service = Istio { ambient: true }.identity_service(&found).unwrap();
+        assert_eq!(service.address, "istiod.istio-system.svc:15012");
+        assert_eq!(service.server_name, "istiod.istio-system.svc");
+        assert_eq!(service.cluster_id, "Kubernetes");
+        assert_eq!(service.hbone_port_in_pod, Some(15008));
+        // An external istiod, as the test cluster runs it.
+        found.node_agents[0] = ztunnel_pod(&[
+            ("CA_ADDRESS", "https://10.77.0.1:15012"),
+            ("ALT_CA_HOSTNAME", "istiod.istio-system.svc"),
+            ("ISTIO_META_CLUSTER_ID", "east"),
+        ]);
+        let service = Istio { ambient: true }.identity_service(&found).unwrap();
+        assert_eq!(service.address, "10.77.0.1:15012");
+        assert_eq!(service.server_name, "istiod.istio-system.svc");
+        assert_eq!(service.cluster_id, "east");
+        // Sidecar mode names no CA the checks can ask.
+        assert_eq!(Istio { ambient: false }.identity_service(&found), None);
+    }
+
     #[test]
     fn istiod_is_found_in_its_pods_or_as_an_external_control_plane() {
         let mut found = Found {
@@ -313,7 +356,7 @@ mod tests {
                 "docker.io/istio/pilot:1.31.0".to_owned(),
             )]
             .into(),
-            env: BTreeMap::new(),
+            env: Default::default(),
             ready: true,
             node: "node-1".into(),
         });

@@ -198,8 +198,10 @@ fn serve_istio(config: &std::path::Path) -> anyhow::Result<()> {
 
 fn request_istio(a: RequestIstioArgs) -> anyhow::Result<()> {
     let read = |path: &std::path::Path| {
-        std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))
+        std::fs::read_to_string(path).map_err(|source| meshbench_identity::Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })
     };
     let request = meshbench_identity::IstioSvidRequest {
         address: a.address,
