@@ -159,8 +159,8 @@ fn welch_interval(estimate: f64, parts: &[(f64, f64)], level: f64) -> Option<Int
 /// baseline does in two added latencies). By the delta method: dR/dE_i = (a_i - R b_i) / Y,
 /// so the variance is the sum of those squared times each E_i's variance, with the degrees of
 /// freedom by Welch-Satterthwaite as in [`combined_interval`]. `None` when the lengths differ,
-/// Y is not above zero, or nothing is finite: a ratio over a denominator that may be zero has
-/// no interval.
+/// nothing is finite, or Y's own interval reaches zero (Fieller's condition): a ratio over a
+/// denominator that may be zero has no bounded interval.
 pub fn ratio_interval(
     estimates: &[BlockEstimate],
     numerator: &[f64],
@@ -176,6 +176,18 @@ pub fn ratio_interval(
     let dot = |c: &[f64]| -> f64 { c.iter().zip(estimates).map(|(c, e)| c * e.estimate).sum() };
     let (x, y) = (dot(numerator), dot(denominator));
     if y.is_nan() || y <= 0.0 || !x.is_finite() {
+        return None;
+    }
+    // Fieller's condition: where the denominator is not clearly above zero, the ratio's
+    // true interval is unbounded and the delta method's linearization would understate it
+    // (a noisy baseline subtracted from both sides makes any ratio look precise).
+    let denominator_parts: Vec<(f64, f64)> = estimates
+        .iter()
+        .zip(denominator)
+        .map(|(e, b)| ((b * e.standard_error).powi(2), e.degrees_of_freedom))
+        .collect();
+    let denominator_interval = welch_interval(y, &denominator_parts, level)?;
+    if denominator_interval.low <= 0.0 {
         return None;
     }
     let ratio = x / y;
@@ -430,6 +442,17 @@ mod tests {
         )
         .is_none());
         assert!(ratio_interval(&[ours], &[1.0, 0.0], &[0.0, 1.0], 0.95).is_none());
+        // A peer slower than the baseline by less than the baseline's own noise: the ratio's
+        // interval is unbounded (Fieller), so none is given.
+        let noisy_base = estimate(100.0, 60.0);
+        let slightly_slower = estimate(150.0, 5.0);
+        assert!(ratio_interval(
+            &[ours, slightly_slower, noisy_base],
+            &[1.0, 0.0, -1.0],
+            &[0.0, 1.0, -1.0],
+            0.95
+        )
+        .is_none());
     }
 
     #[test]
