@@ -12,6 +12,7 @@
 //! the ratios compare medians over the rounds, so one slow second of the machine cannot decide
 //! a comparison.
 
+mod pair;
 mod planes;
 mod ratios;
 mod ztunnel;
@@ -25,8 +26,8 @@ use meshbench_lab::{BuildInfo, ResourceSampler, SampleTarget, Sampled};
 use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_results::{BenchMeasurement, BenchReport, LoadReport, SCHEMA_VERSION};
 
+use pair::{PairContext, Pki, Tools};
 pub use planes::Plane;
-use planes::{PairContext, Pki, Tools};
 use ratios::RoundSeries;
 
 use crate::loadgen::{measurement, secs};
@@ -103,7 +104,7 @@ fn find_tools(opts: &DataplaneBenchOptions) -> Result<Tools, Error> {
 fn load(
     opts: &DataplaneBenchOptions,
     label: &str,
-    pair: &planes::Pair,
+    pair: &pair::Pair,
     model: LoadModel,
 ) -> Result<LoadReport, Error> {
     let mut spec = LoadSpec::new(format!("http://{}/", pair.entry), model);
@@ -147,7 +148,7 @@ fn errors(report: &LoadReport) -> u64 {
 /// Opens `n` keep-alive connections through the pair (from inside its namespace when it has
 /// one), one request each, and keeps them open while `measure` runs.
 fn with_open_connections<T>(
-    pair: &planes::Pair,
+    pair: &pair::Pair,
     n: u32,
     measure: impl FnOnce() -> T,
 ) -> Result<T, Error> {

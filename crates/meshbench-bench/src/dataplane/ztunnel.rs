@@ -25,7 +25,7 @@ use meshbench_identity::{IstioCaCallerFile, IstioCaFile};
 use meshbench_netlab::{run_in_netns, ScratchNetns};
 use meshbench_role::RoleConfig;
 
-use super::planes::{Pair, PairContext, Pki, NAMESPACE};
+use super::pair::{Pair, PairContext, Pki, NAMESPACE};
 use crate::process::{command_in, start_echo, Daemon};
 use crate::Error;
 
