@@ -327,7 +327,9 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
             let version = match plane {
                 Plane::Haproxy | Plane::HaproxyTcp => version_of(&tools.haproxy, &["-v"]),
                 Plane::Envoy | Plane::EnvoyTcp => version_of(&tools.envoy, &["--version"]),
-                Plane::ZtunnelLoop => version_of(&tools.ztunnel, &["version"]),
+                Plane::ZtunnelLoop => {
+                    ztunnel::short_version(&version_of(&tools.ztunnel, &["version"]))
+                }
                 _ => opts.build.version.clone(),
             };
             let (mut measured, round_series) = plane_measurements(opts, plane, &ctx, &version)?;

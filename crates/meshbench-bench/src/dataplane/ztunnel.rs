@@ -45,6 +45,29 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
+/// ztunnel's version for the report, from the first line `ztunnel version` prints
+/// (`version.BuildInfo{Version:"<commit>", ..., BuildProfile:"release", ...,
+/// CryptoProvider:"tls-aws-lc"}`): `<commit, 12> (release, tls-aws-lc)`; the line as it is
+/// where it has another shape.
+pub(crate) fn short_version(line: &str) -> String {
+    let field = |name: &str| {
+        let start = line.find(&format!("{name}:\""))? + name.len() + 2;
+        let len = line[start..].find('"')?;
+        Some(&line[start..start + len])
+    };
+    match (
+        field("Version"),
+        field("BuildProfile"),
+        field("CryptoProvider"),
+    ) {
+        (Some(version), Some(profile), Some(crypto)) => {
+            let short = version.get(..12).unwrap_or(version);
+            format!("{short} ({profile}, {crypto})")
+        }
+        _ => line.to_owned(),
+    }
+}
+
 /// ztunnel's own log (its access log included), kept over every start of the plane in the
 /// run: the record that each case's connections really crossed it.
 fn log_appending(path: &Path) -> Result<std::fs::File, Error> {
@@ -216,4 +239,17 @@ pub(crate) fn ztunnel_loop(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         _support: vec![ca, app],
         netns: Some(ns),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ztunnel_s_build_info_is_shortened_and_anything_else_kept() {
+        let line = r#"version.BuildInfo{Version:"62d826530e5ce85764e309170205b293efcbc80b", GitRevision:"unknown", RustVersion:"1.95.0", BuildProfile:"release", BuildStatus:"Clean", IstioVersion:"unknown", CryptoProvider:"tls-aws-lc"}"#;
+        assert_eq!(short_version(line), "62d826530e5c (release, tls-aws-lc)");
+        assert_eq!(short_version("unknown"), "unknown");
+        assert_eq!(short_version(r#"Version:"ab""#), r#"Version:"ab""#);
+    }
 }
