@@ -29,7 +29,9 @@ use meshbench_workload::{ExperimentOnce, WorkloadApp, WorkloadFile};
 
 use crate::application::{Application, COUNTER_A, COUNTER_B};
 use crate::placement::Placement;
-use crate::platform::{CellPlace, ClientServer, Entry, Instrument, Measured, Platform, Site};
+use crate::platform::{
+    CellPlace, ClientServer, Entry, Instrument, Measured, Platform, Site, WireRecording,
+};
 use crate::profile::{CapacityPlan, LoadPlan};
 use crate::{Error, LoadKind, PointPlan, Profile};
 use meshbench_stats::capacity::{next_step, trial_of, Next, Trial};
@@ -488,16 +490,19 @@ impl Runner {
                 self.load_spec(id, entry.url, marker, entry.client_tls),
             )),
         };
-        site.measure(&client, instrument, profile.sample_interval, marker)
+        let wire = marker.map(|marker| WireRecording {
+            marker,
+            server: cell.server,
+        });
+        site.measure(&client, instrument, profile.sample_interval, wire)
             .await
     }
 
-    /// Whether a cell records the link between nodes (`--capture-link`, inter-node cells). The
-    /// chain's hops do not carry the marker, so it is not captured: a capture that cannot see
-    /// the marker would prove nothing about it.
+    /// Whether a cell records its traffic (`--capture-link`, the placements the platform
+    /// records). The chain's hops do not carry the marker, so it is not captured: a capture
+    /// that cannot see the marker would prove nothing about it.
     fn captures_wire(&self, id: &CellId) -> bool {
-        self.platform.records_wire()
-            && id.placement == Placement::InterNode
+        self.platform.records_wire(id.placement)
             && self.profile.application != Application::CounterChain
     }
 

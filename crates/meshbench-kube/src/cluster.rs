@@ -28,6 +28,9 @@ pub struct KubeOptions {
     pub generators: u32,
     /// Told how far a cell of many pods has come (pods applied, ready), one line at a time.
     pub progress: Option<ProgressLine>,
+    /// Whether cells record their traffic where it reaches the server (see
+    /// `site::wire`), intra- and inter-node.
+    pub capture_wire: bool,
 }
 
 /// Where progress lines go (the CLI prints them on stderr).
@@ -40,6 +43,7 @@ pub struct KubePlatform {
     pub(crate) image: String,
     pub(crate) generators: u32,
     pub(crate) progress: Option<ProgressLine>,
+    pub(crate) capture_wire: bool,
     /// Labels every object of the run; part of the run's namespace names.
     pub(crate) run: String,
     pub(crate) server: String,
@@ -76,6 +80,7 @@ impl KubePlatform {
             work_dir: options.work_dir.clone(),
             generators: options.generators.max(1),
             progress: options.progress.clone(),
+            capture_wire: options.capture_wire,
             pki: None,
             installed,
         })

@@ -42,6 +42,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Mesh(#[from] meshbench_meshes::Error),
+    #[error("the cell's wire capture: {0}")]
+    Wire(#[from] meshbench_netlab::Error),
     #[error("{path}: {source}")]
     Io {
         path: std::path::PathBuf,

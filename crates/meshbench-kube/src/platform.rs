@@ -84,6 +84,12 @@ impl Platform for KubePlatform {
         Ok(())
     }
 
+    /// Within a node too: the server pod's interface is recorded, and ambient documents that
+    /// same-node traffic is encrypted as well.
+    fn records_wire(&self, _placement: meshbench_experiment::Placement) -> bool {
+        self.capture_wire
+    }
+
     /// A mesh without a Kubernetes flavour yet; the binaries of the rest are in the image.
     fn unavailable(&self, mesh: Scenario) -> Option<UnavailableScenario> {
         if let Some(installed) = self.installed.get(mesh.name()) {
@@ -171,13 +177,6 @@ impl Platform for KubePlatform {
         cell: CellPlace<'a>,
     ) -> BoxFuture<'a, Result<Box<dyn Site<'a> + 'a>, SiteError>> {
         Box::pin(async move {
-            if cell.capture_wire {
-                return Err(Error::Unsupported {
-                    what: "--capture-link".into(),
-                    why: "recording the wire between nodes needs access to the nodes".into(),
-                }
-                .into());
-            }
             let site = self.realize_topology(cell.topology, cell.dir).await?;
             Ok(Box::new(site) as Box<dyn Site<'a> + 'a>)
         })

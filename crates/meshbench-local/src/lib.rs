@@ -20,9 +20,10 @@ use meshbench_topology::{Pod, Topology};
 use meshbench_workload::{WorkloadApp, WorkloadFile};
 
 use meshbench_experiment::platform::{
-    CellPlace, ClientServer, Entry, Instrument, Measured, Platform, Site, SiteError, LIVE_SERIES,
+    CellPlace, ClientServer, Entry, Instrument, Measured, Platform, Site, SiteError, WireRecording,
+    LIVE_SERIES,
 };
-use meshbench_experiment::{Application, Error, Profile};
+use meshbench_experiment::{Application, Error, Placement, Profile};
 use meshbench_policy::Policy;
 
 /// A failure of the lab's network, which says itself whether it is bad input (not root, a
@@ -98,8 +99,9 @@ impl Platform for LocalLab {
         Some(self.options.pin)
     }
 
-    fn records_wire(&self) -> bool {
-        self.options.capture_link
+    /// Only the link between nodes is recorded: within a node there is no link.
+    fn records_wire(&self, placement: Placement) -> bool {
+        self.options.capture_link && placement == Placement::InterNode
     }
 
     fn check(&self, profile: &Profile) -> Result<(), Error> {
@@ -316,8 +318,9 @@ impl<'a> Site<'a> for LocalSite<'a> {
         client: &'b Pod,
         instrument: Instrument,
         sample_interval: Duration,
-        marker: Option<&'b str>,
+        wire: Option<WireRecording<'b>>,
     ) -> BoxFuture<'b, Result<Measured, SiteError>> {
+        let marker = wire.map(|w| w.marker);
         Box::pin(async move {
             let command = self.instrument_command(instrument)?;
             let capture = match marker {
@@ -428,22 +431,13 @@ fn observation(
     out_dir: &Path,
     marker: &str,
 ) -> WireObservation {
-    WireObservation {
-        link,
-        pcap: pcap.map_or_else(String::new, |pcap| {
-            pcap.strip_prefix(out_dir)
-                .unwrap_or(pcap)
-                .display()
-                .to_string()
-        }),
-        packets: report.packets,
-        connections: report.flows.len() as u32,
-        tls_connections: report.tls_connections(),
-        marker: marker.to_owned(),
-        marker_seen: report.marker_seen(),
-        tls_versions: report.tls_versions(),
-        cipher_suites: report.cipher_suites(),
-    }
+    let pcap = pcap.map_or_else(String::new, |pcap| {
+        pcap.strip_prefix(out_dir)
+            .unwrap_or(pcap)
+            .display()
+            .to_string()
+    });
+    report.observation(link, pcap, marker)
 }
 
 /// Removes a cell's cgroups (killing anything left in them) when the cell ends, however.

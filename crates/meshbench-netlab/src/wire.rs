@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+use meshbench_results::WireObservation;
 
 use crate::command::has_tool;
 use crate::Error;
@@ -261,6 +262,22 @@ impl WireReport {
     /// The cipher suites the connections negotiated, each once, sorted.
     pub fn cipher_suites(&self) -> Vec<String> {
         distinct(self.flows.iter().filter_map(|f| f.cipher_suite.clone()))
+    }
+
+    /// The report as results keep it: recorded at `link` into `pcap` (relative to the result
+    /// directory, empty where nothing was written), judged for `marker`.
+    pub fn observation(&self, link: String, pcap: String, marker: &str) -> WireObservation {
+        WireObservation {
+            link,
+            pcap,
+            packets: self.packets,
+            connections: self.flows.len() as u32,
+            tls_connections: self.tls_connections(),
+            marker: marker.to_owned(),
+            marker_seen: self.marker_seen(),
+            tls_versions: self.tls_versions(),
+            cipher_suites: self.cipher_suites(),
+        }
     }
 
     /// The same report without connections to or from `port` (e.g. the control plane's).

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use meshbench_experiment::platform::{Platform, Site};
 use meshbench_identity::ClientTlsFiles;
-use meshbench_kube::{KubeOptions, KubePlatform, KubeSite};
+use meshbench_kube::{KubeOptions, KubePlatform, KubeSite, CAPTURE_WAIT, POD_INTERFACE};
 use meshbench_lab::BuildInfo;
 use meshbench_meshes::{IdentityService, Ports, Scenario, CONFIG_DIR_IN_POD, POD_PKI_DIR};
 use meshbench_results::{IdentityCheck, VerifyReport};
@@ -35,10 +35,6 @@ use crate::identity::{
 use crate::probe::{observation, probe_request};
 use crate::Error;
 
-/// The interface of a pod on every CNI: the verifier records it inside the pod.
-const POD_INTERFACE: &str = "eth0";
-/// How long a capture may take to start listening, and to finish once stopped.
-const CAPTURE_WAIT: Duration = Duration::from_secs(30);
 /// Bound on a probe (the app's own call to the target is bounded at 3 s).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A capture's own bound, should the verifier never stop it.

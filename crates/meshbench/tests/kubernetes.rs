@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use meshbench_testkit::{assert_success, require_cluster, require_tool, run_ok, wait_for};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const IMAGE: &str = "docker.io/library/meshbench:under-test";
 
@@ -357,7 +357,8 @@ fn e3s_experimenter_and_e4s_chain_run_on_the_cluster_through_the_mesh() {
         let path = dir.path().join(format!("{name}.yaml"));
         std::fs::write(&path, spec).unwrap();
         let out = dir.path().join(name);
-        let mut command = cluster.run(&out, &["--spec"]);
+        // E3's cells record their wire (the chain carries no marker, so E4's do not).
+        let mut command = cluster.run(&out, &["--capture-link", "--spec"]);
         command.arg(&path);
         assert_success(&command.output().unwrap());
         (results(&out), out)
@@ -405,6 +406,34 @@ fn e3s_experimenter_and_e4s_chain_run_on_the_cluster_through_the_mesh() {
                 "an agent on each node: {components:?}"
             ),
             _ => {}
+        }
+        // On the wire: the marker in clear without a mesh; with ours, only TLS 1.3, at the
+        // calculator's interface (the sidecar) or on the link between the agents' nodes.
+        let wire = &cell["wire"];
+        let pcap = out.join(wire["pcap"].as_str().unwrap());
+        assert!(pcap.metadata().unwrap().len() > 24, "{scenario}: {wire}");
+        assert!(
+            wire["connections"].as_u64().unwrap() > 0,
+            "{scenario}: {wire}"
+        );
+        if scenario == "baseline" {
+            assert_eq!(wire["marker_seen"], true, "{scenario}: {wire}");
+            continue;
+        }
+        assert_eq!(wire["marker_seen"], false, "{scenario}: {wire}");
+        assert_eq!(
+            wire["tls_connections"], wire["connections"],
+            "{scenario}: {wire}"
+        );
+        assert_eq!(
+            wire["tls_versions"],
+            json!(["TLSv1.3"]),
+            "{scenario}: {wire}"
+        );
+        let link = wire["link"].as_str().unwrap();
+        match scenario {
+            "meshbench-node-agent" => assert!(link.contains("'s link toward"), "{link}"),
+            _ => assert!(link.starts_with("calculator-1's pod interface"), "{link}"),
         }
     }
     // E3's own answer (every RTT) is kept beside the load report.
@@ -813,24 +842,52 @@ fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
     let spec = dir.path().join("ambient.yaml");
     std::fs::write(
         &spec,
-        "name: ambient-run\nscenarios: [baseline, istio-ambient]\nplacements: [inter-node]\n\
+        "name: ambient-run\nscenarios: [baseline, istio-ambient]\nplacements: [intra-node, inter-node]\n\
          load:\n  model: constant-rate\n  points: [{ rps: 100, connections: 4 }]\nduration: 6s\n",
     )
     .unwrap();
     let out = dir.path().join("run");
     let output = cluster
-        .run(&out, &["--spec", spec.to_str().unwrap()])
+        .run(&out, &["--capture-link", "--spec", spec.to_str().unwrap()])
         .output()
         .unwrap();
     assert_success(&output);
     let r = results(&out);
+    // On the wire at the server pod's interface, between nodes and within one: HBONE, TLS 1.3
+    // to ztunnel's port 15008, the marker never in clear; without a mesh, the marker in clear.
+    for cell in r["cells"].as_array().unwrap() {
+        let (scenario, wire) = (cell["scenario"].as_str().unwrap(), &cell["wire"]);
+        let label = format!("{scenario} {}: {wire}", cell["placement"]);
+        assert!(wire["connections"].as_u64().unwrap() > 0, "{label}");
+        assert!(wire["link"]
+            .as_str()
+            .unwrap()
+            .starts_with("echo-server-1's pod interface"));
+        if scenario == "baseline" {
+            assert_eq!(wire["marker_seen"], true, "{label}");
+            continue;
+        }
+        assert_eq!(wire["marker_seen"], false, "{label}");
+        assert_eq!(wire["tls_connections"], wire["connections"], "{label}");
+        assert_eq!(wire["tls_versions"], json!(["TLSv1.3"]), "{label}");
+        let pcap = out.join(wire["pcap"].as_str().unwrap());
+        let report = meshbench_netlab::analyze_pcap(&pcap, b"no-such-marker").unwrap();
+        assert!(
+            report
+                .flows
+                .iter()
+                .any(|f| f.server.port() == 15008 && f.tls),
+            "{label}: {:?}",
+            report.flows
+        );
+    }
     let cell = r["cells"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["scenario"] == "istio-ambient")
+        .find(|c| c["scenario"] == "istio-ambient" && c["placement"] == "inter-node")
         .cloned()
-        .expect("an istio-ambient cell");
+        .expect("an inter-node istio-ambient cell");
     let outcomes: Vec<&String> = cell["load"]["outcomes"]
         .as_object()
         .unwrap()

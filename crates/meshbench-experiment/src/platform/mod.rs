@@ -46,8 +46,16 @@ pub struct CellPlace<'a> {
     pub topology: &'a Topology,
     /// The cell's directory in the results.
     pub dir: &'a Path,
-    /// Whether the cell records the traffic between the nodes.
+    /// Whether the cell records its traffic on the wire (see [`Platform::records_wire`]).
     pub capture_wire: bool,
+}
+
+/// What a cell's wire recording needs: the marker every request carries, and the pod the
+/// requests go to.
+#[derive(Clone, Copy)]
+pub struct WireRecording<'a> {
+    pub marker: &'a str,
+    pub server: &'a Pod,
 }
 
 /// The client, the server and the service in front of it: a cell's two-pod part.
@@ -95,9 +103,11 @@ pub trait Platform {
         None
     }
 
-    /// Whether inter-node cells record the wire between the nodes (the local lab, asked
-    /// to); such a cell's `CellPlace::capture_wire` is set and its requests carry a marker.
-    fn records_wire(&self) -> bool {
+    /// Whether cells of `placement` record their traffic on the wire (the local lab asked
+    /// to: the link between nodes; a cluster asked to: where the server's traffic arrives,
+    /// on one node too); such a cell's `CellPlace::capture_wire` is set and its requests
+    /// carry a marker.
+    fn records_wire(&self, _placement: crate::Placement) -> bool {
         false
     }
 
@@ -168,14 +178,14 @@ pub trait Site<'a> {
     fn enroll(&mut self, mesh: Scenario) -> BoxFuture<'_, Result<(), SiteError>>;
 
     /// Runs `instrument` in `client` to its end, sampling every component every
-    /// `sample_interval`; with `marker`, records the wire between the nodes and whether the
-    /// marker crossed it in plaintext. Stops every component afterwards.
+    /// `sample_interval`; with `wire`, records the traffic toward its server and whether the
+    /// marker crossed the wire in plaintext. Stops every component afterwards.
     fn measure<'b>(
         &'b mut self,
         client: &'b Pod,
         instrument: Instrument,
         sample_interval: std::time::Duration,
-        marker: Option<&'b str>,
+        wire: Option<WireRecording<'b>>,
     ) -> BoxFuture<'b, Result<Measured, SiteError>>;
 
     /// Removes what the cell created and keeps its outputs in the cell's directory.

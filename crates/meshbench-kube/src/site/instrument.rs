@@ -16,11 +16,11 @@ use std::time::Duration;
 use futures::future::try_join_all;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use meshbench_experiment::platform::Measured;
+use meshbench_experiment::platform::{Measured, WireRecording};
 use meshbench_loadgen::{LoadModel, LoadSpec};
 use meshbench_meshes::{PodAdditions, CONFIG_DIR_IN_POD};
 use meshbench_results::SampleSeries;
-use meshbench_results::{ComponentResources, LoadReport, MachineCpu};
+use meshbench_results::{ComponentResources, LoadReport, MachineCpu, WireObservation};
 use meshbench_role::RoleConfig;
 use meshbench_topology::Pod as TopologyPod;
 use meshbench_workload::{WorkloadApp, WorkloadFile};
@@ -56,6 +56,8 @@ struct InstrumentPod {
 struct Finished {
     pods: Vec<(CreatedPod, String)>,
     readings: Readings,
+    /// The cell's wire, when it was recorded.
+    wire: Option<WireObservation>,
     /// Each node read: its CPUs and its kernel's boot id, from its Node object.
     nodes: Vec<NodeFacts>,
 }
@@ -75,6 +77,7 @@ impl KubeSite<'_> {
         client: &TopologyPod,
         mut spec: LoadSpec,
         sample_interval: Duration,
+        wire: Option<WireRecording<'_>>,
     ) -> Result<Measured, Error> {
         spec.output = meshbench_loadgen::LoadOutput {
             stdout_json: true,
@@ -106,7 +109,14 @@ impl KubeSite<'_> {
             })
             .collect();
         let finished = self
-            .run_instrument(client, "load-generator", pods, budget, sample_interval)
+            .run_instrument(
+                client,
+                "load-generator",
+                pods,
+                budget,
+                sample_interval,
+                wire,
+            )
             .await?;
         let several = finished.pods.len() > 1;
         let mut reports = vec![];
@@ -141,6 +151,7 @@ impl KubeSite<'_> {
         client: &TopologyPod,
         mut file: WorkloadFile,
         sample_interval: Duration,
+        wire: Option<WireRecording<'_>>,
     ) -> Result<Measured, Error> {
         let gate = self.instrument_waits_for_agents();
         let WorkloadApp::Experimenter {
@@ -170,6 +181,7 @@ impl KubeSite<'_> {
                 pods,
                 EXPERIMENT_BUDGET,
                 sample_interval,
+                wire,
             )
             .await?;
         let (pod, log) = &finished.pods[0];
@@ -206,7 +218,7 @@ impl KubeSite<'_> {
         Ok(Measured {
             load,
             resources,
-            wire: None,
+            wire: finished.wire.clone(),
             machines,
         })
     }
@@ -238,7 +250,8 @@ impl KubeSite<'_> {
 
     /// Creates the instrument's pods (as `role`, with what the mesh adds to the client's
     /// workload), starts the node agents that wait for them, and runs them to their end
-    /// (`budget` plus a grace) while every container of the cell is sampled.
+    /// (`budget` plus a grace) while every container of the cell is sampled and, with
+    /// `wire`, its traffic recorded from before the instrument's first request.
     async fn run_instrument(
         &mut self,
         client: &TopologyPod,
@@ -246,7 +259,15 @@ impl KubeSite<'_> {
         pods: Vec<InstrumentPod>,
         budget: Duration,
         sample_interval: Duration,
+        wire: Option<WireRecording<'_>>,
     ) -> Result<Finished, Error> {
+        let limit = budget + INSTRUMENT_GRACE;
+        let gated = self.instrument_waits_for_agents();
+        let mut capture = None;
+        if let Some(wire) = wire.as_ref().filter(|_| !gated) {
+            let place = self.wire_place(client, wire)?;
+            capture = Some(self.start_capture(place, wire.marker, limit).await?);
+        }
         let additions = self.instrument_additions(client)?;
         let credentials = self.credentials(&credentials_of(client, &additions))?;
         // Where the instrument is not one end of the placement (E4's chain measures counters),
@@ -292,6 +313,12 @@ impl KubeSite<'_> {
                         .await?
                 }
             }
+            // Our node agents' link can be recorded only once they run, and the instrument
+            // sends nothing before its gate opens.
+            if let Some(wire) = &wire {
+                let place = self.wire_place(client, wire)?;
+                capture = Some(self.start_capture(place, wire.marker, limit).await?);
+            }
             self.open_gates(&created).await?;
         }
         let targets = self
@@ -315,14 +342,19 @@ impl KubeSite<'_> {
             .collect();
         let interval = sample_interval.max(MIN_SAMPLE_INTERVAL);
         let sampler = SummarySampler::start(self.client(), targets, interval);
-        let limit = budget + INSTRUMENT_GRACE;
         let finished = try_join_all(created.iter().map(|p| {
             let api = Api::<Pod>::namespaced(self.client(), &p.namespace);
             async move { pods::wait(&api, &p.name, Until::Succeeded, limit).await }
         }))
         .await;
         let readings = sampler.finish().await;
+        // Stopped whether the instrument succeeded or not; its failure is the one told.
+        let wire = match capture {
+            Some(capture) => Some(self.finish_capture(capture).await),
+            None => None,
+        };
         finished?;
+        let wire = wire.transpose()?;
         let mut logs = vec![];
         for pod in created {
             let api = Api::<Pod>::namespaced(self.client(), &pod.namespace);
@@ -341,6 +373,7 @@ impl KubeSite<'_> {
         Ok(Finished {
             pods: logs,
             readings,
+            wire,
             nodes,
         })
     }

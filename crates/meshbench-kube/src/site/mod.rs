@@ -7,6 +7,9 @@
 //! to exec in), and everything of the cell deleted when it finishes or is dropped.
 
 mod instrument;
+mod wire;
+
+pub use wire::{CAPTURE_WAIT, POD_INTERFACE};
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -17,7 +20,9 @@ use futures::future::try_join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, HostAlias, Pod, Secret, Service};
 use kube::{Api, Client};
-use meshbench_experiment::platform::{ClientServer, Entry, Instrument, Measured, Site, SiteError};
+use meshbench_experiment::platform::{
+    ClientServer, Entry, Instrument, Measured, Site, SiteError, WireRecording,
+};
 use meshbench_identity::{CaServerFile, ServerTlsFiles};
 use meshbench_meshes::{
     identity_files, BoxFuture, ClusterCell, ClusterMesh, ClusterSite, FoundPod, IdentityService,
@@ -1119,15 +1124,15 @@ impl<'a> Site<'a> for KubeSite<'a> {
         client: &'b TopologyPod,
         instrument: Instrument,
         sample_interval: Duration,
-        _marker: Option<&'b str>,
+        wire: Option<WireRecording<'b>>,
     ) -> BoxFuture<'b, Result<Measured, SiteError>> {
         Box::pin(async move {
             match instrument {
-                Instrument::Load(spec) => {
-                    Ok(self.run_generator(client, *spec, sample_interval).await?)
-                }
+                Instrument::Load(spec) => Ok(self
+                    .run_generator(client, *spec, sample_interval, wire)
+                    .await?),
                 Instrument::Experimenter(file) => Ok(self
-                    .run_experimenter(client, *file, sample_interval)
+                    .run_experimenter(client, *file, sample_interval, wire)
                     .await?),
             }
         })

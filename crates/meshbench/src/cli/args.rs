@@ -153,14 +153,17 @@ fn at_least_one_u32(value: &str) -> Result<u32, String> {
 
 impl KubeArgs {
     /// Connects to the cluster; every object the run creates is labelled with `run`, and its
-    /// identities are kept under `work_dir` while it runs.
+    /// identities are kept under `work_dir` while it runs; with `capture_wire`, each cell's
+    /// traffic is recorded.
     pub async fn connect(
         &self,
         run: &str,
         work_dir: &std::path::Path,
+        capture_wire: bool,
     ) -> anyhow::Result<meshbench_kube::KubePlatform> {
         let options = meshbench_kube::KubeOptions {
             generators: self.generators,
+            capture_wire,
             progress: Some(std::sync::Arc::new(|line: &str| eprintln!("  {line}"))),
             ..self.target.options(work_dir)
         };

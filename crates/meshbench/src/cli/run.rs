@@ -39,9 +39,11 @@ pub struct RunArgs {
     /// Pin the load generator to CPU 0 and the system under test to the other CPUs.
     #[arg(long)]
     pin: bool,
-    /// Record the link between nodes during inter-node cells and whether traffic was TLS and
-    /// the request marker leaked: tcpdump on the link (netns backend), or recording relays
-    /// in the path (loopback backend; they add their own latency).
+    /// Record the traffic and whether it was TLS and the request marker leaked: tcpdump on the
+    /// link between nodes during inter-node cells (netns backend), recording relays in the
+    /// path (loopback backend; they add their own latency), or, on a cluster, a capture in
+    /// the server pod (our node agent's link in its agent pod) during every cell, its first
+    /// 8 MiB kept.
     #[arg(long)]
     capture_link: bool,
     /// Measured duration of every cell, instead of the profile's.
@@ -85,13 +87,6 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         .worker_threads(1)
         .enable_all()
         .build()?;
-    if target == RunBackend::Kubernetes && a.capture_link {
-        return Err(BadInput(
-            "--capture-link: recording the wire between nodes needs the local lab's nodes (--backend netns)"
-                .into(),
-        )
-        .into());
-    }
     let options = |out_dir: &Path| RunOptions {
         out_dir: out_dir.to_owned(),
         build: super::build_info(),
@@ -109,8 +104,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         let runner = match target {
             RunBackend::Lab(_) => Runner::resume_on(local_lab(dir)?, options(dir))?,
             RunBackend::Kubernetes => {
-                let platform =
-                    runtime.block_on(a.kube.connect(&meshbench_netlab::new_lab_id(), dir))?;
+                let platform = runtime.block_on(a.kube.connect(
+                    &meshbench_netlab::new_lab_id(),
+                    dir,
+                    a.capture_link,
+                ))?;
                 Runner::resume_on(Box::new(platform), options(dir))?
             }
         };
@@ -137,8 +135,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         RunBackend::Lab(_) => Runner::on(local_lab(&out_dir)?, profile, options(&out_dir))?,
         RunBackend::Kubernetes => {
             std::fs::create_dir_all(&out_dir)?;
-            let platform =
-                runtime.block_on(a.kube.connect(&meshbench_netlab::new_lab_id(), &out_dir))?;
+            let platform = runtime.block_on(a.kube.connect(
+                &meshbench_netlab::new_lab_id(),
+                &out_dir,
+                a.capture_link,
+            ))?;
             Runner::on(Box::new(platform), profile, options(&out_dir))?
         }
     };

@@ -1,0 +1,247 @@
+//! A cell's wire on a cluster (`run --capture-link`): `meshbench wire capture` exec'd, through
+//! the API server, where the cell's protected hop arrives, recording while the instrument
+//! runs, its pcap judged for the request marker and for TLS.
+//!
+//! Where that is: the server pod's own interface, which every byte to the pod crosses. A
+//! sidecar's mTLS, the app's own TLS and ambient's HBONE (in-pod redirection brings ztunnel's
+//! tunnel to the pod's interface) all arrive there, from another node or from the same one.
+//! Our node agent is the exception: it tunnels between nodes and hands the pod plaintext on
+//! its own node, so its cells are recorded in the client node's agent pod, on the link toward
+//! the server's node (its loopback when both are on one node), and only the connections
+//! between the cell's addresses are judged.
+//!
+//! The capture is bounded in bytes: the handshakes come first and every request carries the
+//! marker, so its first megabytes are the evidence, and a longer capture would only load the
+//! server's node (and the API server) during the measurement.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use meshbench_experiment::platform::WireRecording;
+use meshbench_results::WireObservation;
+use meshbench_topology::Pod as TopologyPod;
+
+use super::{node_agent_pod, KubeSite};
+use crate::exec::RunningExec;
+use crate::Error;
+
+/// The interface of a pod on every CNI.
+pub const POD_INTERFACE: &str = "eth0";
+/// How long a capture may take to start listening, and to finish once stopped.
+pub const CAPTURE_WAIT: Duration = Duration::from_secs(30);
+/// The most of a cell's traffic kept: the handshakes and thousands of requests.
+const CAPTURE_BYTES: &str = "8MiB";
+/// The link-local source a mesh may give the kubelet's probes (ambient's 169.254.7.127):
+/// probes are the node's, not the cell's traffic.
+fn from_the_node(ip: IpAddr, node: Option<IpAddr>) -> bool {
+    Some(ip) == node
+        || match ip {
+            IpAddr::V4(v4) => v4.is_link_local(),
+            IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+        }
+}
+
+/// Where a cell's wire is recorded, and which of its connections are the cell's.
+pub(super) struct WirePlace {
+    /// The topology pod (or node agent pod) the capture is exec'd in.
+    pod: String,
+    /// How `meshbench wire capture` picks its interface.
+    args: Vec<String>,
+    /// Where, in words, for the results.
+    description: String,
+    /// Only connections to this address (the server pod's interface) ...
+    server: Option<IpAddr>,
+    /// ... or only connections between these addresses (a node's link).
+    between: Option<Vec<IpAddr>>,
+    /// The server's node, whose own connections to the pod (the kubelet's probes) are left out.
+    server_node: Option<IpAddr>,
+}
+
+/// A capture running while the instrument does.
+pub(super) struct RunningCapture {
+    place: WirePlace,
+    exec: RunningExec,
+    stop_file: String,
+    marker: String,
+}
+
+impl KubeSite<'_> {
+    /// Whether the cell's path is our node agents' tunnel between nodes.
+    fn our_agents_carry(&self) -> bool {
+        self.installed.is_none()
+            && self
+                .enrolled
+                .as_ref()
+                .is_some_and(|e| e.mesh.enrollment() == meshbench_meshes::Enrollment::AgentPerNode)
+    }
+
+    /// Where `wire` is recorded for a cell whose instrument runs in `client`'s workload; the
+    /// server pod (and, for our node agent, its agent pods) must be running.
+    pub(super) fn wire_place(
+        &self,
+        client: &TopologyPod,
+        wire: &WireRecording<'_>,
+    ) -> Result<WirePlace, Error> {
+        let server = wire.server;
+        let address = |what: &str, ip: Option<IpAddr>| {
+            ip.ok_or_else(|| Error::Unsupported {
+                what: format!("recording the wire of {what}"),
+                why: "the cluster gave it no address".into(),
+            })
+        };
+        let server_ip = address(&server.name, self.pod_ip(&server.name))?;
+        let server_node = self.host_ip(&server.name);
+        if self.our_agents_carry() {
+            let node = &client.workload.node;
+            let toward = address(&format!("{}'s node", server.name), server_node)?;
+            let from_node = self.host_ip(&node_agent_pod(node));
+            let loopback = client.workload.node == server.workload.node;
+            return Ok(WirePlace {
+                pod: node_agent_pod(node),
+                args: vec!["--toward".into(), toward.to_string()],
+                description: match loopback {
+                    true => format!(
+                        "{node}'s loopback, where its node agent tunnels to itself (recorded \
+                         in its agent's pod through the API server)"
+                    ),
+                    false => format!(
+                        "{node}'s link toward {toward} (recorded in its node agent's pod \
+                         through the API server)"
+                    ),
+                },
+                server: None,
+                between: Some(
+                    [from_node, Some(toward), Some(server_ip)]
+                        .into_iter()
+                        .flatten()
+                        .collect(),
+                ),
+                server_node: None,
+            });
+        }
+        Ok(WirePlace {
+            pod: server.name.clone(),
+            args: vec!["--interface".into(), POD_INTERFACE.into()],
+            description: format!(
+                "{}'s pod interface ({POD_INTERFACE}, recorded inside the pod through the API \
+                 server; its node's own probes left out)",
+                server.name
+            ),
+            server: Some(server_ip),
+            between: None,
+            server_node,
+        })
+    }
+
+    /// Starts recording `place` for a cell whose requests carry `marker`, bounded by
+    /// `budget` should it never be stopped.
+    pub(super) async fn start_capture(
+        &self,
+        place: WirePlace,
+        marker: &str,
+        budget: Duration,
+    ) -> Result<RunningCapture, Error> {
+        let stop_file = format!("/tmp/meshbench-capture-{}.stop", self.id);
+        let mut command: Vec<String> = ["meshbench", "wire", "capture", "--stop-file", &stop_file]
+            .map(str::to_owned)
+            .to_vec();
+        command.extend(place.args.iter().cloned());
+        command.extend([
+            "--max-duration".into(),
+            format!("{}s", budget.as_secs().max(1)),
+            "--max-bytes".into(),
+            CAPTURE_BYTES.into(),
+        ]);
+        let exec = self
+            .start_exec(&place.pod, command, "listening on", CAPTURE_WAIT)
+            .await?;
+        Ok(RunningCapture {
+            place,
+            exec,
+            stop_file,
+            marker: marker.to_owned(),
+        })
+    }
+
+    /// Stops `capture`, keeps its pcap as `wire.pcap` in the cell's directory and judges the
+    /// cell's connections in it.
+    pub(super) async fn finish_capture(
+        &self,
+        capture: RunningCapture,
+    ) -> Result<WireObservation, Error> {
+        let RunningCapture {
+            place,
+            exec,
+            stop_file,
+            marker,
+        } = capture;
+        // A capture already ended by its byte budget has removed nothing: making the file
+        // is harmless, and the capture removes it when it stops by it.
+        let mark = self
+            .exec_ok(
+                &place.pod,
+                vec!["meshbench".into(), "wire".into(), "mark".into(), stop_file],
+                CAPTURE_WAIT,
+            )
+            .await;
+        let captured = exec.finish(CAPTURE_WAIT).await?;
+        mark?;
+        let captured = captured.succeeded(&place.pod, "meshbench wire capture")?;
+        let pcap = self.cell_dir.join("wire.pcap");
+        std::fs::write(&pcap, &captured.stdout).map_err(|source| Error::Io {
+            path: pcap.clone(),
+            source,
+        })?;
+        let mut report = meshbench_netlab::analyze_pcap(&pcap, marker.as_bytes())?;
+        report
+            .flows
+            .retain(|f| match (&place.server, &place.between) {
+                (Some(server), _) => {
+                    f.server.ip() == *server && !from_the_node(f.client.ip(), place.server_node)
+                }
+                (None, Some(between)) => {
+                    between.contains(&f.client.ip()) && between.contains(&f.server.ip())
+                }
+                (None, None) => true,
+            });
+        let mut link = place.description;
+        if captured.stderr.contains("ended by its bytes budget") {
+            link.push_str(&format!("; its first {CAPTURE_BYTES}"));
+        }
+        Ok(report.observation(link, relative_to_results(&self.cell_dir, &pcap), &marker))
+    }
+}
+
+/// `file` (in the cell's directory `cell_dir`, itself `<results>/cells/<cell>`) relative to
+/// the result directory, as results name files.
+fn relative_to_results(cell_dir: &Path, file: &Path) -> String {
+    let results = cell_dir.ancestors().nth(2).unwrap_or(cell_dir);
+    file.strip_prefix(results)
+        .unwrap_or(file)
+        .display()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nodes_own_probes_are_not_the_cells_traffic() {
+        let node: IpAddr = "10.0.0.2".parse().unwrap();
+        assert!(from_the_node(node, Some(node)));
+        assert!(from_the_node("169.254.7.127".parse().unwrap(), Some(node)));
+        assert!(from_the_node("fe80::1".parse().unwrap(), None));
+        assert!(!from_the_node("10.244.1.5".parse().unwrap(), Some(node)));
+    }
+
+    #[test]
+    fn a_cells_pcap_is_named_from_the_result_directory() {
+        let cell = Path::new("/r/run-1/cells/baseline-inter-node-1");
+        assert_eq!(
+            relative_to_results(cell, &cell.join("wire.pcap")),
+            "cells/baseline-inter-node-1/wire.pcap"
+        );
+    }
+}
