@@ -82,6 +82,10 @@ pub struct ImageOptions {
     /// The program the container runs and its arguments (the image's `Entrypoint` and
     /// `Cmd`); meshbench, without arguments, when `None`.
     pub entrypoint: Option<(String, Vec<String>)>,
+    /// The numeric `UID[:GID]` the container runs as (the image's `User`); root when `None`.
+    /// Upstream images that run as a user (Istio's pilot, 1337) need it: a pod that asks
+    /// for `runAsNonRoot` refuses an image that would run as root.
+    pub user: Option<String>,
     /// `name:tag`, with a registry host in front or not.
     pub reference: String,
     /// The archive to write (replaced atomically).
@@ -228,6 +232,9 @@ pub fn build_image(options: &ImageOptions) -> Result<BuiltImage, Error> {
         .working_dir("/".to_owned());
     if !cmd.is_empty() {
         runs = runs.cmd(cmd);
+    }
+    if let Some(user) = &options.user {
+        runs = runs.user(user.clone());
     }
     let config = ImageConfigurationBuilder::default()
         .architecture(arch())

@@ -189,9 +189,12 @@ fn a_third_party_program_runs_from_where_its_upstream_image_puts_it() {
             "/opt/tool/bin/tool",
             "--arg",
             "--null",
+            "--user",
+            "1337:1337",
         ],
     );
     let (config, rootfs) = unpack(&archive, dir.path());
+    assert_eq!(config["config"]["User"], "1337:1337");
     assert_eq!(
         config["config"]["Entrypoint"],
         serde_json::json!(["/opt/tool/bin/tool"])
@@ -227,6 +230,9 @@ fn a_file_placed_outside_the_images_root_is_refused_as_bad_input() {
         ["--file", "/bin/sh"],
         ["--alias", "relative=/bin/sh"],
         ["--entrypoint", "bin/sh"],
+        ["--user", "istio"],
+        ["--user", "1337:"],
+        ["--user", "-1"],
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
             .args(["image", "build", "--out"])

@@ -832,8 +832,13 @@ fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
             .arg(&cluster.kubeconfig),
     );
     let detected = String::from_utf8_lossy(&detect.stdout);
+    // istiod's version from its pod's image (it runs in the cluster, as Istio's chart puts it).
     assert!(
-        detected.contains("istio-ambient    installed: mode ambient (ztunnel 62d826530e5c"),
+        detected.contains("istio-ambient    installed: version 0.0.0-"),
+        "{detected}"
+    );
+    assert!(
+        detected.contains(", mode ambient (ztunnel 62d826530e5c"),
         "{detected}"
     );
     assert!(detected.contains(", istio-cni 0.0.0-"), "{detected}");
@@ -920,14 +925,16 @@ fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
             );
         }
     }
-    assert!(
-        resources.iter().any(|r| r["component"]
-            .as_str()
-            .unwrap()
-            .starts_with("istio-cni-node-")
-            && r["role"] == "control-plane"),
-        "{resources:?}"
-    );
+    for control_plane in ["istio-cni-node-", "istiod-"] {
+        assert!(
+            resources.iter().any(
+                |r| r["component"].as_str().unwrap().starts_with(control_plane)
+                    && r["role"] == "control-plane"
+                    && r["rss_mib_max"].as_f64().unwrap() > 0.0
+            ),
+            "{control_plane}: {resources:?}"
+        );
+    }
     // ztunnel's own word: the load generator's connections went over HBONE (port 15008) with
     // the identity istiod issued to the load generator's service account.
     let logs = run_ok(
@@ -1099,15 +1106,16 @@ fn each_meshs_resources_pass_server_side_dry_run_against_its_own_crds() {
     assert!(report.contains("/mb-calc-calculator"), "{report}");
     assert!(report.contains("/mb-via-waypoint-calculator"), "{report}");
 
-    // istiod itself (built from istio.io/istio, run by scripts/istio-lab as Istio's external
-    // control plane): detected, its validating webhook accepting every resource (it fails
+    // istiod itself (built from istio.io/istio, run in the cluster by scripts/istio-lab from
+    // Istio's chart): detected, its validating webhook accepting every resource (it fails
     // closed: a resource it did not answer for is refused), its injector injecting the
     // enrolled pods. The injected proxy's image cannot be obtained here, so no pod runs.
     let _istiod = IstioLab::up(&cluster);
     let (output, detected) = meshbench(&["mesh", "detect"]);
     assert_success(&output);
     assert!(
-        detected.contains("istio            installed: mode sidecar; external control plane at https://127.0.0.1:"),
+        detected.contains("istio            installed: version 0.0.0-")
+            && detected.contains(", mode sidecar, in istio-system"),
         "{detected}"
     );
     let (output, report) = meshbench(&["mesh", "check", "--mesh", "istio"]);

@@ -52,6 +52,23 @@ pub struct BuildArgs {
         allow_hyphen_values = true
     )]
     args: Vec<String>,
+    /// The numeric user the container runs as, UID or UID:GID (the image's `User`; root by
+    /// default), e.g. `--user 1337:1337` as Istio's pilot image runs.
+    #[arg(long, value_parser = parse_user)]
+    user: Option<String>,
+}
+
+/// `UID` or `UID:GID`, both numeric: the image has no user database to look names up in.
+fn parse_user(s: &str) -> Result<String, String> {
+    let numeric = |part: &str| !part.is_empty() && part.len() <= 10 && part.parse::<u32>().is_ok();
+    let valid = match s.split_once(':') {
+        Some((uid, gid)) => numeric(uid) && numeric(gid),
+        None => numeric(s),
+    };
+    match valid {
+        true => Ok(s.to_owned()),
+        false => Err(format!("{s:?} is not a numeric UID or UID:GID")),
+    }
 }
 
 fn parse_alias(s: &str) -> Result<(String, String), String> {
@@ -116,6 +133,7 @@ pub fn run(command: ImageCommand) -> anyhow::Result<()> {
         placed: args.files,
         aliases,
         entrypoint,
+        user: args.user,
         reference: args.tag,
         out: args.out.clone(),
     })?;
