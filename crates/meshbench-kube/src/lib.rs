@@ -27,4 +27,4 @@ pub use clean::clean;
 pub use cluster::{connect, KubeOptions, KubePlatform, ProgressLine};
 pub use credentials::BOOTSTRAP_SVID_TTL;
 pub use error::Error;
-pub use site::{node_agent_pod, KubeSite, CAPTURE_WAIT, POD_INTERFACE};
+pub use site::{node_agent_pod, node_link_capture, KubeSite, CAPTURE_WAIT, POD_INTERFACE};

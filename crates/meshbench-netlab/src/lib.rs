@@ -32,7 +32,7 @@ pub use enter::run_in_netns;
 pub use loopback::LoopbackLab;
 pub use netns::NetnsLab;
 pub use network::{new_lab_id, Backend, LabNetwork, NetPlace};
-pub use packet::{capture, interface_toward, CaptureLimits, CaptureSummary};
+pub use packet::{capture, interface_toward, CaptureLimits, CaptureSummary, FrameFilter};
 pub use plan::AddressPlan;
 pub use relay::WireTap;
 pub use scratch::ScratchNetns;

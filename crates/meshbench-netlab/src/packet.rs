@@ -5,6 +5,7 @@
 //! its time budget, whichever comes first, and says which.
 
 use std::io::Write;
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -31,6 +32,45 @@ impl Default for CaptureLimits {
     }
 }
 
+/// Which frames a capture writes: every one, or only IP packets between given addresses (a
+/// node's link also carries the node's own traffic, the capture's own output to the API
+/// server among it, which would otherwise spend the byte budget).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FrameFilter {
+    between: Vec<IpAddr>,
+}
+
+impl FrameFilter {
+    /// Only IP packets whose source and destination are both among `addresses` (every frame
+    /// when there are none).
+    pub fn between(addresses: Vec<IpAddr>) -> Self {
+        FrameFilter { between: addresses }
+    }
+
+    /// Whether the Ethernet frame `frame` is kept; frames that are not IP are not, when the
+    /// filter names addresses.
+    pub fn keeps(&self, frame: &[u8]) -> bool {
+        if self.between.is_empty() {
+            return true;
+        }
+        let Ok(sliced) = etherparse::SlicedPacket::from_ethernet(frame) else {
+            return false;
+        };
+        let (source, destination): (IpAddr, IpAddr) = match &sliced.net {
+            Some(etherparse::NetSlice::Ipv4(ip)) => (
+                ip.header().source_addr().into(),
+                ip.header().destination_addr().into(),
+            ),
+            Some(etherparse::NetSlice::Ipv6(ip)) => (
+                ip.header().source_addr().into(),
+                ip.header().destination_addr().into(),
+            ),
+            _ => return false,
+        };
+        self.between.contains(&source) && self.between.contains(&destination)
+    }
+}
+
 /// What a capture saw, and why it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureSummary {
@@ -51,14 +91,15 @@ const DRAIN: Duration = Duration::from_millis(500);
 /// Kernel buffer for the socket: a burst while the writer is busy is not dropped.
 const SOCKET_BUFFER: usize = 16 << 20;
 
-/// Captures every frame of `interface` (both directions) into `out` as a pcap stream until
-/// `stop` says so or a budget runs out. `listening` is called once the socket is bound, so
+/// Captures the frames of `interface` (both directions) that `filter` keeps into `out` as a
+/// pcap stream until `stop` says so or a budget runs out. `listening` is called once the socket is bound, so
 /// a caller knows that what it sends from then on is seen.
 pub fn capture(
     interface: &str,
     out: impl Write,
     mut stop: impl FnMut() -> bool,
     limits: CaptureLimits,
+    filter: &FrameFilter,
     listening: impl FnOnce(),
 ) -> Result<CaptureSummary, Error> {
     let fail = |cause: std::io::Error| Error::Capture {
@@ -102,6 +143,9 @@ pub fn capture(
             }
             continue;
         };
+        if !filter.keeps(&buffer[..frame.captured]) {
+            continue;
+        }
         if summary.bytes + frame.captured as u64 > limits.max_bytes {
             summary.cut_short_by = Some("bytes");
             break;
@@ -314,6 +358,7 @@ mod tests {
                     file,
                     || stop.load(Ordering::Relaxed),
                     CaptureLimits::default(),
+                    &FrameFilter::default(),
                     move || listening_tx.send(()).unwrap(),
                 )
                 .unwrap()
@@ -336,6 +381,36 @@ mod tests {
         assert!(flows[0].marker_seen && !flows[0].tls);
         // Seen once, not once leaving and once arriving.
         assert_eq!(flows[0].bytes_to_server, marker.len() as u64);
+    }
+
+    /// An Ethernet frame holding a TCP segment from `source` to `destination`.
+    fn tcp_frame(source: [u8; 4], destination: [u8; 4]) -> Vec<u8> {
+        let builder = etherparse::PacketBuilder::ethernet2([0; 6], [0; 6])
+            .ipv4(source, destination, 64)
+            .tcp(40000, 15008, 1, 1024);
+        let mut frame = Vec::new();
+        builder.write(&mut frame, b"payload").unwrap();
+        frame
+    }
+
+    #[test]
+    fn a_filter_keeps_only_packets_between_its_addresses() {
+        let (a, b, api) = ([10, 77, 0, 11], [10, 77, 0, 12], [10, 77, 0, 1]);
+        let filter = FrameFilter::between(vec![a.into(), b.into()]);
+        assert!(filter.keeps(&tcp_frame(a, b)));
+        assert!(filter.keeps(&tcp_frame(b, a)));
+        assert!(!filter.keeps(&tcp_frame(a, api)));
+        assert!(!filter.keeps(&[0u8; 14]), "not IP");
+        assert!(!filter.keeps(&[]));
+        assert!(FrameFilter::default().keeps(&tcp_frame(a, api)));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_are_judged_without_a_panic(frame in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..128)) {
+            let filter = FrameFilter::between(vec!["10.0.0.1".parse().unwrap()]);
+            let _ = filter.keeps(&frame);
+        }
     }
 
     #[test]
@@ -361,7 +436,8 @@ mod tests {
             max_duration: Duration::from_millis(100),
             ..CaptureLimits::default()
         };
-        let summary = capture("lo", std::io::sink(), || false, limits, || {}).unwrap();
+        let all = FrameFilter::default();
+        let summary = capture("lo", std::io::sink(), || false, limits, &all, || {}).unwrap();
         assert_eq!(summary.cut_short_by, Some("duration"));
     }
 
@@ -375,6 +451,7 @@ mod tests {
             std::io::sink(),
             || true,
             CaptureLimits::default(),
+            &FrameFilter::default(),
             || {},
         )
         .unwrap_err();

@@ -338,7 +338,8 @@ pub fn outcome_table(result: &RunResult) -> Table {
     }
 }
 
-/// What captures on the inter-node link saw, per cell that had one.
+/// What each cell's capture saw, per cell that had one: the link between nodes (the local
+/// lab) or where the server's traffic arrives, within a node too (a cluster).
 pub fn wire_table(result: &RunResult) -> Option<Table> {
     let rows: Vec<Vec<String>> = result
         .cells
@@ -353,6 +354,7 @@ pub fn wire_table(result: &RunResult) -> Option<Table> {
                 "not all TLS, marker not seen"
             };
             Some(vec![
+                cell_label(c),
                 scenario_label(&c.scenario, c.placement.as_deref().unwrap_or("")),
                 w.link.clone(),
                 if w.pcap.is_empty() {
@@ -368,10 +370,11 @@ pub fn wire_table(result: &RunResult) -> Option<Table> {
         })
         .collect();
     (!rows.is_empty()).then(|| Table {
-        title: "On the wire (inter-node link)".to_owned(),
+        title: "On the wire".to_owned(),
         headers: [
+            "load",
             "scenario",
-            "link",
+            "recorded at",
             "packets",
             "TLS connections",
             "TLS versions",

@@ -775,9 +775,18 @@ fn recording(
     };
     let toward = address(&format!("{}'s node", to.name), site.host_ip(&to.name))?;
     let from_host = address(&format!("{}'s node", from.name), site.host_ip(&from.name))?;
+    let between: Vec<IpAddr> = [
+        Some(from_host),
+        Some(toward),
+        site.pod_ip(&from.name),
+        site.pod_ip(&to.name),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     Ok(Recording {
         pod: meshbench_kube::node_agent_pod(node),
-        args: vec!["--toward".into(), toward.to_string()],
+        args: meshbench_kube::node_link_capture(toward, &between),
         description: match place {
             CapturePlace::NodeLoopback { .. } => format!(
                 "{node}'s loopback, where its agent tunnels to itself (recorded in its node \
@@ -785,17 +794,7 @@ fn recording(
             ),
             _ => format!("{node}'s link toward {toward} (recorded in its node agent's pod)"),
         },
-        only_between: Some(
-            [
-                Some(from_host),
-                Some(toward),
-                site.pod_ip(&from.name),
-                site.pod_ip(&to.name),
-            ]
-            .into_iter()
-            .flatten()
-            .collect(),
-        ),
+        only_between: Some(between),
         only_to_port: None,
     })
 }

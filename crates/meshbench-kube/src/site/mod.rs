@@ -9,7 +9,7 @@
 mod instrument;
 mod wire;
 
-pub use wire::{CAPTURE_WAIT, POD_INTERFACE};
+pub use wire::{node_link_capture, CAPTURE_WAIT, POD_INTERFACE};
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -42,6 +42,17 @@ fn from_the_node(ip: IpAddr, node: Option<IpAddr>) -> bool {
         }
 }
 
+/// `meshbench wire capture`'s arguments for a node's link toward `toward`, writing only the
+/// packets between `between`: the link also carries the node's own traffic, the capture's
+/// own output to the API server among it, which would otherwise spend the byte budget.
+pub fn node_link_capture(toward: IpAddr, between: &[IpAddr]) -> Vec<String> {
+    let mut args = vec!["--toward".to_owned(), toward.to_string()];
+    for address in between {
+        args.extend(["--between".to_owned(), address.to_string()]);
+    }
+    args
+}
+
 /// Where a cell's wire is recorded, and which of its connections are the cell's.
 pub(super) struct WirePlace {
     /// The topology pod (or node agent pod) the capture is exec'd in.
@@ -97,9 +108,13 @@ impl KubeSite<'_> {
             let toward = address(&format!("{}'s node", server.name), server_node)?;
             let from_node = self.host_ip(&node_agent_pod(node));
             let loopback = client.workload.node == server.workload.node;
+            let between: Vec<IpAddr> = [from_node, Some(toward), Some(server_ip)]
+                .into_iter()
+                .flatten()
+                .collect();
             return Ok(WirePlace {
                 pod: node_agent_pod(node),
-                args: vec!["--toward".into(), toward.to_string()],
+                args: node_link_capture(toward, &between),
                 description: match loopback {
                     true => format!(
                         "{node}'s loopback, where its node agent tunnels to itself (recorded \
@@ -111,12 +126,7 @@ impl KubeSite<'_> {
                     ),
                 },
                 server: None,
-                between: Some(
-                    [from_node, Some(toward), Some(server_ip)]
-                        .into_iter()
-                        .flatten()
-                        .collect(),
-                ),
+                between: Some(between),
                 server_node: None,
             });
         }

@@ -84,6 +84,10 @@ pub struct CaptureArgs {
     /// How many bytes of frames it writes at most.
     #[arg(long, default_value = "256MiB", value_parser = args::size)]
     max_bytes: u64,
+    /// Write only IP packets whose source and destination are both among these addresses
+    /// (repeatable; every frame when none is given).
+    #[arg(long = "between", value_name = "ADDRESS")]
+    between: Vec<std::net::IpAddr>,
 }
 
 pub fn run(command: WireCommand) -> anyhow::Result<()> {
@@ -108,6 +112,7 @@ pub fn run(command: WireCommand) -> anyhow::Result<()> {
                 std::io::BufWriter::new(stdout),
                 || a.stop_file.exists(),
                 limits,
+                &meshbench_netlab::FrameFilter::between(a.between.clone()),
                 || eprintln!("listening on {interface}"),
             )?;
             let _ = std::fs::remove_file(&a.stop_file);
