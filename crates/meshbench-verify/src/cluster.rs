@@ -396,11 +396,6 @@ impl CaseSite for ClusterCase<'_> {
         if let Some(port) = recording.only_to_port {
             wire.flows.retain(|f| f.server.port() == port);
         }
-        if let Some(keep) = &recording.only_between {
-            // A node's link carries the node's own traffic too (its kubelet's, say).
-            wire.flows
-                .retain(|f| keep.contains(&f.client.ip()) && keep.contains(&f.server.ip()));
-        }
         Ok(ProbeRecord {
             observation: observation(probe, &reply),
             wire,
@@ -727,8 +722,6 @@ struct Recording {
     /// How `meshbench wire capture` picks its interface.
     args: Vec<String>,
     description: String,
-    /// Only the connections between these addresses are the probe's.
-    only_between: Option<Vec<IpAddr>>,
     /// Only the connections to this port are judged.
     only_to_port: Option<u16>,
 }
@@ -755,7 +748,6 @@ fn recording(
                      between the app and the proxy, which stay in the pod as a sidecar's do",
                     Ports::HBONE
                 ),
-                only_between: None,
                 only_to_port: Some(Ports::HBONE),
             })
         }
@@ -767,7 +759,6 @@ fn recording(
                     "{pod}'s pod interface ({POD_INTERFACE}, recorded inside the pod through \
                          the API server)"
                 ),
-                only_between: None,
                 only_to_port: None,
             })
         }
@@ -794,7 +785,6 @@ fn recording(
             ),
             _ => format!("{node}'s link toward {toward} (recorded in its node agent's pod)"),
         },
-        only_between: Some(between),
         only_to_port: None,
     })
 }

@@ -7,8 +7,8 @@
 //! tunnel to the pod's interface) all arrive there, from another node or from the same one.
 //! Our node agent is the exception: it tunnels between nodes and hands the pod plaintext on
 //! its own node, so its cells are recorded in the client node's agent pod, on the link toward
-//! the server's node (its loopback when both are on one node), and only the connections
-//! between the cell's addresses are judged.
+//! the server's node (its loopback when both are on one node), writing only the packets
+//! between the cell's addresses.
 //!
 //! The capture is bounded in bytes: the handshakes come first and every request carries the
 //! marker, so its first megabytes are the evidence, and a longer capture would only load the
@@ -61,12 +61,20 @@ pub(super) struct WirePlace {
     args: Vec<String>,
     /// Where, in words, for the results.
     description: String,
-    /// Only connections to this address (the server pod's interface) ...
-    server: Option<IpAddr>,
-    /// ... or only connections between these addresses (a node's link).
-    between: Option<Vec<IpAddr>>,
-    /// The server's node, whose own connections to the pod (the kubelet's probes) are left out.
-    server_node: Option<IpAddr>,
+    /// Which captured connections are the cell's.
+    judged: Judged,
+}
+
+/// Which of a capture's connections are the cell's.
+enum Judged {
+    /// Those to the server pod's address, but for its node's own (the kubelet's probes).
+    ToServer {
+        server: IpAddr,
+        node: Option<IpAddr>,
+    },
+    /// Every one: the capture wrote only packets between the cell's addresses (a node's link,
+    /// `wire capture --between`).
+    All,
 }
 
 /// A capture running while the instrument does.
@@ -125,9 +133,7 @@ impl KubeSite<'_> {
                          through the API server)"
                     ),
                 },
-                server: None,
-                between: Some(between),
-                server_node: None,
+                judged: Judged::All,
             });
         }
         Ok(WirePlace {
@@ -138,9 +144,10 @@ impl KubeSite<'_> {
                  server; its node's own probes left out)",
                 server.name
             ),
-            server: Some(server_ip),
-            between: None,
-            server_node,
+            judged: Judged::ToServer {
+                server: server_ip,
+                node: server_node,
+            },
         })
     }
 
@@ -186,8 +193,8 @@ impl KubeSite<'_> {
             stop_file,
             marker,
         } = capture;
-        // A capture already ended by its byte budget has removed nothing: making the file
-        // is harmless, and the capture removes it when it stops by it.
+        // A capture already ended by its byte budget is not waiting for the file: making it
+        // is harmless (it goes with the pod).
         let mark = self
             .exec_ok(
                 &place.pod,
@@ -204,17 +211,11 @@ impl KubeSite<'_> {
             source,
         })?;
         let mut report = meshbench_netlab::analyze_pcap(&pcap, marker.as_bytes())?;
-        report
-            .flows
-            .retain(|f| match (&place.server, &place.between) {
-                (Some(server), _) => {
-                    f.server.ip() == *server && !from_the_node(f.client.ip(), place.server_node)
-                }
-                (None, Some(between)) => {
-                    between.contains(&f.client.ip()) && between.contains(&f.server.ip())
-                }
-                (None, None) => true,
-            });
+        if let Judged::ToServer { server, node } = place.judged {
+            report
+                .flows
+                .retain(|f| f.server.ip() == server && !from_the_node(f.client.ip(), node));
+        }
         let mut link = place.description;
         if captured.stderr.contains("ended by its bytes budget") {
             link.push_str(&format!("; its first {CAPTURE_BYTES}"));

@@ -60,7 +60,10 @@ pub struct BuildArgs {
 
 /// `UID` or `UID:GID`, both numeric: the image has no user database to look names up in.
 fn parse_user(s: &str) -> Result<String, String> {
-    let numeric = |part: &str| !part.is_empty() && part.len() <= 10 && part.parse::<u32>().is_ok();
+    // Digits only: `u32`'s parser also takes a leading `+`, which no runtime reads as a UID.
+    let numeric = |part: &str| {
+        !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) && part.parse::<u32>().is_ok()
+    };
     let valid = match s.split_once(':') {
         Some((uid, gid)) => numeric(uid) && numeric(gid),
         None => numeric(s),
@@ -146,4 +149,29 @@ pub fn run(command: ImageCommand) -> anyhow::Result<()> {
         built.manifest_digest
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_user;
+
+    #[test]
+    fn a_user_is_a_numeric_uid_or_uid_and_gid() {
+        assert_eq!(parse_user("1337:1337").unwrap(), "1337:1337");
+        assert_eq!(parse_user("0").unwrap(), "0");
+        for bad in [
+            "",
+            ":",
+            "1337:",
+            ":1337",
+            "+1",
+            "-1",
+            "istio",
+            "1:2:3",
+            "99999999999",
+            "1 ",
+        ] {
+            assert!(parse_user(bad).is_err(), "{bad:?}");
+        }
+    }
 }
