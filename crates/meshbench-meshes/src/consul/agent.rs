@@ -262,15 +262,24 @@ impl ConsulAgent {
                 return Ok(());
             }
             if Instant::now() > deadline {
+                let mut stderr = match checked {
+                    Ok(out) => out,
+                    Err(e) => e.to_string(),
+                };
+                // Which health checks hold endpoints back, as the catalog has them: the
+                // troubleshooter names the cluster, not the reason.
+                let critical = self
+                    .run(lab, &["watch", "-type=checks", "-state=critical"])
+                    .await
+                    .unwrap_or_else(|e| e.to_string());
+                stderr.push_str("\ncritical checks in the catalog: ");
+                stderr.push_str(critical.trim());
                 return Err(Error::Command {
                     command: format!("consul {} (in pod {pod})", args.join(" ")),
                     status: format!(
                         "the path to {upstream} was not ready after {UPSTREAM_TIMEOUT:?}"
                     ),
-                    stderr: match checked {
-                        Ok(out) => out,
-                        Err(e) => e.to_string(),
-                    },
+                    stderr,
                 });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -172,15 +172,22 @@ pub(crate) fn service_registration(
                     "local_service_address": "127.0.0.1",
                     "transparent_proxy": { "outbound_listener_port": outbound_port },
                 },
-                // Consul's default checks, every second rather than every ten: until the
-                // listening check passes, the sidecar is no healthy endpoint of its service.
+                // Consul's default listening check, every second rather than every ten:
+                // until it passes, the sidecar is no healthy endpoint of its service.
+                //
+                // Without Consul's default alias check (the sidecar as healthy as its app):
+                // the apps register no checks, so it could only ever say that the app is
+                // registered, and Consul 1.22's node-local alias check can miss its first
+                // evaluation and stay critical until its one-minute refresh, which kept
+                // the sidecar's endpoint unhealthy for that minute (seen in CI: "No healthy
+                // endpoints", the alias critical with no output). On Kubernetes, consul-k8s
+                // syncs the pod's readiness into Consul as the health instead.
                 "checks": [
                     {
                         "name": "Connect Sidecar Listening",
                         "tcp": SocketAddr::new(address, PUBLIC_LISTENER_PORT).to_string(),
                         "interval": "1s",
                     },
-                    { "name": format!("Connect Sidecar Aliasing {id}"), "alias_service": id },
                 ],
             }
         },
