@@ -56,6 +56,25 @@ pub struct IssuedSvid {
     pub not_after: OffsetDateTime,
 }
 
+/// An intermediate CA this CA issued ([`CertificateAuthority::issue_intermediate`]), as PEM.
+#[derive(Debug, Clone)]
+pub struct IssuedCa {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub not_after: OffsetDateTime,
+}
+
+impl IssuedCa {
+    /// Writes `<stem>.pem` (certificate) and `<stem>.key` (PKCS#8 key, owner-only) into `dir`.
+    pub fn write(&self, dir: &Path, stem: &str) -> Result<(PathBuf, PathBuf), Error> {
+        let cert = dir.join(format!("{stem}.pem"));
+        let key = dir.join(format!("{stem}.key"));
+        write_file(&cert, &self.cert_pem)?;
+        write_private_file(&key, &self.key_pem)?;
+        Ok((cert, key))
+    }
+}
+
 impl IssuedSvid {
     /// Writes `<stem>.pem` (certificate) and `<stem>.key` (PKCS#8 key) into `dir`.
     pub fn write(&self, dir: &Path, stem: &str) -> Result<(PathBuf, PathBuf), Error> {
@@ -184,6 +203,31 @@ impl CertificateAuthority {
     /// The certificate and key files of the CA kept in `dir` (as [`Self::init`] writes them).
     pub fn files(dir: &Path) -> (PathBuf, PathBuf) {
         (dir.join(CA_CERT_FILE), dir.join(CA_KEY_FILE))
+    }
+
+    /// Issues an intermediate CA named `name` (its subject's CN and its one DNS SAN), with a
+    /// fresh ECDSA P-256 key: `CA:TRUE, pathlen:0`, allowed to sign certificates and CRLs and
+    /// nothing else. A mesh whose own CA signs the workloads' certificates takes it as its
+    /// issuer under meshbench's root: Linkerd's identity controller, named
+    /// `identity.linkerd.cluster.local`, as `step certificate create --profile
+    /// intermediate-ca` makes it in Linkerd's documentation.
+    pub fn issue_intermediate(&self, name: &str, ttl: Duration) -> Result<IssuedCa, Error> {
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, name);
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        params.subject_alt_names = vec![SanType::DnsName(ia5(name)?)];
+        params.use_authority_key_identifier_extension = true;
+        let not_after = set_validity(&mut params, ttl);
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(IssuedCa {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            not_after,
+        })
     }
 
     /// A fresh key pair, and `params` signed for it.

@@ -24,7 +24,9 @@ mod tls;
 mod tls_listener;
 mod verifier;
 
-pub use ca::{CertificateAuthority, IssueOptions, IssuedSvid, SignedSvid, DEFAULT_SVID_TTL};
+pub use ca::{
+    CertificateAuthority, IssueOptions, IssuedCa, IssuedSvid, SignedSvid, DEFAULT_SVID_TTL,
+};
 pub use ca_server::{
     bind_ca_server, ca_service_id, BoundCaServer, CA_HANDSHAKE_TIMEOUT, RENEW_PATH,
 };

@@ -124,3 +124,72 @@ fn a_signing_request_gets_the_authenticated_identity_not_the_one_it_asks_for() {
         .unwrap_err();
     assert!(err.is_bad_input(), "{err}");
 }
+
+/// The issuer a mesh's own CA runs under meshbench's root (Linkerd's identity controller):
+/// openssl verifies it against the root and reads a P-256 key, `CA:TRUE, pathlen:0`, the two
+/// signing key usages and the name as CN and DNS SAN.
+#[test]
+fn an_intermediate_verifies_against_the_root_and_may_sign_only_leaves() {
+    let Some(openssl) = require_tool("openssl") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CertificateAuthority::init(dir.path(), "cluster.local").unwrap();
+    let issuer = ca
+        .issue_intermediate(
+            "identity.linkerd.cluster.local",
+            std::time::Duration::from_secs(3600),
+        )
+        .unwrap();
+    let (cert, key) = issuer.write(dir.path(), "issuer").unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(&openssl).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let root = dir.path().join("ca.pem");
+    let verified = run(&[
+        "verify".as_ref(),
+        "-CAfile".as_ref(),
+        root.as_os_str(),
+        cert.as_os_str(),
+    ]);
+    assert!(verified.contains(": OK"), "{verified}");
+    let text = run(&[
+        "x509".as_ref(),
+        "-noout".as_ref(),
+        "-text".as_ref(),
+        "-in".as_ref(),
+        cert.as_os_str(),
+    ]);
+    for expected in [
+        "CA:TRUE, pathlen:0",
+        "Certificate Sign, CRL Sign",
+        "DNS:identity.linkerd.cluster.local",
+        "NIST CURVE: P-256",
+    ] {
+        assert!(text.contains(expected), "{expected} not in {text}");
+    }
+    let subject = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("Subject:"));
+    assert!(
+        subject.is_some_and(|l| l.contains("CN") && l.contains("identity.linkerd.cluster.local")),
+        "{subject:?}"
+    );
+    let key_text = run(&[
+        "pkey".as_ref(),
+        "-noout".as_ref(),
+        "-text".as_ref(),
+        "-in".as_ref(),
+        key.as_os_str(),
+    ]);
+    assert!(key_text.contains("prime256v1"), "{key_text}");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions());
+    assert_eq!(mode & 0o077, 0, "the key is readable by others: {mode:o}");
+}

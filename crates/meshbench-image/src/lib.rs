@@ -5,7 +5,7 @@
 //! optionally Envoy and iptables with theirs, files placed at chosen paths (each executable
 //! with its libraries), other names for them (the `iptables-nft` family is one multi-call
 //! binary), and the few files a container expects (`/etc/passwd` with the proxy user,
-//! `/tmp`). The entrypoint is meshbench unless another program is named. It is written as
+//! `/etc/nsswitch.conf` with files before DNS, `/tmp`). The entrypoint is meshbench unless another program is named. It is written as
 //! an OCI image-layout archive (`oci-layout`, `index.json`, `blobs/sha256/…`), which
 //! `ctr images import` loads into containerd and registry tools push. Every entry has owner
 //! 0, a fixed mode and time 0, and entries are sorted, so the same binaries always give the
@@ -435,6 +435,14 @@ fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Erro
         Source::Text(format!(
             "root:x:0:\nmeshbench-proxy:x:{PROXY_UID}:\nnogroup:x:65534:\n"
         )),
+        0o644,
+    );
+    // As every distribution's base image has it: the pod's /etc/hosts (where meshbench gives
+    // pods the Services they call, as host aliases) before DNS. Without the file, glibc asks DNS
+    // first and stops at its "no such name", so a cluster with DNS would hide the aliases.
+    add(
+        "/etc/nsswitch.conf".into(),
+        Source::Text("passwd: files\ngroup: files\nhosts: files dns\n".into()),
         0o644,
     );
     add("/tmp".into(), Source::Directory, 0o1777);

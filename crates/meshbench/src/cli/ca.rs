@@ -19,6 +19,10 @@ pub enum CaCommand {
     Init(InitArgs),
     /// Issue a workload SVID (<ns>.<sa>.pem and .key) from an existing CA.
     Issue(IssueArgs),
+    /// Issue an intermediate CA (<stem>.pem and .key, ECDSA P-256, CA:TRUE pathlen:0) from an
+    /// existing CA, for a mesh whose own CA issues under meshbench's root: Linkerd's issuer,
+    /// named identity.linkerd.cluster.local.
+    Intermediate(IntermediateArgs),
     /// Serve SVID renewals over mTLS (POST a CSR to /v1/svid), authenticated by the caller's
     /// current SVID.
     Serve(ServeArgs),
@@ -97,6 +101,25 @@ pub struct InitArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct IntermediateArgs {
+    /// The intermediate's name: its subject's CN and its DNS SAN.
+    #[arg(long)]
+    name: String,
+    /// Directory of the CA that signs it.
+    #[arg(long, default_value = "meshbench-ca")]
+    dir: PathBuf,
+    /// Where to write it (default: the CA directory).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// File stem: <stem>.pem and <stem>.key.
+    #[arg(long, default_value = "issuer")]
+    stem: String,
+    /// Lifetime (at most the root's year).
+    #[arg(long, value_parser = args::positive_duration, default_value = "8760h")]
+    ttl: Duration,
+}
+
+#[derive(Debug, Args)]
 pub struct IssueArgs {
     /// Namespace of the workload.
     #[arg(long)]
@@ -129,6 +152,17 @@ pub fn run(command: CaCommand) -> anyhow::Result<()> {
                 "created CA for trust domain {} in {}",
                 ca.trust_domain(),
                 a.dir.join("ca.pem").display()
+            );
+        }
+        CaCommand::Intermediate(a) => {
+            let ca = CertificateAuthority::load(&a.dir)?;
+            let issued = ca.issue_intermediate(&a.name, a.ttl)?;
+            let (cert, _key) = issued.write(a.out.as_ref().unwrap_or(&a.dir), &a.stem)?;
+            println!(
+                "issued intermediate CA {} until {} in {}",
+                a.name,
+                issued.not_after,
+                cert.display()
             );
         }
         CaCommand::Issue(a) => {
