@@ -109,13 +109,13 @@ fn found_pod(pod: &Pod) -> FoundPod {
         images: pod
             .spec
             .iter()
-            .flat_map(|s| s.containers.iter())
+            .flat_map(crate::pods::long_running)
             .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
             .collect(),
         env: pod
             .spec
             .iter()
-            .flat_map(|s| s.containers.iter())
+            .flat_map(crate::pods::long_running)
             .map(|c| {
                 let literal = c
                     .env

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::LogParams;
@@ -252,6 +254,18 @@ pub async fn log(api: &Api<Pod>, pod: &str, container: &str) -> Result<String, E
         .map_err(Error::api(format!("reading pod {pod}'s log")))
 }
 
+/// The containers that run for as long as the pod does: its containers and its native
+/// sidecars, the init containers with `restartPolicy: Always` (Kubernetes 1.29+), which is how
+/// Linkerd injects its proxy by default (`proxy.nativeSidecar`) and Istio can. What is sampled,
+/// classed and versioned; the init containers that run to completion first are not.
+pub fn long_running(spec: &PodSpec) -> impl Iterator<Item = &Container> {
+    spec.init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .chain(spec.containers.iter())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,5 +318,24 @@ mod tests {
             matches!(state(&exited), PodState::Failed { reason, message, ran: Some(Ran::Current) }
             if reason == "Error" && message == "exit code 2")
         );
+    }
+
+    #[test]
+    fn native_sidecars_run_with_the_pod_and_other_init_containers_do_not() {
+        let container = |name: &str, restart: Option<&str>| Container {
+            name: name.into(),
+            restart_policy: restart.map(Into::into),
+            ..Container::default()
+        };
+        let spec = PodSpec {
+            init_containers: Some(vec![
+                container("linkerd-init", None),
+                container("linkerd-proxy", Some("Always")),
+            ]),
+            containers: vec![container("app", None)],
+            ..PodSpec::default()
+        };
+        let names: Vec<&str> = long_running(&spec).map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["linkerd-proxy", "app"]);
     }
 }

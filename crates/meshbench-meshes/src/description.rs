@@ -74,6 +74,9 @@ pub struct Description {
     /// Whether traffic between two workloads on one node is encrypted (Cilium's choice is not
     /// to).
     pub encrypts_same_node: bool,
+    /// Whether a pod's call to itself (through its own service) is encrypted too. Linkerd's
+    /// proxy hands it to the pod's own app over loopback in plaintext: it never leaves the pod.
+    pub encrypts_within_pod: bool,
     /// Whether a node's agent tunnels same-node traffic to itself, so that the encrypted leg
     /// is on the node's loopback rather than on a pod's interface.
     pub tunnels_within_node: bool,
@@ -97,6 +100,7 @@ impl Description {
             enrollment,
             mtls: false,
             encrypts_same_node: false,
+            encrypts_within_pod: false,
             tunnels_within_node: false,
             identity: None,
             policy: PolicySupport::None,
@@ -108,7 +112,14 @@ impl Description {
     pub fn mtls(mut self, identity: (IdentityCheck, IdentityCheck)) -> Self {
         self.mtls = true;
         self.encrypts_same_node = true;
+        self.encrypts_within_pod = true;
         self.identity = Some(identity);
+        self
+    }
+
+    /// A pod's call to itself stays in the pod, in plaintext on its loopback (Linkerd's).
+    pub fn within_pod_in_clear(mut self) -> Self {
+        self.encrypts_within_pod = false;
         self
     }
 

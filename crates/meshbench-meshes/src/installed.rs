@@ -405,6 +405,14 @@ pub trait InstalledMesh: Sync {
     /// Its documented behaviour.
     fn documented(&self) -> Documented;
 
+    /// The port of a destination pod where its proxy takes the mesh's connections from other
+    /// proxies, on the pod's own address (ambient's HBONE 15008 under in-pod redirection,
+    /// Linkerd's inbound 4143): what a pod's call to itself crosses on its loopback, the
+    /// legs between the app and the proxy aside. `None`: not known.
+    fn inbound_port_in_pod(&self) -> Option<u16> {
+        None
+    }
+
     /// Its CA, as its proxies found in `found` use it, where the verifier can be issued
     /// SVIDs by it (`None`: the identity checks cannot present its certificates).
     fn identity_service(&self, _found: &Found) -> Option<IdentityService> {

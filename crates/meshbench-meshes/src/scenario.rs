@@ -93,6 +93,10 @@ impl Scenario {
         self.0.description.encrypts_same_node
     }
 
+    pub fn encrypts_within_pod(self) -> bool {
+        self.0.description.encrypts_within_pod
+    }
+
     pub fn tunnels_within_node(self) -> bool {
         self.0.description.tunnels_within_node
     }

@@ -155,6 +155,7 @@ impl Verifier for Cluster {
             site: self.platform.realize_topology(topology, dir).await?,
             platform: &self.platform,
             installed: mesh.installed().is_some(),
+            loopback_port: mesh.installed().and_then(|m| m.inbound_port_in_pod()),
             mesh_ca,
             remote: None,
         })
@@ -167,6 +168,9 @@ struct ClusterCase<'a> {
     platform: &'a KubePlatform,
     /// The mesh is one the cluster runs (its node agents are its own, not meshbench's).
     installed: bool,
+    /// Where an installed mesh's proxy takes its peers' connections in the pod, which is what
+    /// a pod's call to itself is judged by on its loopback.
+    loopback_port: Option<u16>,
     /// Its CA as its proxies use it, where the verifier can ask it for SVIDs.
     mesh_ca: Option<IdentityService>,
     /// What the checking pod asks the mesh's CA for, once the plan is made.
@@ -357,7 +361,7 @@ impl CaseSite for ClusterCase<'_> {
         pcap: &Path,
     ) -> Result<ProbeRecord, Error> {
         let site = &self.site;
-        let recording = recording(site, place, from, to)?;
+        let recording = recording(site, place, from, to, self.loopback_port)?;
         let stop_file = format!(
             "/tmp/meshbench-capture-{}.stop",
             pcap.file_stem().unwrap_or_default().to_string_lossy()
@@ -732,6 +736,7 @@ fn recording(
     place: &CapturePlace,
     from: &TopologyPod,
     to: &TopologyPod,
+    loopback_port: Option<u16>,
 ) -> Result<Recording, Error> {
     let address = |what: &str, ip: Option<IpAddr>| {
         ip.ok_or_else(|| Error::Probe(format!("the cluster gave {what} no address")))
@@ -741,14 +746,21 @@ fn recording(
             return Ok(Recording {
                 pod: pod.clone(),
                 args: vec!["--interface".into(), "lo".into()],
-                description: format!(
-                    "{pod}'s loopback, where its call to itself goes through the mesh's proxy \
-                     in the pod's namespace (recorded inside the pod through the API server); \
-                     judged: the tunnel between the proxy's two ends (port {}), not the legs \
-                     between the app and the proxy, which stay in the pod as a sidecar's do",
-                    Ports::HBONE
-                ),
-                only_to_port: Some(Ports::HBONE),
+                description: match loopback_port {
+                    Some(port) => format!(
+                        "{pod}'s loopback, where its call to itself goes through the mesh's \
+                         proxy in the pod's namespace (recorded inside the pod through the API \
+                         server); judged: the connection between the proxy's two ends (port \
+                         {port}), not the legs between the app and the proxy, which stay in \
+                         the pod as a sidecar's do"
+                    ),
+                    None => format!(
+                        "{pod}'s loopback, where its call to itself goes (recorded inside the \
+                         pod through the API server); every connection judged: where the mesh \
+                         takes its peers' connections in the pod is not known"
+                    ),
+                },
+                only_to_port: loopback_port,
             })
         }
         CapturePlace::PodInterface { pod } => {

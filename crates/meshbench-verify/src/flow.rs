@@ -257,7 +257,7 @@ async fn run_case<S: CaseSite>(
             record.capture_point,
             if same_node { "same-node" } else { "inter-node" },
             &marker,
-            WireExpectation::of(mesh, both_enrolled, same_node),
+            WireExpectation::of(mesh, both_enrolled, same_node, from == to),
             record.observation.allowed(),
         );
         probes.push(probe_verdict(probe, expected, record.observation, wire));

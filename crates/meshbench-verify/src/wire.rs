@@ -16,15 +16,21 @@ pub enum WireExpectation {
     /// Both ends enrolled, but the mesh does not encrypt within a node (Cilium's choice):
     /// plaintext is expected and must be reported, not hidden.
     PlaintextByDesign,
+    /// A pod calling itself, in a mesh whose proxy keeps that call inside the pod in
+    /// plaintext (Linkerd's): nothing crosses a link; the plaintext is reported, not hidden.
+    InsidePodByDesign,
     /// An end outside the mesh (or no mTLS at all): nothing to encrypt it.
     NotMeshed,
 }
 
 impl WireExpectation {
-    /// The expectation for a path of `mesh` (`same_node`: both ends on one node).
-    pub fn of(mesh: Scenario, both_enrolled: bool, same_node: bool) -> Self {
+    /// The expectation for a path of `mesh` (`same_node`: both ends on one node; `same_pod`:
+    /// a pod calling itself).
+    pub fn of(mesh: Scenario, both_enrolled: bool, same_node: bool, same_pod: bool) -> Self {
         if !(mesh.mtls() && both_enrolled) {
             WireExpectation::NotMeshed
+        } else if same_pod && !mesh.encrypts_within_pod() {
+            WireExpectation::InsidePodByDesign
         } else if same_node && !mesh.encrypts_same_node() {
             WireExpectation::PlaintextByDesign
         } else {
@@ -54,6 +60,10 @@ pub fn evidence(
             (WireExpectation::PlaintextByDesign, true) => Some(
                 "plaintext between two enrolled workloads: this mesh does not encrypt traffic \
                  within a node",
+            ),
+            (WireExpectation::InsidePodByDesign, true) => Some(
+                "plaintext on the pod's loopback: this mesh's proxy hands a pod's call to \
+                 itself to its own app unencrypted; it never leaves the pod",
             ),
             (_, true) => Some("plaintext: the request crossed in clear"),
             (_, false) if connections == 0 => {

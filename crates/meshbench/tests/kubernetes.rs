@@ -1214,3 +1214,146 @@ fn each_meshs_resources_pass_server_side_dry_run_against_its_own_crds() {
     }
     assert_eq!(cluster.leftovers(), "", "the checks' namespaces are gone");
 }
+
+/// Linkerd running on the test cluster (`scripts/linkerd-lab`), removed when dropped.
+struct LinkerdLab<'a> {
+    cluster: &'a Cluster,
+}
+
+impl LinkerdLab<'_> {
+    fn script(cluster: &Cluster, action: &str) -> Command {
+        let mut command =
+            Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/linkerd-lab"));
+        command
+            .arg(action)
+            .env("MESHBENCH_KUBECONFIG", &cluster.kubeconfig)
+            .env("MESHBENCH", env!("CARGO_BIN_EXE_meshbench"));
+        command
+    }
+
+    fn up(cluster: &Cluster) -> LinkerdLab<'_> {
+        run_ok(&mut LinkerdLab::script(cluster, "up"));
+        LinkerdLab { cluster }
+    }
+}
+
+impl Drop for LinkerdLab<'_> {
+    fn drop(&mut self) {
+        let _ = LinkerdLab::script(self.cluster, "down").status();
+    }
+}
+
+#[test]
+fn linkerd_carries_every_request_through_its_proxies_on_the_cluster() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let _linkerd = LinkerdLab::up(&cluster);
+    let detect = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["mesh", "detect", "--kubeconfig"])
+            .arg(&cluster.kubeconfig),
+    );
+    let detected = String::from_utf8_lossy(&detect.stdout);
+    assert!(
+        detected.contains("linkerd          installed: version edge-26.8.3"),
+        "{detected}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("linkerd.yaml");
+    std::fs::write(
+        &spec,
+        "name: linkerd-run\nscenarios: [baseline, linkerd]\nplacements: [intra-node, inter-node]\n\
+         load:\n  model: constant-rate\n  points: [{ rps: 100, connections: 4 }]\nduration: 6s\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let output = cluster
+        .run(&out, &["--capture-link", "--spec", spec.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let r = results(&out);
+    // On the wire at the server pod's interface: TLS 1.3 between the linkerd-proxies, the
+    // marker never in clear; without a mesh, the marker in clear.
+    for cell in r["cells"].as_array().unwrap() {
+        let (scenario, wire) = (cell["scenario"].as_str().unwrap(), &cell["wire"]);
+        let label = format!("{scenario} {}: {wire}", cell["placement"]);
+        assert!(wire["connections"].as_u64().unwrap() > 0, "{label}");
+        if scenario == "baseline" {
+            assert_eq!(wire["marker_seen"], true, "{label}");
+            continue;
+        }
+        assert_eq!(wire["marker_seen"], false, "{label}");
+        assert_eq!(wire["tls_connections"], wire["connections"], "{label}");
+        assert_eq!(wire["tls_versions"], json!(["TLSv1.3"]), "{label}");
+        let outcomes: Vec<&String> = cell["load"]["outcomes"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(outcomes, ["http_200"], "{label}: {}", cell["load"]);
+        // A linkerd-proxy beside each end (a native sidecar: an init container that keeps
+        // running), sampled as its sidecar; the control plane's pods.
+        let resources = cell["resources"].as_array().unwrap();
+        for app in ["echo-server-1", "load-generator-1"] {
+            assert!(
+                resources
+                    .iter()
+                    .any(|r| r["component"] == format!("{app}-sidecar")
+                        && r["role"] == "sidecar"
+                        && r["cpu_cores_mean"].as_f64().unwrap() > 0.0),
+                "{app}: {resources:?}"
+            );
+        }
+        for control_plane in ["linkerd-destination-", "linkerd-identity-"] {
+            assert!(
+                resources.iter().any(|r| r["component"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(control_plane)
+                    && r["role"] == "control-plane"),
+                "{control_plane}: {resources:?}"
+            );
+        }
+    }
+    assert_eq!(cluster.leftovers(), "", "objects left after a run");
+
+    // E3's six cases through linkerd2-proxy: the policy as Linkerd's Server and
+    // AuthorizationPolicy resources, denials answered with 403s, TLS 1.3 between the proxies;
+    // a pod's call to itself stays on its loopback in plaintext, as Linkerd's proxy does it.
+    let out = dir.path().join("verify");
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["verify", "--backend", "kubernetes", "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        .args(["--image", image(), "--mesh", "linkerd", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let report = verification(&out);
+    assert_eq!(report["passed"], true);
+    let linkerd = &report["meshes"][0];
+    assert_eq!(linkerd["cases"].as_array().unwrap().len(), 6);
+    let case_2 = &linkerd["cases"][1];
+    let mut denied = 0;
+    for probe in case_2["probes"].as_array().unwrap() {
+        let (from, to, wire) = (&probe["from"], &probe["to"], &probe["wire"]);
+        if from == "impostor" {
+            continue;
+        }
+        if from == to {
+            assert_eq!(wire["marker_seen"], true, "{probe}");
+            assert!(wire["note"]
+                .as_str()
+                .unwrap()
+                .contains("never leaves the pod"));
+            continue;
+        }
+        assert_eq!(wire["marker_seen"], false, "{probe}");
+        assert_eq!(wire["tls_versions"], json!(["TLSv1.3"]), "{probe}");
+        denied += usize::from(probe["observed"] == "http_403");
+    }
+    assert!(denied >= 3, "Linkerd denied too little: {case_2}");
+}

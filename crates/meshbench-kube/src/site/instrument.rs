@@ -350,7 +350,16 @@ impl KubeSite<'_> {
         let readings = sampler.finish().await;
         // Stopped whether the instrument succeeded or not; its failure is the one told.
         let wire = match capture {
-            Some(capture) => Some(self.finish_capture(capture).await),
+            Some(capture) => {
+                // The instrument's pods were made after the capture began: their addresses
+                // are the cell's too.
+                let instruments: Vec<std::net::IpAddr> = finished
+                    .iter()
+                    .flatten()
+                    .filter_map(|pod| pod.status.as_ref()?.pod_ip.as_ref()?.parse().ok())
+                    .collect();
+                Some(self.finish_capture(capture, &instruments).await)
+            }
             None => None,
         };
         finished?;

@@ -402,7 +402,7 @@ impl<'a> KubeSite<'a> {
                 ready: false,
                 node: node.clone(),
             };
-            for c in admitted.spec.iter().flat_map(|s| s.containers.iter()) {
+            for c in admitted.spec.iter().flat_map(crate::pods::long_running) {
                 if containers.iter().any(|known| known.container == c.name) {
                     continue;
                 }
@@ -873,6 +873,15 @@ impl<'a> KubeSite<'a> {
     /// The address of the node topology pod `pod` runs on, once it is ready.
     pub fn host_ip(&self, pod: &str) -> Option<IpAddr> {
         self.created(pod).ok()?.host_ip
+    }
+
+    /// The addresses of the cell's pods but topology pod `pod`'s (those ready).
+    pub fn pod_ips_but(&self, pod: &str) -> Vec<IpAddr> {
+        self.pods
+            .iter()
+            .filter(|p| p.topology.name != pod)
+            .filter_map(|p| p.ip)
+            .collect()
     }
 
     /// The address of the cluster's pod for topology pod `pod`, once it is ready.

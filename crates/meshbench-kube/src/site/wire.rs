@@ -32,14 +32,13 @@ pub const POD_INTERFACE: &str = "eth0";
 pub const CAPTURE_WAIT: Duration = Duration::from_secs(30);
 /// The most of a cell's traffic kept: the handshakes and thousands of requests.
 const CAPTURE_BYTES: &str = "8MiB";
-/// The link-local source a mesh may give the kubelet's probes (ambient's 169.254.7.127):
-/// probes are the node's, not the cell's traffic.
-fn from_the_node(ip: IpAddr, node: Option<IpAddr>) -> bool {
-    Some(ip) == node
-        || match ip {
-            IpAddr::V4(v4) => v4.is_link_local(),
-            IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
-        }
+/// Whether a connection captured at the server pod's interface is the cell's: one from
+/// another of the cell's pods to the server pod. What else reaches the pod is not the cell's:
+/// the kubelet's probes (from the node's address, from the pod network's gateway on a bridge
+/// CNI such as the test cluster's, from ambient's link-local 169.254.7.127; Linkerd's proxy
+/// answers its own readiness probe in plaintext), or a control plane's calls.
+fn the_cells(client: IpAddr, server: IpAddr, to: IpAddr, peers: &[IpAddr]) -> bool {
+    server == to && peers.contains(&client)
 }
 
 /// `meshbench wire capture`'s arguments for a node's link toward `toward`, writing only the
@@ -67,11 +66,8 @@ pub(super) struct WirePlace {
 
 /// Which of a capture's connections are the cell's.
 enum Judged {
-    /// Those to the server pod's address, but for its node's own (the kubelet's probes).
-    ToServer {
-        server: IpAddr,
-        node: Option<IpAddr>,
-    },
+    /// Those from the cell's other pods (`peers`) to the server pod's address.
+    ToServer { server: IpAddr, peers: Vec<IpAddr> },
     /// Every one: the capture wrote only packets between the cell's addresses (a node's link,
     /// `wire capture --between`).
     All,
@@ -141,12 +137,12 @@ impl KubeSite<'_> {
             args: vec!["--interface".into(), POD_INTERFACE.into()],
             description: format!(
                 "{}'s pod interface ({POD_INTERFACE}, recorded inside the pod through the API \
-                 server; its node's own probes left out)",
+                 server; the connections from the cell's other pods)",
                 server.name
             ),
             judged: Judged::ToServer {
                 server: server_ip,
-                node: server_node,
+                peers: self.pod_ips_but(&server.name),
             },
         })
     }
@@ -183,9 +179,12 @@ impl KubeSite<'_> {
 
     /// Stops `capture`, keeps its pcap as `wire.pcap` in the cell's directory and judges the
     /// cell's connections in it.
+    /// Stops a capture and judges it; `instruments` are the addresses of the pods made after
+    /// it began (the load generators), peers of the server like the cell's other pods.
     pub(super) async fn finish_capture(
         &self,
         capture: RunningCapture,
+        instruments: &[IpAddr],
     ) -> Result<WireObservation, Error> {
         let RunningCapture {
             place,
@@ -211,10 +210,11 @@ impl KubeSite<'_> {
             source,
         })?;
         let mut report = meshbench_netlab::analyze_pcap(&pcap, marker.as_bytes())?;
-        if let Judged::ToServer { server, node } = place.judged {
+        if let Judged::ToServer { server, peers } = &place.judged {
+            let peers: Vec<IpAddr> = peers.iter().chain(instruments).copied().collect();
             report
                 .flows
-                .retain(|f| f.server.ip() == server && !from_the_node(f.client.ip(), node));
+                .retain(|f| the_cells(f.client.ip(), f.server.ip(), *server, &peers));
         }
         let mut link = place.description;
         if captured.stderr.contains("ended by its bytes budget") {
@@ -239,12 +239,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_nodes_own_probes_are_not_the_cells_traffic() {
-        let node: IpAddr = "10.0.0.2".parse().unwrap();
-        assert!(from_the_node(node, Some(node)));
-        assert!(from_the_node("169.254.7.127".parse().unwrap(), Some(node)));
-        assert!(from_the_node("fe80::1".parse().unwrap(), None));
-        assert!(!from_the_node("10.244.1.5".parse().unwrap(), Some(node)));
+    fn only_the_cells_pods_calling_the_server_are_the_cells_traffic() {
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let (server, client) = (ip("10.244.2.11"), ip("10.244.1.16"));
+        let peers = [client];
+        assert!(the_cells(client, server, server, &peers));
+        // The kubelet's probes: the node's address, the bridge's gateway, ambient's.
+        for probe in ["10.77.0.12", "10.244.2.1", "169.254.7.127"] {
+            assert!(!the_cells(ip(probe), server, server, &peers), "{probe}");
+        }
+        // The server's own calls out (to a control plane) are not to the server.
+        assert!(!the_cells(server, ip("10.244.3.12"), server, &peers));
     }
 
     #[test]

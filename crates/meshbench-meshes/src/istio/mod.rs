@@ -135,6 +135,10 @@ impl InstalledMesh for Istio {
     /// ztunnel's CA as its pods are configured (`CA_ADDRESS`, `ALT_CA_HOSTNAME`, the cluster
     /// ID), istiod's defaults where they say nothing; the root istiod publishes to every
     /// namespace. Ambient only: a sidecar's CA is reached through its pilot-agent.
+    fn inbound_port_in_pod(&self) -> Option<u16> {
+        self.ambient.then_some(crate::Ports::HBONE)
+    }
+
     fn identity_service(&self, found: &Found) -> Option<IdentityService> {
         if !self.ambient {
             return None;
