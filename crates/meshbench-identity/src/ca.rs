@@ -67,23 +67,29 @@ pub struct IssuedCa {
 impl IssuedCa {
     /// Writes `<stem>.pem` (certificate) and `<stem>.key` (PKCS#8 key, owner-only) into `dir`.
     pub fn write(&self, dir: &Path, stem: &str) -> Result<(PathBuf, PathBuf), Error> {
-        let cert = dir.join(format!("{stem}.pem"));
-        let key = dir.join(format!("{stem}.key"));
-        write_file(&cert, &self.cert_pem)?;
-        write_private_file(&key, &self.key_pem)?;
-        Ok((cert, key))
+        write_pair(dir, stem, &self.cert_pem, &self.key_pem)
     }
 }
 
 impl IssuedSvid {
     /// Writes `<stem>.pem` (certificate) and `<stem>.key` (PKCS#8 key) into `dir`.
     pub fn write(&self, dir: &Path, stem: &str) -> Result<(PathBuf, PathBuf), Error> {
-        let cert = dir.join(format!("{stem}.pem"));
-        let key = dir.join(format!("{stem}.key"));
-        write_file(&cert, &self.cert_pem)?;
-        write_private_file(&key, &self.key_pem)?;
-        Ok((cert, key))
+        write_pair(dir, stem, &self.cert_pem, &self.key_pem)
     }
+}
+
+/// `<stem>.pem` and `<stem>.key` in `dir`, the key readable by its owner only.
+fn write_pair(
+    dir: &Path,
+    stem: &str,
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<(PathBuf, PathBuf), Error> {
+    let cert = dir.join(format!("{stem}.pem"));
+    let key = dir.join(format!("{stem}.key"));
+    write_file(&cert, cert_pem)?;
+    write_private_file(&key, key_pem)?;
+    Ok((cert, key))
 }
 
 impl CertificateAuthority {

@@ -761,6 +761,45 @@ fn our_data_planes_and_envoy_pass_e3s_matrix_on_the_cluster_and_no_mesh_fails_it
 /// The CRDs of the meshes a cluster runs (Istio's, the Gateway API's, Cilium's, from the Go
 /// modules they publish), installed into the test cluster as an operator would: meshbench
 /// never installs a mesh. Only the schemas: no control plane, no webhook.
+/// `scenario` of a mesh the cluster runs beside `baseline`, intra- and inter-node, at 100 rps
+/// for 6 s with the wire recorded: where its results are (under `dir`) and what they say.
+fn run_beside_baseline(cluster: &Cluster, dir: &Path, scenario: &str) -> (PathBuf, Value) {
+    let spec = dir.join(format!("{scenario}.yaml"));
+    std::fs::write(
+        &spec,
+        format!(
+            "name: {scenario}-run\nscenarios: [baseline, {scenario}]\n\
+             placements: [intra-node, inter-node]\nload:\n  model: constant-rate\n  \
+             points: [{{ rps: 100, connections: 4 }}]\nduration: 6s\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let output = cluster
+        .run(&out, &["--capture-link", "--spec", spec.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let r = results(&out);
+    (out, r)
+}
+
+/// `verify --backend kubernetes --mesh mesh`, which must pass; its report.
+fn passing_verification(cluster: &Cluster, dir: &Path, mesh: &str) -> Value {
+    let out = dir.join("verify");
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["verify", "--backend", "kubernetes", "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        .args(["--image", image(), "--mesh", mesh, "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let report = verification(&out);
+    assert_eq!(report["passed"], true);
+    report
+}
+
 fn install_mesh_crds(cluster: &Cluster, crds: &Path) {
     let kubectl = || {
         let mut command = Command::new(&cluster.kubectl);
@@ -844,20 +883,7 @@ fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
     assert!(detected.contains(", istio-cni 0.0.0-"), "{detected}");
 
     let dir = tempfile::tempdir().unwrap();
-    let spec = dir.path().join("ambient.yaml");
-    std::fs::write(
-        &spec,
-        "name: ambient-run\nscenarios: [baseline, istio-ambient]\nplacements: [intra-node, inter-node]\n\
-         load:\n  model: constant-rate\n  points: [{ rps: 100, connections: 4 }]\nduration: 6s\n",
-    )
-    .unwrap();
-    let out = dir.path().join("run");
-    let output = cluster
-        .run(&out, &["--capture-link", "--spec", spec.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_success(&output);
-    let r = results(&out);
+    let (out, r) = run_beside_baseline(&cluster, dir.path(), "istio-ambient");
     // On the wire at the server pod's interface, between nodes and within one: HBONE, TLS 1.3
     // to ztunnel's port 15008, the marker never in clear; without a mesh, the marker in clear.
     for cell in r["cells"].as_array().unwrap() {
@@ -966,17 +992,7 @@ fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
     // E3's six cases through ztunnel: the policy as Istio's resources, enforced at L4 (a
     // denial is a reset connection), and on the wire TLS 1.3 wherever both ends are enrolled,
     // recorded at the destination pod (its loopback for a pod's call to itself).
-    let out = dir.path().join("verify");
-    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args(["verify", "--backend", "kubernetes", "--kubeconfig"])
-        .arg(&cluster.kubeconfig)
-        .args(["--image", image(), "--mesh", "istio-ambient", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert_success(&output);
-    let report = verification(&out);
-    assert_eq!(report["passed"], true);
+    let report = passing_verification(&cluster, dir.path(), "istio-ambient");
     let ambient = &report["meshes"][0];
     assert_eq!(ambient["cases"].as_array().unwrap().len(), 6);
     let case_2 = &ambient["cases"][1];
@@ -1259,22 +1275,29 @@ fn linkerd_carries_every_request_through_its_proxies_on_the_cluster() {
         detected.contains("linkerd          installed: version edge-26.8.3"),
         "{detected}"
     );
-
-    let dir = tempfile::tempdir().unwrap();
-    let spec = dir.path().join("linkerd.yaml");
-    std::fs::write(
-        &spec,
-        "name: linkerd-run\nscenarios: [baseline, linkerd]\nplacements: [intra-node, inter-node]\n\
-         load:\n  model: constant-rate\n  points: [{ rps: 100, connections: 4 }]\nduration: 6s\n",
-    )
-    .unwrap();
-    let out = dir.path().join("run");
-    let output = cluster
-        .run(&out, &["--capture-link", "--spec", spec.to_str().unwrap()])
+    // E3's policy as Linkerd's resources, each accepted by Linkerd's CRDs (server-side dry
+    // run) and every enrolled pod admitted with the proxy Linkerd's injector adds.
+    let check = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["mesh", "check", "--mesh", "linkerd", "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
         .output()
         .unwrap();
-    assert_success(&output);
-    let r = results(&out);
+    assert_success(&check);
+    let report = String::from_utf8_lossy(&check.stdout);
+    assert!(!report.contains("REFUSED"), "{report}");
+    for kind in ["Server", "AuthorizationPolicy", "MeshTLSAuthentication"] {
+        assert!(report.contains(&format!("accepted  {kind} ")), "{report}");
+    }
+    let calculator = report
+        .lines()
+        .find(|l| l.contains("pod calculator (enrolled): admitted, injected "));
+    assert!(
+        calculator.is_some_and(|l| l.contains("linkerd-proxy (sidecar)")),
+        "{report}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_, r) = run_beside_baseline(&cluster, dir.path(), "linkerd");
     // On the wire at the server pod's interface: TLS 1.3 between the linkerd-proxies, the
     // marker never in clear; without a mesh, the marker in clear.
     for cell in r["cells"].as_array().unwrap() {
@@ -1323,17 +1346,7 @@ fn linkerd_carries_every_request_through_its_proxies_on_the_cluster() {
     // E3's six cases through linkerd2-proxy: the policy as Linkerd's Server and
     // AuthorizationPolicy resources, denials answered with 403s, TLS 1.3 between the proxies;
     // a pod's call to itself stays on its loopback in plaintext, as Linkerd's proxy does it.
-    let out = dir.path().join("verify");
-    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args(["verify", "--backend", "kubernetes", "--kubeconfig"])
-        .arg(&cluster.kubeconfig)
-        .args(["--image", image(), "--mesh", "linkerd", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert_success(&output);
-    let report = verification(&out);
-    assert_eq!(report["passed"], true);
+    let report = passing_verification(&cluster, dir.path(), "linkerd");
     let linkerd = &report["meshes"][0];
     assert_eq!(linkerd["cases"].as_array().unwrap().len(), 6);
     let case_2 = &linkerd["cases"][1];

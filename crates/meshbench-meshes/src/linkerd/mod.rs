@@ -14,8 +14,9 @@
 //! The pods' `config.linkerd.io/default-inbound-policy` annotation carries our default, so the
 //! cluster's own default (which let another namespace in, in E3) does not decide the run's.
 //!
-//! No registry reachable here carries Linkerd (its Go module is refused by the module proxy,
-//! its proxy is in no registry): these resources are rendered and golden-tested only.
+//! On the test cluster Linkerd runs from its pinned sources (`scripts/linkerd-build`,
+//! `scripts/linkerd-lab`); nothing here depends on how it was installed: detection, enrollment
+//! and sampling go by Linkerd's own labels, annotations, CRDs and pods.
 
 use std::collections::BTreeMap;
 
