@@ -5,10 +5,8 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
-
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::api::LogParams;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;

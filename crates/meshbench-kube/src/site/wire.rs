@@ -37,8 +37,9 @@ const CAPTURE_BYTES: &str = "8MiB";
 /// the kubelet's probes (from the node's address, from the pod network's gateway on a bridge
 /// CNI such as the test cluster's, from ambient's link-local 169.254.7.127; Linkerd's proxy
 /// answers its own readiness probe in plaintext), or a control plane's calls.
-fn the_cells(client: IpAddr, server: IpAddr, to: IpAddr, peers: &[IpAddr]) -> bool {
-    server == to && peers.contains(&client)
+fn the_cells(flow: (IpAddr, IpAddr), server: IpAddr, peers: &[IpAddr]) -> bool {
+    let (from, to) = flow;
+    to == server && peers.contains(&from)
 }
 
 /// `meshbench wire capture`'s arguments for a node's link toward `toward`, writing only the
@@ -214,7 +215,7 @@ impl KubeSite<'_> {
             let peers: Vec<IpAddr> = peers.iter().chain(instruments).copied().collect();
             report
                 .flows
-                .retain(|f| the_cells(f.client.ip(), f.server.ip(), *server, &peers));
+                .retain(|f| the_cells((f.client.ip(), f.server.ip()), *server, &peers));
         }
         let mut link = place.description;
         if captured.stderr.contains("ended by its bytes budget") {
@@ -243,13 +244,13 @@ mod tests {
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
         let (server, client) = (ip("10.244.2.11"), ip("10.244.1.16"));
         let peers = [client];
-        assert!(the_cells(client, server, server, &peers));
+        assert!(the_cells((client, server), server, &peers));
         // The kubelet's probes: the node's address, the bridge's gateway, ambient's.
         for probe in ["10.77.0.12", "10.244.2.1", "169.254.7.127"] {
-            assert!(!the_cells(ip(probe), server, server, &peers), "{probe}");
+            assert!(!the_cells((ip(probe), server), server, &peers), "{probe}");
         }
         // The server's own calls out (to a control plane) are not to the server.
-        assert!(!the_cells(server, ip("10.244.3.12"), server, &peers));
+        assert!(!the_cells((server, ip("10.244.3.12")), server, &peers));
     }
 
     #[test]
