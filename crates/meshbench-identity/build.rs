@@ -1,11 +1,18 @@
-//! Compiles Istio's certificate API with protox (pure Rust), so building meshbench needs no
-//! protoc on the machine.
+//! Compiles the meshes' certificate APIs with protox (pure Rust), so building meshbench needs
+//! no protoc on the machine: Istio's (meshbench serves it and calls it) and Linkerd's
+//! (meshbench only calls it).
 
 fn main() {
-    println!("cargo:rerun-if-changed=proto/istio_ca.proto");
-    let descriptors = protox::compile(["proto/istio_ca.proto"], ["proto"])
-        .expect("proto/istio_ca.proto is a valid protobuf definition");
-    tonic_prost_build::configure()
-        .compile_fds(descriptors)
-        .expect("generating Istio's certificate API");
+    for (proto, server) in [
+        ("proto/istio_ca.proto", true),
+        ("proto/linkerd_identity.proto", false),
+    ] {
+        println!("cargo:rerun-if-changed={proto}");
+        let descriptors = protox::compile([proto], ["proto"])
+            .unwrap_or_else(|e| panic!("{proto} is not a valid protobuf definition: {e}"));
+        tonic_prost_build::configure()
+            .build_server(server)
+            .compile_fds(descriptors)
+            .unwrap_or_else(|e| panic!("generating code for {proto}: {e}"));
+    }
 }

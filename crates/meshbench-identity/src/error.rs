@@ -45,6 +45,8 @@ pub enum Error {
     Config(#[from] meshbench_role::Error),
     #[error("the Istio CA at {address}: {reason}")]
     IstioCa { address: String, reason: String },
+    #[error("Linkerd's identity controller at {address}: {reason}")]
+    LinkerdIdentity { address: String, reason: String },
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
     #[error("TLS configuration rejected: {0}")]
@@ -59,7 +61,11 @@ impl meshbench_role::InputFault for Error {
     fn is_bad_input(&self) -> bool {
         !matches!(
             self,
-            Error::Write { .. } | Error::Generate(_) | Error::Renew { .. } | Error::IstioCa { .. }
+            Error::Write { .. }
+                | Error::Generate(_)
+                | Error::Renew { .. }
+                | Error::IstioCa { .. }
+                | Error::LinkerdIdentity { .. }
         )
     }
 }

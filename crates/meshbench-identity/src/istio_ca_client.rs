@@ -3,16 +3,10 @@
 //! `IstioCertificateService/CreateCertificate` over TLS with the caller's bearer token. The
 //! verifier uses it to present the mesh's own certificates (valid, and expired) to its proxies.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::client::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::CertificateDer;
 
 use crate::istio_ca::proto::istio_certificate_service_client::IstioCertificateServiceClient;
 use crate::istio_ca::proto::IstioCertificateRequest;
@@ -50,12 +44,6 @@ pub struct IstioSvidRequest {
     pub cluster_id: String,
 }
 
-struct H2(http2::SendRequest<tonic::body::Body>);
-
-type ResponseFuture = Pin<
-    Box<dyn Future<Output = Result<http::Response<hyper::body::Incoming>, hyper::Error>> + Send>,
->;
-
 impl std::fmt::Debug for IstioSvid {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The key stays out of log lines.
@@ -63,20 +51,6 @@ impl std::fmt::Debug for IstioSvid {
             .field("chain_pem", &self.chain_pem)
             .field("not_after", &self.not_after)
             .finish_non_exhaustive()
-    }
-}
-
-impl tower_service::Service<http::Request<tonic::body::Body>> for H2 {
-    type Response = http::Response<hyper::body::Incoming>;
-    type Error = hyper::Error;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        Box::pin(self.0.send_request(request))
     }
 }
 
@@ -115,32 +89,10 @@ async fn request_once(request: &IstioSvidRequest, token: &str) -> Result<IstioSv
     )];
     let csr = params.serialize_request(&key)?.pem()?;
 
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(request.root_pem.as_bytes()) {
-        roots.add(cert.map_err(|e| failed(address, format!("root: {e}")))?)?;
-    }
-    if roots.is_empty() {
-        return Err(failed(address, "the root given holds no PEM certificate"));
-    }
-    let mut config = crate::tls::client_builder_with_roots(roots)?.with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let name = ServerName::try_from(request.server_name.clone())
-        .map_err(|e| failed(address, format!("server name {}: {e}", request.server_name)))?;
-    let tcp = tokio::net::TcpStream::connect(address)
+    let (channel, origin) = crate::grpc::connect(address, &request.server_name, &request.root_pem)
         .await
         .map_err(|e| failed(address, e))?;
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .map_err(|e| failed(address, format!("TLS: {e}")))?;
-    let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-        .await
-        .map_err(|e| failed(address, e))?;
-    tokio::spawn(connection);
-    let origin: http::Uri = format!("https://{}", request.server_name)
-        .parse()
-        .map_err(|e| failed(address, e))?;
-    let mut client = IstioCertificateServiceClient::with_origin(H2(sender), origin);
+    let mut client = IstioCertificateServiceClient::with_origin(channel, origin);
     let mut call = tonic::Request::new(IstioCertificateRequest {
         csr,
         validity_duration: i64::try_from(request.ttl.as_secs()).unwrap_or(i64::MAX),

@@ -12,9 +12,12 @@ mod ca_server_file;
 mod cert_agent_file;
 mod error;
 mod files;
+mod grpc;
 mod istio_ca;
 mod istio_ca_client;
 mod istio_ca_file;
+mod linkerd_identity;
+mod linkerd_identity_client;
 mod pem;
 mod published;
 mod rotation;
@@ -43,13 +46,18 @@ pub use istio_ca_client::{
     request_istio_svid, IstioSvid, IstioSvidRequest, ISTIO_CA_REQUEST_TIMEOUT,
 };
 pub use istio_ca_file::{IstioCaCallerFile, IstioCaFile};
+pub use linkerd_identity_client::{
+    linkerd_csr, request_linkerd_certificate, LinkerdCertificate, LinkerdCertifyRequest,
+    LINKERD_IDENTITY_REQUEST_TIMEOUT,
+};
 pub use pem::{load_certs, load_private_key};
 pub use published::{PublishedSvid, PUBLISHED_CERT, PUBLISHED_KEY};
 pub use rotation::{rotate_forever, CaClient, DEFAULT_ROTATE_FRACTION, RENEW_TIMEOUT};
-pub use spiffe::{not_after_unix, spiffe_ids_of, CertificateSummary, SpiffeId};
+pub use spiffe::{dns_names_of, not_after_unix, spiffe_ids_of, CertificateSummary, SpiffeId};
 pub use store::{SvidPem, SvidRequest, SvidStore};
 pub use tls::{
-    client_config, client_config_for, client_config_with, server_config, server_config_for,
-    server_config_with, CipherSuite, ClientTlsFiles, KeyExchange, ServerTlsFiles, TlsOptions,
+    client_config, client_config_by_name, client_config_for, client_config_with, server_config,
+    server_config_for, server_config_with, CipherSuite, ClientTlsFiles, KeyExchange,
+    ServerTlsFiles, TlsOptions,
 };
 pub use verifier::{SpiffeClientVerifier, SpiffeServerVerifier, TrustBundle};

@@ -139,6 +139,24 @@ pub fn spiffe_ids_of(cert: &CertificateDer<'_>) -> Vec<SpiffeId> {
         .collect()
 }
 
+/// The DNS names a certificate carries in its SAN: what Linkerd's identities are.
+pub fn dns_names_of(cert: &CertificateDer<'_>) -> Vec<String> {
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = parsed.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// When a certificate expires, in Unix seconds.
 pub fn not_after_unix(cert: &CertificateDer<'_>) -> Option<i64> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;

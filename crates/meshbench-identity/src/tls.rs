@@ -251,6 +251,31 @@ pub fn client_config_with(
     options: &TlsOptions,
 ) -> Result<ClientConfig, Error> {
     let builder = client_builder(&files.ca, files.expect_server_id.clone(), options)?;
+    with_client_cert(builder, files, alpn)
+}
+
+/// A client presenting `files`' certificate (if any) and verifying the server's certificate
+/// chain to `files.ca` and its DNS name against the name the connection asks for (its SNI), as
+/// a mesh whose identities are DNS names does (Linkerd). `files.expect_server_id` is not used:
+/// the name connected to is the identity expected.
+pub fn client_config_by_name(
+    files: &ClientTlsFiles,
+    alpn: &[&[u8]],
+) -> Result<ClientConfig, Error> {
+    let mut roots = RootCertStore::empty();
+    for cert in load_certs(&files.ca)? {
+        roots.add(cert)?;
+    }
+    let builder = client_builder_with_roots(roots)?;
+    with_client_cert(builder, files, alpn)
+}
+
+/// Finishes `builder` with `files`' client certificate (if any) and `alpn`.
+fn with_client_cert(
+    builder: ConfigBuilder<ClientConfig, WantsClientCert>,
+    files: &ClientTlsFiles,
+    alpn: &[&[u8]],
+) -> Result<ClientConfig, Error> {
     let mut config = match (&files.cert, &files.key) {
         (Some(cert), Some(key)) => {
             builder.with_client_auth_cert(load_certs(cert)?, load_private_key(key)?)?

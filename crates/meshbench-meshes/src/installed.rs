@@ -374,8 +374,11 @@ pub struct IdentityService {
     pub token_audience: String,
     /// The cluster name it reviews tokens with (Istio's `ClusterID`).
     pub cluster_id: String,
-    /// The ConfigMap in each workload namespace holding the trust root, and its key.
+    /// The ConfigMap holding the trust root, and its key.
     pub root_config_map: (String, String),
+    /// The namespace of that ConfigMap: `None` for each workload's own (Istio publishes its
+    /// root into every namespace), or the control plane's (Linkerd's trust anchors).
+    pub root_namespace: Option<String>,
     /// Where a destination's proxy takes HBONE: on the pod's own address (ambient's in-pod
     /// redirection), at this port.
     pub hbone_port_in_pod: Option<u16>,
@@ -383,8 +386,11 @@ pub struct IdentityService {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdentityProtocol {
-    /// `istio.v1.auth.IstioCertificateService/CreateCertificate`.
+    /// `istio.v1.auth.IstioCertificateService/CreateCertificate`, SPIFFE IDs.
     Istio,
+    /// `io.linkerd.proxy.identity.Identity/Certify`, identities as DNS names; the proxies
+    /// take mTLS on the pod's own address with the destination's identity as the SNI.
+    Linkerd,
 }
 
 /// A mesh the cluster runs. See the module's header.

@@ -51,3 +51,46 @@ pub(crate) fn side(cell: &Cell, side: Side) -> (f64, f64) {
             (cpu + r.cpu_cores_mean, mem + r.rss_mib_max)
         })
 }
+
+/// CPU cores (mean) and memory (MiB, max) of the mesh's data plane serving one side, as E1
+/// splits it: the side's own proxies (role `sidecar`, named after their pod) and the node
+/// agents on the side's nodes. Within one node the one agent serves both sides and counts on
+/// each, as E1 reported ambient's ztunnel. `None` when a node agent or one of the side's pods
+/// does not name its node (the local lab records none), so the agents cannot be split.
+pub(crate) fn mesh_side(cell: &Cell, side: Side) -> Option<(f64, f64)> {
+    let client_pods: Vec<&str> = cell
+        .resources
+        .iter()
+        .filter(|r| r.role == "load-generator")
+        .map(|r| r.component.as_str())
+        .collect();
+    let of_pod = |component: &str, pod: &str| {
+        component == pod
+            || component
+                .strip_prefix(pod)
+                .is_some_and(|rest| rest.starts_with('-'))
+    };
+    let on_client_side = |component: &str| client_pods.iter().any(|pod| of_pod(component, pod));
+    let pods_of_side = cell
+        .resources
+        .iter()
+        .filter(|r| !SHARED_ROLES.contains(&r.role.as_str()) && r.role != "sidecar")
+        .filter(|r| on_client_side(&r.component) == (side == Side::Client));
+    let mut nodes = vec![];
+    for pod in pods_of_side {
+        nodes.push(pod.node.as_deref()?);
+    }
+    let mut total = (0.0, 0.0);
+    for r in &cell.resources {
+        let serves = match r.role.as_str() {
+            "sidecar" => on_client_side(&r.component) == (side == Side::Client),
+            "node-agent" => nodes.contains(&r.node.as_deref()?),
+            _ => false,
+        };
+        if serves {
+            total.0 += r.cpu_cores_mean;
+            total.1 += r.rss_mib_max;
+        }
+    }
+    Some(total)
+}

@@ -33,7 +33,7 @@ use crate::analysis::{
     fmt_num, Analysis, Group, Point, BOOTSTRAP_ITERATIONS, BOOTSTRAP_SEED, LEVEL, MESH_ROLES,
 };
 use crate::capacity::Combined;
-use crate::cell::{side, Side};
+use crate::cell::{mesh_side, side, Side};
 use crate::table::Table;
 
 /// How the findings table's title starts (the HTML report puts the charts after it).
@@ -221,7 +221,22 @@ fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
     let mut verdict = combine_verdicts(&points);
     let mut evidence: Vec<String> = points.into_iter().map(|p| p.evidence).collect();
     if verdict == Verdict::NotChecked {
-        evidence.push(if missing.is_empty() {
+        let per_side_mesh = matches!(
+            &claim.check,
+            ClaimCheck::Ordering { metric, .. } | ClaimCheck::AtMost { metric, .. }
+                if matches!(
+                    metric,
+                    ClaimMetric::ClientMeshCpu
+                        | ClaimMetric::ServerMeshCpu
+                        | ClaimMetric::ClientMeshMemory
+                        | ClaimMetric::ServerMeshMemory
+                )
+        );
+        evidence.push(if missing.is_empty() && per_side_mesh {
+            "the run does not name the node of each component (the local lab records none), \
+             so the node agents cannot be told apart by side"
+                .to_owned()
+        } else if missing.is_empty() {
             "no point where its scenarios were measured together".to_owned()
         } else {
             format!("this run did not measure {}", missing.join(", "))
@@ -402,6 +417,14 @@ impl Site<'_, '_> {
             .iter()
             .map(|(c, s)| Some((*c, self.group(s)?)))
             .collect::<Option<_>>()?;
+        // A figure the run cannot give for every cell (a side's agents without their nodes)
+        // leaves the point unjudged rather than judged on NaN.
+        let figures_known = groups
+            .iter()
+            .all(|(_, g)| g.cells.iter().all(|c| !cell_value(c, self.metric).is_nan()));
+        if !figures_known {
+            return None;
+        }
         combine_groups(self.metric, &groups)
     }
 
@@ -515,6 +538,11 @@ fn cell_value(cell: &Cell, metric: ClaimMetric) -> f64 {
         ClaimMetric::TotalCpu => cell.resources.iter().map(|r| r.cpu_cores_mean).sum(),
         ClaimMetric::MeshCpu => mesh(|r| r.cpu_cores_mean),
         ClaimMetric::MeshMemory => mesh(|r| r.rss_mib_max),
+        // NaN where the agents cannot be split by side: `Site::combine` then skips the point.
+        ClaimMetric::ClientMeshCpu => mesh_side(cell, Side::Client).map_or(f64::NAN, |s| s.0),
+        ClaimMetric::ServerMeshCpu => mesh_side(cell, Side::Server).map_or(f64::NAN, |s| s.0),
+        ClaimMetric::ClientMeshMemory => mesh_side(cell, Side::Client).map_or(f64::NAN, |s| s.1),
+        ClaimMetric::ServerMeshMemory => mesh_side(cell, Side::Server).map_or(f64::NAN, |s| s.1),
         // Judged from the searches, never from one cell.
         ClaimMetric::Capacity => f64::NAN,
     }
@@ -795,8 +823,14 @@ fn unit(metric: ClaimMetric) -> &'static str {
     match metric {
         ClaimMetric::P50 | ClaimMetric::P99 | ClaimMetric::Max => " ms",
         ClaimMetric::Throughput | ClaimMetric::Capacity => " rps",
-        ClaimMetric::ClientCpu | ClaimMetric::TotalCpu | ClaimMetric::MeshCpu => " cores",
-        ClaimMetric::MeshMemory => " MiB",
+        ClaimMetric::ClientCpu
+        | ClaimMetric::TotalCpu
+        | ClaimMetric::MeshCpu
+        | ClaimMetric::ClientMeshCpu
+        | ClaimMetric::ServerMeshCpu => " cores",
+        ClaimMetric::MeshMemory | ClaimMetric::ClientMeshMemory | ClaimMetric::ServerMeshMemory => {
+            " MiB"
+        }
     }
 }
 
@@ -804,10 +838,14 @@ fn unit(metric: ClaimMetric) -> &'static str {
 fn number(metric: ClaimMetric, value: f64) -> String {
     match metric {
         ClaimMetric::P50 | ClaimMetric::P99 | ClaimMetric::Max => format!("{value:.3}"),
-        ClaimMetric::ClientCpu | ClaimMetric::TotalCpu | ClaimMetric::MeshCpu => {
-            format!("{value:.3}")
+        ClaimMetric::ClientCpu
+        | ClaimMetric::TotalCpu
+        | ClaimMetric::MeshCpu
+        | ClaimMetric::ClientMeshCpu
+        | ClaimMetric::ServerMeshCpu => format!("{value:.3}"),
+        ClaimMetric::MeshMemory | ClaimMetric::ClientMeshMemory | ClaimMetric::ServerMeshMemory => {
+            format!("{value:.1}")
         }
-        ClaimMetric::MeshMemory => format!("{value:.1}"),
         ClaimMetric::Throughput | ClaimMetric::Capacity => format!("{value:.0}"),
     }
 }

@@ -261,6 +261,99 @@ fn cpu_of_one_repetition_needs_a_clear_margin() {
 }
 
 #[test]
+fn per_side_mesh_figures_count_each_sides_proxies_and_its_nodes_agent() {
+    let component = |name: &str, role: &str, node: Option<&str>, cores: f64| ComponentResources {
+        component: name.into(),
+        role: role.into(),
+        source: "kubelet-summary".into(),
+        samples: 10,
+        cpu_cores_mean: cores,
+        cpu_cores_max: cores,
+        rss_mib_mean: cores * 100.0,
+        rss_mib_max: cores * 100.0,
+        working_set_mib_mean: None,
+        working_set_mib_max: None,
+        node: node.map(str::to_owned),
+    };
+    // Inter-node: the agent on the client's node serves the client side only, the other
+    // node's agent the server side; sidecars go with their pods; the control plane with
+    // neither side.
+    let mut result = run(
+        &["agent-mesh", "sidecar-mesh", "unplaced-agent-mesh"],
+        &[point(500.0)],
+        1,
+        |scenario, _, _, cell| {
+            let mut resources = vec![
+                component("load-generator-1", "load-generator", Some("node-1"), 0.5),
+                component("echo-server-1", "app", Some("node-2"), 0.5),
+                component("control", "control-plane", Some("node-3"), 5.0),
+            ];
+            match scenario {
+                "agent-mesh" => resources.extend([
+                    component("agent-node-1", "node-agent", Some("node-1"), 0.1),
+                    component("agent-node-2", "node-agent", Some("node-2"), 0.4),
+                ]),
+                "sidecar-mesh" => resources.extend([
+                    component("load-generator-1-proxy", "sidecar", Some("node-1"), 0.2),
+                    component("echo-server-1-proxy", "sidecar", Some("node-2"), 0.3),
+                ]),
+                _ => {
+                    for r in &mut resources {
+                        r.node = None;
+                    }
+                    resources.push(component("node-1-agent", "node-agent", None, 0.1));
+                }
+            }
+            cell.resources = resources;
+        },
+    );
+    let order = |metric, low: &str, high: &str| {
+        claim(ClaimCheck::Ordering {
+            metric,
+            order: vec![low.into(), high.into()],
+        })
+    };
+    result.config.findings = vec![
+        order(ClaimMetric::ClientMeshCpu, "agent-mesh", "sidecar-mesh"),
+        order(ClaimMetric::ServerMeshCpu, "sidecar-mesh", "agent-mesh"),
+        order(ClaimMetric::ClientMeshMemory, "agent-mesh", "sidecar-mesh"),
+        order(
+            ClaimMetric::ClientMeshCpu,
+            "unplaced-agent-mesh",
+            "sidecar-mesh",
+        ),
+    ];
+    let v = verdicts(&result);
+    assert_eq!(v[0].0, Verdict::Held, "{v:?}");
+    assert!(
+        v[0].1
+            .contains("agent-mesh 0.100 cores < sidecar-mesh 0.200 cores"),
+        "{}",
+        v[0].1
+    );
+    assert_eq!(v[1].0, Verdict::Held, "{v:?}");
+    assert!(
+        v[1].1
+            .contains("sidecar-mesh 0.300 cores < agent-mesh 0.400 cores"),
+        "{}",
+        v[1].1
+    );
+    assert_eq!(v[2].0, Verdict::Held, "{v:?}");
+    assert!(
+        v[2].1.contains("10.0 MiB < sidecar-mesh 20.0 MiB"),
+        "{}",
+        v[2].1
+    );
+    // Without the nodes the agents cannot be split by side: not judged, never judged on NaN.
+    assert_eq!(v[3].0, Verdict::NotChecked, "{v:?}");
+    assert!(
+        v[3].1.contains("cannot be told apart by side"),
+        "{}",
+        v[3].1
+    );
+}
+
+#[test]
 fn dropping_http_parsing_gains_more_than_dropping_mtls() {
     let rps = |scenario: &str| match scenario {
         "meshbench-sidecar-l7" => 3000.0,

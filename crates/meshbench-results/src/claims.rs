@@ -36,6 +36,18 @@ pub enum ClaimMetric {
     MeshCpu,
     /// Memory of the mesh's own processes (MiB, each one's maximum, summed).
     MeshMemory,
+    /// CPU cores of the mesh's data plane serving the client side, as E1 splits it: the
+    /// client pods' proxies and the node agent on the client's node (within one node, the
+    /// one agent serves both sides and counts on each). Only where the run names each
+    /// component's node (the Kubernetes backend); elsewhere a point is not judged.
+    ClientMeshCpu,
+    /// The same for the server side: the other pods' proxies and their nodes' agents.
+    ServerMeshCpu,
+    /// Memory (MiB, each one's maximum, summed) of the mesh's data plane serving the client
+    /// side, counted as `client-mesh-cpu` counts.
+    ClientMeshMemory,
+    /// The same for the server side.
+    ServerMeshMemory,
     /// The capacity model's highest rate meeting the objective.
     Capacity,
 }
@@ -51,11 +63,15 @@ impl ClaimMetric {
             ClaimMetric::TotalCpu => "total-cpu",
             ClaimMetric::MeshCpu => "mesh-cpu",
             ClaimMetric::MeshMemory => "mesh-memory",
+            ClaimMetric::ClientMeshCpu => "client-mesh-cpu",
+            ClaimMetric::ServerMeshCpu => "server-mesh-cpu",
+            ClaimMetric::ClientMeshMemory => "client-mesh-memory",
+            ClaimMetric::ServerMeshMemory => "server-mesh-memory",
             ClaimMetric::Capacity => "capacity",
         }
     }
 
-    pub const ALL: [ClaimMetric; 9] = [
+    pub const ALL: [ClaimMetric; 13] = [
         ClaimMetric::P50,
         ClaimMetric::P99,
         ClaimMetric::Max,
@@ -64,6 +80,10 @@ impl ClaimMetric {
         ClaimMetric::TotalCpu,
         ClaimMetric::MeshCpu,
         ClaimMetric::MeshMemory,
+        ClaimMetric::ClientMeshCpu,
+        ClaimMetric::ServerMeshCpu,
+        ClaimMetric::ClientMeshMemory,
+        ClaimMetric::ServerMeshMemory,
         ClaimMetric::Capacity,
     ];
 }

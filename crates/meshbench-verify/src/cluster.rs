@@ -23,7 +23,9 @@ use meshbench_experiment::platform::{Platform, Site};
 use meshbench_identity::ClientTlsFiles;
 use meshbench_kube::{KubeOptions, KubePlatform, KubeSite, CAPTURE_WAIT, POD_INTERFACE};
 use meshbench_lab::BuildInfo;
-use meshbench_meshes::{IdentityService, Ports, Scenario, CONFIG_DIR_IN_POD, POD_PKI_DIR};
+use meshbench_meshes::{
+    IdentityProtocol, IdentityService, Ports, Scenario, CONFIG_DIR_IN_POD, POD_PKI_DIR,
+};
 use meshbench_results::{IdentityCheck, VerifyReport};
 use meshbench_topology::{Pod as TopologyPod, Topology};
 
@@ -131,9 +133,11 @@ impl Verifier for Cluster {
                  resources and enforced as it enforces them; wire evidence is recorded at the \
                  destination pod's interface; where it names a CA the verifier can ask, the \
                  identity checks present that CA's own certificates (issued to the checking \
-                 pod for each workload's service-account token, valid, and expired after a \
-                 second) to the calculator's proxy, and the rotation check is not made: its \
-                 SVIDs live as its CA decides",
+                 pod for each workload's service-account token: valid, and, where the CA takes \
+                 a lifetime per request as Istio's does, expired after a second; Linkerd's \
+                 identity controller signs for its configured lifetime, so there the \
+                 expired-certificate check is not made) to the calculator's proxy, and the \
+                 rotation check is not made: its SVIDs live as its CA decides",
                 mesh.name()
             ));
         }
@@ -226,6 +230,8 @@ impl ClusterCase<'_> {
         let serving_root = write(dir.join("mesh-ca-serving-root.pem"), &root)?;
         let in_pod = dir.join("in-pod");
         let trust_root = in_pod.join("mesh-experimenter.root.pem");
+        // Linkerd's controller signs for its configured lifetime: no expired one can be had.
+        let takes_lifetime = service.protocol == IdentityProtocol::Istio;
         let mut remote = vec![];
         for (account, name, ttl, expired) in [
             (
@@ -242,6 +248,9 @@ impl ClusterCase<'_> {
                 true,
             ),
         ] {
+            if expired && !takes_lifetime {
+                continue;
+            }
             let token = self
                 .site
                 .service_account_token(e3::APP, account, &service.token_audience)
@@ -258,19 +267,22 @@ impl ClusterCase<'_> {
                 expired,
             });
         }
-        let file = |expired: bool, account: &str| {
+        let find = |expired: bool, account: &str| {
             remote
                 .iter()
                 .find(|r| {
                     r.expired == expired && r.identity == mesh.workload_identity(e3::APP, account)
                 })
                 .map(|r| r.files.clone())
+        };
+        let file = |expired: bool, account: &str| {
+            find(expired, account)
                 .ok_or_else(|| Error::Probe(format!("no SVID planned for {account}")))
         };
         let svids = MeshSvids {
             experimenter: file(false, e3::EXPERIMENTER)?,
             checker: file(false, e3::CHECKER)?,
-            expired: file(true, e3::EXPERIMENTER)?,
+            expired: find(true, e3::EXPERIMENTER),
             // Known once the pod is issued it.
             expired_after: time::OffsetDateTime::now_utc(),
             rotation_caller: None,
@@ -551,13 +563,20 @@ async fn check_identities(
         ip.ok_or_else(|| Error::Probe(format!("the cluster gave {what} no address")))
     };
     let calculator_ip = address("the calculator", site.pod_ip(&calculator.name))?;
-    let guard = match remote.and_then(|(_, m)| m.hbone_port_in_pod) {
+    let app = std::net::SocketAddr::new(calculator_ip, Ports::APP);
+    let guard = match remote.map(|(_, m)| (m.protocol, m.hbone_port_in_pod)) {
         // Ambient's in-pod redirection: the calculator's own address takes HBONE.
-        Some(port) => Guard::NodeAgent {
+        Some((_, Some(port))) => Guard::NodeAgent {
             agent: std::net::SocketAddr::new(calculator_ip, port),
-            app: std::net::SocketAddr::new(calculator_ip, Ports::APP),
+            app,
         },
-        None => Guard::for_calculator(
+        // Linkerd's proxy takes the connection to the app's port (proxy-init redirects it to
+        // its inbound) and answers the calculator's identity, asked for by SNI.
+        Some((IdentityProtocol::Linkerd, None)) => Guard::NamedSidecar {
+            pod: app,
+            server_name: mesh.workload_identity(e3::APP, e3::CALCULATOR),
+        },
+        _ => Guard::for_calculator(
             mesh,
             calculator_ip,
             address("the calculator's node", site.host_ip(&calculator.name))?,
@@ -583,13 +602,14 @@ async fn issue_in_pod(
     token: &str,
     root: &str,
 ) -> Result<time::OffsetDateTime, Error> {
-    match service.protocol {
-        meshbench_meshes::IdentityProtocol::Istio => {}
-    }
-    let command: Vec<String> = [
+    let request = match service.protocol {
+        IdentityProtocol::Istio => "request-istio",
+        IdentityProtocol::Linkerd => "request-linkerd",
+    };
+    let mut command: Vec<String> = [
         "meshbench",
         "ca",
-        "request-istio",
+        request,
         "--address",
         &service.address,
         "--server-name",
@@ -600,10 +620,6 @@ async fn issue_in_pod(
         token,
         "--identity",
         &svid.identity,
-        "--ttl",
-        &format!("{}s", svid.ttl.as_secs()),
-        "--cluster-id",
-        &service.cluster_id,
         "--out",
         REMOTE_SVID_DIR,
         "--name",
@@ -611,6 +627,15 @@ async fn issue_in_pod(
     ]
     .map(str::to_owned)
     .to_vec();
+    // Istio's CA takes the lifetime and the cluster with each request; Linkerd's decides.
+    if service.protocol == IdentityProtocol::Istio {
+        command.extend([
+            "--ttl".into(),
+            format!("{}s", svid.ttl.as_secs()),
+            "--cluster-id".into(),
+            service.cluster_id.clone(),
+        ]);
+    }
     let out = site
         .exec_ok(CHECKER_POD, command, REMOTE_SVID_TIMEOUT)
         .await?;
@@ -654,8 +679,14 @@ impl ClusterAccess<'_, '_> {
         headers: &[(String, String)],
     ) -> Result<Vec<String>, Error> {
         let mut command: Vec<String> = vec!["meshbench".into(), "wire".into(), "exchange".into()];
-        match self.guard {
+        match &self.guard {
             Guard::Sidecar { pod } => command.extend(["--sidecar".into(), pod.to_string()]),
+            Guard::NamedSidecar { pod, server_name } => command.extend([
+                "--sidecar".into(),
+                pod.to_string(),
+                "--expect-server-name".into(),
+                server_name.clone(),
+            ]),
             Guard::NodeAgent { agent, app } => command.extend([
                 "--node-agent".into(),
                 agent.to_string(),

@@ -16,7 +16,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use meshbench_identity::{
-    client_config, CertificateAuthority, CertificateSummary, ClientTlsFiles, IssueOptions, SpiffeId,
+    client_config, client_config_by_name, CertificateAuthority, CertificateSummary, ClientTlsFiles,
+    IssueOptions, SpiffeId,
 };
 use meshbench_loadgen::Outcome;
 use meshbench_meshes::{spiffe_id, Enrollment, MeshPki, Ports, Scenario};
@@ -45,7 +46,8 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct ExchangeReport {
     /// The outcome class: `http_200`, `http_403`, `tls_handshake`, ...
     pub outcome: String,
-    /// The SPIFFE ID the guard presented, if the exchange completed.
+    /// The identity the guard presented, if the exchange completed: its SPIFFE ID, or its
+    /// DNS name where the mesh names workloads so (Linkerd).
     pub server_id: Option<String>,
     /// The certificate the guard presented, if the exchange completed.
     pub server_cert: Option<CertificateSummary>,
@@ -115,7 +117,9 @@ pub(crate) struct MeshSvids {
     pub trust_root: PathBuf,
     pub experimenter: CertKey,
     pub checker: CertKey,
-    pub expired: CertKey,
+    /// `None` where the mesh's CA cannot be asked for a short lifetime (Linkerd's signs for
+    /// its configured one): the expired-certificate check is then not made.
+    pub expired: Option<CertKey>,
     pub expired_after: time::OffsetDateTime,
     /// The experimenter's, for the rotation check, where it is made.
     pub rotation_caller: Option<CertKey>,
@@ -156,7 +160,7 @@ impl IdentityPlan {
             experimenter: svid(EXPERIMENTER)?,
             checker: svid(CHECKER)?,
             expired_after: short.not_after,
-            expired: short.write(dir, "expired-experimenter")?.into(),
+            expired: Some(short.write(dir, "expired-experimenter")?.into()),
             rotation_caller: Some(
                 issue(EXPERIMENTER, None)?
                     .write(dir, "rotation-experimenter")?
@@ -176,22 +180,37 @@ impl IdentityPlan {
         svid_ttl: Option<Duration>,
     ) -> Result<Self, Error> {
         create_dir(dir)?;
-        let calculator_id = SpiffeId::parse(&mesh.workload_identity(APP, CALCULATOR))?;
+        let calculator = mesh.workload_identity(APP, CALCULATOR);
+        // A mesh naming workloads by DNS name (Linkerd) is checked by that name, which the
+        // guard asks for; the others by SPIFFE ID.
+        let calculator_id = SpiffeId::parse(&calculator).ok();
         let files = |cert: Option<&CertKey>| ClientTlsFiles {
             cert: cert.map(|c| c.cert.clone()),
             key: cert.map(|c| c.key.clone()),
             ca: svids.trust_root.clone(),
-            expect_server_id: Some(calculator_id.clone()),
+            expect_server_id: calculator_id.clone(),
         };
+        let forged_id = mesh.workload_identity(APP, EXPERIMENTER);
         let foreign_ca =
             CertificateAuthority::init(&dir.join("other-trust-domain"), "evil.example")?;
         let foreign: CertKey = foreign_ca
-            .issue(APP, EXPERIMENTER, &IssueOptions::default())?
+            .issue(
+                APP,
+                EXPERIMENTER,
+                &IssueOptions {
+                    // The experimenter's own name where the mesh names workloads by DNS name.
+                    dns_names: SpiffeId::parse(&forged_id)
+                        .is_err()
+                        .then(|| forged_id.clone())
+                        .into_iter()
+                        .collect(),
+                    ..IssueOptions::default()
+                },
+            )?
             .write(dir, "other-trust-domain-experimenter")?
             .into();
 
-        let forged_id = mesh.workload_identity(APP, EXPERIMENTER);
-        let attempts = vec![
+        let mut attempts = vec![
             Attempt {
                 name: "valid-identity",
                 description: "the experimenter's SVID: the one caller the policy allows",
@@ -214,13 +233,6 @@ impl IdentityPlan {
                 expect_allowed: false,
             },
             Attempt {
-                name: "expired-certificate",
-                description: "the experimenter's SVID from the mesh's CA, expired",
-                files: files(Some(&svids.expired)),
-                headers: vec![],
-                expect_allowed: false,
-            },
-            Attempt {
                 name: "forged-identity-header",
                 description: "the security checker's valid SVID, claiming the experimenter's \
                               identity in x-forwarded-client-cert and x-meshbench-identity",
@@ -228,13 +240,25 @@ impl IdentityPlan {
                 headers: vec![
                     (
                         "x-forwarded-client-cert".into(),
-                        format!("By={calculator_id};URI={forged_id}"),
+                        format!("By={calculator};URI={forged_id}"),
                     ),
                     ("x-meshbench-identity".into(), forged_id.clone()),
                 ],
                 expect_allowed: false,
             },
         ];
+        if let Some(expired) = &svids.expired {
+            attempts.insert(
+                3,
+                Attempt {
+                    name: "expired-certificate",
+                    description: "the experimenter's SVID from the mesh's CA, expired",
+                    files: files(Some(expired)),
+                    headers: vec![],
+                    expect_allowed: false,
+                },
+            );
+        }
         Ok(IdentityPlan {
             attempts,
             rotation_caller: svids.rotation_caller.as_ref().map(|c| files(Some(c))),
@@ -459,10 +483,18 @@ fn renewed(before: &ExchangeReport, after: &ExchangeReport) -> bool {
 }
 
 /// How the verifier reaches the proxy that guards the calculator.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Guard {
     /// A sidecar: it intercepts connections to the calculator's pod and speaks mTLS there.
     Sidecar { pod: SocketAddr },
+    /// A sidecar that takes another proxy's mTLS on the pod's address when asked, by SNI,
+    /// for the pod's own identity, and presents a certificate for that name (Linkerd, whose
+    /// identities are DNS names); a connection without that name is not its mTLS. Checked
+    /// by the name, without ALPN, as a linkerd2-proxy connects to another.
+    NamedSidecar {
+        pod: SocketAddr,
+        server_name: String,
+    },
     /// A node agent: mTLS to the agent of the calculator's node (the calculator's SVID asked
     /// for by SNI), then an HTTP/2 CONNECT tunnel to the calculator's app (HBONE).
     NodeAgent { agent: SocketAddr, app: SocketAddr },
@@ -515,7 +547,7 @@ impl GuardAccess for NodeAccess<'_> {
         Box::pin(async move {
             let node = self.net.topology().nodes[0].clone();
             let netns = self.net.netns_of(NetPlace::Node(&node))?;
-            let (guard, files, headers) = (self.guard, files.clone(), headers.to_vec());
+            let (guard, files, headers) = (self.guard.clone(), files.clone(), headers.to_vec());
             run_in_netns(&netns, move || {
                 tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -544,11 +576,11 @@ pub async fn exchange(
     files: &ClientTlsFiles,
     headers: &[(String, String)],
 ) -> Result<ExchangeReport, Error> {
-    let alpn: &[&[u8]] = match guard {
-        Guard::Sidecar { .. } => &[b"http/1.1"],
-        Guard::NodeAgent { .. } => &[b"h2"],
-    };
-    let config = Arc::new(client_config(files, alpn)?);
+    let config = Arc::new(match guard {
+        Guard::Sidecar { .. } => client_config(files, &[b"http/1.1"])?,
+        Guard::NodeAgent { .. } => client_config(files, &[b"h2"])?,
+        Guard::NamedSidecar { .. } => client_config_by_name(files, &[])?,
+    });
     Ok(exchange_with(guard, config, headers.to_vec()).await)
 }
 
@@ -560,13 +592,16 @@ async fn exchange_with(
     headers: Vec<(String, String)>,
 ) -> ExchangeReport {
     let attempt = async {
-        let (connect_to, name) = match guard {
+        let (connect_to, name) = match &guard {
             Guard::Sidecar { pod } => (
-                pod,
+                *pod,
                 ServerName::try_from(format!("{CALCULATOR}.{APP}.svc"))?,
             ),
+            Guard::NamedSidecar { pod, server_name } => {
+                (*pod, ServerName::try_from(server_name.clone())?)
+            }
             Guard::NodeAgent { agent, .. } => (
-                agent,
+                *agent,
                 meshbench_dataplane::hbone_server_name(&SpiffeId::parse(&spiffe_id(
                     APP, CALCULATOR,
                 ))?)?,
@@ -583,7 +618,9 @@ async fn exchange_with(
             .and_then(|chain| chain.first())
             .map(|leaf| leaf.to_vec());
         let status = match guard {
-            Guard::Sidecar { .. } => post_add(TokioIo::new(tls), &headers).await?,
+            Guard::Sidecar { .. } | Guard::NamedSidecar { .. } => {
+                post_add(TokioIo::new(tls), &headers).await?
+            }
             Guard::NodeAgent { app, .. } => {
                 let (mut sender, conn) =
                     hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
@@ -610,11 +647,13 @@ async fn exchange_with(
             let leaf = leaf.map(rustls_pki_types::CertificateDer::from);
             ExchangeReport {
                 outcome: Outcome::Http(status).to_string(),
+                // The SPIFFE ID, or for a mesh naming workloads by DNS name, that name.
                 server_id: leaf.as_ref().and_then(|der| {
                     meshbench_identity::spiffe_ids_of(der)
                         .into_iter()
                         .next()
                         .map(|id| id.to_string())
+                        .or_else(|| meshbench_identity::dns_names_of(der).into_iter().next())
                 }),
                 server_cert: leaf.as_ref().and_then(CertificateSummary::of),
             }

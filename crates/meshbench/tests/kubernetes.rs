@@ -1369,4 +1369,32 @@ fn linkerd_carries_every_request_through_its_proxies_on_the_cluster() {
         denied += usize::from(probe["observed"] == "http_403");
     }
     assert!(denied >= 3, "Linkerd denied too little: {case_2}");
+    // The identity checks present certificates Linkerd's identity controller issued to the
+    // checking pod (Identity/Certify, for each service account's token) to the calculator's
+    // linkerd2-proxy, asked for the calculator's identity by SNI: the experimenter's is let
+    // through; none, another trust anchor's and the checker's (claiming the experimenter in
+    // headers) are not. No expired one: the controller signs for its configured lifetime.
+    let checks: Vec<(&str, &str)> = linkerd["identity"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["verdict"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            ("valid-identity", "pass"),
+            ("no-client-certificate", "pass"),
+            ("other-trust-domain", "pass"),
+            ("forged-identity-header", "pass"),
+        ],
+        "{}",
+        linkerd["identity"]
+    );
+    assert_eq!(
+        linkerd["identity"][0]["server_id"],
+        "calculator.app.serviceaccount.identity.linkerd.cluster.local",
+        "{}",
+        linkerd["identity"]
+    );
 }

@@ -955,7 +955,10 @@ impl<'a> KubeSite<'a> {
         let Some(service) = self.platform.identity_service(installed.mesh).await? else {
             return Ok(None);
         };
-        let namespace = self.platform.namespace_for(topology_namespace);
+        let namespace = match &service.root_namespace {
+            Some(namespace) => namespace.clone(),
+            None => self.platform.namespace_for(topology_namespace),
+        };
         let (name, key) = &service.root_config_map;
         let map = Api::<ConfigMap>::namespaced(self.client(), &namespace)
             .get(name)

@@ -178,6 +178,7 @@ impl InstalledMesh for Istio {
                 .cloned()
                 .unwrap_or_else(|| "Kubernetes".into()),
             root_config_map: ("istio-ca-root-cert".into(), "root-cert.pem".into()),
+            root_namespace: None,
             hbone_port_in_pod: Some(crate::Ports::HBONE),
         })
     }

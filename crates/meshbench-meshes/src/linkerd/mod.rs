@@ -28,8 +28,8 @@ use crate::adapter::{ClusterMesh, MeshAdapter};
 use crate::description::{Description, Enrollment, IdentityCheck, PolicySupport};
 use crate::installed::{
     metadata, present, resource_name, workload_selector, ComponentClass, Documented, Found,
-    FoundPod, Installation, InstalledMesh, InstalledSite, LabelSelector, MeshEnrollment, Signature,
-    Translation,
+    FoundPod, IdentityProtocol, IdentityService, Installation, InstalledMesh, InstalledSite,
+    LabelSelector, MeshEnrollment, Signature, Translation,
 };
 use crate::pairs::{self, HttpMatch, Outcome, Source};
 use crate::{EnforcedPolicy, Error};
@@ -121,6 +121,35 @@ impl InstalledMesh for Linkerd {
         } else {
             None
         }
+    }
+
+    /// The identity controller as the control plane's own proxies are told to reach it (the
+    /// identity controller's proxy asks it on localhost, so another component's is read), and
+    /// the trust anchors in the control plane's `linkerd-identity-trust-roots`.
+    fn identity_service(&self, found: &Found) -> Option<IdentityService> {
+        let proxies = found.control_plane.iter().filter_map(|p| {
+            let env = p.env.get("linkerd-proxy")?;
+            let address = env.get("LINKERD2_PROXY_IDENTITY_SVC_ADDR")?;
+            let name = env.get("LINKERD2_PROXY_IDENTITY_SVC_NAME")?;
+            (!address.starts_with("localhost")).then_some((p, address, name))
+        });
+        let (pod, address, server_name) = proxies
+            .clone()
+            .find(|(p, ..)| p.ready)
+            .or(proxies.clone().next())?;
+        Some(IdentityService {
+            protocol: IdentityProtocol::Linkerd,
+            address: address.clone(),
+            server_name: server_name.clone(),
+            token_audience: "identity.l5d.io".into(),
+            cluster_id: String::new(),
+            root_config_map: (
+                "linkerd-identity-trust-roots".into(),
+                "ca-bundle.crt".into(),
+            ),
+            root_namespace: Some(pod.namespace.clone()),
+            hbone_port_in_pod: None,
+        })
     }
 
     fn documented(&self) -> Documented {
@@ -409,6 +438,67 @@ mod tests {
     use crate::translate_unplaced;
     use meshbench_policy::Policy;
     use meshbench_topology::e3;
+
+    fn control_plane_pod(component: &str, address: &str, ready: bool) -> FoundPod {
+        let env: BTreeMap<String, String> = [
+            ("LINKERD2_PROXY_IDENTITY_SVC_ADDR", address),
+            (
+                "LINKERD2_PROXY_IDENTITY_SVC_NAME",
+                "linkerd-identity.linkerd.serviceaccount.identity.linkerd.cluster.local",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        FoundPod {
+            namespace: "linkerd".into(),
+            name: format!("linkerd-{component}-x"),
+            labels: [(
+                "linkerd.io/control-plane-component".to_owned(),
+                component.to_owned(),
+            )]
+            .into(),
+            images: BTreeMap::new(),
+            env: [("linkerd-proxy".to_owned(), env)].into(),
+            ready,
+            node: "node-3".into(),
+        }
+    }
+
+    #[test]
+    fn the_identity_controller_is_where_the_control_plane_s_proxies_are_told_it_is() {
+        let mut found = Found::default();
+        assert_eq!(Linkerd.identity_service(&found), None);
+        // The identity controller's own proxy asks it on localhost: not an address for others.
+        found
+            .control_plane
+            .push(control_plane_pod("identity", "localhost.:8080", true));
+        assert_eq!(Linkerd.identity_service(&found), None);
+        found.control_plane.push(control_plane_pod(
+            "destination",
+            "linkerd-identity-headless.linkerd.svc.cluster.local.:8080",
+            true,
+        ));
+        let service = Linkerd.identity_service(&found).unwrap();
+        assert_eq!(service.protocol, IdentityProtocol::Linkerd);
+        assert_eq!(
+            service.address,
+            "linkerd-identity-headless.linkerd.svc.cluster.local.:8080"
+        );
+        assert_eq!(
+            service.server_name,
+            "linkerd-identity.linkerd.serviceaccount.identity.linkerd.cluster.local"
+        );
+        assert_eq!(service.token_audience, "identity.l5d.io");
+        assert_eq!(service.root_namespace.as_deref(), Some("linkerd"));
+        assert_eq!(
+            service.root_config_map,
+            (
+                "linkerd-identity-trust-roots".to_owned(),
+                "ca-bundle.crt".to_owned()
+            )
+        );
+    }
 
     #[test]
     fn e3s_calculator_grants_the_experimenter_only() {

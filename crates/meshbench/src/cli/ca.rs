@@ -35,6 +35,34 @@ pub enum CaCommand {
     /// <name>.root.pem (the root the chain ends in), and prints {"cert", "key", "root",
     /// "not_after"} as JSON.
     RequestIstio(RequestIstioArgs),
+    /// Ask Linkerd's identity controller for a certificate with a service-account token, as
+    /// linkerd2-proxy does (io.linkerd.proxy.identity.Identity/Certify): writes <name>.pem
+    /// (the chain to present), <name>.key and <name>.root.pem (the trust anchors), and prints
+    /// {"cert", "key", "root", "not_after"} as JSON. The controller decides the lifetime.
+    RequestLinkerd(RequestLinkerdArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RequestLinkerdArgs {
+    /// The controller's `host:port` (the proxies' LINKERD2_PROXY_IDENTITY_SVC_ADDR).
+    #[arg(long)]
+    address: String,
+    /// The identity its serving certificate carries (LINKERD2_PROXY_IDENTITY_SVC_NAME).
+    #[arg(long)]
+    server_name: String,
+    /// The trust anchors (PEM).
+    #[arg(long)]
+    root: PathBuf,
+    /// A file holding a service-account token for audience identity.l5d.io.
+    #[arg(long)]
+    token_file: PathBuf,
+    /// The identity asked for (`<sa>.<ns>.serviceaccount.identity.linkerd.<trust domain>`).
+    #[arg(long)]
+    identity: String,
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+    #[arg(long)]
+    name: String,
 }
 
 #[derive(Debug, Args)]
@@ -189,6 +217,7 @@ pub fn run(command: CaCommand) -> anyhow::Result<()> {
         CaCommand::Serve(a) => serve(a)?,
         CaCommand::Istio(a) => serve_istio(&a.config)?,
         CaCommand::RequestIstio(a) => request_istio(a)?,
+        CaCommand::RequestLinkerd(a) => request_linkerd(a)?,
     }
     Ok(())
 }
@@ -230,43 +259,88 @@ fn serve_istio(config: &std::path::Path) -> anyhow::Result<()> {
     })
 }
 
-fn request_istio(a: RequestIstioArgs) -> anyhow::Result<()> {
-    let read = |path: &std::path::Path| {
-        std::fs::read_to_string(path).map_err(|source| meshbench_identity::Error::Read {
-            path: path.to_path_buf(),
-            source,
-        })
-    };
-    let request = meshbench_identity::IstioSvidRequest {
-        address: a.address,
-        server_name: a.server_name,
-        root_pem: read(&a.root)?,
-        identity: meshbench_identity::SpiffeId::parse(&a.identity)?,
-        ttl: a.ttl,
-        cluster_id: a.cluster_id,
-    };
-    let token = read(&a.token_file)?;
-    let runtime = meshbench_workload::role_runtime(Some(1))?;
-    let svid = runtime.block_on(meshbench_identity::request_istio_svid(&request, &token))?;
-    meshbench_identity::create_private_dir(&a.out)?;
-    let cert = a.out.join(format!("{}.pem", a.name));
-    let key = a.out.join(format!("{}.key", a.name));
-    let root = a.out.join(format!("{}.root.pem", a.name));
-    meshbench_identity::write_secret(&cert, svid.chain_pem.as_bytes())?;
-    meshbench_identity::write_secret(&key, svid.key_pem.as_bytes())?;
-    // The workloads' root is the one the answer's chain ends in, which the mesh's proxies
-    // trust; it may differ from the root of the CA's serving certificate (an external istiod
-    // serves with a certificate of its own).
-    let workload_root = svid.root_pem.clone().unwrap_or(request.root_pem.clone());
-    meshbench_identity::write_secret(&root, workload_root.as_bytes())?;
+fn read_input(path: &std::path::Path) -> Result<String, meshbench_identity::Error> {
+    std::fs::read_to_string(path).map_err(|source| meshbench_identity::Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Writes what a mesh's CA issued as `<name>.pem`, `<name>.key` and `<name>.root.pem` in
+/// `out`, and prints where, with the leaf's notAfter, as JSON.
+fn write_issued(
+    out: &std::path::Path,
+    name: &str,
+    chain_pem: &str,
+    key_pem: &str,
+    root_pem: &str,
+    not_after: i64,
+) -> anyhow::Result<()> {
+    meshbench_identity::create_private_dir(out)?;
+    let cert = out.join(format!("{name}.pem"));
+    let key = out.join(format!("{name}.key"));
+    let root = out.join(format!("{name}.root.pem"));
+    meshbench_identity::write_secret(&cert, chain_pem.as_bytes())?;
+    meshbench_identity::write_secret(&key, key_pem.as_bytes())?;
+    meshbench_identity::write_secret(&root, root_pem.as_bytes())?;
     println!(
         "{}",
         serde_json::json!({
             "cert": cert,
             "key": key,
             "root": root,
-            "not_after": svid.not_after,
+            "not_after": not_after,
         })
     );
     Ok(())
+}
+
+fn request_istio(a: RequestIstioArgs) -> anyhow::Result<()> {
+    let request = meshbench_identity::IstioSvidRequest {
+        address: a.address,
+        server_name: a.server_name,
+        root_pem: read_input(&a.root)?,
+        identity: meshbench_identity::SpiffeId::parse(&a.identity)?,
+        ttl: a.ttl,
+        cluster_id: a.cluster_id,
+    };
+    let token = read_input(&a.token_file)?;
+    let runtime = meshbench_workload::role_runtime(Some(1))?;
+    let svid = runtime.block_on(meshbench_identity::request_istio_svid(&request, &token))?;
+    // The workloads' root is the one the answer's chain ends in, which the mesh's proxies
+    // trust; it may differ from the root of the CA's serving certificate (an external istiod
+    // serves with a certificate of its own).
+    let workload_root = svid.root_pem.clone().unwrap_or(request.root_pem.clone());
+    write_issued(
+        &a.out,
+        &a.name,
+        &svid.chain_pem,
+        &svid.key_pem,
+        &workload_root,
+        svid.not_after,
+    )
+}
+
+fn request_linkerd(a: RequestLinkerdArgs) -> anyhow::Result<()> {
+    let request = meshbench_identity::LinkerdCertifyRequest {
+        address: a.address,
+        server_name: a.server_name,
+        trust_anchors_pem: read_input(&a.root)?,
+        identity: a.identity,
+    };
+    let token = read_input(&a.token_file)?;
+    let runtime = meshbench_workload::role_runtime(Some(1))?;
+    let issued = runtime.block_on(meshbench_identity::request_linkerd_certificate(
+        &request, &token,
+    ))?;
+    // Linkerd's proxies trust the anchors, which its identity controller's own serving
+    // certificate chains to as well.
+    write_issued(
+        &a.out,
+        &a.name,
+        &issued.chain_pem,
+        &issued.key_pem,
+        &request.trust_anchors_pem,
+        issued.not_after,
+    )
 }

@@ -60,8 +60,16 @@ pub struct ExchangeArgs {
     #[arg(long, requires = "cert")]
     key: Option<PathBuf>,
     /// Accept only a proxy presenting this SPIFFE ID.
-    #[arg(long)]
-    expect_server_id: String,
+    #[arg(
+        long,
+        required_unless_present = "expect_server_name",
+        conflicts_with = "expect_server_name"
+    )]
+    expect_server_id: Option<String>,
+    /// With --sidecar: ask for this identity by SNI and accept only a proxy whose certificate
+    /// carries it as a DNS name (Linkerd's identities), without ALPN, as linkerd2-proxy does.
+    #[arg(long, requires = "sidecar")]
+    expect_server_name: Option<String>,
     /// A request header, `name: value` (repeatable).
     #[arg(long)]
     header: Vec<String>,
@@ -157,7 +165,10 @@ pub fn run(command: WireCommand) -> anyhow::Result<()> {
 fn exchange(a: ExchangeArgs) -> anyhow::Result<()> {
     use meshbench_verify::Guard;
     let guard = match (a.sidecar, a.node_agent, a.app) {
-        (Some(pod), _, _) => Guard::Sidecar { pod },
+        (Some(pod), _, _) => match a.expect_server_name {
+            Some(server_name) => Guard::NamedSidecar { pod, server_name },
+            None => Guard::Sidecar { pod },
+        },
         (None, Some(agent), Some(app)) => Guard::NodeAgent { agent, app },
         _ => {
             return Err(super::BadInput(
@@ -166,10 +177,14 @@ fn exchange(a: ExchangeArgs) -> anyhow::Result<()> {
             .into())
         }
     };
-    let expect_server_id =
-        meshbench_identity::SpiffeId::parse(&a.expect_server_id).map_err(|e| {
-            super::BadInput(format!("--expect-server-id {:?}: {e}", a.expect_server_id))
-        })?;
+    let expect_server_id = a
+        .expect_server_id
+        .as_deref()
+        .map(|id| {
+            meshbench_identity::SpiffeId::parse(id)
+                .map_err(|e| super::BadInput(format!("--expect-server-id {id:?}: {e}")))
+        })
+        .transpose()?;
     let headers = a
         .header
         .iter()
@@ -186,7 +201,7 @@ fn exchange(a: ExchangeArgs) -> anyhow::Result<()> {
         cert: a.cert,
         key: a.key,
         ca: a.ca,
-        expect_server_id: Some(expect_server_id),
+        expect_server_id,
     };
     let report = tokio::runtime::Builder::new_current_thread()
         .enable_all()
