@@ -210,29 +210,37 @@ impl IdentityPlan {
             .write(dir, "other-trust-domain-experimenter")?
             .into();
 
-        let mut attempts = vec![
-            Attempt {
+        let expired = svids.expired.as_ref().map(|expired| Attempt {
+            name: "expired-certificate",
+            description: "the experimenter's SVID from the mesh's CA, expired",
+            files: files(Some(expired)),
+            headers: vec![],
+            expect_allowed: false,
+        });
+        let attempts: Vec<Attempt> = [
+            Some(Attempt {
                 name: "valid-identity",
                 description: "the experimenter's SVID: the one caller the policy allows",
                 files: files(Some(&svids.experimenter)),
                 headers: vec![],
                 expect_allowed: true,
-            },
-            Attempt {
+            }),
+            Some(Attempt {
                 name: "no-client-certificate",
                 description: "TLS without a client certificate",
                 files: files(None),
                 headers: vec![],
                 expect_allowed: false,
-            },
-            Attempt {
+            }),
+            Some(Attempt {
                 name: "other-trust-domain",
                 description: "app/experimenter's name, issued by another trust domain's CA",
                 files: files(Some(&foreign)),
                 headers: vec![],
                 expect_allowed: false,
-            },
-            Attempt {
+            }),
+            expired,
+            Some(Attempt {
                 name: "forged-identity-header",
                 description: "the security checker's valid SVID, claiming the experimenter's \
                               identity in x-forwarded-client-cert and x-meshbench-identity",
@@ -245,20 +253,11 @@ impl IdentityPlan {
                     ("x-meshbench-identity".into(), forged_id.clone()),
                 ],
                 expect_allowed: false,
-            },
-        ];
-        if let Some(expired) = &svids.expired {
-            attempts.insert(
-                3,
-                Attempt {
-                    name: "expired-certificate",
-                    description: "the experimenter's SVID from the mesh's CA, expired",
-                    files: files(Some(expired)),
-                    headers: vec![],
-                    expect_allowed: false,
-                },
-            );
-        }
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         Ok(IdentityPlan {
             attempts,
             rotation_caller: svids.rotation_caller.as_ref().map(|c| files(Some(c))),
