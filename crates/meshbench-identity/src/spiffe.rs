@@ -123,38 +123,29 @@ fn validate_segment(field: &'static str, segment: &str) -> Result<(), Error> {
 
 /// The SPIFFE IDs among a certificate's URI SANs (an SVID has exactly one).
 pub fn spiffe_ids_of(cert: &CertificateDer<'_>) -> Vec<SpiffeId> {
-    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert) else {
-        return Vec::new();
-    };
-    let Ok(Some(san)) = parsed.subject_alternative_name() else {
-        return Vec::new();
-    };
-    san.value
-        .general_names
-        .iter()
-        .filter_map(|name| match name {
-            GeneralName::URI(uri) => SpiffeId::parse(uri).ok(),
-            _ => None,
-        })
-        .collect()
+    san_names(cert, |name| match name {
+        GeneralName::URI(uri) => SpiffeId::parse(uri).ok(),
+        _ => None,
+    })
 }
 
 /// The DNS names a certificate carries in its SAN: what Linkerd's identities are.
 pub fn dns_names_of(cert: &CertificateDer<'_>) -> Vec<String> {
+    san_names(cert, |name| match name {
+        GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+        _ => None,
+    })
+}
+
+/// What `pick` takes of a certificate's SAN entries; nothing for what does not parse.
+fn san_names<T>(cert: &CertificateDer<'_>, pick: impl Fn(&GeneralName) -> Option<T>) -> Vec<T> {
     let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert) else {
         return Vec::new();
     };
     let Ok(Some(san)) = parsed.subject_alternative_name() else {
         return Vec::new();
     };
-    san.value
-        .general_names
-        .iter()
-        .filter_map(|name| match name {
-            GeneralName::DNSName(dns) => Some((*dns).to_owned()),
-            _ => None,
-        })
-        .collect()
+    san.value.general_names.iter().filter_map(pick).collect()
 }
 
 /// When a certificate expires, in Unix seconds.

@@ -29,20 +29,7 @@ pub(crate) enum Side {
 /// E3's experimenter) with its proxy (`<pod>-sidecar`); the server is every other pod's app
 /// and proxy (the echo server, the calculator, E4's counters).
 pub(crate) fn side(cell: &Cell, side: Side) -> (f64, f64) {
-    let client_pods: Vec<&str> = cell
-        .resources
-        .iter()
-        .filter(|r| r.role == "load-generator")
-        .map(|r| r.component.as_str())
-        .collect();
-    let on_client_side = |component: &str| {
-        client_pods.iter().any(|pod| {
-            component == *pod
-                || component
-                    .strip_prefix(pod)
-                    .is_some_and(|rest| rest.starts_with('-'))
-        })
-    };
+    let on_client_side = client_side(cell);
     cell.resources
         .iter()
         .filter(|r| !SHARED_ROLES.contains(&r.role.as_str()))
@@ -52,25 +39,32 @@ pub(crate) fn side(cell: &Cell, side: Side) -> (f64, f64) {
         })
 }
 
-/// CPU cores (mean) and memory (MiB, max) of the mesh's data plane serving one side, as E1
-/// splits it: the side's own proxies (role `sidecar`, named after their pod) and the node
-/// agents on the side's nodes. Within one node the one agent serves both sides and counts on
-/// each, as E1 reported ambient's ztunnel. `None` when a node agent or one of the side's pods
-/// does not name its node (the local lab records none), so the agents cannot be split.
-pub(crate) fn mesh_side(cell: &Cell, side: Side) -> Option<(f64, f64)> {
+/// Whether a component is on the client side: the load generator's pod (`<pod>`) or one of
+/// its containers (`<pod>-sidecar`, `<pod>-linkerd-proxy`).
+fn client_side(cell: &Cell) -> impl Fn(&str) -> bool + '_ {
     let client_pods: Vec<&str> = cell
         .resources
         .iter()
         .filter(|r| r.role == "load-generator")
         .map(|r| r.component.as_str())
         .collect();
-    let of_pod = |component: &str, pod: &str| {
-        component == pod
-            || component
-                .strip_prefix(pod)
-                .is_some_and(|rest| rest.starts_with('-'))
-    };
-    let on_client_side = |component: &str| client_pods.iter().any(|pod| of_pod(component, pod));
+    move |component: &str| {
+        client_pods.iter().any(|pod| {
+            component == *pod
+                || component
+                    .strip_prefix(pod)
+                    .is_some_and(|rest| rest.starts_with('-'))
+        })
+    }
+}
+
+/// CPU cores (mean) and memory (MiB, max) of the mesh's data plane serving one side, as E1
+/// splits it: the side's own proxies (role `sidecar`, named after their pod) and the node
+/// agents on the side's nodes. Within one node the one agent serves both sides and counts on
+/// each, as E1 reported ambient's ztunnel. `None` when a node agent or one of the side's pods
+/// does not name its node (the local lab records none), so the agents cannot be split.
+pub(crate) fn mesh_side(cell: &Cell, side: Side) -> Option<(f64, f64)> {
+    let on_client_side = client_side(cell);
     let pods_of_side = cell
         .resources
         .iter()

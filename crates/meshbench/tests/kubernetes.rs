@@ -1015,28 +1015,16 @@ fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
     // service-account token: the experimenter's is let through, the checker's (claiming the
     // experimenter in headers) is not, nor none, another trust domain's or an expired one;
     // ztunnel presents the calculator's identity. No rotation check: istiod's SVIDs live a day.
-    let checks: Vec<(&str, &str)> = ambient["identity"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| (c["name"].as_str().unwrap(), c["verdict"].as_str().unwrap()))
-        .collect();
-    assert_eq!(
-        checks,
-        [
-            ("valid-identity", "pass"),
-            ("no-client-certificate", "pass"),
-            ("other-trust-domain", "pass"),
-            ("expired-certificate", "pass"),
-            ("forged-identity-header", "pass"),
+    assert_identity_checks_pass(
+        ambient,
+        &[
+            "valid-identity",
+            "no-client-certificate",
+            "other-trust-domain",
+            "expired-certificate",
+            "forged-identity-header",
         ],
-        "{}",
-        ambient["identity"]
-    );
-    assert_eq!(
-        ambient["identity"][0]["server_id"], "spiffe://cluster.local/ns/app/sa/calculator",
-        "{}",
-        ambient["identity"]
+        "spiffe://cluster.local/ns/app/sa/calculator",
     );
     assert_eq!(cluster.leftovers(), "", "objects left after verify");
 }
@@ -1374,27 +1362,29 @@ fn linkerd_carries_every_request_through_its_proxies_on_the_cluster() {
     // linkerd2-proxy, asked for the calculator's identity by SNI: the experimenter's is let
     // through; none, another trust anchor's and the checker's (claiming the experimenter in
     // headers) are not. No expired one: the controller signs for its configured lifetime.
-    let checks: Vec<(&str, &str)> = linkerd["identity"]
+    assert_identity_checks_pass(
+        linkerd,
+        &[
+            "valid-identity",
+            "no-client-certificate",
+            "other-trust-domain",
+            "forged-identity-header",
+        ],
+        "calculator.app.serviceaccount.identity.linkerd.cluster.local",
+    );
+}
+
+/// `mesh`'s identity checks in a verification report are exactly `names`, in order, each
+/// passed, and the first (the valid identity's) saw the calculator's proxy present `server`.
+fn assert_identity_checks_pass(mesh: &Value, names: &[&str], server: &str) {
+    let checks = &mesh["identity"];
+    let seen: Vec<(&str, &str)> = checks
         .as_array()
         .unwrap()
         .iter()
         .map(|c| (c["name"].as_str().unwrap(), c["verdict"].as_str().unwrap()))
         .collect();
-    assert_eq!(
-        checks,
-        [
-            ("valid-identity", "pass"),
-            ("no-client-certificate", "pass"),
-            ("other-trust-domain", "pass"),
-            ("forged-identity-header", "pass"),
-        ],
-        "{}",
-        linkerd["identity"]
-    );
-    assert_eq!(
-        linkerd["identity"][0]["server_id"],
-        "calculator.app.serviceaccount.identity.linkerd.cluster.local",
-        "{}",
-        linkerd["identity"]
-    );
+    let expected: Vec<(&str, &str)> = names.iter().map(|n| (*n, "pass")).collect();
+    assert_eq!(seen, expected, "{checks}");
+    assert_eq!(checks[0]["server_id"], server, "{checks}");
 }
