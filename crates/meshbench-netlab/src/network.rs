@@ -29,11 +29,30 @@ impl Backend {
 
     /// netns where this process may build it, loopback otherwise.
     pub fn default_here() -> Backend {
-        if NetnsLab::check_permitted().is_ok() {
-            Backend::Netns
-        } else {
-            Backend::Loopback
+        Self::default_here_and_why().0
+    }
+
+    /// [`Backend::default_here`], and on loopback why the netns lab cannot be built here
+    /// (not root, or which tool is missing and the command that installs it).
+    pub fn default_here_and_why() -> (Backend, Option<Error>) {
+        match NetnsLab::check_permitted() {
+            Ok(()) => (Backend::Netns, None),
+            Err(why) => (Backend::Loopback, Some(why)),
         }
+    }
+
+    /// What a user who did not choose the loopback backend is told when it is used: why the
+    /// netns lab cannot be built here (`why`: not root, or the missing tool and the command
+    /// that installs it) and what the loopback backend cannot show.
+    pub fn loopback_fallback_notice(why: &Error) -> String {
+        format!(
+            "the netns lab (nodes as network namespaces) is not available here: {why}. Running \
+             on the loopback backend instead, which puts every pod on this host's loopback: \
+             there is no link between nodes (inter-node cells cross no network device, and \
+             --capture-link records relays, not a link) and no transparent capture (clients \
+             dial the proxies' ports; nothing is redirected by iptables), so its figures are \
+             not the netns lab's. Pass --backend loopback to choose it and silence this"
+        )
     }
 }
 
@@ -257,4 +276,30 @@ pub fn new_lab_id() -> String {
     );
     h.write_u32(std::process::id());
     format!("{:06x}", h.finish() & 0xff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loopback_fallback_says_why_how_to_get_the_netns_lab_and_what_it_cannot_show() {
+        let missing = Error::MissingTool {
+            tool: "iptables".into(),
+            install: "apt-get install -y iptables".into(),
+        };
+        let notice = Backend::loopback_fallback_notice(&missing);
+        for part in [
+            "not available here",
+            "`iptables`",
+            "apt-get install -y iptables",
+            "no link between nodes",
+            "no transparent capture",
+            "--backend loopback",
+        ] {
+            assert!(notice.contains(part), "{part:?} missing from: {notice}");
+        }
+        let notice = Backend::loopback_fallback_notice(&Error::NotPermitted);
+        assert!(notice.contains("needs root"), "{notice}");
+    }
 }

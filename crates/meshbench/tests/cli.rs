@@ -504,6 +504,72 @@ fn role_config_files_are_checked_field_by_field() {
 }
 
 #[test]
+fn doctor_says_what_runs_here_and_how_to_get_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_cluster = dir.path().join("no-such-kubeconfig");
+    let output = meshbench()
+        .args(["doctor", "--kubeconfig"])
+        .arg(&no_cluster)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for section in [
+        "local lab\n",
+        "data planes of the local lab\n",
+        "cluster (",
+        "web UI tests\n",
+    ] {
+        assert!(stdout.contains(section), "{section:?} missing: {stdout}");
+    }
+    // Every line says what is ready, or what is missing and how to get it.
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no line for {name}: {stdout}"))
+            .to_owned()
+    };
+    let netns = line("netns lab");
+    assert!(
+        netns.contains("ready:")
+            || netns.contains("needs root")
+            || netns.contains("install it with"),
+        "{netns}"
+    );
+    for plane in [
+        "baseline",
+        "meshbench-sidecar",
+        "envoy-sidecar",
+        "consul-connect",
+    ] {
+        let plane = line(plane);
+        assert!(
+            plane.contains("ready:") || plane.contains("install it with"),
+            "{plane}"
+        );
+    }
+    for binary in ["chromium", "chromedriver"] {
+        let binary = line(binary);
+        assert!(
+            binary.contains("ready:") || binary.contains("apt-get install"),
+            "{binary}"
+        );
+    }
+    // A kubeconfig that cannot be read is named, with why.
+    let cluster = line(&no_cluster.display().to_string());
+    assert!(
+        cluster.contains("unreachable:") && cluster.contains("no-such-kubeconfig"),
+        "{cluster}"
+    );
+    assert!(stdout.contains("on a cluster only: "), "{stdout}");
+}
+
+#[test]
 fn a_relative_out_directory_is_where_the_results_go() {
     // The default `meshbench run` writes under ./meshbench-results: the components, which
     // read their configs elsewhere, must still write their results there.

@@ -1263,6 +1263,18 @@ fn linkerd_carries_every_request_through_its_proxies_on_the_cluster() {
         detected.contains("linkerd          installed: version edge-26.8.3"),
         "{detected}"
     );
+    // `doctor` finds the same cluster and mesh.
+    let doctor = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["doctor", "--kubeconfig"])
+            .arg(&cluster.kubeconfig),
+    );
+    let doctor = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        doctor.contains("ready: Kubernetes v")
+            && doctor.contains("linkerd          installed: version edge-26.8.3"),
+        "{doctor}"
+    );
     // E3's policy as Linkerd's resources, each accepted by Linkerd's CRDs (server-side dry
     // run) and every enrolled pod admitted with the proxy Linkerd's injector adds.
     let check = Command::new(env!("CARGO_BIN_EXE_meshbench"))

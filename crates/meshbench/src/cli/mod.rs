@@ -6,6 +6,7 @@ mod args;
 mod bench;
 mod ca;
 mod compare;
+mod doctor;
 mod export;
 mod image;
 mod lab;
@@ -74,6 +75,9 @@ enum Command {
     /// Local lab housekeeping.
     #[command(subcommand)]
     Lab(lab::LabCommand),
+    /// What this machine can run (the netns lab, each data plane, a cluster and its meshes,
+    /// the web UI tests' browser), and how to get what is missing.
+    Doctor(doctor::DoctorArgs),
     /// Verify zero trust: E3's reachability matrix, encryption on the wire, identity checks.
     Verify(verify::VerifyArgs),
     /// Benchmark a meshbench component against its peers, side by side.
@@ -125,6 +129,7 @@ pub fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Image(cmd) => image::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
+        Command::Doctor(args) => doctor::run(args),
         Command::Mesh(cmd) => mesh::run(cmd),
         Command::Verify(args) => verify::run(args),
         Command::Wire(cmd) => wire::run(cmd),

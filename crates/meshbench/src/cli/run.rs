@@ -75,9 +75,18 @@ pub struct RunArgs {
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    let target = a
-        .backend
-        .unwrap_or_else(|| RunBackend::Lab(Backend::default_here()));
+    let target = a.backend.unwrap_or_else(|| {
+        let (backend, why_not_netns) = Backend::default_here_and_why();
+        // The user did not choose the loopback backend: say why it is used and what it
+        // cannot show, once, before anything runs.
+        if let Some(why) = why_not_netns {
+            eprintln!(
+                "meshbench run: {}.",
+                Backend::loopback_fallback_notice(&why)
+            );
+        }
+        RunBackend::Lab(backend)
+    });
     // The local lab's network backend; a cluster has its own network.
     let backend = match target {
         RunBackend::Lab(backend) => backend,
