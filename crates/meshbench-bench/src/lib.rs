@@ -13,6 +13,21 @@ pub use dataplane::{bench_dataplane, DataplaneBenchOptions, Plane};
 pub use loadgen::{bench_loadgen, LoadgenBenchOptions};
 pub use table::render_markdown;
 
+/// The third-party tools the benchmarks run beside ours (binary, what runs it, how to get it):
+/// what `meshbench doctor` looks for.
+pub fn peers() -> [(&'static str, &'static str, &'static str); 4] {
+    [
+        ("fortio", "bench loadgen", loadgen::FORTIO_INSTALL),
+        ("oha", "bench loadgen", loadgen::OHA_INSTALL),
+        ("wrk", "bench loadgen", loadgen::WRK_INSTALL),
+        (
+            "ztunnel",
+            "bench dataplane's ztunnel-loop",
+            dataplane::ZTUNNEL_INSTALL,
+        ),
+    ]
+}
+
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]

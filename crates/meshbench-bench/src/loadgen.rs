@@ -27,10 +27,10 @@ use crate::floor::{FloorRun, CLOSED_FLOOR, PACED_FLOOR};
 use crate::process::{run_measured, run_meshbench_load, start_echo, version_of};
 use crate::Error;
 
-const FORTIO_INSTALL: &str =
+pub(crate) const FORTIO_INSTALL: &str =
     "install it with `GOBIN=/usr/local/bin go install fortio.org/fortio@v1.68.2` (newer versions do not install)";
-const WRK_INSTALL: &str = "install it with `apt-get install wrk`";
-const OHA_INSTALL: &str = "install it with `cargo install --locked oha@1.16.0`";
+pub(crate) const WRK_INSTALL: &str = "install it with `apt-get install wrk`";
+pub(crate) const OHA_INSTALL: &str = "install it with `cargo install --locked oha@1.16.0`";
 
 #[derive(Debug, Clone)]
 pub struct LoadgenBenchOptions {

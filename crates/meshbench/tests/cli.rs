@@ -521,6 +521,7 @@ fn doctor_says_what_runs_here_and_how_to_get_what_is_missing() {
     for section in [
         "local lab\n",
         "data planes of the local lab\n",
+        "benchmark peers (",
         "cluster (",
         "web UI tests\n",
     ] {

