@@ -1,7 +1,7 @@
 //! `meshbench doctor`: what this machine can run, and for each missing piece how to get it.
 //! The netns lab, each data plane of the local lab, the benchmarks' peers, a cluster from the
-//! kubeconfig (and the meshes it runs), and the browser the web UI's tests drive. It only looks: it starts
-//! nothing and changes nothing, and it exits 0 whatever it finds.
+//! kubeconfig (and the meshes it runs), and the browser the web UI's tests drive. It only
+//! looks: it starts nothing and changes nothing, and it exits 0 whatever it finds.
 
 use std::path::PathBuf;
 use std::time::Duration;
