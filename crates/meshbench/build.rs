@@ -16,13 +16,30 @@ fn main() {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=MESHBENCH_GIT_COMMIT={commit}");
-    let profile = std::env::var("PROFILE").unwrap_or_else(|_| "unknown".to_owned());
-    println!("cargo:rustc-env=MESHBENCH_BUILD_PROFILE={profile}");
+    println!(
+        "cargo:rustc-env=MESHBENCH_BUILD_PROFILE={}",
+        build_profile()
+    );
     pack_relative_relocations();
     order_hot_text();
     for path in ["../../.git/HEAD", "../../.git/index", "../../.git/refs"] {
         println!("cargo:rerun-if-changed={path}");
     }
+}
+
+/// The profile's own name (`release`, `release-lto`, `debug`): cargo's `PROFILE` says only
+/// `release` or `debug`, the family a custom profile inherits from, so the name is read from
+/// the output directory, `target/[<triple>/]<profile>/build/<crate>-<hash>/out`.
+fn build_profile() -> String {
+    let family = std::env::var("PROFILE").unwrap_or_else(|_| "unknown".to_owned());
+    let out_dir = std::env::var("OUT_DIR").unwrap_or_default();
+    std::path::Path::new(&out_dir)
+        .ancestors()
+        .nth(3)
+        .and_then(|dir| dir.file_name())
+        .and_then(|name| name.to_str())
+        .map(str::to_owned)
+        .unwrap_or(family)
 }
 
 /// Links the binary with packed relative relocations (`DT_RELR`) when the C library it will run

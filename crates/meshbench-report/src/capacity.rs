@@ -342,10 +342,11 @@ pub fn capacity_table(result: &RunResult, searches: &[Search]) -> Option<Table> 
          repeated (repeat the search with `repetitions`)"
     };
     Some(Table {
-        title: format!(
-            "Capacity under the objective ({}): the highest constant rate that met it, and the \
-             bracket the capacity lies in (met at the lower end, missed at the upper); {spread}; \
-             the knee is where p99 turns steep (Kneedle on log p99)",
+        title: "Capacity under the objective".to_owned(),
+        note: format!(
+            "Objective: {}. The highest constant rate that met it, and the bracket the capacity \
+             lies in (met at the lower end, missed at the upper); {spread}; the knee is where \
+             p99 turns steep (Kneedle on log p99).",
             objective(config)
         ),
         headers,
@@ -383,9 +384,8 @@ pub fn steps_table(searches: &[Search]) -> Option<Table> {
         })
         .collect();
     (!rows.is_empty()).then(|| Table {
-        title: "Capacity search, step by step (a rate measured more than once is judged by the \
-                median of its tries)"
-            .to_owned(),
+        title: "Capacity search, step by step".to_owned(),
+        note: "A rate measured more than once is judged by the median of its tries.".to_owned(),
         headers: [
             "connections",
             "placement",

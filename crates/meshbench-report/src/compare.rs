@@ -107,23 +107,49 @@ pub fn compare_runs(a: &RunResult, b: &RunResult) -> Vec<Table> {
     }
     let mut tables = vec![
         Table {
-            title: "Latency, B against A: significant when the block bootstrap's 95% interval of the per-second median difference excludes zero (seconds resampled in blocks, as requests within a run are not independent); the pooled difference, Mann-Whitney U and Cliff's delta (> 0: B slower) describe every request".into(),
-            headers: ["load", "scenario", "A median ms", "B median ms", "B - A pooled median ms [95% i.i.d. CI]", "B - A per-second median ms [95% block CI]", "B - A per-second p99 ms [95% block CI]", "p (Mann-Whitney)", "Cliff's delta", "significant"]
-                .map(String::from)
-                .to_vec(),
+            title: "Latency, B against A".into(),
+            note: "Significant when the block bootstrap's 95% interval of the per-second median \
+                   difference excludes zero (seconds resampled in blocks, as requests within a \
+                   run are not independent); the pooled difference, Mann-Whitney U and Cliff's \
+                   delta (> 0: B slower) describe every request."
+                .into(),
+            headers: [
+                "load",
+                "scenario",
+                "A median ms",
+                "B median ms",
+                "B - A pooled median ms [95% i.i.d. CI]",
+                "B - A per-second median ms [95% block CI]",
+                "B - A per-second p99 ms [95% block CI]",
+                "p (Mann-Whitney)",
+                "Cliff's delta",
+                "significant",
+            ]
+            .map(String::from)
+            .to_vec(),
             rows: latency,
         },
         Table {
-            title: "Throughput and resources, A -> B (means over kept repetitions)".into(),
-            headers: ["load", "scenario", "achieved rps", "p99 ms", "CPU, all sides (cores)", "memory, all sides (MiB)", "errors"]
-                .map(String::from)
-                .to_vec(),
+            title: "Throughput and resources, A -> B".into(),
+            note: "Means over the kept repetitions.".into(),
+            headers: [
+                "load",
+                "scenario",
+                "achieved rps",
+                "p99 ms",
+                "CPU, all sides (cores)",
+                "memory, all sides (MiB)",
+                "errors",
+            ]
+            .map(String::from)
+            .to_vec(),
             rows: resources,
         },
     ];
     if !unmatched.is_empty() {
         tables.push(Table {
             title: "Not in both result sets".into(),
+            note: String::new(),
             headers: ["load", "scenario", "present in"]
                 .map(String::from)
                 .to_vec(),

@@ -87,9 +87,11 @@ pub fn cost_table(result: &RunResult, prices: Prices) -> Table {
         ]);
     }
     Table {
-        title: format!(
-            "Mesh cost for {} pods at {} per core-month and {} per GiB-month (measured overhead per pod; CPU: mean over the load window; memory: each process's maximum RSS)",
-            prices.pods, prices.cpu_per_core_month, prices.memory_per_gib_month
+        title: format!("Mesh cost for {} pods", prices.pods),
+        note: format!(
+            "At {} per core-month and {} per GiB-month, from the measured overhead per pod (CPU: \
+             mean over the load window; memory: each process's maximum RSS).",
+            prices.cpu_per_core_month, prices.memory_per_gib_month
         ),
         headers: [
             "load",

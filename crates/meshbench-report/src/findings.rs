@@ -36,8 +36,8 @@ use crate::capacity::Combined;
 use crate::cell::{mesh_side, side, Side};
 use crate::table::Table;
 
-/// How the findings table's title starts (the HTML report puts the charts after it).
-pub const TITLE: &str = "Findings of the study";
+/// How the findings' tables' titles start.
+pub const TITLE: &str = "Findings";
 
 /// Without an interval, an estimate must clear the threshold by this share of the largest
 /// figure in the combination.
@@ -68,8 +68,11 @@ impl Verdict {
 pub struct Finding {
     pub claim: Claim,
     pub verdict: Verdict,
-    /// The statistic behind the verdict, point by point.
+    /// The statistic behind the verdict, point by point, as sentences, then why a claim was
+    /// not checked or what it left out.
     pub evidence: Vec<String>,
+    /// The same points in parts, for the verdict matrix and the detail table.
+    pub points: Vec<PointVerdict>,
 }
 
 /// Every declared claim, judged.
@@ -82,39 +85,86 @@ pub fn findings(result: &RunResult, analysis: &Analysis) -> Vec<Finding> {
         .collect()
 }
 
-/// The findings as the report's first table; `None` for a run whose spec declares none.
+/// The findings' statistics, one row per claim and point (the verdict matrix in `glance`
+/// leads with the verdicts); `None` for a run whose spec declares none.
 pub fn findings_table(result: &RunResult, analysis: &Analysis) -> Option<Table> {
     let findings = findings(result, analysis);
     if findings.is_empty() {
         return None;
     }
+    let mut rows = vec![];
+    for f in findings {
+        let finding = format!("{}: {}", f.claim.study, f.claim.statement);
+        // What the points do not say: why the claim was not checked, what it left out.
+        let remarks = &f.evidence[f.points.len().min(f.evidence.len())..];
+        for p in &f.points {
+            rows.push(vec![
+                finding.clone(),
+                p.site.clone(),
+                p.verdict.describe().to_owned(),
+                p.parts.figures.clone(),
+                p.parts.key.clone(),
+                p.parts.basis.clone(),
+                p.noise.join("; "),
+            ]);
+        }
+        for remark in remarks {
+            rows.push(vec![
+                finding.clone(),
+                String::new(),
+                f.verdict.describe().to_owned(),
+                String::new(),
+                String::new(),
+                String::new(),
+                remark.clone(),
+            ]);
+        }
+    }
     Some(Table {
-        title: format!(
-            "{TITLE}, checked on this run ({:.0}% intervals; held: the interval is on the \
-             claim's side at every point; a point with a noise flag is inconclusive)",
+        title: format!("{TITLE}, the statistics"),
+        note: format!(
+            "{:.0}% intervals. A claim held at a point when the interval is on its side there, \
+             and holds when it held at every point; a point with a noise flag is inconclusive.",
             LEVEL * 100.0
         ),
-        headers: ["study", "finding", "verdict", "statistic"]
-            .map(String::from)
-            .to_vec(),
-        rows: findings
-            .into_iter()
-            .map(|f| {
-                vec![
-                    f.claim.study,
-                    f.claim.statement,
-                    f.verdict.describe().to_owned(),
-                    f.evidence.join("; "),
-                ]
-            })
-            .collect(),
+        headers: [
+            "finding",
+            "at",
+            "verdict",
+            "figures",
+            "decided by",
+            "interval from",
+            "noise, notes",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
     })
 }
 
-/// A claim's verdict at one point.
-struct PointVerdict {
-    verdict: Verdict,
-    evidence: String,
+/// A claim's verdict at one point (a load point, a pair of neighbouring points, a fit or a
+/// capacity search), in parts a table can show side by side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointVerdict {
+    pub verdict: Verdict,
+    /// Where it was judged.
+    pub site: String,
+    pub parts: Parts,
+    /// Noise that made the point inconclusive: each kind of flag with the scenarios it touched.
+    pub noise: Vec<String>,
+    /// All of it in one sentence.
+    pub evidence: String,
+}
+
+/// What a point's verdict rests on.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Parts {
+    /// The figures compared, e.g. "baseline-mtls 1.234 ms vs baseline 1.200 ms".
+    pub figures: String,
+    /// The number that decides, with its interval where there is one.
+    pub key: String,
+    /// How the interval was made.
+    pub basis: String,
 }
 
 fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
@@ -140,8 +190,21 @@ fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
             let difference = site.combine(&[(-1.0, against), (1.0, scenario)])?;
             let (a, b) = (difference.sides[0], difference.sides[1]);
             let allowed = a * max_percent / 100.0;
+            let parts = Parts {
+                figures: format!(
+                    "{scenario} {} vs {against} {}",
+                    show(*metric, b),
+                    show(*metric, a)
+                ),
+                key: format!(
+                    "{} (at most {max_percent}%)",
+                    signed_percent(&difference, a)
+                ),
+                basis: difference.basis.clone(),
+            };
             Some(site.verdict(
                 at_most(&difference, allowed, a.abs().max(b.abs())),
+                parts,
                 format!(
                     "{}: {scenario} {} vs {against} {}, {} ({}; at most {max_percent}%: +{})",
                     site.label,
@@ -188,8 +251,22 @@ fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
                 .iter()
                 .filter_map(|s| site.value(s))
                 .fold(0.0, |m: f64, v| m.max(v.abs()));
+            let parts = Parts {
+                figures: format!(
+                    "{} -> {} {}, {} -> {} {}",
+                    larger[0],
+                    larger[1],
+                    show_signed(*metric, big),
+                    smaller[0],
+                    smaller[1],
+                    show_signed(*metric, small)
+                ),
+                key: show_interval(*metric, &combination),
+                basis: combination.basis.clone(),
+            };
             Some(site.verdict(
                 greater(&combination, 0.0, size),
+                parts,
                 format!(
                     "{}: {} -> {} changes {} by {}, {} -> {} by {}; difference of the sizes {} ({})",
                     site.label,
@@ -219,7 +296,7 @@ fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
         } => grows(analysis, *metric, scenario, against, *axis),
     };
     let mut verdict = combine_verdicts(&points);
-    let mut evidence: Vec<String> = points.into_iter().map(|p| p.evidence).collect();
+    let mut evidence: Vec<String> = points.iter().map(|p| p.evidence.clone()).collect();
     if verdict == Verdict::NotChecked {
         let per_side_mesh = matches!(
             &claim.check,
@@ -251,6 +328,7 @@ fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
         claim: claim.clone(),
         verdict,
         evidence,
+        points,
     }
 }
 
@@ -272,10 +350,17 @@ fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Opt
     let mut parts = vec![];
     let mut involved: Vec<&str> = vec![];
     let mut across_repetitions = true;
-    for (low, high) in pairs {
+    let (mut figures, mut keys, mut basis) = (vec![], vec![], String::new());
+    for (i, (low, high)) in pairs.iter().enumerate() {
         let difference = site.combine(&[(-1.0, low), (1.0, high)])?;
         let (a, b) = (difference.sides[0], difference.sides[1]);
         verdicts.push(greater(&difference, 0.0, a.abs().max(b.abs())));
+        if i == 0 {
+            figures.push(format!("{low} {}", show(metric, a)));
+            basis = difference.basis.clone();
+        }
+        figures.push(format!("{high} {}", show(metric, b)));
+        keys.push(show_interval(metric, &difference));
         parts.push(format!(
             "{low} {} < {high} {} ({}, {})",
             show(metric, a),
@@ -293,8 +378,14 @@ fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Opt
     } else {
         Verdict::Inconclusive
     };
+    let summary = Parts {
+        figures: figures.join(" < "),
+        key: keys.join("; "),
+        basis,
+    };
     Some(site.verdict(
         verdict,
+        summary,
         format!("{}: {}", site.label, parts.join(", ")),
         &involved,
         across_repetitions,
@@ -469,6 +560,7 @@ impl Site<'_, '_> {
     fn verdict(
         &self,
         verdict: Verdict,
+        parts: Parts,
         evidence: String,
         scenarios: &[&str],
         spread_in_interval: bool,
@@ -496,8 +588,15 @@ impl Site<'_, '_> {
                 note("spread across repetitions".to_owned(), *scenario);
             }
         }
+        let site = self.label.clone();
         if noise.is_empty() {
-            return PointVerdict { verdict, evidence };
+            return PointVerdict {
+                verdict,
+                site,
+                parts,
+                noise: vec![],
+                evidence,
+            };
         }
         let reasons: Vec<String> = noise
             .iter()
@@ -505,10 +604,13 @@ impl Site<'_, '_> {
             .collect();
         PointVerdict {
             verdict: Verdict::Inconclusive,
+            site,
+            parts,
             evidence: format!(
                 "{evidence} [inconclusive here, noise: {}]",
                 reasons.join(", ")
             ),
+            noise: reasons,
         }
     }
 }
@@ -669,6 +771,21 @@ fn linear(analysis: &Analysis, scenarios: &[String], min_r_squared: f64) -> Vec<
             };
             PointVerdict {
                 verdict,
+                site: format!("{} {}", f.scenario, f.placement),
+                parts: Parts {
+                    figures: format!(
+                        "{} MiB per 1000 connections, {} connection counts",
+                        fmt_num(f.fit.slope * 1000.0),
+                        f.fit.n
+                    ),
+                    key: format!("R^2 {:.3} (at least {min_r_squared})", f.fit.r_squared),
+                    basis: if f.fit.n < 3 {
+                        "least squares; two points make any line".to_owned()
+                    } else {
+                        "least squares".to_owned()
+                    },
+                },
+                noise: vec![],
                 evidence: format!(
                     "{} {}: R^2 {:.3} over {} connection counts (at least {min_r_squared}), {} MiB per 1000 connections{}",
                     f.scenario,
@@ -765,13 +882,23 @@ fn grows(
                 .map(|g| g.mean(|c| cell_value(c, metric)).abs())
                 .fold(0.0, f64::max);
             let site = Site {
-                label: String::new(),
+                label: format!("{} -> {}", lo.label(), hi.label()),
                 metric,
                 groups: vec![a1, b1, a2, b2],
                 searches: vec![],
             };
+            let parts = Parts {
+                figures: format!(
+                    "{scenario} adds {} then {}",
+                    show_signed(metric, added_lo),
+                    show_signed(metric, added_hi)
+                ),
+                key: show_interval(metric, &change),
+                basis: change.basis.clone(),
+            };
             out.push(site.verdict(
                 greater(&change, 0.0, size),
+                parts,
                 format!(
                     "{} -> {}: {scenario} adds {} then {} ({}, {})",
                     lo.label(),

@@ -1,5 +1,6 @@
 //! Reports from a run's results. [`Analysis`] computes the statistics once (outlier policy,
-//! pooled distributions, tests against the baseline, fits); [`tables`] turns it into table
+//! pooled distributions, tests against the baseline, fits); [`glance`] opens every report with
+//! plain sentences and the findings' verdict matrix; [`tables`] turns it into table
 //! models (absolute figures, overhead relative to `baseline` as E1's Table I, significance,
 //! distributions); [`markdown`] and [`html`] render the same tables, so both reports always
 //! agree; the HTML adds SVG charts; CSV files export the same figures for other tools, and
@@ -14,6 +15,7 @@ mod cost;
 mod csv;
 pub mod export;
 pub mod findings;
+pub mod glance;
 mod html;
 mod markdown;
 mod summary;
@@ -31,7 +33,8 @@ pub use charts::{charts, Chart};
 pub use compare::compare_runs;
 pub use cost::{cost_table, Prices};
 pub use export::{write_exports, ExportFormat};
-pub use html::{escape as html_escape, render_html, table_html};
+pub use glance::{glance, Glance};
+pub use html::{escape as html_escape, glance_html, render_html, table_html};
 pub use markdown::{render_markdown, render_tables};
 pub use summary::{cell_line, load_summary, run_summary};
 pub use verify::{verify_header, verify_tables};

@@ -102,14 +102,15 @@ pub fn cell_line(
     line
 }
 
-/// What `meshbench run` prints at the end: the noise flags, if any, then the absolute,
-/// overhead, significance and fit tables.
+/// What `meshbench run` prints at the end: the glance (sentences and the findings' verdict
+/// matrix), the noise flags, if any, then the absolute, overhead, significance and fit
+/// tables; the findings' statistics are in the report.
 pub fn run_summary(result: &RunResult) -> String {
     let analysis = crate::Analysis::of(result);
     let figures = tables::figures(&analysis);
     let mut out = String::new();
+    crate::markdown::write_glance(&mut out, &crate::glance::glance(result, &analysis));
     let tables = [
-        crate::findings::findings_table(result, &analysis),
         crate::trust::noise_table(result, &analysis),
         tables::capacity_sentences(result, &analysis),
         crate::capacity::capacity_table(result, &analysis.searches),

@@ -178,6 +178,7 @@ fn cell_label(c: &Cell) -> String {
 pub fn absolute_table(figures: &[Figures]) -> Table {
     Table {
         title: "Absolute figures".to_owned(),
+        note: String::new(),
         headers: headers(&[
             "load",
             "scenario",
@@ -252,6 +253,7 @@ pub fn overhead_table(figures: &[Figures]) -> Table {
     }
     Table {
         title: "Overhead relative to baseline".to_owned(),
+        note: String::new(),
         headers: headers(&["load", "scenario", "achieved rps", "p50 ms", "p99 ms"]),
         rows,
     }
@@ -283,6 +285,7 @@ pub fn component_table(result: &RunResult) -> Table {
         .collect();
     Table {
         title: "Resources by component".to_owned(),
+        note: String::new(),
         headers: [
             "load",
             "scenario",
@@ -333,6 +336,7 @@ pub fn outcome_table(result: &RunResult) -> Table {
         .collect();
     Table {
         title: "Outcomes by class".to_owned(),
+        note: String::new(),
         headers,
         rows,
     }
@@ -371,6 +375,7 @@ pub fn wire_table(result: &RunResult) -> Option<Table> {
         .collect();
     (!rows.is_empty()).then(|| Table {
         title: "On the wire".to_owned(),
+        note: String::new(),
         headers: [
             "load",
             "scenario",
@@ -425,6 +430,7 @@ pub fn capacity_sentences(result: &RunResult, analysis: &Analysis) -> Option<Tab
     let sentences = crate::capacity::sentences(result, &analysis.searches);
     (!sentences.is_empty()).then(|| Table {
         title: "Capacity, in a sentence".to_owned(),
+        note: String::new(),
         headers: vec!["finding".to_owned()],
         rows: sentences.into_iter().map(|s| vec![s]).collect(),
     })
@@ -477,7 +483,11 @@ pub fn handshake_table(analysis: &Analysis) -> Option<Table> {
         }
     }
     (!rows.is_empty()).then(|| Table {
-        title: "TLS handshakes (our proxies' own histograms, whole life of each proxy in the cell; outbound is the client side, from its ClientHello to the end of the handshake, inbound the server side)".to_owned(),
+        title: "TLS handshakes".to_owned(),
+        note: "Our proxies' own histograms, over the whole life of each proxy in the cell; \
+               outbound is the client side, from its ClientHello to the end of the handshake, \
+               inbound the server side."
+            .to_owned(),
         headers: [
             "load",
             "scenario",
@@ -541,15 +551,15 @@ pub fn significance_table(analysis: &Analysis) -> Option<Table> {
         })
         .collect();
     (!rows.is_empty()).then(|| Table {
-        title:
-            "Latency against baseline: is the difference significant? Requests within a run are \
+        title: "Latency against baseline: significant?".to_owned(),
+        note: "Requests within a run are \
                 not independent, so the test is a moving block bootstrap over the load generator's \
                 per-second series (blocks of consecutive seconds, length chosen from the series, \
                 Politis-White): the difference of the per-second median and p99, averaged over \
                 seconds, with 95% intervals; significant when the median's interval excludes zero. \
                 The pooled median difference (i.i.d. bootstrap), Mann-Whitney U and Cliff's delta \
                 (> 0: slower than baseline) describe every request as if independent."
-                .to_owned(),
+            .to_owned(),
         headers: [
             "load",
             "scenario",
@@ -594,7 +604,8 @@ pub fn repetition_table(analysis: &Analysis) -> Option<Table> {
         })
         .collect();
     (!rows.is_empty()).then(|| Table {
-        title: "Across repetitions (geometric mean [95% log-scale t interval])".to_owned(),
+        title: "Across repetitions".to_owned(),
+        note: "Geometric mean [95% log-scale t interval].".to_owned(),
         headers: [
             "load",
             "scenario",
@@ -643,6 +654,7 @@ pub fn distribution_table(analysis: &Analysis) -> Table {
         .collect();
     Table {
         title: "Latency distribution, every request (ms)".to_owned(),
+        note: String::new(),
         headers: [
             "load",
             "scenario",
@@ -684,6 +696,7 @@ pub fn fit_table(analysis: &Analysis) -> Option<Table> {
         .collect();
     (!rows.is_empty()).then(|| Table {
         title: "Mesh memory against open connections (least squares)".to_owned(),
+        note: String::new(),
         headers: [
             "scenario",
             "placement",
@@ -714,7 +727,10 @@ pub fn outlier_table(analysis: &Analysis) -> Option<Table> {
         }
     }
     (!rows.is_empty()).then(|| Table {
-        title: "Repetitions dropped by the outlier policy (highest baseline maximum latency; cells kept in results.json)".to_owned(),
+        title: "Repetitions dropped as outliers".to_owned(),
+        note: "The outlier policy drops the repetition with the highest baseline maximum latency; \
+               its cells stay in results.json."
+            .to_owned(),
         headers: ["load", "repetitions dropped (every scenario)"]
             .map(String::from)
             .to_vec(),

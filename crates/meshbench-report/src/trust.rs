@@ -253,14 +253,14 @@ pub fn pin_advice(result: &RunResult, flags: &[NoiseFlag]) -> Option<String> {
     })
 }
 
-/// The noise flags as a table, with the advice on pinning under it; `None` when nothing was
-/// flagged.
+/// The noise flags as a table, with the advice on pinning under its heading; `None` when
+/// nothing was flagged.
 pub fn noise_table(result: &RunResult, analysis: &Analysis) -> Option<Table> {
     let flags = noise_flags(analysis);
     if flags.is_empty() {
         return None;
     }
-    let mut rows: Vec<Vec<String>> = flags
+    let rows: Vec<Vec<String>> = flags
         .iter()
         .map(|f| {
             vec![
@@ -271,16 +271,11 @@ pub fn noise_table(result: &RunResult, analysis: &Analysis) -> Option<Table> {
             ]
         })
         .collect();
-    if let Some(advice) = pin_advice(result, &flags) {
-        rows.push(vec![
-            String::new(),
-            String::new(),
-            String::new(),
-            format!("advice: {advice}"),
-        ]);
-    }
     Some(Table {
         title: "Noise: cells whose figures may not be trustworthy, and why".to_owned(),
+        note: pin_advice(result, &flags)
+            .map(|advice| format!("Advice: {advice}."))
+            .unwrap_or_default(),
         headers: ["load", "scenario", "repetition", "why"]
             .map(String::from)
             .to_vec(),
@@ -359,8 +354,8 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
         ]);
     }
     Table {
-        title:
-            "CPU nobody was charged for (cores, mean over each cell's window; the whole machine \
+        title: "CPU nobody was charged for".to_owned(),
+        note: "Cores, mean over each cell's window: the whole machine \
                 against the sum of every sampled component: its processes from the root cgroup's \
                 exact counter, its interrupts, the kernel's network processing in irq and \
                 softirq charged to no process, from /proc/stat, which samples them at the \
@@ -368,8 +363,8 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
                 processes outside the lab and kernel threads; on a cluster, each machine the \
                 cell's nodes run on, from its kubelet's root cgroup, which has no interrupts \
                 outside a task; the last column is the kernel's and the machine's part of a \
-                scenario's cost that a per-process view misses)"
-                .to_owned(),
+                scenario's cost that a per-process view misses."
+            .to_owned(),
         headers: [
             "load",
             "scenario",

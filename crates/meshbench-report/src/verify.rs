@@ -40,16 +40,38 @@ pub fn verify_header(report: &VerifyReport) -> Vec<(String, String)> {
 
 /// A run report's header and tables, with the run's verification added if it has one: its
 /// verdict as a header line, its tables after the run's, titled as verification.
+/// A run's report before it is rendered: the glance, the run's facts, then every table.
+pub(crate) struct ReportParts {
+    pub glance: crate::glance::Glance,
+    pub header: Vec<(String, String)>,
+    pub tables: Vec<Table>,
+}
+
 pub(crate) fn run_report_parts(
     result: &RunResult,
     analysis: &Analysis,
     verification: Option<&VerifyReport>,
-) -> (Vec<(String, String)>, Vec<Table>) {
+) -> ReportParts {
+    let mut glance = crate::glance::glance(result, analysis);
     let mut header = crate::tables::header_lines(result);
     let mut tables = crate::tables::report_tables(result, analysis);
     let Some(report) = verification else {
-        return (header, tables);
+        return ReportParts {
+            glance,
+            header,
+            tables,
+        };
     };
+    glance.sentences.push(format!(
+        "Verification {} for {} (E3's zero-trust matrix, wire evidence and identity checks).",
+        if report.passed { "passed" } else { "FAILED" },
+        report
+            .meshes
+            .iter()
+            .map(|m| m.mesh.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     let meshes: Vec<&str> = report.meshes.iter().map(|m| m.mesh.as_str()).collect();
     header.push((
         "verification".to_owned(),
@@ -70,7 +92,11 @@ pub(crate) fn run_report_parts(
         table.title = format!("Verification, {}", table.title);
         table
     }));
-    (header, tables)
+    ReportParts {
+        glance,
+        header,
+        tables,
+    }
 }
 
 pub fn verify_tables(report: &VerifyReport) -> Vec<Table> {
@@ -87,6 +113,7 @@ pub fn verify_tables(report: &VerifyReport) -> Vec<Table> {
                     "{}: case {}, {} (enrolled: {meshed})",
                     mesh.mesh, case.case, case.title
                 ),
+                note: String::new(),
                 headers: [
                     "from -> to",
                     "request",
@@ -175,6 +202,7 @@ fn identity_table(mesh: &MeshVerification) -> Table {
             "{}: identity checks against the calculator's proxy",
             mesh.mesh
         ),
+        note: String::new(),
         headers: [
             "check",
             "expected",

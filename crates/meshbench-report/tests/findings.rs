@@ -479,25 +479,35 @@ fn a_claim_on_scenarios_the_run_lacks_is_not_checked_and_the_report_opens_with_f
 
     let analysis = Analysis::of(&result);
     let report = render_markdown(&result, &analysis, None);
-    let first_section = report
-        .lines()
-        .find(|l| l.starts_with("## "))
-        .expect("a section");
-    assert!(
-        first_section.starts_with("## Findings of the study"),
-        "{first_section}"
+    // The report opens with the glance: sentences, then one verdict per finding.
+    let sections: Vec<&str> = report.lines().filter(|l| l.starts_with("## ")).collect();
+    assert_eq!(
+        sections[..2],
+        ["## At a glance", "## Findings, one verdict per point"],
+        "{report}"
     );
-    assert!(report.contains("| E3 | Median RTT orders no mesh < Linkerd < Istio | not checked |"));
-
-    // The HTML report too: the findings come before the charts, verdicts coloured.
-    let html = render_html(&result, &analysis, None);
-    let findings_at = html
-        .find("<h2>Findings of the study")
-        .expect("findings in HTML");
-    let charts_at = html.find("<h2>Charts</h2>").expect("charts in HTML");
-    assert!(findings_at < charts_at, "findings open the HTML report");
     assert!(
-        html.contains("<td class=\"text\">Median RTT orders no mesh"),
+        report.contains("- Of the study's 2 findings, 2 were not checked."),
+        "{report}"
+    );
+    assert!(
+        report.contains("| E3: Median RTT orders no mesh < Linkerd < Istio | not checked |"),
+        "{report}"
+    );
+    // The statistics, further down, say why.
+    assert!(report.contains("## Findings, the statistics"), "{report}");
+    assert!(report.contains("linkerd, istio"), "{report}");
+
+    // The HTML report too: the glance comes before the charts, verdicts coloured.
+    let html = render_html(&result, &analysis, None);
+    let glance_at = html.find("<h2>At a glance</h2>").expect("glance in HTML");
+    let matrix_at = html
+        .find("<h2>Findings, one verdict per point</h2>")
+        .expect("matrix in HTML");
+    let charts_at = html.find("<h2>Charts</h2>").expect("charts in HTML");
+    assert!(glance_at < matrix_at && matrix_at < charts_at, "{html}");
+    assert!(
+        html.contains("<td class=\"text\">E3: Median RTT orders no mesh"),
         "prose is text"
     );
 }
@@ -528,4 +538,132 @@ fn a_spread_across_repetitions_is_no_noise_to_an_interval_across_them() {
     );
     let v = verdicts(&result);
     assert_eq!(v[0].0, Verdict::Held, "{v:?}");
+}
+
+/// The quick profile's three claims over three loads, one cell noisy: the report opens with
+/// sentences and one verdict per claim and point, and no cell of any table of it runs past
+/// what a reader takes in (about 200 characters), however long the statistics behind it.
+#[test]
+fn the_report_opens_with_sentences_and_a_verdict_matrix_of_short_cells() {
+    let loads = [point(500.0), point(2000.0), point(4000.0)];
+    let noisy = MachineCpu {
+        source: "/proc/stat".into(),
+        node: None,
+        same_machine_nodes: vec![],
+        cpus: 2,
+        user_cores: Some(0.5),
+        nice_cores: Some(0.0),
+        system_cores: Some(0.2),
+        irq_cores: Some(0.0),
+        softirq_cores: Some(0.1),
+        iowait_cores: Some(0.0),
+        idle_cores: Some(0.2),
+        steal_cores: Some(1.0),
+        tasks_cores: None,
+        interrupt_accounting: None,
+        edge_gap_seconds: None,
+        mhz_min: None,
+        mhz_max: None,
+    };
+    let mut result = run(
+        &["baseline", "baseline-mtls", "meshbench-sidecar"],
+        &loads,
+        3,
+        |scenario, load, r, cell| {
+            let (p50, p99) = match scenario {
+                "baseline" => (100, 1000),
+                "baseline-mtls" => (200, 1020),
+                _ => (300, 2000),
+            };
+            cell.load.latency.p50_us = p50;
+            cell.load.latency.p99_us = (p99 as f64 * (1.0 + wobble(r))) as u64;
+            cell.load.sent = load.rps as u64 * 10;
+            if scenario == "meshbench-sidecar" && load.rps > 3000.0 && r == 2 {
+                cell.machines = vec![noisy.clone()];
+            }
+        },
+    );
+    result.config.findings = vec![
+        Claim {
+            study: "E1".into(),
+            statement: "App-level mTLS adds at most 5% to p99 latency (E1 saw about 3%, behind a \
+                        200 ms server)"
+                .into(),
+            check: ClaimCheck::AtMost {
+                metric: ClaimMetric::P99,
+                scenario: "baseline-mtls".into(),
+                against: "baseline".into(),
+                max_percent: 5.0,
+            },
+        },
+        Claim {
+            study: "E1".into(),
+            statement: "A sidecar pair adds more to p99 latency than app-level mTLS does".into(),
+            check: ClaimCheck::Ordering {
+                metric: ClaimMetric::P99,
+                order: vec!["baseline-mtls".into(), "meshbench-sidecar".into()],
+            },
+        },
+    ];
+    let analysis = Analysis::of(&result);
+    let glance = meshbench_report::glance(&result, &analysis);
+    let text = glance.sentences.join("\n");
+    assert!(
+        text.contains("Of the study's 2 findings, 1 held and 1 was inconclusive"),
+        "{text}"
+    );
+    assert!(
+        text.contains("baseline-mtls added 0.10 ms at p50 and 0.02 ms at p99 over baseline"),
+        "{text}"
+    );
+    assert!(
+        text.contains("meshbench-sidecar added 0.20 ms at p50 and 1.00 ms at p99"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 of 27 cells was flagged noisy: ") && text.contains("took up to 50% (1)"),
+        "{text}"
+    );
+    let matrix = glance.matrix.expect("a matrix");
+    assert_eq!(
+        matrix.headers.len(),
+        2 + loads.len(),
+        "{:?}",
+        matrix.headers
+    );
+    assert_eq!(matrix.rows[0][1], "held");
+    assert!(
+        matrix.rows[0][2].starts_with("held: +2.0% ["),
+        "{:?}",
+        matrix.rows[0]
+    );
+    assert!(
+        matrix.rows[1][4].starts_with("inconclusive (noise): "),
+        "{:?}",
+        matrix.rows[1]
+    );
+
+    let report = render_markdown(&result, &analysis, None);
+    let sections: Vec<&str> = report.lines().filter(|l| l.starts_with("## ")).collect();
+    assert_eq!(
+        sections[..3],
+        [
+            "## At a glance",
+            "## Findings, one verdict per point",
+            "## The run"
+        ],
+        "{report}"
+    );
+    for line in report.lines().filter(|l| l.starts_with('|')) {
+        for cell in line.trim_matches('|').split(" | ") {
+            assert!(
+                cell.chars().count() <= 200,
+                "{} characters: {cell}",
+                cell.len()
+            );
+        }
+    }
+    for heading in report.lines().filter(|l| l.starts_with("## ")) {
+        assert!(heading.len() <= 80, "a heading is a few words: {heading}");
+    }
 }

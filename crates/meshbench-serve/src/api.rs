@@ -570,7 +570,7 @@ async fn cost(
 }
 
 pub fn table_json(table: &Table) -> Value {
-    json!({"title": table.title, "headers": table.headers, "rows": table.rows})
+    json!({"title": table.title, "note": table.note, "headers": table.headers, "rows": table.rows})
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -81,6 +81,7 @@ pub fn describe() -> Value {
                     "type": "object",
                     "properties": {
                         "title": {"type": "string"},
+                        "note": {"type": "string", "description": "how the figures were made, shown under the title; empty when the title says enough"},
                         "headers": {"type": "array", "items": {"type": "string"}},
                         "rows": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}}
                     }

@@ -15,7 +15,7 @@ use axum::Extension;
 use axum::Router;
 use http::{header, StatusCode};
 use meshbench_report::{html_escape as esc, table_html};
-use meshbench_results::{MeshVerification, Verdict, VerifyReport};
+use meshbench_results::{MeshVerification, RunResult, Verdict, VerifyReport};
 
 use crate::api::{self, ApiError, CompareQuery, CostQuery, NewRun, NewVerification};
 use crate::catalog;
@@ -514,6 +514,13 @@ async fn run_page(
     let on_disk = catalog::run_dir(&state.results_dir, &id)
         .and_then(|dir| catalog::read_run(&dir).ok().map(|r| (dir, r)));
     if let Some((dir, result)) = on_disk {
+        let running = job.is_some_and(|j| !j.status.finished());
+        // A finished run opens with what it found: the sentences, the findings' verdicts and
+        // the main charts; the cells, downloads and the full report follow.
+        let result = Arc::new(result);
+        if !running && !result.cells.is_empty() {
+            body.push_str(&glance_off_the_workers(result.clone()).await);
+        }
         if !result.cells.is_empty() {
             body.push_str("<h2 id=\"finished-cells\">Finished cells</h2><table id=\"cells\"><thead><tr><th scope=\"col\">#</th><th scope=\"col\">Cell</th><th scope=\"col\">Achieved rps</th><th scope=\"col\">p50 ms</th><th scope=\"col\">p99 ms</th><th scope=\"col\">Not 2xx</th></tr></thead><tbody>");
             for (i, cell) in result.cells.iter().enumerate() {
@@ -530,7 +537,6 @@ async fn run_page(
             }
             body.push_str("</tbody></table>");
         }
-        let running = job.is_some_and(|j| !j.status.finished());
         if !running {
             let files = catalog::run_files(&dir, &result);
             body.push_str("<h2>Downloads</h2><ul class=\"downloads\" id=\"downloads\">");
@@ -559,6 +565,25 @@ async fn run_page(
         }
     }
     page(&caller, StatusCode::OK, &format!("Run {id}"), "/", &body)
+}
+
+/// The report's opening for a finished run (`meshbench_report::glance_html`), computed on a
+/// blocking thread: the analysis bootstraps every group's per-second series.
+async fn glance_off_the_workers(result: Arc<RunResult>) -> String {
+    tokio::task::spawn_blocking(move || {
+        let analysis = meshbench_report::Analysis::of(&result);
+        meshbench_report::glance_html(
+            &meshbench_report::glance(&result, &analysis),
+            &meshbench_report::charts(&analysis),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| {
+        format!(
+            "<p class=\"error\">The summary could not be computed: {}</p>",
+            esc(&e.to_string())
+        )
+    })
 }
 
 /// The live part of a job's page: progress, the running cell's seconds, the lab's events, a

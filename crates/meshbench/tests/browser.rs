@@ -18,6 +18,9 @@ use serving::Serve;
 /// Lab runs measure, and a browser is heavy: one test at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The longest a table cell may be (characters): about what a reader takes in at a glance.
+const MAX_CELL_CHARS: usize = 200;
+
 /// How long a page may take to show what a test waits for.
 const PAGE_WAIT: Duration = Duration::from_secs(20);
 
@@ -191,6 +194,37 @@ impl Browser {
         eprintln!("screenshot: {}", path.display());
     }
 
+    /// The text of every heading `css` matches, in the page's order.
+    async fn headings(&self, css: &str) -> Vec<String> {
+        let script = format!(
+            "return Array.from(document.querySelectorAll({css:?})).map(h => h.textContent.trim())"
+        );
+        let value = self.client.execute(&script, vec![]).await.unwrap();
+        serde_json::from_value(value).unwrap()
+    }
+
+    /// No table cell of the page holds more than about 200 characters (a reader scans a
+    /// table; prose belongs under the heading or in a detail table).
+    async fn assert_cells_short(&self, page: &str) {
+        let longest: String = serde_json::from_value(
+            self.client
+                .execute(
+                    "return Array.from(document.querySelectorAll('td, th'))\
+                     .map(c => c.textContent.trim())\
+                     .reduce((a, c) => c.length > a.length ? c : a, '')",
+                    vec![],
+                )
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(
+            longest.chars().count() <= MAX_CELL_CHARS,
+            "{page}: a cell of {} characters: {longest}",
+            longest.chars().count()
+        );
+    }
+
     async fn close(self) {
         let Browser {
             mut driver, client, ..
@@ -278,6 +312,26 @@ fn the_smoke_profile_from_the_form_reaches_100_percent_and_shows_its_report() {
             browser.count("#downloads a").await >= 6 + 2 * 6,
             "files and exports"
         );
+        // The page opens with what the run found: the sentences, one verdict per finding
+        // and point, the charts; the cells and the downloads come after.
+        let headings = browser.headings("main h2").await;
+        let at = |heading: &str| {
+            headings
+                .iter()
+                .position(|h| h == heading)
+                .unwrap_or_else(|| panic!("no {heading:?} in {headings:?}"))
+        };
+        assert_eq!(at("At a glance"), 0, "{headings:?}");
+        assert!(at("Findings, one verdict per point") < at("Charts"));
+        assert!(at("Charts") < at("Finished cells") && at("Finished cells") < at("Downloads"));
+        assert!(browser.count("#at-a-glance li").await >= 3, "the sentences");
+        assert!(browser.count("#charts svg").await >= 2, "the main charts");
+        let sentences = browser.text("#at-a-glance ul").await;
+        assert!(
+            sentences.contains("Of the study's 3 findings") && sentences.contains("requests"),
+            "{sentences}"
+        );
+        browser.assert_cells_short("the run page").await;
         let report = browser.find("#report").await;
         report.enter_frame().await.unwrap();
         let charts = browser
@@ -287,6 +341,14 @@ fn the_smoke_profile_from_the_form_reaches_100_percent_and_shows_its_report() {
             })
             .await;
         assert!(charts >= 2, "{charts} charts");
+        // The report opens the same way, and says no more in one cell than a reader takes in.
+        let headings = browser.headings("h2").await;
+        assert_eq!(
+            headings[..3],
+            ["At a glance", "Findings, one verdict per point", "Charts"],
+            "{headings:?}"
+        );
+        browser.assert_cells_short("the report").await;
         browser.client.enter_parent_frame().await.unwrap();
         browser
             .client

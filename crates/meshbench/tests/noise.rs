@@ -60,12 +60,50 @@ impl Drop for Hog {
     }
 }
 
+/// Steal this large (cores) over a cell can pause the generator past its 1 ms lateness bound
+/// often enough to flag it, truly: it did send late. Such a run was not quiet.
+const HYPERVISOR_PAUSES: f64 = 0.02;
+
+/// A run with no cell flagged. A run is repeated (at most three times) only when its sole
+/// flags are the generator's lateness in cells where the hypervisor measurably took the CPU
+/// (seen on the check machine: 0.06 cores stolen, 2 CPUs): the machine was not quiet, the
+/// instrument was right. Any other flag fails at once.
+fn quiet_run(dir: &Path) -> (RunResult, String, String) {
+    let mut seen = vec![];
+    for attempt in 1..=3 {
+        let (result, report, terminal) = run(dir, &format!("quiet-{attempt}"));
+        let flagged: Vec<_> = result
+            .cells
+            .iter()
+            .map(|cell| (cell, cell_flags(cell), machine_share(cell)))
+            .filter(|(_, flags, _)| !flags.is_empty())
+            .collect();
+        if flagged.is_empty() {
+            return (result, report, terminal);
+        }
+        let hypervisor_only = flagged.iter().all(|(_, flags, share)| {
+            let stolen = share
+                .as_ref()
+                .is_some_and(|s| s.steal_cores >= HYPERVISOR_PAUSES);
+            stolen && flags.iter().all(|f| f.starts_with("generator-limited"))
+        });
+        for (cell, flags, share) in &flagged {
+            seen.push(format!(
+                "attempt {attempt}: {} {flags:?} ({share:?})",
+                cell.scenario
+            ));
+        }
+        assert!(hypervisor_only, "flagged in a quiet run: {seen:#?}");
+    }
+    panic!("no quiet run in three: the hypervisor kept pausing the generator: {seen:#?}");
+}
+
 #[test]
 fn a_cpu_hog_beside_the_lab_is_flagged_and_a_quiet_run_is_not() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("spec.yaml"), SPEC).unwrap();
 
-    let (quiet, report, terminal) = run(dir.path(), "quiet");
+    let (quiet, report, terminal) = quiet_run(dir.path());
     for cell in &quiet.cells {
         let share = machine_share(cell).expect("the machine is read for every cell");
         // /proc/stat counts whole clock ticks, sampled where the kernel is tickless, while a
@@ -74,12 +112,6 @@ fn a_cpu_hog_beside_the_lab_is_flagged_and_a_quiet_run_is_not() {
         assert!(
             share.busy_cores + ticks >= share.attributed_cores * 0.8,
             "the machine was at least as busy as its components: {share:?}"
-        );
-        assert!(
-            cell_flags(cell).is_empty(),
-            "{} flagged in a quiet run: {:?} ({share:?})",
-            cell.scenario,
-            cell_flags(cell)
         );
     }
     assert!(!report.contains("Noise:"), "{report}");
