@@ -76,6 +76,29 @@ fn verdicts(result: &RunResult) -> Vec<(Verdict, String)> {
         .collect()
 }
 
+/// A machine reading where the hypervisor took half of the 2 CPUs: a noisy cell.
+fn hypervisor_took_half() -> MachineCpu {
+    MachineCpu {
+        source: "/proc/stat".into(),
+        node: None,
+        same_machine_nodes: vec![],
+        cpus: 2,
+        user_cores: Some(0.5),
+        nice_cores: Some(0.0),
+        system_cores: Some(0.2),
+        irq_cores: Some(0.0),
+        softirq_cores: Some(0.1),
+        iowait_cores: Some(0.0),
+        idle_cores: Some(0.2),
+        steal_cores: Some(1.0),
+        tasks_cores: None,
+        interrupt_accounting: None,
+        edge_gap_seconds: None,
+        mhz_min: None,
+        mhz_max: None,
+    }
+}
+
 /// Repetition `r`'s small wobble, so repetitions differ as real ones do.
 fn wobble(r: u32) -> f64 {
     [0.0, 0.01, -0.012, 0.006][r as usize % 4]
@@ -180,26 +203,7 @@ fn a_noisy_cell_makes_its_point_inconclusive_and_says_why() {
             };
             cell.load.latency.p99_us = (p99 * (1.0 + wobble(r))) as u64;
             if scenario == "baseline-mtls" && r == 2 {
-                // The hypervisor took half of the machine.
-                cell.machines = vec![MachineCpu {
-                    source: "/proc/stat".into(),
-                    node: None,
-                    same_machine_nodes: vec![],
-                    cpus: 2,
-                    user_cores: Some(0.5),
-                    nice_cores: Some(0.0),
-                    system_cores: Some(0.2),
-                    irq_cores: Some(0.0),
-                    softirq_cores: Some(0.1),
-                    iowait_cores: Some(0.0),
-                    idle_cores: Some(0.2),
-                    steal_cores: Some(1.0),
-                    tasks_cores: None,
-                    interrupt_accounting: None,
-                    edge_gap_seconds: None,
-                    mhz_min: None,
-                    mhz_max: None,
-                }];
+                cell.machines = vec![hypervisor_took_half()];
             }
         },
     );
@@ -546,25 +550,6 @@ fn a_spread_across_repetitions_is_no_noise_to_an_interval_across_them() {
 #[test]
 fn the_report_opens_with_sentences_and_a_verdict_matrix_of_short_cells() {
     let loads = [point(500.0), point(2000.0), point(4000.0)];
-    let noisy = MachineCpu {
-        source: "/proc/stat".into(),
-        node: None,
-        same_machine_nodes: vec![],
-        cpus: 2,
-        user_cores: Some(0.5),
-        nice_cores: Some(0.0),
-        system_cores: Some(0.2),
-        irq_cores: Some(0.0),
-        softirq_cores: Some(0.1),
-        iowait_cores: Some(0.0),
-        idle_cores: Some(0.2),
-        steal_cores: Some(1.0),
-        tasks_cores: None,
-        interrupt_accounting: None,
-        edge_gap_seconds: None,
-        mhz_min: None,
-        mhz_max: None,
-    };
     let mut result = run(
         &["baseline", "baseline-mtls", "meshbench-sidecar"],
         &loads,
@@ -579,7 +564,7 @@ fn the_report_opens_with_sentences_and_a_verdict_matrix_of_short_cells() {
             cell.load.latency.p99_us = (p99 as f64 * (1.0 + wobble(r))) as u64;
             cell.load.sent = load.rps as u64 * 10;
             if scenario == "meshbench-sidecar" && load.rps > 3000.0 && r == 2 {
-                cell.machines = vec![noisy.clone()];
+                cell.machines = vec![hypervisor_took_half()];
             }
         },
     );
