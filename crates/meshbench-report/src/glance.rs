@@ -203,8 +203,8 @@ fn noise_sentence(result: &RunResult) -> Option<String> {
     let total = result.cells.len();
     if flagged == 0 {
         return Some(format!(
-            "No cell of {total} was flagged noisy: no other process, steal or generator limit \
-             crossed its threshold."
+            "No cell of {total} was flagged noisy (no other process, steal or generator limit \
+             crossed its threshold)."
         ));
     }
     let reasons: Vec<String> = kinds
