@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use meshbench_results::{RunResult, RunStatus};
 
 use crate::analysis::Analysis;
-use crate::cell::{error_count, BASELINE};
+use crate::cell::error_count;
 use crate::findings::{Finding, Verdict};
 use crate::table::Table;
 use crate::tables::Figures;
@@ -127,13 +127,7 @@ fn overhead_sentences(figures: &[Figures]) -> Vec<String> {
     // (scenario's first appearance, scenario, placement) -> each load's additions.
     let mut added: BTreeMap<(usize, &str, &str), Vec<Added>> = BTreeMap::new();
     let order = |s: &str| figures.iter().position(|f| f.scenario == s).unwrap_or(0);
-    for f in figures.iter().filter(|f| f.scenario != BASELINE) {
-        let Some(base) = figures
-            .iter()
-            .find(|b| b.scenario == BASELINE && b.placement == f.placement && b.load == f.load)
-        else {
-            continue;
-        };
+    for (f, base) in crate::tables::against_baseline(figures) {
         let cpu = |x: &Figures| x.client_cpu + x.server_cpu + x.shared_cpu;
         let ratio = (cpu(base) > 0.0).then(|| cpu(f) / cpu(base) - 1.0);
         added

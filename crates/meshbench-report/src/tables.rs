@@ -226,17 +226,25 @@ fn delta(value: f64, base: f64, decimals: usize) -> String {
     }
 }
 
+/// Each scenario other than `baseline` with the baseline's figures at its placement and load
+/// point (scenarios without one are left out).
+pub(crate) fn against_baseline(figures: &[Figures]) -> impl Iterator<Item = (&Figures, &Figures)> {
+    figures
+        .iter()
+        .filter(|f| f.scenario != BASELINE)
+        .filter_map(|f| {
+            let base = figures.iter().find(|b| {
+                b.scenario == BASELINE && b.placement == f.placement && b.load == f.load
+            })?;
+            Some((f, base))
+        })
+}
+
 /// Overhead of every other scenario relative to `baseline` at the same load point, as E1's
 /// Table I: +delta and percentage.
 pub fn overhead_table(figures: &[Figures]) -> Table {
     let mut rows = Vec::new();
-    for f in figures.iter().filter(|f| f.scenario != BASELINE) {
-        let Some(base) = figures
-            .iter()
-            .find(|b| b.scenario == BASELINE && b.placement == f.placement && b.load == f.load)
-        else {
-            continue;
-        };
+    for (f, base) in against_baseline(figures) {
         rows.push(vec![
             load_label(f),
             f.label(),
