@@ -227,14 +227,22 @@ fn parse_duration(field: &str, text: &str) -> Result<Duration, ApiError> {
 /// server's async workers (a spec is up to [`BODY_LIMIT`] of YAML).
 pub async fn parse_off_the_workers(state: &AppState, new: NewRun) -> Result<JobRequest, ApiError> {
     let cluster = state.cluster;
-    tokio::task::spawn_blocking(move || job_of(&new, cluster))
-        .await
-        .unwrap_or_else(|e| {
-            Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("checking the spec failed: {e}"),
-            ))
-        })
+    off_the_workers("checking the spec", move || job_of(&new, cluster)).await
+}
+
+/// `work` on a blocking thread, never on the server's async workers, which answer every other
+/// request meanwhile: parsing a spec, or reading runs from disk and analysing them (the
+/// analysis bootstraps every group's per-second series). `what` names it if the thread fails.
+pub async fn off_the_workers<T: Send + 'static>(
+    what: &'static str,
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{what} failed: {e}"),
+        ))
+    })
 }
 
 pub fn submit(state: &AppState, request: JobRequest) -> Result<String, ApiError> {
@@ -565,7 +573,10 @@ async fn cost(
     Path(id): Path<String>,
     Query(q): Query<CostQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let table = cost_of(&state, &id, &q)?;
+    let table = {
+        let id = id.clone();
+        off_the_workers("pricing the run", move || cost_of(&state, &id, &q)).await?
+    };
     Ok(Json(json!({"id": id, "table": table_json(&table)})))
 }
 
@@ -602,7 +613,8 @@ async fn compare(
     State(state): Shared,
     Query(q): Query<CompareQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let (a, b, tables) = comparison(&state, &q)?;
+    let (a, b, tables) =
+        off_the_workers("comparing the runs", move || comparison(&state, &q)).await?;
     Ok(Json(json!({
         "a": a,
         "b": b,

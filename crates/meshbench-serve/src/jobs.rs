@@ -49,7 +49,7 @@ pub struct WorkerOptions {
     pub build: BuildInfo,
     pub lab_events: LabEvents,
     /// The cluster a run with `RunTarget::Kubernetes` goes to.
-    pub kube: Option<meshbench_kube::KubeOptions>,
+    pub kube: Option<crate::ClusterOptions>,
 }
 
 /// Where a run's cells happen.
@@ -704,7 +704,7 @@ impl Jobs {
             })
             .and_then(|lab| Runner::on(Box::new(lab), profile, run_options)),
             RunTarget::Kubernetes => match self.connect(id, &out_dir, options).await {
-                Ok(platform) => Runner::on(Box::new(platform), profile, run_options),
+                Ok(platform) => Runner::on(platform, profile, run_options),
                 Err(e) => return (JobStatus::Failed, Some(e)),
             },
         };
@@ -758,22 +758,32 @@ impl Jobs {
         id: &str,
         out_dir: &Path,
         options: &WorkerOptions,
-    ) -> Result<meshbench_kube::KubePlatform, String> {
+    ) -> Result<Box<dyn meshbench_experiment::platform::Platform>, String> {
         let Some(kube) = &options.kube else {
             return Err(
                 "backend kubernetes: serve was started without a cluster (--kubeconfig)".into(),
             );
         };
-        std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-        let (jobs, job) = (self.clone(), id.to_owned());
-        let kube = meshbench_kube::KubeOptions {
-            work_dir: out_dir.to_owned(),
-            progress: Some(Arc::new(move |line: &str| jobs.log(&job, "info", line))),
-            ..kube.clone()
-        };
-        meshbench_kube::KubePlatform::connect(&kube, &meshbench_netlab::new_lab_id())
-            .await
-            .map_err(|e| e.to_string())
+        #[cfg(not(feature = "kubernetes"))]
+        {
+            let _ = (id, out_dir);
+            match *kube {}
+        }
+        #[cfg(feature = "kubernetes")]
+        {
+            std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+            let (jobs, job) = (self.clone(), id.to_owned());
+            let kube = meshbench_kube::KubeOptions {
+                work_dir: out_dir.to_owned(),
+                progress: Some(Arc::new(move |line: &str| jobs.log(&job, "info", line))),
+                ..kube.clone()
+            };
+            let platform =
+                meshbench_kube::KubePlatform::connect(&kube, &meshbench_netlab::new_lab_id())
+                    .await
+                    .map_err(|e| e.to_string())?;
+            Ok(Box::new(platform))
+        }
     }
 
     async fn verify(

@@ -61,8 +61,18 @@ pub struct ServeOptions {
     pub build: BuildInfo,
     /// The cluster runs may choose (`backend: kubernetes`), when serve was given one; each
     /// run gets its own `work_dir` and its progress lines go to the job's log.
-    pub kube: Option<meshbench_kube::KubeOptions>,
+    pub kube: Option<ClusterOptions>,
 }
+
+/// The cluster serve was given (`--kubeconfig`).
+#[cfg(feature = "kubernetes")]
+pub use meshbench_kube::KubeOptions as ClusterOptions;
+
+/// Built without the Kubernetes backend (the `kubernetes` feature), there is no cluster to
+/// give: the type has no value, so `kube` is always `None`.
+#[cfg(not(feature = "kubernetes"))]
+#[derive(Debug, Clone)]
+pub enum ClusterOptions {}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

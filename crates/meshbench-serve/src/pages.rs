@@ -686,7 +686,14 @@ async fn cost_page(
         );
     }
     let asked = q.pods.is_some() || q.cpu_price.is_some() || q.mem_price.is_some();
-    let outcome = asked.then(|| api::cost_of(&state, &id, &q));
+    let outcome = match asked {
+        true => {
+            let (state, id, q) = (state.clone(), id.clone(), q.clone());
+            let priced = move || api::cost_of(&state, &id, &q);
+            Some(api::off_the_workers("pricing the run", priced).await)
+        }
+        false => None,
+    };
     let error = outcome.as_ref().and_then(|o| o.as_ref().err());
     let (pods_err, pods_aria) = field_error(error, "pods");
     let (cpu_err, cpu_aria) = field_error(error, "cpu_price");
@@ -741,7 +748,14 @@ async fn compare_page(
     };
     let asked = q.a.as_deref().is_some_and(|s| !s.is_empty())
         && q.b.as_deref().is_some_and(|s| !s.is_empty());
-    let outcome = asked.then(|| api::comparison(&state, &q));
+    let outcome = match asked {
+        true => {
+            let (state, q) = (state.clone(), q.clone());
+            let compared = move || api::comparison(&state, &q);
+            Some(api::off_the_workers("comparing the runs", compared).await)
+        }
+        false => None,
+    };
     let error = outcome.as_ref().and_then(|o| o.as_ref().err());
     let (a_err, _) = field_error(error, "a");
     let (b_err, _) = field_error(error, "b");

@@ -94,6 +94,7 @@ pub(crate) struct IdentityPlan {
     svid_ttl: Option<Duration>,
     /// Files the checks present that are made where the checks run (a checking pod, by the
     /// mesh's own CA), not on this machine.
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))] // the cluster's checks only
     made_remotely: Vec<PathBuf>,
 }
 
@@ -268,12 +269,14 @@ impl IdentityPlan {
     }
 
     /// Where the remotely made expired SVID turned out to expire.
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))] // the cluster's checks only
     pub(crate) fn set_expired_after(&mut self, not_after: time::OffsetDateTime) {
         self.expired_after = not_after;
     }
 
     /// Every file the checks present or trust that is made here (the others are
     /// [`IdentityPlan::made_remotely`]).
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))] // the cluster's checks only
     pub(crate) fn files(&self) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = self
             .attempts

@@ -4,6 +4,7 @@
 //! and a verdict, plus evidence from a capture of its path on the wire. Where everything is
 //! enrolled, the destination's proxy is also handshaken with bad identities.
 
+#[cfg(feature = "kubernetes")]
 mod cluster;
 mod e3;
 mod expect;
@@ -13,6 +14,7 @@ mod local;
 mod probe;
 mod wire;
 
+#[cfg(feature = "kubernetes")]
 pub use cluster::{verify_on_cluster, ClusterVerifyOptions};
 pub use e3::{zero_trust_policy, CASES, PROBES};
 pub use expect::{expect, Expectation};
@@ -41,6 +43,7 @@ pub enum Error {
     /// The mesh cannot be verified on this platform, and why.
     #[error("{0}")]
     NotHere(String),
+    #[cfg(feature = "kubernetes")]
     #[error(transparent)]
     Cluster(#[from] meshbench_kube::Error),
     #[error(transparent)]

@@ -573,3 +573,32 @@ fn the_seams_between_crates_hold() {
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
+
+/// The Kubernetes backend is a cargo feature: every crate that uses it takes meshbench-kube
+/// as an optional dependency, so the default build (the README's first command) leaves the
+/// Kubernetes client and its API types out.
+#[test]
+fn the_kubernetes_backend_is_an_optional_dependency() {
+    let mut required = Vec::new();
+    for entry in std::fs::read_dir(workspace().join("crates")).expect("list the crates") {
+        let dir = entry.expect("a crate directory").path();
+        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
+        let dependencies = manifest.split("[dev-dependencies]").next().unwrap_or("");
+        let unconditional = dependencies.lines().any(|l| {
+            let l = l.trim_start();
+            (l.starts_with("meshbench-kube.") || l.starts_with("meshbench-kube "))
+                && !l.contains("optional = true")
+        });
+        if unconditional {
+            required.push(dir.display().to_string());
+        }
+    }
+    assert!(
+        required.is_empty(),
+        "crates that always build the Kubernetes backend (make meshbench-kube optional, \
+         behind their `kubernetes` feature):\n  {}",
+        required.join("\n  ")
+    );
+}

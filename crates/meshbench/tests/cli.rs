@@ -22,6 +22,41 @@ fn assert_bad_input(output: &Output, needle: &str) {
     assert!(stderr.contains(needle), "expected {needle:?} in: {stderr}");
 }
 
+/// Built without the Kubernetes backend (the default build), every cluster command says so,
+/// with the build that has it, before it touches anything. `./scripts/test` builds with the
+/// backend; this runs under `cargo test -p meshbench --test cli` without features.
+#[cfg(not(feature = "kubernetes"))]
+#[test]
+fn cluster_commands_say_the_backend_is_not_built_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    for command in [
+        vec![
+            "run",
+            "--backend",
+            "kubernetes",
+            "--profile",
+            "smoke",
+            "--out",
+            out,
+        ],
+        vec!["verify", "--backend", "kubernetes", "--out", out],
+        vec!["mesh", "detect"],
+        vec!["mesh", "check", "--mesh", "linkerd"],
+        vec!["lab", "clean", "--kubernetes"],
+        vec!["serve", "--kubeconfig", "/nonexistent", "--results", out],
+    ] {
+        let output = run(&command);
+        assert_bad_input(&output, "built without the Kubernetes backend");
+        assert_bad_input(&output, "--features kubernetes");
+    }
+    assert!(
+        !dir.path().join("out").exists(),
+        "a refused command wrote {out}"
+    );
+}
+
 #[test]
 fn bad_input_is_named_and_exits_with_code_2() {
     // Each command line, split at spaces, and what its error must say.
@@ -561,12 +596,21 @@ fn doctor_says_what_runs_here_and_how_to_get_what_is_missing() {
             "{binary}"
         );
     }
-    // A kubeconfig that cannot be read is named, with why.
-    let cluster = line(&no_cluster.display().to_string());
-    assert!(
-        cluster.contains("unreachable:") && cluster.contains("no-such-kubeconfig"),
-        "{cluster}"
-    );
+    if cfg!(feature = "kubernetes") {
+        // A kubeconfig that cannot be read is named, with why.
+        let cluster = line(&no_cluster.display().to_string());
+        assert!(
+            cluster.contains("unreachable:") && cluster.contains("no-such-kubeconfig"),
+            "{cluster}"
+        );
+    } else {
+        // Built without the backend: said, with the build that has it.
+        let backend = line("backend");
+        assert!(
+            backend.contains("not built in") && backend.contains("--features kubernetes"),
+            "{backend}"
+        );
+    }
     assert!(stdout.contains("on a cluster only: "), "{stdout}");
 }
 

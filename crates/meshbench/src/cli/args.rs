@@ -122,6 +122,19 @@ pub struct KubeTarget {
     pub image: String,
 }
 
+/// What a cluster command says in a binary built without the Kubernetes backend (the
+/// `kubernetes` cargo feature, off by default so that a first build takes minutes less):
+/// `command` names what was asked, and the error is the input's (exit code 2).
+#[cfg(not(feature = "kubernetes"))]
+pub fn without_kubernetes(command: &str) -> anyhow::Error {
+    super::BadInput(format!(
+        "{command}: this meshbench was built without the Kubernetes backend; build it with \
+         `cargo build --release --features kubernetes`"
+    ))
+    .into()
+}
+
+#[cfg(feature = "kubernetes")]
 impl KubeTarget {
     /// The platform's options; the run's identities are kept under `work_dir` while it runs.
     pub fn options(&self, work_dir: &std::path::Path) -> meshbench_kube::KubeOptions {
@@ -155,18 +168,31 @@ impl KubeArgs {
     /// Connects to the cluster; every object the run creates is labelled with `run`, and its
     /// identities are kept under `work_dir` while it runs; with `capture_wire`, each cell's
     /// traffic is recorded.
+    #[cfg(feature = "kubernetes")]
     pub async fn connect(
         &self,
         run: &str,
         work_dir: &std::path::Path,
         capture_wire: bool,
-    ) -> anyhow::Result<meshbench_kube::KubePlatform> {
+    ) -> anyhow::Result<Box<dyn meshbench_experiment::platform::Platform>> {
         let options = meshbench_kube::KubeOptions {
             generators: self.generators,
             capture_wire,
             progress: Some(std::sync::Arc::new(|line: &str| eprintln!("  {line}"))),
             ..self.target.options(work_dir)
         };
-        Ok(meshbench_kube::KubePlatform::connect(&options, run).await?)
+        Ok(Box::new(
+            meshbench_kube::KubePlatform::connect(&options, run).await?,
+        ))
+    }
+
+    #[cfg(not(feature = "kubernetes"))]
+    pub async fn connect(
+        &self,
+        _run: &str,
+        _work_dir: &std::path::Path,
+        _capture_wire: bool,
+    ) -> anyhow::Result<Box<dyn meshbench_experiment::platform::Platform>> {
+        Err(without_kubernetes("--backend kubernetes"))
     }
 }

@@ -3,13 +3,14 @@
 //! kubeconfig (and the meshes it runs), and the browser the web UI's tests drive. It only
 //! looks: it starts nothing and changes nothing, and it exits 0 whatever it finds.
 
-use std::path::PathBuf;
-use std::time::Duration;
+#[cfg(feature = "kubernetes")]
+use std::{path::PathBuf, time::Duration};
 
 use meshbench_meshes::Scenario;
 use meshbench_netlab::Backend;
 
 /// How long the cluster may take to answer before it is reported unreachable.
+#[cfg(feature = "kubernetes")]
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, clap::Args)]
@@ -88,6 +89,21 @@ fn peers(out: &mut String) {
 
 fn cluster(out: &mut String, connection: &super::args::KubeConnection) -> anyhow::Result<()> {
     out.push_str("cluster (`meshbench run --backend kubernetes`)\n");
+    #[cfg(not(feature = "kubernetes"))]
+    {
+        let _ = connection;
+        out.push_str(
+            "  backend          not built in: this meshbench was built without the Kubernetes \
+             backend; build it with `cargo build --release --features kubernetes`\n",
+        );
+        Ok(())
+    }
+    #[cfg(feature = "kubernetes")]
+    cluster_found(out, connection)
+}
+
+#[cfg(feature = "kubernetes")]
+fn cluster_found(out: &mut String, connection: &super::args::KubeConnection) -> anyhow::Result<()> {
     let Some(kubeconfig) = connection.kubeconfig.clone().or_else(default_kubeconfig) else {
         out.push_str(
             "  kubeconfig       missing: none given, no $KUBECONFIG, no ~/.kube/config; give \
@@ -152,6 +168,7 @@ fn cluster(out: &mut String, connection: &super::args::KubeConnection) -> anyhow
 }
 
 /// `$KUBECONFIG`'s first file, then `~/.kube/config`, where it exists.
+#[cfg(feature = "kubernetes")]
 fn default_kubeconfig() -> Option<PathBuf> {
     let from_env = std::env::var_os("KUBECONFIG")
         .and_then(|paths| std::env::split_paths(&paths).next())

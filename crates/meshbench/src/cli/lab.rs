@@ -40,6 +40,12 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
         .into());
     }
     match kubernetes {
+        #[cfg(not(feature = "kubernetes"))]
+        true => {
+            let _ = cluster;
+            Err(super::args::without_kubernetes("lab clean --kubernetes"))
+        }
+        #[cfg(feature = "kubernetes")]
         true => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

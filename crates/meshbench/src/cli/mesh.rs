@@ -92,12 +92,19 @@ pub fn run(command: MeshCommand) -> anyhow::Result<()> {
     }
 }
 
+#[cfg(feature = "kubernetes")]
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
 }
 
+#[cfg(not(feature = "kubernetes"))]
+fn detect(_: &super::args::KubeConnection) -> anyhow::Result<()> {
+    Err(super::args::without_kubernetes("mesh detect"))
+}
+
+#[cfg(feature = "kubernetes")]
 fn detect(cluster: &super::args::KubeConnection) -> anyhow::Result<()> {
     let found = runtime()?.block_on(async {
         let (_, client) =
@@ -162,10 +169,17 @@ fn documented(mesh: Scenario, installed: &dyn meshbench_meshes::InstalledMesh) -
 }
 
 /// A cluster refused some of what meshbench would apply.
+#[cfg(feature = "kubernetes")]
 #[derive(Debug, thiserror::Error)]
 #[error("the cluster refused {0} of meshbench's resources or pods for this mesh")]
 pub(crate) struct Refused(pub usize);
 
+#[cfg(not(feature = "kubernetes"))]
+fn check(_: &RenderArgs, _: &super::args::KubeTarget) -> anyhow::Result<()> {
+    Err(super::args::without_kubernetes("mesh check"))
+}
+
+#[cfg(feature = "kubernetes")]
 fn check(args: &RenderArgs, target: &super::args::KubeTarget) -> anyhow::Result<()> {
     let (mesh, topology, policy) = args.resolve()?;
     let report = runtime()?.block_on(async {

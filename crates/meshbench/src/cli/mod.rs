@@ -191,8 +191,20 @@ fn bad_input(cause: &(dyn std::error::Error + 'static)) -> bool {
         || says::<meshbench_netlab::Error>(cause)
         || says::<meshbench_verify::Error>(cause)
         || says::<meshbench_image::Error>(cause)
-        || says::<meshbench_kube::Error>(cause)
+        || kube_says(cause)
         || says::<meshbench_serve::Error>(cause)
+}
+
+#[cfg(feature = "kubernetes")]
+fn kube_says(cause: &(dyn std::error::Error + 'static)) -> bool {
+    cause
+        .downcast_ref::<meshbench_kube::Error>()
+        .is_some_and(InputFault::is_bad_input)
+}
+
+#[cfg(not(feature = "kubernetes"))]
+fn kube_says(_: &(dyn std::error::Error + 'static)) -> bool {
+    false
 }
 
 /// Facts about this build, recorded with every result.

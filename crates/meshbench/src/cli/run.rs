@@ -87,6 +87,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         }
         RunBackend::Lab(backend)
     });
+    #[cfg(not(feature = "kubernetes"))]
+    if target == RunBackend::Kubernetes {
+        return Err(super::args::without_kubernetes("--backend kubernetes"));
+    }
     // The local lab's network backend; a cluster has its own network.
     let backend = match target {
         RunBackend::Lab(backend) => backend,
@@ -118,7 +122,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
                     dir,
                     a.capture_link,
                 ))?;
-                Runner::resume_on(Box::new(platform), options(dir))?
+                Runner::resume_on(platform, options(dir))?
             }
         };
         let verify = verified_meshes(a.verify, runner.profile(), target)?;
@@ -149,7 +153,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
                 &out_dir,
                 a.capture_link,
             ))?;
-            Runner::on(Box::new(platform), profile, options(&out_dir))?
+            Runner::on(platform, profile, options(&out_dir))?
         }
     };
     execute(runtime, runner, &out_dir, target, "running", verify)

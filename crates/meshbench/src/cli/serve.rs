@@ -90,8 +90,30 @@ fn raise_file_limit() {
     }
 }
 
+/// The cluster runs may choose, when serve was given one.
+#[cfg(feature = "kubernetes")]
+fn cluster(a: &ServeArgs) -> anyhow::Result<Option<meshbench_serve::ClusterOptions>> {
+    Ok(a.kubeconfig
+        .clone()
+        .map(|kubeconfig| meshbench_kube::KubeOptions {
+            kubeconfig: Some(kubeconfig),
+            context: a.context.clone(),
+            image: a.image.clone(),
+            ..Default::default()
+        }))
+}
+
+#[cfg(not(feature = "kubernetes"))]
+fn cluster(a: &ServeArgs) -> anyhow::Result<Option<meshbench_serve::ClusterOptions>> {
+    match &a.kubeconfig {
+        Some(_) => Err(super::args::without_kubernetes("serve --kubeconfig")),
+        None => Ok(None),
+    }
+}
+
 pub fn run(a: ServeArgs, lab_events: LabEvents) -> anyhow::Result<()> {
     let token = given_token(&a)?;
+    let kube = cluster(&a)?;
     raise_file_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -107,12 +129,7 @@ pub fn run(a: ServeArgs, lab_events: LabEvents) -> anyhow::Result<()> {
                 session_ttl: a.session_ttl,
                 exe: std::env::current_exe()?,
                 build: super::build_info(),
-                kube: a.kubeconfig.map(|kubeconfig| meshbench_kube::KubeOptions {
-                    kubeconfig: Some(kubeconfig),
-                    context: a.context,
-                    image: a.image,
-                    ..Default::default()
-                }),
+                kube,
             },
             lab_events,
         )

@@ -9,7 +9,9 @@ use clap::Args;
 use meshbench_meshes::{enrollable, unenforceable, Scenario};
 use meshbench_netlab::Backend;
 use meshbench_results::VerifyReport;
-use meshbench_verify::{verify, verify_on_cluster, ClusterVerifyOptions, VerifyOptions};
+use meshbench_verify::{verify, VerifyOptions};
+#[cfg(feature = "kubernetes")]
+use meshbench_verify::{verify_on_cluster, ClusterVerifyOptions};
 
 use super::args::RunBackend;
 
@@ -41,7 +43,12 @@ pub(super) struct Failed(pub(super) String);
 pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
     let on_cluster = match a.backend {
         None | Some(RunBackend::Lab(Backend::Netns)) => false,
+        #[cfg(feature = "kubernetes")]
         Some(RunBackend::Kubernetes) => true,
+        #[cfg(not(feature = "kubernetes"))]
+        Some(RunBackend::Kubernetes) => {
+            return Err(super::args::without_kubernetes("verify --backend kubernetes"))
+        }
         Some(RunBackend::Lab(other)) => {
             return Err(BadInput(format!(
                 "--backend: verify cannot run on {} (verification needs transparent capture: netns or kubernetes)",
@@ -82,7 +89,14 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
         PathBuf::from("meshbench-results").join(format!("verify-{stamp}"))
     });
     let report = if on_cluster {
-        verify_on_cluster_into(meshes, &out_dir, &a.kube)?
+        #[cfg(feature = "kubernetes")]
+        {
+            verify_on_cluster_into(meshes, &out_dir, &a.kube)?
+        }
+        #[cfg(not(feature = "kubernetes"))]
+        return Err(super::args::without_kubernetes(
+            "verify --backend kubernetes",
+        ));
     } else {
         verify_into(meshes, &out_dir)?
     };
@@ -112,6 +126,7 @@ fn cluster_data_planes() -> Vec<Scenario> {
 
 /// Verifies `meshes` on the cluster of `kube` into `out_dir`, as [`verify_into`] does on
 /// the local lab. Ctrl-C deletes what the verification created on the cluster.
+#[cfg(feature = "kubernetes")]
 fn verify_on_cluster_into(
     meshes: Vec<Scenario>,
     out_dir: &Path,
