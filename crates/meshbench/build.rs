@@ -6,7 +6,12 @@
 use std::process::Command;
 
 fn main() {
+    // `--dirty` refreshes the index, and would write `.git/index` (a fresh clone's entries are
+    // racily clean), which is watched below: the next cargo command would run this script
+    // again and rebuild the whole crate (about 100 s of a first build). Optional locks off, git
+    // reads the index without writing it.
     let commit = Command::new("git")
+        .env("GIT_OPTIONAL_LOCKS", "0")
         .args(["describe", "--always", "--dirty", "--abbrev=12"])
         .output()
         .ok()
