@@ -6,20 +6,11 @@
 use std::process::Command;
 
 fn main() {
-    // `--dirty` refreshes the index, and would write `.git/index` (a fresh clone's entries are
-    // racily clean), which is watched below: the next cargo command would run this script
-    // again and rebuild the whole crate (about 100 s of a first build). Optional locks off, git
-    // reads the index without writing it.
-    let commit = Command::new("git")
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .args(["describe", "--always", "--dirty", "--abbrev=12"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_owned());
+    let commit = match (git(&["describe", "--always", "--abbrev=12"]), dirty()) {
+        (Some(commit), true) => format!("{commit}-dirty"),
+        (Some(commit), false) => commit,
+        (None, _) => "unknown".to_owned(),
+    };
     println!("cargo:rustc-env=MESHBENCH_GIT_COMMIT={commit}");
     println!(
         "cargo:rustc-env=MESHBENCH_BUILD_PROFILE={}",
@@ -30,6 +21,28 @@ fn main() {
     for path in ["../../.git/HEAD", "../../.git/index", "../../.git/refs"] {
         println!("cargo:rerun-if-changed={path}");
     }
+}
+
+/// What `git args` prints, trimmed, when it succeeds and prints something.
+fn git(args: &[&str]) -> Option<String> {
+    Command::new("git")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// Whether tracked files differ from the commit. Not `git describe --dirty`: it refreshes the
+/// index and writes `.git/index` (a fresh clone's entries are racily clean) whatever
+/// `GIT_OPTIONAL_LOCKS` says, and that file is watched, so a fresh clone's next cargo command
+/// ran this script again and rebuilt the whole crate (about 100 s). `git status` with optional
+/// locks off reads the index without writing it.
+fn dirty() -> bool {
+    git(&["status", "--porcelain", "--untracked-files=no"]).is_some()
 }
 
 /// The profile's own name (`release`, `release-lto`, `debug`): cargo's `PROFILE` says only
