@@ -41,8 +41,8 @@ pub(crate) enum CapturePlace {
     NodeLoopback { node: String },
     /// A pod's loopback: where a pod's call to itself goes when the mesh's proxy works in
     /// the pod's own network namespace (ambient's in-pod redirection).
+    // Made by the cluster's checks only.
     #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
-    // made by the cluster's checks only
     PodLoopback { pod: String },
 }
 

@@ -43,12 +43,7 @@ pub(super) struct Failed(pub(super) String);
 pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
     let on_cluster = match a.backend {
         None | Some(RunBackend::Lab(Backend::Netns)) => false,
-        #[cfg(feature = "kubernetes")]
         Some(RunBackend::Kubernetes) => true,
-        #[cfg(not(feature = "kubernetes"))]
-        Some(RunBackend::Kubernetes) => {
-            return Err(super::args::without_kubernetes("verify --backend kubernetes"))
-        }
         Some(RunBackend::Lab(other)) => {
             return Err(BadInput(format!(
                 "--backend: verify cannot run on {} (verification needs transparent capture: netns or kubernetes)",
@@ -89,14 +84,7 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
         PathBuf::from("meshbench-results").join(format!("verify-{stamp}"))
     });
     let report = if on_cluster {
-        #[cfg(feature = "kubernetes")]
-        {
-            verify_on_cluster_into(meshes, &out_dir, &a.kube)?
-        }
-        #[cfg(not(feature = "kubernetes"))]
-        return Err(super::args::without_kubernetes(
-            "verify --backend kubernetes",
-        ));
+        verify_on_cluster_into(meshes, &out_dir, &a.kube)?
     } else {
         verify_into(meshes, &out_dir)?
     };
@@ -122,6 +110,17 @@ fn cluster_data_planes() -> Vec<Scenario> {
         .into_iter()
         .filter(|m| m.enrolls_on_cluster())
         .collect()
+}
+
+#[cfg(not(feature = "kubernetes"))]
+fn verify_on_cluster_into(
+    _: Vec<Scenario>,
+    _: &Path,
+    _: &super::args::KubeTarget,
+) -> anyhow::Result<VerifyReport> {
+    Err(super::args::without_kubernetes(
+        "verify --backend kubernetes",
+    ))
 }
 
 /// Verifies `meshes` on the cluster of `kube` into `out_dir`, as [`verify_into`] does on
