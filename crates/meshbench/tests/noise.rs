@@ -64,13 +64,21 @@ impl Drop for Hog {
 /// often enough to flag it, truly: it did send late. Such a run was not quiet.
 const HYPERVISOR_PAUSES: f64 = 0.02;
 
-/// A run with no cell flagged. A run is repeated (at most three times) only when its sole
-/// flags are the generator's lateness in cells where the hypervisor measurably took the CPU
-/// (seen on the check machine: 0.06 cores stolen, 2 CPUs): the machine was not quiet, the
-/// instrument was right. Any other flag fails at once.
+/// Runs tried for a quiet one, about 8 s each. On the 2-vCPU check machine the hypervisor's
+/// steal comes in bursts of half a minute and more, and lands on the sidecar cell's wake-ups
+/// (6-17% of the CPU; all five runs of one try were stolen, in 1 try of 8): a quiet run has to
+/// outlast a burst. At a lower rate the generator's own sleeps wake late more often, so the
+/// rate stays.
+const ATTEMPTS: usize = 12;
+
+/// A run with no cell flagged. A run is repeated (at most [`ATTEMPTS`] times) only when its sole
+/// flags are the hypervisor's, in cells where it measurably took the CPU: steal over its
+/// threshold, or the generator's lateness that steal causes (seen on the check machine: 0.06
+/// and 0.16 cores stolen, 2 CPUs). The machine was not quiet and the instrument was right to
+/// say so. Any other flag fails at once.
 fn quiet_run(dir: &Path) -> (RunResult, String, String) {
     let mut seen = vec![];
-    for attempt in 1..=3 {
+    for attempt in 1..=ATTEMPTS {
         let (result, report, terminal) = run(dir, &format!("quiet-{attempt}"));
         let flagged: Vec<_> = result
             .cells
@@ -85,7 +93,10 @@ fn quiet_run(dir: &Path) -> (RunResult, String, String) {
             let stolen = share
                 .as_ref()
                 .is_some_and(|s| s.steal_cores >= HYPERVISOR_PAUSES);
-            stolen && flags.iter().all(|f| f.starts_with("generator-limited"))
+            stolen
+                && flags
+                    .iter()
+                    .all(|f| f.starts_with("generator-limited") || f.starts_with("steal:"))
         });
         for (cell, flags, share) in &flagged {
             seen.push(format!(
@@ -95,7 +106,7 @@ fn quiet_run(dir: &Path) -> (RunResult, String, String) {
         }
         assert!(hypervisor_only, "flagged in a quiet run: {seen:#?}");
     }
-    panic!("no quiet run in three: the hypervisor kept pausing the generator: {seen:#?}");
+    panic!("no quiet run in {ATTEMPTS}: the hypervisor kept pausing the lab: {seen:#?}");
 }
 
 #[test]
