@@ -138,6 +138,15 @@ impl BoundSidecar {
     /// Serves every listener until `shutdown` resolves. Established connections are left to
     /// finish on their own tasks.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let mut tasks = self.start();
+        shutdown.await;
+        tasks.abort_all();
+    }
+
+    /// Every listener's accept loop, and the background work, each on its own task. Not
+    /// generic, unlike [`Self::serve`]: the accept loops and their tasks compile in this crate,
+    /// at the data plane's optimisation level, wherever `serve` is called from.
+    fn start(self) -> tokio::task::JoinSet<()> {
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(crate::serving::return_freed_memory());
         if let Some((store, client, fraction)) = self.rotation {
@@ -162,7 +171,6 @@ impl BoundSidecar {
                 async move { handler.handle(stream).await }
             }));
         }
-        shutdown.await;
-        tasks.abort_all();
+        tasks
     }
 }

@@ -5,6 +5,7 @@
 //! [`Caller`], which classifies every failure.
 
 mod analyzer;
+mod app;
 mod calculator;
 mod checker;
 mod client;
@@ -19,6 +20,7 @@ mod mix;
 mod serve;
 
 pub use analyzer::{rtts_of, Analysis, Analyzer, ANALYZE_PATH};
+pub use app::{App, Shutdown};
 pub use calculator::{Calculator, Operation};
 pub use checker::{CheckReport, CheckTarget, SecurityChecker, CHECK_PATH};
 pub use client::{Call, Caller, MARKER_HEADER};

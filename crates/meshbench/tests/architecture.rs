@@ -602,3 +602,28 @@ fn the_kubernetes_backend_is_an_optional_dependency() {
         required.join("\n  ")
     );
 }
+
+/// The binary's crate is optimised lightly in `release` (it is the CLI), and Rust compiles a
+/// generic in the crate that uses it. So the binary's crate starts the workloads' servers
+/// only through `BoundServer::serve_app`, which keeps each role's server in
+/// meshbench-workload, and never names what would instantiate one here. (The check behind
+/// it, on symbols: docs/benchmarks.md, "Where the data path compiles".)
+#[test]
+fn the_binary_crate_instantiates_no_workload_server() {
+    let src = workspace().join("crates/meshbench/src");
+    let generic_entries = ["RoleService", "grpc_echo_service", "accept_loop"];
+    let mut named = Vec::new();
+    for (module, file) in modules(&src) {
+        let code = production_code(&std::fs::read_to_string(&file).expect("read a source file"));
+        for entry in generic_entries {
+            if code.contains(entry) {
+                named.push(format!("{} names {entry}", display(&module)));
+            }
+        }
+    }
+    assert!(
+        named.is_empty(),
+        "serve workloads through BoundServer::serve_app instead:\n  {}",
+        named.join("\n  ")
+    );
+}

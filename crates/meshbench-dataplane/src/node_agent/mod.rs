@@ -167,6 +167,15 @@ impl BoundNodeAgent {
 
     /// Serves until `shutdown` resolves; established tunnels finish on their own tasks.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let mut tasks = self.start();
+        shutdown.await;
+        tasks.abort_all();
+    }
+
+    /// Every listener's accept loop, and the background work, each on its own task. Not
+    /// generic, unlike [`Self::serve`]: the accept loops and their tasks compile in this crate,
+    /// at the data plane's optimisation level, wherever `serve` is called from.
+    fn start(self) -> tokio::task::JoinSet<()> {
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(crate::serving::return_freed_memory());
         for (store, client, fraction) in self.rotations {
@@ -196,7 +205,6 @@ impl BoundNodeAgent {
                 async move { inbound.handle(stream, peer).await }
             }));
         }
-        shutdown.await;
-        tasks.abort_all();
+        tasks
     }
 }

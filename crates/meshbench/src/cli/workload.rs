@@ -12,9 +12,8 @@ use meshbench_lab::{Launch, ReadyEvent};
 use meshbench_meshes::configs::GatewayRoute;
 use meshbench_role::RoleConfig;
 use meshbench_workload::{
-    echo_config, grpc_echo_config, grpc_echo_service, Analyzer, BoundServer, Calculator, Counter,
-    Echo, ExperimentOnce, Experimenter, GrpcEchoConfig, Mix, Role, RoleService, SecurityChecker,
-    ServeOptions, WorkloadApp, WorkloadFile,
+    echo_config, grpc_echo_config, Analyzer, App, Calculator, Counter, Echo, ExperimentOnce,
+    Experimenter, Mix, SecurityChecker, ServeOptions, WorkloadApp, WorkloadFile,
 };
 
 use super::{args, BadInput};
@@ -299,17 +298,17 @@ fn run_file(file: WorkloadFile) -> anyhow::Result<()> {
             status,
         } => {
             let config = echo_config(delay, response_size, status).map_err(BadInput)?;
-            serve(&file, Echo::new(&config))
+            serve(&file, App::Echo(Echo::new(&config)))
         }
         WorkloadApp::GrpcEcho {
             delay,
             response_size,
         } => {
             let config = grpc_echo_config(delay, response_size.as_deref()).map_err(BadInput)?;
-            serve_grpc_echo(&file, &config)
+            serve(&file, App::GrpcEcho(config))
         }
-        WorkloadApp::Calculator => serve(&file, Calculator),
-        WorkloadApp::Analyzer => serve(&file, Analyzer),
+        WorkloadApp::Calculator => serve(&file, App::Calculator(Calculator)),
+        WorkloadApp::Analyzer => serve(&file, App::Analyzer(Analyzer)),
         WorkloadApp::Experimenter {
             calculator,
             timeout,
@@ -319,21 +318,27 @@ fn run_file(file: WorkloadFile) -> anyhow::Result<()> {
             let role = Experimenter::new(&calculator, *timeout)?;
             match once {
                 Some(once) => experiment_once(once, &calculator, &role),
-                None => serve(&file, role),
+                None => serve(&file, App::Experimenter(role)),
             }
         }
         WorkloadApp::SecurityChecker {
             name,
             namespace,
             timeout,
-        } => serve(&file, SecurityChecker::new(name, namespace, *timeout)),
+        } => serve(
+            &file,
+            App::SecurityChecker(SecurityChecker::new(name, namespace, *timeout)),
+        ),
         WorkloadApp::Counter {
             name,
             next,
             timeout,
         } => {
             let next = next.as_deref().map(|n| uri("next", n)).transpose()?;
-            serve(&file, Counter::new(name, next.as_ref(), *timeout)?)
+            serve(
+                &file,
+                App::Counter(Counter::new(name, next.as_ref(), *timeout)?),
+            )
         }
     }
 }
@@ -394,27 +399,8 @@ async fn wait_for_calculator(calculator: &Uri, limit: Duration) -> anyhow::Resul
     }
 }
 
-fn serve<R: Role>(server: &WorkloadFile, role: R) -> anyhow::Result<()> {
-    serve_with(server, R::NAME, move |bound| async move {
-        bound.serve(RoleService::new(role), shutdown_signal()).await;
-    })
-}
-
-fn serve_grpc_echo(server: &WorkloadFile, config: &GrpcEchoConfig) -> anyhow::Result<()> {
-    serve_with(server, "grpc-echo", |bound| async move {
-        bound
-            .serve(grpc_echo_service(config).await, shutdown_signal())
-            .await;
-    })
-}
-
-/// Binds, prints the ready line, then runs `serve` (which serves until SIGTERM or Ctrl-C
-/// and drains).
-fn serve_with<F: std::future::Future<Output = ()>>(
-    server: &WorkloadFile,
-    role: &'static str,
-    serve: impl FnOnce(BoundServer) -> F,
-) -> anyhow::Result<()> {
+/// Binds, prints the ready line, then serves `app` until SIGTERM or Ctrl-C, and drains.
+fn serve(server: &WorkloadFile, app: App) -> anyhow::Result<()> {
     if server.threads == Some(0) {
         return Err(BadInput("--threads must be at least 1".into()).into());
     }
@@ -429,8 +415,9 @@ fn serve_with<F: std::future::Future<Output = ()>>(
         let address = bound.local_addr();
         let ready = ReadyEvent::ready(Some(address.to_string()));
         println!("{}", serde_json::to_string(&ready)?);
+        let role = app.name();
         tracing::info!(role, %address, tls = options.tls.is_some(), "serving");
-        serve(bound).await;
+        bound.serve_app(app, Box::pin(shutdown_signal())).await;
         tracing::info!(role, "stopped");
         Ok(())
     })
