@@ -23,12 +23,9 @@ use crate::analysis::{Analysis, Group};
 use crate::cell::BASELINE;
 use crate::table::Table;
 
-/// Steal above this share of all CPUs.
-pub const STEAL_SHARE: f64 = 0.05;
+pub use meshbench_results::noise::{LATE_SHARE, STEAL_SHARE};
 /// Busy CPU outside the lab and outside interrupts, in cores.
 pub const OTHER_CORES: f64 = 0.25;
-/// Requests sent late by the generator with their connection free, as a share of those sent.
-pub const LATE_SHARE: f64 = 0.01;
 /// CPU frequency range over the window, as a share of the highest.
 pub const MHZ_CHANGE: f64 = 0.10;
 /// Coefficient of variation of p99 across repetitions.

@@ -10,6 +10,7 @@ mod claims;
 mod environment;
 mod io;
 mod load;
+pub mod noise;
 mod run;
 mod samples;
 mod verify;

@@ -59,17 +59,19 @@ impl BoundServer {
         shutdown: Shutdown,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(async move {
-            match app {
-                App::Echo(role) => self.serve(RoleService::new(role), shutdown).await,
+            let service = match app {
                 App::GrpcEcho(config) => {
-                    self.serve(grpc_echo_service(&config).await, shutdown).await
+                    let service = grpc_echo_service(&config).await;
+                    return self.serve(service, shutdown).await;
                 }
-                App::Calculator(role) => self.serve(RoleService::new(role), shutdown).await,
-                App::Analyzer(role) => self.serve(RoleService::new(role), shutdown).await,
-                App::Experimenter(role) => self.serve(RoleService::new(role), shutdown).await,
-                App::SecurityChecker(role) => self.serve(RoleService::new(role), shutdown).await,
-                App::Counter(role) => self.serve(RoleService::new(role), shutdown).await,
-            }
+                App::Echo(role) => RoleService::new(role),
+                App::Calculator(role) => RoleService::new(role),
+                App::Analyzer(role) => RoleService::new(role),
+                App::Experimenter(role) => RoleService::new(role),
+                App::SecurityChecker(role) => RoleService::new(role),
+                App::Counter(role) => RoleService::new(role),
+            };
+            self.serve(service, shutdown).await
         })
     }
 }

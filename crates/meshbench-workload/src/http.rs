@@ -31,48 +31,38 @@ pub trait Role: Send + Sync + 'static {
 
 /// A role as a hyper service: `/healthz` answers at once, everything else goes to the role,
 /// and each request is logged at debug level with its status and duration.
-pub struct RoleService<R> {
-    role: Arc<R>,
+///
+/// One type for every role, the role behind a trait object: hyper's server (its connection
+/// machine, over plain TCP and over TLS) compiles once for all the roles, not once for each,
+/// which was most of this crate's build. The request's future was boxed before as it is now,
+/// so a request costs one virtual call more.
+#[derive(Clone)]
+pub struct RoleService {
+    role: Arc<dyn AnswerRequests>,
 }
 
-impl<R> Clone for RoleService<R> {
-    fn clone(&self) -> Self {
-        RoleService {
-            role: self.role.clone(),
-        }
+/// A role's requests answered and logged, behind a vtable (what [`RoleService`] calls).
+trait AnswerRequests: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+
+    fn answer(self: Arc<Self>, req: Request<Incoming>) -> RoleFuture;
+}
+
+type RoleFuture = Pin<Box<dyn Future<Output = Result<Reply, Infallible>> + Send>>;
+
+impl<R: Role> AnswerRequests for R {
+    fn name(&self) -> &'static str {
+        R::NAME
     }
-}
 
-impl<R: Role> RoleService<R> {
-    pub fn new(role: R) -> Self {
-        RoleService {
-            role: Arc::new(role),
-        }
-    }
-}
-
-impl<R: Role> Service<Request<Incoming>> for RoleService<R> {
-    type Response = Reply;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Reply, Infallible>> + Send>>;
-
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
-        if req.uri().path() == HEALTH_PATH {
-            return Box::pin(async {
-                Ok(json(
-                    StatusCode::OK,
-                    &serde_json::json!({"status": "ok", "role": R::NAME}),
-                ))
-            });
-        }
-        let role = self.role.clone();
+    fn answer(self: Arc<Self>, req: Request<Incoming>) -> RoleFuture {
         Box::pin(async move {
             if !tracing::enabled!(tracing::Level::DEBUG) {
-                return Ok(role.handle(req).await);
+                return Ok(self.handle(req).await);
             }
             let (method, path) = (req.method().clone(), req.uri().path().to_owned());
             let started = Instant::now();
-            let reply = role.handle(req).await;
+            let reply = self.handle(req).await;
             tracing::debug!(
                 role = R::NAME,
                 %method,
@@ -83,6 +73,33 @@ impl<R: Role> Service<Request<Incoming>> for RoleService<R> {
             );
             Ok(reply)
         })
+    }
+}
+
+impl RoleService {
+    pub fn new<R: Role>(role: R) -> Self {
+        RoleService {
+            role: Arc::new(role),
+        }
+    }
+}
+
+impl Service<Request<Incoming>> for RoleService {
+    type Response = Reply;
+    type Error = Infallible;
+    type Future = RoleFuture;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        if req.uri().path() == HEALTH_PATH {
+            let role = self.role.name();
+            return Box::pin(async move {
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({"status": "ok", "role": role}),
+                ))
+            });
+        }
+        self.role.clone().answer(req)
     }
 }
 

@@ -245,28 +245,33 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    match tls {
-        Some(acceptor) => {
-            let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+    let io: Box<dyn Io> = match tls {
+        Some(acceptor) => Box::new(
+            tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
                 .await
-                .map_err(|_| "TLS handshake timed out")??;
-            serve_sniffed(stream, builder, service, limits, stopping).await
-        }
-        None => serve_sniffed(stream, builder, service, limits, stopping).await,
-    }
+                .map_err(|_| "TLS handshake timed out")??,
+        ),
+        None => Box::new(stream),
+    };
+    serve_sniffed(io, builder, service, limits, stopping).await
 }
+
+/// A connection's bytes, over TLS or not. Behind one trait object, hyper's server compiles
+/// once for both (it was two copies per service); a read or write costs a virtual call.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 
 /// Reads what says which protocol `io` speaks (within the sniff deadline), then serves it,
 /// the bytes read replayed first.
-async fn serve_sniffed<I, S, B>(
-    mut io: I,
+async fn serve_sniffed<S, B>(
+    mut io: Box<dyn Io>,
     builder: &auto::Builder<TokioExecutor>,
     service: S,
     limits: &ConnectionLimits,
     stopping: watch::Receiver<bool>,
 ) -> Result<(), BoxError>
 where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,

@@ -12,6 +12,7 @@
 //! the ratios compare medians over the rounds, so one slow second of the machine cannot decide
 //! a comparison.
 
+mod noise;
 mod pair;
 mod planes;
 mod ratios;
@@ -100,27 +101,30 @@ fn find_tools(opts: &DataplaneBenchOptions) -> Result<Tools, Error> {
 }
 
 /// One `meshbench load` run against the pair's entry, pinned to the generator CPU, in the
-/// pair's namespace when it has one.
+/// pair's namespace when it has one; the machine and `targets` are sampled over it.
 fn load(
     opts: &DataplaneBenchOptions,
     label: &str,
     pair: &pair::Pair,
     model: LoadModel,
-) -> Result<LoadReport, Error> {
+    targets: Vec<SampleTarget>,
+) -> Result<(LoadReport, Sampled), Error> {
     let mut spec = LoadSpec::new(format!("http://{}/", pair.entry), model);
     spec.connections = opts.connections;
     spec.duration = Some(opts.duration);
     spec.warmup = Some(Duration::from_secs(1));
     let name = format!("{label}.load");
-    run_meshbench_load(
+    let sampler = ResourceSampler::start(targets, CPU_SAMPLE_INTERVAL);
+    let report = run_meshbench_load(
         &opts.meshbench,
         spec,
         &opts.work_dir,
         &name,
         opts.generator_cpu,
         pair.netns.as_ref(),
-    )
-    .map(|(report, _)| report)
+    );
+    let sampled = sampler.finish();
+    Ok((report?.0, sampled))
 }
 
 /// The proxies' CPU seconds over the load's measured window, warm-up left out as its
@@ -209,23 +213,37 @@ fn read_response(stream: &mut TcpStream) -> std::io::Result<()> {
     }
 }
 
+/// A plane's measurements in one round, its series for the ratios, and the noise flags of
+/// each case (case, flag).
+type PlaneRound = (
+    Vec<BenchMeasurement>,
+    RoundSeries,
+    Vec<(&'static str, String)>,
+);
+
 fn plane_measurements(
     opts: &DataplaneBenchOptions,
     plane: Plane,
     ctx: &PairContext<'_>,
     version: &str,
-) -> Result<(Vec<BenchMeasurement>, RoundSeries), Error> {
+) -> Result<PlaneRound, Error> {
     let pair = planes::start(plane, ctx)?;
     let name = plane.name();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let mut noisy = Vec::new();
 
-    let fixed = load(
+    let (fixed, fixed_sampled) = load(
         opts,
         &format!("{name}-{LATENCY_CASE}"),
         &pair,
         LoadModel::OpenLoop {
             rps: f64::from(opts.rps),
         },
+        Vec::new(),
     )?;
+    for flag in noise::flags(&fixed, &fixed_sampled.machine, cpus) {
+        noisy.push((LATENCY_CASE, flag));
+    }
     let mut latency = measurement(
         LATENCY_CASE,
         name,
@@ -239,21 +257,19 @@ fn plane_measurements(
     latency.errors = Some(errors(&fixed));
     let mut series = RoundSeries::latency(&fixed);
 
-    let sampler = ResourceSampler::start(
-        pair.proxies
-            .iter()
-            .map(|d| SampleTarget::process(&d.name, "proxy", d.pid()))
-            .collect(),
-        CPU_SAMPLE_INTERVAL,
-    );
-    let closed = load(
+    let (closed, sampled) = load(
         opts,
         &format!("{name}-{THROUGHPUT_CASE}"),
         &pair,
         LoadModel::ClosedLoop,
-    );
-    let sampled = sampler.finish();
-    let closed = closed?;
+        pair.proxies
+            .iter()
+            .map(|d| SampleTarget::process(&d.name, "proxy", d.pid()))
+            .collect(),
+    )?;
+    for flag in noise::flags(&closed, &sampled.machine, cpus) {
+        noisy.push((THROUGHPUT_CASE, flag));
+    }
     let cpu = proxies_cpu_in_window(&sampled, &closed);
     series.add_throughput(&closed, (!pair.proxies.is_empty()).then_some(&sampled));
     let mut throughput = measurement(
@@ -292,7 +308,7 @@ fn plane_measurements(
         series.memory_mib = Some(rss as f64 / (1024.0 * 1024.0));
         result.push(memory);
     }
-    Ok((result, series))
+    Ok((result, series, noisy))
 }
 
 /// Runs the data plane benchmark. Every requested peer must be installed: a missing one is
@@ -321,6 +337,7 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
     };
     let mut m = Vec::new();
     let mut series = ratios::Series::new();
+    let (mut loads, mut flagged, mut noise_notes) = (0, 0, Vec::new());
     let repetitions = opts.repetitions.max(1);
     for round in 1..=repetitions {
         for &plane in &opts.planes {
@@ -332,7 +349,18 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
                 }
                 _ => opts.build.version.clone(),
             };
-            let (mut measured, round_series) = plane_measurements(opts, plane, &ctx, &version)?;
+            let (mut measured, round_series, noisy) =
+                plane_measurements(opts, plane, &ctx, &version)?;
+            loads += 2;
+            let cases: std::collections::BTreeSet<_> =
+                noisy.iter().map(|(case, _)| *case).collect();
+            flagged += cases.len();
+            for (case, flag) in noisy {
+                noise_notes.push(format!(
+                    "noisy: round {round}, {} {case}: {flag}",
+                    plane.name()
+                ));
+            }
             series.entry(plane.name()).or_default().push(round_series);
             if repetitions > 1 {
                 for x in &mut measured {
@@ -343,7 +371,13 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
         }
     }
     drop(app);
-    let (ratios, notes) = ratios::ratios(&series, &opts.planes);
+    let (ratios, mut notes) = ratios::ratios(&series, &opts.planes);
+    if flagged > 0 {
+        notes.push(format!(
+            "noise: {flagged} of {loads} loads were flagged; their seconds count in the estimates as every other's, so read the ratios they touch with their intervals"
+        ));
+        notes.extend(noise_notes);
+    }
     Ok(BenchReport {
         schema_version: SCHEMA_VERSION,
         kind: "meshbench.bench".to_owned(),
