@@ -371,13 +371,16 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
         }
     }
     drop(app);
-    let (ratios, mut notes) = ratios::ratios(&series, &opts.planes);
+    let (ratios, ratio_notes) = ratios::ratios(&series, &opts.planes);
+    // The machine's noise first: it bears on every ratio below it.
+    let mut notes = Vec::new();
     if flagged > 0 {
         notes.push(format!(
             "noise: {flagged} of {loads} loads were flagged; their seconds count in the estimates as every other's, so read the ratios they touch with their intervals"
         ));
         notes.extend(noise_notes);
     }
+    notes.extend(ratio_notes);
     Ok(BenchReport {
         schema_version: SCHEMA_VERSION,
         kind: "meshbench.bench".to_owned(),
