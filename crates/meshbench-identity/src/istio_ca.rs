@@ -26,7 +26,7 @@ use crate::{CertificateAuthority, Error, IssueOptions, TlsOptions};
 /// The generated messages, client and server.
 #[allow(clippy::all, clippy::pedantic)]
 pub mod proto {
-    tonic::include_proto!("istio.v1.auth");
+    include!("generated/istio.v1.auth.rs");
 }
 
 use proto::istio_certificate_service_server::{

@@ -1,5 +1,6 @@
-//! Linkerd's identity API as generated from `proto/linkerd_identity.proto` (client only).
+//! Linkerd's identity API as generated from `proto/linkerd_identity.proto` (client only),
+//! checked in under `generated/` (see `meshbench_testkit::protobuf`).
 
 pub mod proto {
-    tonic::include_proto!("io.linkerd.proxy.identity");
+    include!("generated/io.linkerd.proxy.identity.rs");
 }

@@ -245,3 +245,23 @@ async fn strangers_impersonators_and_junk_are_refused_with_grpc_codes() {
         "a message over the limit is not read"
     );
 }
+
+/// The checked-in code of Istio's and Linkerd's certificate APIs is what their `.proto` files
+/// generate (the build compiles no protobuf code generator).
+#[test]
+fn the_checked_in_protobuf_code_is_current() {
+    use meshbench_testkit::protobuf::{check_generated_code, Proto};
+    check_generated_code(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        &[
+            Proto {
+                file: "istio_ca.proto",
+                server: true,
+            },
+            Proto {
+                file: "linkerd_identity.proto",
+                server: false,
+            },
+        ],
+    );
+}

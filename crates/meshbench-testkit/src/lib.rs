@@ -1,6 +1,8 @@
 //! Helpers for meshbench's tests: finding the external tools a test needs (failing under CI,
 //! skipping with a reason elsewhere) and polling for a condition with a deadline instead of
-//! sleeping and hoping.
+//! sleeping and hoping; and the check that the checked-in protobuf code is current.
+
+pub mod protobuf;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -18,7 +18,7 @@ use crate::mix::{parse_delay, parse_size, Mix, Tickets, MAX_DELAY};
 /// The generated protobuf types, client and server.
 #[allow(clippy::all, clippy::pedantic)]
 pub mod proto {
-    tonic::include_proto!("fgrpc");
+    include!("generated/fgrpc.rs");
 }
 
 use proto::ping_server_server::{PingServer, PingServerServer};

@@ -121,3 +121,17 @@ async fn the_standard_health_service_reports_serving() {
         assert_eq!(status, ServingStatus::Serving, "{service:?}");
     }
 }
+
+/// The checked-in code of the gRPC echo is what `proto/ping.proto` generates (the build
+/// compiles no protobuf code generator).
+#[test]
+fn the_checked_in_protobuf_code_is_current() {
+    use meshbench_testkit::protobuf::{check_generated_code, Proto};
+    check_generated_code(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        &[Proto {
+            file: "ping.proto",
+            server: true,
+        }],
+    );
+}
