@@ -23,6 +23,7 @@ use crate::analysis::{Analysis, Group};
 use crate::cell::BASELINE;
 use crate::table::Table;
 
+use meshbench_results::noise::{generator_noise, GeneratorNoise};
 pub use meshbench_results::noise::{LATE_SHARE, STEAL_SHARE};
 /// Busy CPU outside the lab and outside interrupts, in cores.
 pub const OTHER_CORES: f64 = 0.25;
@@ -148,22 +149,17 @@ pub fn cell_flags(cell: &Cell) -> Vec<String> {
             ));
         }
     }
-    if let Some(generator) = &cell.load.generator {
-        if generator.limited {
-            flags.push(
-                "generator-limited: the load generator, not the target, limited the rate"
-                    .to_owned(),
-            );
-        } else {
-            let late = generator.late_while_idle as f64 / cell.load.sent.max(1) as f64;
-            if late > LATE_SHARE {
-                flags.push(format!(
-                    "generator late: {:.1}% of requests left late with their connection free (threshold {:.0}%)",
-                    late * 100.0,
-                    LATE_SHARE * 100.0
-                ));
-            }
-        }
+    let generator = cell.load.generator.as_ref();
+    match generator.and_then(|g| generator_noise(g, cell.load.sent)) {
+        Some(GeneratorNoise::Limited) => flags.push(
+            "generator-limited: the load generator, not the target, limited the rate".to_owned(),
+        ),
+        Some(GeneratorNoise::Late { share }) => flags.push(format!(
+            "generator late: {:.1}% of requests left late with their connection free (threshold {:.0}%)",
+            share * 100.0,
+            LATE_SHARE * 100.0
+        )),
+        None => {}
     }
     for machine in &cell.machines {
         if let (Some(low), Some(high)) = (machine.mhz_min, machine.mhz_max) {

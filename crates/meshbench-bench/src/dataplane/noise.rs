@@ -1,12 +1,13 @@
 //! Whether the machine let a load measure the plane, not itself: the hypervisor's steal over
-//! the load's measured window and, at a fixed rate, the generator's own lateness; in a closed
-//! loop, a generator whose thread was saturated. A flag goes to the report's notes beside the
-//! figures and changes none of them. The thresholds are the run reports'
-//! (`meshbench_results::noise`), so "noisy" means the same in a run and in a benchmark.
+//! the load's measured window, and the generator's own: its thread saturated or, at a fixed
+//! rate, its requests sent late (`meshbench_results::noise::generator_noise`, as the run
+//! reports test it). A flag goes to the report's notes beside the figures and changes none of
+//! them. The thresholds are the run reports' (`meshbench_results::noise`), so "noisy" means
+//! the same in a run and in a benchmark.
 
 use meshbench_lab::MachineSeries;
-use meshbench_results::noise::{LATE_SHARE, STEAL_SHARE};
-use meshbench_results::{LoadModel, LoadReport};
+use meshbench_results::noise::{generator_noise, GeneratorNoise, LATE_SHARE, STEAL_SHARE};
+use meshbench_results::LoadReport;
 
 /// Why one load's figures may not be the plane's, one sentence each; empty when nothing was
 /// seen. `machine` is sampled over the load, on the clock of the load's window.
@@ -31,20 +32,16 @@ fn steal(machine: &MachineSeries, (start, end): (u64, u64), cpus: u32) -> Option
 }
 
 fn generator(load: &LoadReport) -> Option<String> {
-    let generator = load.generator.as_ref()?;
-    if load.model == LoadModel::ClosedLoop {
-        return generator.limited.then(|| {
-            "the generator's thread was saturated: the rate may be the generator's".to_owned()
-        });
-    }
-    let late = generator.late_while_idle as f64 / load.sent.max(1) as f64;
-    (late > LATE_SHARE).then(|| {
-        format!(
+    match generator_noise(load.generator.as_ref()?, load.sent)? {
+        GeneratorNoise::Limited => {
+            Some("the generator's thread was saturated: the rate may be the generator's".to_owned())
+        }
+        GeneratorNoise::Late { share } => Some(format!(
             "the generator sent {:.1}% of its requests late with their connection free (threshold {:.0}%)",
-            late * 100.0,
+            share * 100.0,
             LATE_SHARE * 100.0
-        )
-    })
+        )),
+    }
 }
 
 #[cfg(test)]
