@@ -205,7 +205,7 @@ fn noise_sentence(result: &RunResult) -> Option<String> {
         .into_iter()
         .map(|(kind, n)| match kind.as_str() {
             "other processes" => format!("other processes took up to {other:.2} cores ({n})"),
-            "steal" => format!("the hypervisor took up to {:.0}% ({n})", steal * 100.0),
+            "steal" => format!("the hypervisor took up to {:.1}% ({n})", steal * 100.0),
             _ => format!("{kind} ({n})"),
         })
         .collect();

@@ -133,7 +133,7 @@ pub fn cell_flags(cell: &Cell) -> Vec<String> {
         let steal = share.steal_cores / f64::from(share.cpus.max(1));
         if steal > STEAL_SHARE {
             flags.push(format!(
-                "steal: the hypervisor took {:.0}% of the CPU (threshold {:.0}%)",
+                "steal: the hypervisor took {:.1}% of the CPU (threshold {:.0}%)",
                 steal * 100.0,
                 STEAL_SHARE * 100.0
             ));

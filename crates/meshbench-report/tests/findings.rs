@@ -606,7 +606,7 @@ fn the_report_opens_with_sentences_and_a_verdict_matrix_of_short_cells() {
         "{text}"
     );
     assert!(
-        text.contains("1 of 27 cells was flagged noisy: ") && text.contains("took up to 50% (1)"),
+        text.contains("1 of 27 cells was flagged noisy: ") && text.contains("took up to 50.0% (1)"),
         "{text}"
     );
     let matrix = glance.matrix.expect("a matrix");

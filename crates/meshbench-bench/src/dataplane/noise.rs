@@ -24,7 +24,7 @@ fn steal(machine: &MachineSeries, (start, end): (u64, u64), cpus: u32) -> Option
     let share = stolen / f64::from(cpus.max(1));
     (share > STEAL_SHARE).then(|| {
         format!(
-            "the hypervisor took {:.0}% of the CPU (threshold {:.0}%)",
+            "the hypervisor took {:.1}% of the CPU (threshold {:.0}%)",
             share * 100.0,
             STEAL_SHARE * 100.0
         )
@@ -67,7 +67,7 @@ mod tests {
     fn steal_is_flagged_past_the_run_reports_threshold_only() {
         // 0.2 s of 2 CPU-seconds: 10%.
         let flag = steal(&machine(200_000_000), (0, 1_000_000_000), 2).unwrap();
-        assert_eq!(flag, "the hypervisor took 10% of the CPU (threshold 5%)");
+        assert_eq!(flag, "the hypervisor took 10.0% of the CPU (threshold 5%)");
         // 0.05 s: 2.5%.
         assert_eq!(steal(&machine(50_000_000), (0, 1_000_000_000), 2), None);
         // No samples around the window: nothing to say, nothing said.
