@@ -71,6 +71,10 @@ const HYPERVISOR_PAUSES: f64 = 0.02;
 /// rate stays.
 const ATTEMPTS: usize = 12;
 
+/// The flags a hypervisor's pause raises (`trust::cell_flags`): steal itself, and the
+/// generator's, saturated or late, when its thread was the one paused.
+const HYPERVISOR_FLAGS: [&str; 3] = ["steal:", "generator-limited", "generator late"];
+
 /// A run with no cell flagged. A run is repeated (at most [`ATTEMPTS`] times) only when its sole
 /// flags are the hypervisor's, in cells where it measurably took the CPU: steal over its
 /// threshold, or the generator's lateness that steal causes (seen on the check machine: 0.06
@@ -96,7 +100,7 @@ fn quiet_run(dir: &Path) -> (RunResult, String, String) {
             stolen
                 && flags
                     .iter()
-                    .all(|f| f.starts_with("generator-limited") || f.starts_with("steal:"))
+                    .all(|f| HYPERVISOR_FLAGS.iter().any(|kind| f.starts_with(kind)))
         });
         for (cell, flags, share) in &flagged {
             seen.push(format!(
