@@ -14,7 +14,8 @@ pub const LATE_SHARE: f64 = 0.01;
 /// How the load generator itself disturbed a load.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum GeneratorNoise {
-    /// The generator, not the target, limited the rate: its thread was saturated.
+    /// The generator, not the target, limited the rate (`GeneratorStats::limited`): its thread
+    /// was saturated, or more than [`LATE_SHARE`] of its sends left late.
     Limited,
     /// More than [`LATE_SHARE`] of the requests left late with their connection free; `share`
     /// is that share of the `sent` requests.

@@ -34,7 +34,7 @@ fn steal(machine: &MachineSeries, (start, end): (u64, u64), cpus: u32) -> Option
 fn generator(load: &LoadReport) -> Option<String> {
     match generator_noise(load.generator.as_ref()?, load.sent)? {
         GeneratorNoise::Limited => {
-            Some("the generator's thread was saturated: the rate may be the generator's".to_owned())
+            Some("the generator, not the plane, limited the rate (its thread saturated or its sends late)".to_owned())
         }
         GeneratorNoise::Late { share } => Some(format!(
             "the generator sent {:.1}% of its requests late with their connection free (threshold {:.0}%)",
