@@ -28,8 +28,13 @@ pub fn generator_noise(generator: &GeneratorStats, sent: u64) -> Option<Generato
     if generator.limited {
         return Some(GeneratorNoise::Limited);
     }
-    let share = generator.late_while_idle as f64 / sent.max(1) as f64;
+    let share = late_share(generator, sent);
     (share > LATE_SHARE).then_some(GeneratorNoise::Late { share })
+}
+
+/// The share of `sent` requests the generator sent late with their connection free.
+pub fn late_share(generator: &GeneratorStats, sent: u64) -> f64 {
+    generator.late_while_idle as f64 / sent.max(1) as f64
 }
 
 #[cfg(test)]

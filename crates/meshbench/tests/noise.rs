@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use meshbench_report::trust::{cell_flags, machine_share, MachineShare, LATE_SHARE, OTHER_CORES};
+use meshbench_report::trust::{cell_flags, machine_share, MachineShare, OTHER_CORES};
+use meshbench_results::noise::{late_share, LATE_SHARE};
 use meshbench_results::{read_json, Cell, RunResult, RunStatus};
 use meshbench_testkit::run_ok;
 
@@ -77,9 +78,7 @@ fn hypervisor_explains(cell: &Cell, flags: &[String], share: Option<&MachineShar
     let Some(stolen) = share.map(|s| s.steal_cores) else {
         return false;
     };
-    let late = cell.load.generator.as_ref().map_or(0.0, |g| {
-        g.late_while_idle as f64 / cell.load.sent.max(1) as f64
-    });
+    let late = (cell.load.generator.as_ref()).map_or(0.0, |g| late_share(g, cell.load.sent));
     flags.iter().all(|flag| {
         if flag.starts_with("steal:") {
             true
