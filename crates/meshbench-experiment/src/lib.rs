@@ -19,6 +19,7 @@ pub use platform::LIVE_SERIES;
 pub use profile::Scale;
 pub use profile::{
     builtin_spec, profile_names, LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile,
+    UntilDecidedPlan,
 };
-pub use runner::{CellId, Progress, RunOptions, Runner};
+pub use runner::{CellId, Decide, Progress, RunOptions, Runner};
 pub use spec::parse_spec;

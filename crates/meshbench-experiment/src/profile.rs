@@ -157,6 +157,15 @@ impl PointPlan {
     }
 }
 
+/// Rounds until decided: after each round from the second, the runner asks whether every
+/// finding is decided, and stops when it is, when `max_rounds` ran, or before a round that
+/// would overrun `budget`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UntilDecidedPlan {
+    pub max_rounds: u32,
+    pub budget: Option<Duration>,
+}
+
 /// E2's policy: per load point, drop the repetitions whose baseline had the highest maximum
 /// latency. Dropped cells stay in the results; only the analysis leaves them out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -192,11 +201,56 @@ pub struct Profile {
     pub outliers: OutlierPolicy,
     /// The capacity model's objective and search.
     pub capacity: Option<CapacityPlan>,
+    /// Rounds until every finding is decided; every point's repetitions are then the most
+    /// rounds.
+    pub until_decided: Option<UntilDecidedPlan>,
     /// The study's published findings, which the report checks against the run.
     pub findings: Vec<meshbench_results::Claim>,
 }
 
 impl Profile {
+    /// `--until-decided`: rounds until every finding is decided, at most `max_rounds`, within
+    /// `budget`. Every point then runs in every round.
+    pub fn set_until_decided(
+        &mut self,
+        max_rounds: u32,
+        budget: Option<Duration>,
+    ) -> Result<(), Error> {
+        if self.capacity.is_some() {
+            return Err(command_line(
+                "--until-decided",
+                "the capacity model's searches end on their own".to_owned(),
+            ));
+        }
+        if self.outliers.drop_highest_baseline_max > 0 {
+            return Err(command_line(
+                "--until-decided",
+                "the spec drops repetitions as outliers; a run until decided judges every round"
+                    .to_owned(),
+            ));
+        }
+        if !(2..=crate::limits::MAX_REPETITIONS).contains(&max_rounds) {
+            return Err(command_line(
+                "--max-rounds",
+                format!(
+                    "{max_rounds} is not between 2 and {}",
+                    crate::limits::MAX_REPETITIONS
+                ),
+            ));
+        }
+        if budget.is_some_and(|b| b.is_zero()) {
+            return Err(command_line(
+                "--budget",
+                "must be longer than zero".to_owned(),
+            ));
+        }
+        for point in &mut self.load_points {
+            point.repetitions = max_rounds;
+        }
+        self.until_decided = Some(UntilDecidedPlan { max_rounds, budget });
+        Ok(())
+    }
+
     /// `--duration`: only the time-bound models have one.
     pub fn set_duration(&mut self, duration: Duration) -> Result<(), Error> {
         if !self.model.time_bound() {
@@ -374,6 +428,12 @@ impl Profile {
             capacity: self.capacity.map(|plan| {
                 meshbench_stats::capacity::to_config(&plan.slo, &plan.search, plan.searches)
             }),
+            until_decided: self
+                .until_decided
+                .map(|plan| meshbench_results::UntilDecided {
+                    max_rounds: plan.max_rounds,
+                    budget_seconds: plan.budget.map(|b| b.as_secs_f64()),
+                }),
             findings: self.findings.clone(),
         }
     }

@@ -14,15 +14,15 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use meshbench_identity::ClientTlsFiles;
 use meshbench_loadgen::{Body, ClientTlsSpec, LoadModel, LoadSpec, RequestFile};
 use meshbench_meshes::Scenario;
 use meshbench_results::{describe_environment, BuildInfo};
 use meshbench_results::{
-    read_json, write_json_atomic, Cell, LoadPoint, RunConfig, RunResult, RunStatus,
-    UnavailableScenario, SCHEMA_VERSION,
+    read_json, write_json_atomic, Background, Cell, LoadPoint, RoundsStop, RunConfig, RunResult,
+    RunStatus, StopReason, UnavailableScenario, SCHEMA_VERSION,
 };
 use meshbench_topology::{Pod, Topology};
 use meshbench_workload::{ExperimentOnce, WorkloadApp, WorkloadFile};
@@ -35,6 +35,13 @@ use crate::platform::{
 use crate::profile::{CapacityPlan, LoadPlan};
 use crate::{Error, LoadKind, PointPlan, Profile};
 use meshbench_stats::capacity::{next_step, trial_of, Next, Trial};
+
+/// The shortest background measurement: a few readings even at a cluster's sampling
+/// interval (500 ms).
+pub const BACKGROUND_MIN: Duration = Duration::from_secs(2);
+/// The background's length where a cell has no duration (E3's experiment and E4's users end
+/// after their requests; such cells take seconds to minutes).
+pub const BACKGROUND_UNTIMED: Duration = Duration::from_secs(10);
 
 /// Where and how a run happens; what it runs is the [`Profile`].
 #[derive(Debug, Clone)]
@@ -103,8 +110,23 @@ impl CellId {
 /// Receives progress as cells start and finish (the CLI draws a progress bar).
 pub trait Progress {
     fn cell_started(&self, cell: &CellId);
-    fn cell_finished(&self, cell: &CellId, result: &Cell);
+    /// `background` is the machines' background the cell is judged against, if measured.
+    fn cell_finished(&self, cell: &CellId, result: &Cell, background: Option<&Background>);
     fn scenario_unavailable(&self, scenario: &UnavailableScenario);
+}
+
+/// Judges a run's findings after a round of a run until decided. The report's findings
+/// (meshbench-report) implement it, given by the CLI and the web UI, so that the runner's
+/// crate does not depend on the report's.
+pub trait Decide {
+    /// How many of `result`'s findings more rounds could still decide (inconclusive ones).
+    fn undecided(&self, result: &RunResult) -> usize;
+}
+
+impl<F: Fn(&RunResult) -> usize> Decide for F {
+    fn undecided(&self, result: &RunResult) -> usize {
+        self(result)
+    }
 }
 
 pub struct Runner {
@@ -113,6 +135,9 @@ pub struct Runner {
     result: RunResult,
     results_path: PathBuf,
     platform: Box<dyn Platform>,
+    /// Judges the findings between rounds of a run until decided; without it such a run goes
+    /// to its most rounds or its budget.
+    decider: Option<Box<dyn Decide>>,
 }
 
 impl Runner {
@@ -129,6 +154,7 @@ impl Runner {
             result,
             results_path,
             platform,
+            decider: None,
         }
     }
 
@@ -164,6 +190,8 @@ impl Runner {
                 ..profile.describe(&platform.name())
             },
             cells: Vec::new(),
+            backgrounds: Vec::new(),
+            stopped: None,
         };
         Ok(Runner::assemble(platform, profile, options, result))
     }
@@ -194,10 +222,17 @@ impl Runner {
         result.status = RunStatus::Running;
         result.status_reason = None;
         result.finished_at = None;
+        result.stopped = None;
         // Re-checked now: a tool installed since may make a scenario available.
         result.config.unavailable.clear();
         result.environment.cluster_meshes = platform.cluster_meshes();
         Ok(Runner::assemble(platform, profile, options, result))
+    }
+
+    /// Has `decider` judge the findings between rounds of a run until decided.
+    pub fn deciding_with(mut self, decider: Box<dyn Decide>) -> Self {
+        self.decider = Some(decider);
+        self
     }
 
     pub fn profile(&self) -> &Profile {
@@ -278,7 +313,22 @@ impl Runner {
             return self.run_searches(progress, &scenarios, plan, total).await;
         }
         let mut index = 0;
+        let began = Instant::now();
+        let mut rounds_run = 0u32;
         for repetition in 1..=profile.max_repetitions() {
+            if let Some(reason) = self.stop_before(repetition, began, rounds_run) {
+                self.result.stopped = Some(RoundsStop {
+                    rounds: repetition - 1,
+                    reason,
+                    seconds: began.elapsed().as_secs_f64(),
+                });
+                return Ok(());
+            }
+            let unfinished = self.round_unfinished(&scenarios, repetition);
+            if unfinished {
+                self.measure_background().await?;
+                rounds_run += 1;
+            }
             let points = profile
                 .load_points
                 .iter()
@@ -309,7 +359,7 @@ impl Runner {
                         };
                         progress.cell_started(&id);
                         let cell = self.run_cell(&id).await?;
-                        progress.cell_finished(&id, &cell);
+                        progress.cell_finished(&id, &cell, self.result.backgrounds.last());
                         self.result.cells.push(cell);
                         write_json_atomic(&self.results_path, &self.result)?;
                         if !profile.cooldown.is_zero() && index < total {
@@ -319,7 +369,33 @@ impl Runner {
                 }
             }
         }
+        if let Some(rule) = profile.until_decided {
+            self.result.stopped = Some(RoundsStop {
+                rounds: rule.max_rounds,
+                reason: StopReason::MostRounds,
+                seconds: began.elapsed().as_secs_f64(),
+            });
+        }
         Ok(())
+    }
+
+    /// In a run until decided, whether to stop before round `repetition`, and why: every
+    /// finding decided after the rounds so far (two at least: an interval needs two), or
+    /// another round, as long as this run's rounds took on average, would overrun the budget.
+    fn stop_before(&self, repetition: u32, began: Instant, rounds_run: u32) -> Option<StopReason> {
+        let rule = self.profile.until_decided?;
+        let finished = repetition - 1;
+        if finished >= 2 {
+            if let Some(decider) = &self.decider {
+                if decider.undecided(&self.result) == 0 {
+                    return Some(StopReason::Decided);
+                }
+            }
+        }
+        let budget = rule.budget?;
+        let spent = began.elapsed();
+        let per_round = spent / rounds_run.max(1);
+        (rounds_run > 0 && spent + per_round > budget).then_some(StopReason::Budget)
     }
 
     /// The capacity model: `plan.searches` independent searches per (point, placement,
@@ -336,6 +412,7 @@ impl Runner {
     ) -> Result<(), Error> {
         let profile = self.profile.clone();
         let mut index = self.result.cells.len();
+        self.measure_background().await?;
         loop {
             let mut measured = false;
             for (point, search) in profile
@@ -389,7 +466,7 @@ impl Runner {
                         };
                         progress.cell_started(&id);
                         let cell = self.run_cell(&id).await?;
-                        progress.cell_finished(&id, &cell);
+                        progress.cell_finished(&id, &cell, self.result.backgrounds.last());
                         self.result.cells.push(cell);
                         self.result.config.repetitions =
                             self.result.config.repetitions.max(attempt);
@@ -405,6 +482,58 @@ impl Runner {
                 return Ok(());
             }
         }
+    }
+
+    /// Whether a cell of round `repetition` remains to be run (a resumed run skips the
+    /// rounds it finished, and their backgrounds with them).
+    fn round_unfinished(&self, scenarios: &[Scenario], repetition: u32) -> bool {
+        let profile = &self.profile;
+        profile
+            .load_points
+            .iter()
+            .filter(|p| p.repetitions >= repetition)
+            .any(|point| {
+                let load_point = point.plan.describe();
+                profile.placements.iter().any(|placement| {
+                    scenarios.iter().any(|scenario| {
+                        !self.result.cells.iter().any(|c| {
+                            c.scenario == scenario.name()
+                                && c.placement.as_deref() == Some(placement.name())
+                                && c.load_point == load_point
+                                && c.repetition == repetition
+                        })
+                    })
+                })
+            })
+    }
+
+    /// Every machine's background with no cell running, over a cell's length (at least
+    /// [`BACKGROUND_MIN`]; [`BACKGROUND_UNTIMED`] for models that end after their
+    /// requests), kept in the results for the cells that follow. A platform that cannot read
+    /// its machines now leaves them judged against none.
+    async fn measure_background(&mut self) -> Result<(), Error> {
+        let profile = &self.profile;
+        let window = if profile.model.time_bound() {
+            (profile.duration + profile.warmup).max(BACKGROUND_MIN)
+        } else {
+            BACKGROUND_UNTIMED
+        };
+        let started_at = timestamp();
+        let Some(at_rest) = self
+            .platform
+            .background(window, profile.sample_interval)
+            .await
+        else {
+            return Ok(());
+        };
+        self.result.backgrounds.push(Background {
+            started_at,
+            before_cell: u32::try_from(self.result.cells.len()).unwrap_or(u32::MAX),
+            interval_seconds: at_rest.interval.as_secs_f64(),
+            machines: at_rest.machines,
+        });
+        write_json_atomic(&self.results_path, &self.result)?;
+        Ok(())
     }
 
     async fn run_cell(&self, id: &CellId) -> Result<Cell, Error> {

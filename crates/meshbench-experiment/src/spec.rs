@@ -21,6 +21,7 @@ use crate::limits::{
 use crate::placement::Placement;
 use crate::profile::{
     builtin_spec, CapacityPlan, LoadKind, LoadPlan, OutlierPolicy, PointPlan, Profile, Scale,
+    UntilDecidedPlan,
 };
 use crate::Error;
 use meshbench_results::{Claim, ClaimCheck, RunConfig};
@@ -49,8 +50,10 @@ struct SpecDoc {
     #[serde(default = "default_placements")]
     placements: Vec<String>,
     load: LoadDoc,
-    #[serde(default = "one")]
-    repetitions: u32,
+    /// A number, or rounds until the findings are decided:
+    /// `{until: decided, max: 10, budget: 2h}` (see [`repetitions_of`]).
+    #[serde(default = "one_repetition")]
+    repetitions: Value,
     /// Required by the time-bound models (constant rate, closed loop); the sequential and
     /// users models end after their requests.
     duration: Option<String>,
@@ -223,19 +226,22 @@ pub fn parse_spec(text: &str, origin: &str, scale: Scale) -> Result<Profile, Err
         }
         (None, Scale::Local) => vec![],
     };
-    let spec: SpecDoc = serde_path_to_error::deserialize(doc).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if overridden
+    // A field the study's scale set is named as it is written: under `original`.
+    let as_written = |path: String| {
+        if overridden
             .iter()
             .any(|k| path.split(['.', '[']).next() == Some(k))
         {
             format!("original.{path}")
         } else {
             path
-        };
-        bad(field, e.into_inner().to_string())
+        }
+    };
+    let spec: SpecDoc = serde_path_to_error::deserialize(doc).map_err(|e| {
+        let path = e.path().to_string();
+        bad(as_written(path), e.into_inner().to_string())
     })?;
-    validate(spec, scale, text).map_err(|e| bad(e.field, e.problem))
+    validate(spec, scale, text).map_err(|e| bad(as_written(e.field), e.problem))
 }
 
 /// Shallow merge: `overrides` replaces whole top-level fields. Returns the keys replaced.
@@ -360,24 +366,22 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, FieldErr
             ))
         }
     };
+    let (repetitions, until_decided) = repetitions_of(&spec.repetitions)?;
+    if until_decided.is_some() && model == LoadKind::Capacity {
+        return Err(invalid(
+            "repetitions",
+            "the capacity model's searches end on their own; give a number of searches".into(),
+        ));
+    }
     // With the capacity model, `repetitions` repeats the whole search: a search already
     // measures a rate again where its verdict is close.
-    let capacity = capacity_plan(&spec.load, model, spec.repetitions)?;
+    let capacity = capacity_plan(&spec.load, model, repetitions)?;
     if application == Application::ZeroTrustApp && model != LoadKind::Sequential {
         return Err(invalid(
             "load.model",
             format!(
                 "{:?}: the zero-trust-app's experimenter sends its requests one at a time in groups; use sequential",
                 spec.load.model
-            ),
-        ));
-    }
-    if !(1..=MAX_REPETITIONS).contains(&spec.repetitions) {
-        return Err(invalid(
-            "repetitions",
-            format!(
-                "{} is not between 1 and {MAX_REPETITIONS}",
-                spec.repetitions
             ),
         ));
     }
@@ -391,7 +395,13 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, FieldErr
     for (i, doc) in spec.load.points.iter().enumerate() {
         let plan = load_point(doc, model, application)
             .map_err(|e| e.under(&format!("load.points[{i}]")))?;
-        let repetitions = doc.repetitions.unwrap_or(spec.repetitions);
+        if until_decided.is_some() && doc.repetitions.is_some() {
+            return Err(invalid(
+                &format!("load.points[{i}].repetitions"),
+                "a run of rounds until decided runs every point in every round".into(),
+            ));
+        }
+        let repetitions = doc.repetitions.unwrap_or(repetitions);
         if !(1..=MAX_REPETITIONS).contains(&repetitions) {
             return Err(invalid(
                 &format!("load.points[{i}].repetitions"),
@@ -502,6 +512,12 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, FieldErr
         ));
     }
     let drop = spec.outliers.drop_highest_baseline_max;
+    if drop > 0 && until_decided.is_some() {
+        return Err(invalid(
+            "outliers.drop_highest_baseline_max",
+            "a run of rounds until decided judges every round it ran; drop no repetitions".into(),
+        ));
+    }
     if drop > 0 {
         if !scenarios.iter().any(|m| m.is_baseline()) {
             return Err(invalid(
@@ -544,6 +560,7 @@ fn validate(spec: SpecDoc, scale: Scale, text: &str) -> Result<Profile, FieldErr
             drop_highest_baseline_max: drop,
         },
         capacity,
+        until_decided,
         findings: spec.findings,
     };
     let cells = profile.cells();
@@ -896,6 +913,85 @@ fn only_for<T>(
     }
 }
 
+fn one_repetition() -> Value {
+    Value::Number(1.into())
+}
+
+/// The longest time budget of a run of rounds until decided.
+const MAX_BUDGET: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// `repetitions`: a number of rounds, or `{until: decided, max: N, budget: 2h}` (the budget
+/// optional), which runs up to `max` rounds and stops once every finding is decided.
+fn repetitions_of(value: &Value) -> Result<(u32, Option<UntilDecidedPlan>), FieldError> {
+    let invalid = |field: &str, problem: String| FieldError::new(field, problem);
+    let count = |field: &str, value: &Value, least: u32| match value.as_u64() {
+        Some(n) if (u64::from(least)..=u64::from(MAX_REPETITIONS)).contains(&n) => Ok(n as u32),
+        _ => Err(invalid(
+            field,
+            format!(
+                "{} is not a whole number between {least} and {MAX_REPETITIONS}",
+                show_value(value)
+            ),
+        )),
+    };
+    let Value::Mapping(rule) = value else {
+        return Ok((count("repetitions", value, 1)?, None));
+    };
+    for key in rule.keys() {
+        let key = key.as_str().unwrap_or_default();
+        if !["until", "max", "budget"].contains(&key) {
+            return Err(invalid(
+                &format!("repetitions.{key}"),
+                "unknown field; expected until, max or budget".into(),
+            ));
+        }
+    }
+    match rule.get("until").and_then(Value::as_str) {
+        Some("decided") => {}
+        _ => {
+            return Err(invalid(
+                "repetitions.until",
+                "expected `decided` (or give repetitions as a number)".into(),
+            ))
+        }
+    }
+    let max_rounds = match rule.get("max") {
+        Some(max) => count("repetitions.max", max, 2)?,
+        None => return Err(invalid(
+            "repetitions.max",
+            "the most rounds is required (the findings' intervals are valid over that many looks)"
+                .into(),
+        )),
+    };
+    let budget = match rule.get("budget") {
+        None => None,
+        Some(Value::String(text)) => {
+            let budget = bounded_duration("repetitions.budget", text, MAX_BUDGET)?;
+            if budget.is_zero() {
+                return Err(invalid(
+                    "repetitions.budget",
+                    "must be longer than zero".into(),
+                ));
+            }
+            Some(budget)
+        }
+        Some(other) => {
+            return Err(invalid(
+                "repetitions.budget",
+                format!("{} is not a duration such as 2h", show_value(other)),
+            ))
+        }
+    };
+    Ok((max_rounds, Some(UntilDecidedPlan { max_rounds, budget })))
+}
+
+/// A YAML value as a user wrote it, for a message.
+fn show_value(value: &Value) -> String {
+    serde_yaml_ng::to_string(value)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "the value".to_owned())
+}
+
 /// A duration of at most `max`: a longer one is refused before any arithmetic meets it.
 fn bounded_duration(field: &str, value: &str, max: Duration) -> Result<Duration, FieldError> {
     let duration = parse_duration(field, value)?;
@@ -960,6 +1056,15 @@ impl Profile {
         };
         profile.duration = seconds("duration_seconds", config.duration_seconds)?;
         profile.warmup = seconds("warmup_seconds", config.warmup_seconds)?;
+        if let Some(rule) = &config.until_decided {
+            let budget = match rule.budget_seconds {
+                Some(b) => Some(seconds("until_decided.budget_seconds", b)?),
+                None => None,
+            };
+            profile
+                .set_until_decided(rule.max_rounds, budget)
+                .map_err(|e| e.to_string())?;
+        }
         Ok(profile)
     }
 }
@@ -1169,6 +1274,37 @@ mod tests {
             e.contains("outliers.drop_highest_baseline_max") && e.contains("leaves none"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn repetitions_until_decided_run_every_point_up_to_the_most_rounds() {
+        let text = format!("{MINIMAL}repetitions: {{until: decided, max: 7, budget: 90m}}\n");
+        let p = parse_spec(&text, "t", Scale::Local).unwrap();
+        let rule = p.until_decided.unwrap();
+        assert_eq!(rule.max_rounds, 7);
+        assert_eq!(rule.budget, Some(Duration::from_secs(5400)));
+        assert_eq!(p.load_points[0].repetitions, 7);
+        let config = p.describe("local-lab/loopback").until_decided.unwrap();
+        assert_eq!(config.budget_seconds, Some(5400.0));
+        // Resumed from its results, the rule comes back.
+        let mut results_config = p.describe("local-lab/loopback");
+        results_config.until_decided = Some(meshbench_results::UntilDecided {
+            max_rounds: 4,
+            budget_seconds: None,
+        });
+        let resumed = Profile::from_run_config(&results_config).unwrap();
+        assert_eq!(resumed.until_decided.unwrap().max_rounds, 4);
+        assert_eq!(resumed.load_points[0].repetitions, 4);
+        // A number stays a number.
+        let p = parse_spec(&format!("{MINIMAL}repetitions: 3\n"), "t", Scale::Local).unwrap();
+        assert!(p.until_decided.is_none());
+        // Every point runs in every round.
+        let per_point = "name: t\nscenarios: [baseline]\nload: {model: constant-rate, points: [{rps: 10, connections: 2, repetitions: 3}]}\nduration: 1s\nrepetitions: {until: decided, max: 5}\n";
+        assert!(error(per_point).contains("load.points[0].repetitions"));
+        let e = error(&format!(
+            "{MINIMAL}original: {{repetitions: {{until: decided, max: 0}}}}\n"
+        ));
+        assert!(e.contains("original.repetitions.max"), "{e}");
     }
 
     #[test]

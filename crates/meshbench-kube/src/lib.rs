@@ -11,6 +11,7 @@
 //! - [`installed`]: the meshes a cluster already runs (Istio, Linkerd, Cilium, Consul):
 //!   detecting them and applying (or dry-running) their resources.
 
+mod background;
 mod clean;
 mod cluster;
 mod credentials;

@@ -4,11 +4,12 @@
 //! only its own), and each cell realized on the nodes its placement names ([`crate::site`]).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use kube::api::ListParams;
 use kube::Api;
-use meshbench_experiment::platform::{CellPlace, Platform, Site, SiteError};
+use meshbench_experiment::platform::{AtRest, CellPlace, Platform, Site, SiteError};
 use meshbench_meshes::{BoxFuture, MeshPki, Scenario};
 use meshbench_results::{MeshInstallation, UnavailableScenario};
 use meshbench_topology::Topology;
@@ -43,7 +44,7 @@ impl KubePlatform {
     }
 
     /// The schedulable nodes, by name.
-    async fn nodes(&self) -> Result<Vec<String>, Error> {
+    pub(crate) async fn nodes(&self) -> Result<Vec<String>, Error> {
         let nodes = Api::<Node>::all(self.client.clone())
             .list(&ListParams::default())
             .await
@@ -130,6 +131,20 @@ impl Platform for KubePlatform {
                 reason: i.unusable.clone(),
             })
             .collect()
+    }
+
+    /// The schedulable nodes' machines with no cell's pods on them. A failure to read them
+    /// is told in the log and leaves the cells judged against no background.
+    fn background(&self, window: Duration, interval: Duration) -> BoxFuture<'_, Option<AtRest>> {
+        Box::pin(async move {
+            match self.at_rest(window, interval).await {
+                Ok(at_rest) => at_rest,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the cluster's background could not be read");
+                    None
+                }
+            }
+        })
     }
 
     fn prepare<'a>(

@@ -19,6 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use meshbench_results::{Sample, SampleSeries};
 use serde::Deserialize;
@@ -94,6 +95,39 @@ pub struct Target {
     pub role: String,
 }
 
+/// The shortest interval the kubelets' summaries are read at. Reading them is not free (the
+/// API server's proxy, the kubelet, the runtime's stats of every container): read every
+/// 100 ms on this project's two-core test cluster, one cell of two had its load generator
+/// stalled for half a second (its corrected latency showed it). At 500 ms a 2 s window still
+/// gets about four readings.
+pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// What a Node object says of its machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFacts {
+    pub name: String,
+    pub cpus: u32,
+    pub boot_id: Option<String>,
+}
+
+/// A Node object's CPUs and boot id; `None` without a readable CPU capacity.
+pub fn node_facts(node: &Node) -> Option<NodeFacts> {
+    let status = node.status.as_ref()?;
+    let cpu = status.capacity.as_ref()?.get("cpu")?;
+    // Capacity is whole CPUs on every kubelet ("2"); a millicore form would not be a
+    // machine's count.
+    let cpus: u32 = cpu.0.parse().ok()?;
+    Some(NodeFacts {
+        name: node.metadata.name.clone()?,
+        cpus,
+        boot_id: status
+            .node_info
+            .as_ref()
+            .map(|i| i.boot_id.clone())
+            .filter(|b| !b.is_empty()),
+    })
+}
+
 /// What a sampler read.
 #[derive(Debug, Default)]
 pub struct Readings {
@@ -111,8 +145,23 @@ pub struct SummarySampler {
 
 impl SummarySampler {
     pub fn start(client: Client, targets: Vec<Target>, interval: Duration) -> Self {
+        let nodes: BTreeSet<String> = targets.iter().map(|t| t.node.clone()).collect();
+        Self::spawn(client, targets, nodes, interval)
+    }
+
+    /// Reads only `nodes`' whole CPU (no container followed): a cluster at rest.
+    pub fn start_nodes(client: Client, nodes: BTreeSet<String>, interval: Duration) -> Self {
+        Self::spawn(client, vec![], nodes, interval)
+    }
+
+    fn spawn(
+        client: Client,
+        targets: Vec<Target>,
+        nodes: BTreeSet<String>,
+        interval: Duration,
+    ) -> Self {
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(sample_loop(client, targets, interval, stopped));
+        let task = tokio::spawn(sample_loop(client, targets, nodes, interval, stopped));
         SummarySampler { stop, task }
     }
 
@@ -126,6 +175,7 @@ impl SummarySampler {
 async fn sample_loop(
     client: Client,
     targets: Vec<Target>,
+    nodes: BTreeSet<String>,
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
 ) -> Readings {
@@ -142,7 +192,6 @@ async fn sample_loop(
             (t, s)
         })
         .collect();
-    let nodes: BTreeSet<String> = series.iter().map(|(t, _)| t.node.clone()).collect();
     let mut node_series: Vec<(String, SampleSeries)> = nodes
         .iter()
         .map(|n| {

@@ -15,7 +15,7 @@ use meshbench_results::MachineCpu;
 use meshbench_time::now_ns;
 
 use crate::CgroupFs;
-use meshbench_results::counter_at;
+use meshbench_results::{cores_per_interval, counter_at};
 
 /// Cumulative CPU time of all CPUs, by state, in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -156,6 +156,24 @@ impl MachineSeries {
             mhz_min,
             mhz_max,
         })
+    }
+
+    /// The machine's processes' cores over each `interval_ns` of the sampled span, as a
+    /// cell's `other` counts them: every task from the root cgroup where every sample has it,
+    /// else /proc/stat's user, nice and system (interrupts left out). The background a cell
+    /// is judged against.
+    pub fn process_cores(&self, interval_ns: u64) -> Vec<f64> {
+        let (Some(first), Some(last)) = (self.samples.first(), self.samples.last()) else {
+            return vec![];
+        };
+        let span = (first.t_ns, last.t_ns);
+        let time = |s: &MachineSample| s.t_ns;
+        if self.samples.iter().all(|s| s.tasks_ns.is_some()) {
+            let tasks = |s: &MachineSample| s.tasks_ns.unwrap_or(0) as f64;
+            return cores_per_interval(&self.samples, span, interval_ns, time, tasks);
+        }
+        let processes = |s: &MachineSample| s.states_ns[..3].iter().sum::<u64>() as f64;
+        cores_per_interval(&self.samples, span, interval_ns, time, processes)
     }
 
     /// Every state's cumulative nanoseconds at `t_ns`, interpolated, clamped to the ends.

@@ -75,8 +75,12 @@ impl LoadResult {
     /// their connection was free, or the generator's threads were saturated.
     pub fn generator_limited(&self) -> bool {
         let late_own = self.recorder.late_while_idle * 100 > self.recorder.sent.max(1);
-        let saturated = self.cpu_seconds > 0.9 * self.config.threads as f64 * self.wall_seconds;
-        late_own || saturated
+        late_own || self.generator_saturated()
+    }
+
+    /// The generator's threads were busy for more than 90% of the run: its own limit.
+    pub fn generator_saturated(&self) -> bool {
+        self.cpu_seconds > 0.9 * self.config.threads as f64 * self.wall_seconds
     }
 }
 

@@ -116,6 +116,12 @@ pub fn merge_reports(reports: &[LoadReport]) -> Result<LoadReport, MergeError> {
             cpu_us_per_request: cpu_seconds * 1e6 / sent.max(1) as f64,
             late_while_idle: generators.iter().map(|g| g.late_while_idle).sum(),
             limited: generators.iter().any(|g| g.limited),
+            // Known when every generator said it.
+            saturated: generators
+                .iter()
+                .map(|g| g.saturated)
+                .collect::<Option<Vec<bool>>>()
+                .map(|all| all.contains(&true)),
             untrusted_timestamps: generators.iter().map(|g| g.untrusted_timestamps).sum(),
         }
     });

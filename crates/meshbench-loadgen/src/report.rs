@@ -82,6 +82,7 @@ impl LoadResult {
                 cpu_us_per_request: self.cpu_seconds * 1e6 / rec.sent.max(1) as f64,
                 late_while_idle: rec.late_while_idle,
                 limited: self.generator_limited(),
+                saturated: Some(self.generator_saturated()),
                 untrusted_timestamps: rec.untrusted_timestamps,
             }),
             time_series: rec

@@ -14,14 +14,14 @@ use meshbench_meshes::{
     deploy, enroll, BoxFuture, LabContext, MeshContext, MeshPki, ProxyArea, Scenario,
 };
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireTap};
-use meshbench_results::{read_json, LoadReport, WireObservation};
+use meshbench_results::{read_json, LoadReport, MachineBackground, WireObservation};
 use meshbench_role::RoleConfig;
 use meshbench_topology::{Pod, Topology};
 use meshbench_workload::{WorkloadApp, WorkloadFile};
 
 use meshbench_experiment::platform::{
-    CellPlace, ClientServer, Entry, Instrument, Measured, Platform, Site, SiteError, WireRecording,
-    LIVE_SERIES,
+    AtRest, CellPlace, ClientServer, Entry, Instrument, Measured, Platform, Site, SiteError,
+    WireRecording, LIVE_SERIES,
 };
 use meshbench_experiment::{Application, Error, Placement, Profile};
 use meshbench_policy::Policy;
@@ -124,6 +124,35 @@ impl Platform for LocalLab {
             meshbench_netlab::NetnsLab::check_permitted().map_err(platform_error)?;
         }
         Ok(())
+    }
+
+    /// The machine with nothing of the lab running, read by the same sampler as a cell (its
+    /// thread in this process, as during a cell).
+    fn background(&self, window: Duration, interval: Duration) -> BoxFuture<'_, Option<AtRest>> {
+        Box::pin(async move {
+            let sampler = ResourceSampler::start(vec![], interval);
+            tokio::time::sleep(window).await;
+            let sampled = tokio::task::spawn_blocking(move || sampler.finish())
+                .await
+                .ok()?;
+            let cores = sampled
+                .machine
+                .process_cores(u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX));
+            if cores.is_empty() {
+                tracing::warn!("the machine's background could not be read from /proc/stat");
+                return None;
+            }
+            Some(AtRest {
+                interval,
+                machines: vec![MachineBackground {
+                    source: "/proc/stat".to_owned(),
+                    node: None,
+                    same_machine_nodes: vec![],
+                    cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+                    cores,
+                }],
+            })
+        })
     }
 
     fn prepare<'a>(

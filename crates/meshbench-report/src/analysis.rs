@@ -218,6 +218,8 @@ pub struct ConnectionFit {
 
 #[derive(Debug)]
 pub struct Analysis<'a> {
+    /// The run analysed: its cells' backgrounds judge their noise.
+    pub run: &'a RunResult,
     pub groups: Vec<Group<'a>>,
     pub comparisons: Vec<Comparison>,
     pub fits: Vec<ConnectionFit>,
@@ -276,6 +278,7 @@ impl<'a> Analysis<'a> {
         let comparisons = compare_with_baseline(&groups);
         let fits = connection_fits(&groups);
         Analysis {
+            run: result,
             groups,
             comparisons,
             fits,

@@ -16,6 +16,13 @@
 //!   that missed; over repeated searches, the lowest met and the highest missed), combined by
 //!   interval arithmetic.
 //!
+//! In a run of rounds until decided (results' `config.until_decided`), the interval across
+//! rounds is one that stays valid when looked at after every round (alpha spent across the
+//! most rounds' looks, `meshbench_stats::sequential_interval`), a round whose cells at the
+//! point carry a noise flag is left out of it rather than making the point inconclusive, no
+//! estimate is judged without an interval, and an undecided point says how many more rounds
+//! would decide it at its current mean and spread.
+//!
 //! A verdict is "held" when the whole interval is on the claim's side of the threshold, "did
 //! not hold" when it is wholly on the other, and inconclusive otherwise. A point where any
 //! cell involved carries a noise flag (see `trust`) is inconclusive whatever its interval:
@@ -26,7 +33,8 @@
 
 use meshbench_results::{Cell, Claim, ClaimAxis, ClaimCheck, ClaimMetric, RunResult};
 use meshbench_stats::{
-    block_bootstrap_estimate, combined_interval, mean_confidence_interval, BlockEstimate, Interval,
+    block_bootstrap_estimate, combined_interval, mean_confidence_interval, sequential_interval,
+    BlockEstimate, Interval,
 };
 
 use crate::analysis::{
@@ -83,6 +91,17 @@ pub fn findings(result: &RunResult, analysis: &Analysis) -> Vec<Finding> {
         .iter()
         .map(|claim| judge(result, analysis, claim))
         .collect()
+}
+
+/// How many of `result`'s findings are inconclusive: what a run until decided waits for
+/// between rounds (its `Decide`). A finding that cannot be checked at all (its scenarios
+/// were not measured) waits for nothing.
+pub fn undecided_findings(result: &RunResult) -> usize {
+    let analysis = Analysis::of(result);
+    findings(result, &analysis)
+        .iter()
+        .filter(|f| f.verdict == Verdict::Inconclusive)
+        .count()
 }
 
 /// The findings' statistics, one row per claim and point (the verdict matrix in `glance`
@@ -154,6 +173,8 @@ pub struct PointVerdict {
     pub noise: Vec<String>,
     /// All of it in one sentence.
     pub evidence: String,
+    /// In a run until decided, an inconclusive point: how many more rounds would decide it.
+    pub more_rounds: Option<MoreRounds>,
 }
 
 /// What a point's verdict rests on.
@@ -215,7 +236,7 @@ fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
                     show(*metric, allowed)
                 ),
                 &[scenario, against],
-                difference.across_repetitions,
+                Judged::of(&difference, allowed),
             ))
         }),
         ClaimCheck::Ordering { metric, order } => {
@@ -281,7 +302,7 @@ fn judge(result: &RunResult, analysis: &Analysis, claim: &Claim) -> Finding {
                     combination.basis
                 ),
                 &[&larger[0], &larger[1], &smaller[0], &smaller[1]],
-                combination.across_repetitions,
+                Judged::of(&combination, 0.0),
             ))
         }),
         ClaimCheck::Linear {
@@ -349,12 +370,27 @@ fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Opt
     let mut verdicts = vec![];
     let mut parts = vec![];
     let mut involved: Vec<&str> = vec![];
-    let mut across_repetitions = true;
+    let mut judged = Judged {
+        spread_in_interval: true,
+        ..Judged::default()
+    };
     let (mut figures, mut keys, mut basis) = (vec![], vec![], String::new());
     for (i, (low, high)) in pairs.iter().enumerate() {
         let difference = site.combine(&[(-1.0, low), (1.0, high)])?;
         let (a, b) = (difference.sides[0], difference.sides[1]);
-        verdicts.push(greater(&difference, 0.0, a.abs().max(b.abs())));
+        let pair = greater(&difference, 0.0, a.abs().max(b.abs()));
+        verdicts.push(pair);
+        let this = Judged::of(&difference, 0.0);
+        judged.spread_in_interval &= this.spread_in_interval;
+        for round in this.left_out {
+            if !judged.left_out.contains(&round) {
+                judged.left_out.push(round);
+            }
+        }
+        // The undecided pair that needs the most rounds says how many the point needs.
+        if pair == Verdict::Inconclusive {
+            judged.more_rounds = judged.more_rounds.max(this.more_rounds);
+        }
         if i == 0 {
             figures.push(format!("{low} {}", show(metric, a)));
             basis = difference.basis.clone();
@@ -369,7 +405,6 @@ fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Opt
             difference.basis
         ));
         involved.extend([low.as_str(), high.as_str()]);
-        across_repetitions &= difference.across_repetitions;
     }
     let verdict = if verdicts.contains(&Verdict::DidNotHold) {
         Verdict::DidNotHold
@@ -388,7 +423,7 @@ fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Opt
         summary,
         format!("{}: {}", site.label, parts.join(", ")),
         &involved,
-        across_repetitions,
+        judged,
     ))
 }
 
@@ -404,6 +439,55 @@ struct Estimate {
     /// The interval is across repetitions, so it already carries their spread (a spread
     /// flag then says nothing the interval does not).
     across_repetitions: bool,
+    /// In a run until decided: the per-round values the interval was made from, and the most
+    /// rounds (to tell how many more would decide it).
+    rounds: Option<(Vec<f64>, usize)>,
+    /// In a run until decided: rounds left out of this point because a cell of theirs carries
+    /// a noise flag.
+    left_out: Vec<u32>,
+    /// Whether an estimate without an interval may be judged by [`MARGIN`] (one repetition of
+    /// a CPU figure); a run until decided decides on intervals only.
+    margin: bool,
+}
+
+impl Estimate {
+    /// Where more rounds of a run until decided could settle the estimate against
+    /// `threshold`, how many.
+    fn more_rounds(&self, threshold: f64) -> Option<MoreRounds> {
+        let (values, max_rounds) = self.rounds.as_ref()?;
+        Some(
+            match meshbench_stats::rounds_to_decide(values, threshold, LEVEL, *max_rounds) {
+                Some(n) => MoreRounds::About(n),
+                None => MoreRounds::NoneWithin(*max_rounds),
+            },
+        )
+    }
+}
+
+/// How many more rounds of a run until decided would decide an inconclusive point, if the
+/// per-round values kept their mean and spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MoreRounds {
+    About(usize),
+    /// Not within the run's most rounds (the number).
+    NoneWithin(usize),
+}
+
+impl MoreRounds {
+    pub fn describe(self) -> String {
+        match self {
+            MoreRounds::About(1) => {
+                "about 1 more round would decide it at this mean and spread".to_owned()
+            }
+            MoreRounds::About(n) => {
+                format!("about {n} more rounds would decide it at this mean and spread")
+            }
+            MoreRounds::NoneWithin(max) => format!(
+                "no more rounds within the most ({max}) would decide it at this mean and spread: \
+                 the difference is small against the rounds' variation"
+            ),
+        }
+    }
 }
 
 /// Held when the combination is surely above `threshold`.
@@ -412,6 +496,7 @@ fn greater(e: &Estimate, threshold: f64, size: f64) -> Verdict {
         Some(i) if i.low > threshold => Verdict::Held,
         Some(i) if i.high <= threshold => Verdict::DidNotHold,
         Some(_) => Verdict::Inconclusive,
+        None if !e.margin => Verdict::Inconclusive,
         None if e.estimate > threshold + MARGIN * size => Verdict::Held,
         None if e.estimate < threshold - MARGIN * size => Verdict::DidNotHold,
         None => Verdict::Inconclusive,
@@ -430,6 +515,8 @@ fn at_most(e: &Estimate, threshold: f64, size: f64) -> Verdict {
 /// Where a claim is judged: one (placement, load point) of the analysis, or one capacity
 /// search key (placement, connections).
 struct Site<'r, 'a> {
+    /// The run: its backgrounds judge the cells' noise.
+    run: &'a RunResult,
     label: String,
     metric: ClaimMetric,
     groups: Vec<&'r Group<'a>>,
@@ -455,6 +542,7 @@ fn sites<'r, 'a>(analysis: &'r Analysis<'a>, metric: ClaimMetric) -> Vec<Site<'r
         return keys
             .into_iter()
             .map(|(placement, connections)| Site {
+                run: analysis.run,
                 label: format!("{placement} {connections} conns").trim().to_owned(),
                 metric,
                 groups: vec![],
@@ -469,6 +557,7 @@ fn sites<'r, 'a>(analysis: &'r Analysis<'a>, metric: ClaimMetric) -> Vec<Site<'r
         .points()
         .into_iter()
         .map(|point| Site {
+            run: analysis.run,
             label: point.label(),
             metric,
             groups: analysis.at(point).collect(),
@@ -516,7 +605,7 @@ impl Site<'_, '_> {
         if !figures_known {
             return None;
         }
-        combine_groups(self.metric, &groups)
+        combine_groups(self.run, self.metric, &groups)
     }
 
     fn combine_brackets(&self, terms: &[(f64, &String)]) -> Option<Estimate> {
@@ -553,6 +642,9 @@ impl Site<'_, '_> {
             },
             sides,
             across_repetitions: false,
+            rounds: None,
+            left_out: vec![],
+            margin: false,
         })
     }
 
@@ -563,8 +655,13 @@ impl Site<'_, '_> {
         parts: Parts,
         evidence: String,
         scenarios: &[&str],
-        spread_in_interval: bool,
+        estimate: Judged,
     ) -> PointVerdict {
+        let Judged {
+            spread_in_interval,
+            left_out,
+            more_rounds,
+        } = estimate;
         // Each kind of flag once, with the scenarios it touched (the noise table has the rest).
         let mut noise: Vec<(String, Vec<&str>)> = vec![];
         let mut note = |kind: String, scenario| match noise.iter_mut().find(|(k, _)| *k == kind) {
@@ -576,8 +673,8 @@ impl Site<'_, '_> {
             let Some(g) = self.group(scenario) else {
                 continue;
             };
-            for cell in &g.cells {
-                for flag in crate::trust::cell_flags(cell) {
+            for cell in g.cells.iter().filter(|c| !left_out.contains(&c.repetition)) {
+                for flag in crate::trust::cell_flags(self.run, cell) {
                     let kind = flag.split(':').next().unwrap_or_default().to_owned();
                     note(kind, *scenario);
                 }
@@ -589,13 +686,24 @@ impl Site<'_, '_> {
             }
         }
         let site = self.label.clone();
+        let mut evidence = evidence;
+        if !left_out.is_empty() {
+            let rounds: Vec<String> = left_out.iter().map(u32::to_string).collect();
+            evidence.push_str(&format!(
+                " [round{} {} left out: noise]",
+                if left_out.len() == 1 { "" } else { "s" },
+                rounds.join(", ")
+            ));
+        }
         if noise.is_empty() {
+            let more_rounds = more_rounds.filter(|_| verdict == Verdict::Inconclusive);
             return PointVerdict {
                 verdict,
                 site,
                 parts,
                 noise: vec![],
                 evidence,
+                more_rounds,
             };
         }
         let reasons: Vec<String> = noise
@@ -611,6 +719,27 @@ impl Site<'_, '_> {
                 reasons.join(", ")
             ),
             noise: reasons,
+            more_rounds: None,
+        }
+    }
+}
+
+/// What a point's verdict rests on beyond the verdict: whether its interval already carries
+/// the spread across repetitions, the rounds left out for noise, and, in a run until decided,
+/// how many more rounds would decide it.
+#[derive(Debug, Clone, Default)]
+struct Judged {
+    spread_in_interval: bool,
+    left_out: Vec<u32>,
+    more_rounds: Option<MoreRounds>,
+}
+
+impl Judged {
+    fn of(e: &Estimate, threshold: f64) -> Self {
+        Judged {
+            spread_in_interval: e.across_repetitions,
+            left_out: e.left_out.clone(),
+            more_rounds: e.more_rounds(threshold),
         }
     }
 }
@@ -652,18 +781,56 @@ fn cell_value(cell: &Cell, metric: ClaimMetric) -> f64 {
 
 /// sum(coefficient x group's figure), with the best interval the groups allow (see the
 /// module's header).
-fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estimate> {
+fn combine_groups(
+    run: &RunResult,
+    metric: ClaimMetric,
+    terms: &[(f64, &Group)],
+) -> Option<Estimate> {
     let estimate: f64 = terms
         .iter()
         .map(|(c, g)| c * g.mean(|cell| cell_value(cell, metric)))
         .sum();
-    // Repetitions every group has, each combined on its own.
+    // Repetitions every group has, each combined on its own, in the order they ran.
     let mut repetitions: Vec<u32> = terms[0].1.cells.iter().map(|c| c.repetition).collect();
     repetitions.retain(|r| {
         terms
             .iter()
             .all(|(_, g)| g.cells.iter().any(|c| c.repetition == *r))
     });
+    repetitions.sort_unstable();
+    repetitions.dedup();
+    let until_decided = run.config.until_decided;
+    // A run until decided leaves a round whose cells here carry a noise flag out of this
+    // point (the flags come from outside the system: steal, other processes, the generator),
+    // so that one disturbed round does not keep the point undecided for good.
+    let mut left_out = vec![];
+    if until_decided.is_some() {
+        repetitions.retain(|r| {
+            let noisy = terms.iter().any(|(_, g)| {
+                (g.cells.iter().filter(|c| c.repetition == *r))
+                    .any(|c| !crate::trust::cell_flags(run, c).is_empty())
+            });
+            if noisy {
+                left_out.push(*r);
+            }
+            !noisy
+        });
+    }
+    if until_decided.is_some() && repetitions.len() < 2 {
+        return Some(Estimate {
+            estimate,
+            interval: None,
+            basis: "fewer than two rounds without noise: no interval yet".to_owned(),
+            sides: terms
+                .iter()
+                .map(|(_, g)| g.mean(|cell| cell_value(cell, metric)))
+                .collect(),
+            across_repetitions: true,
+            rounds: None,
+            left_out,
+            margin: false,
+        });
+    }
     if repetitions.len() >= 2 {
         let per_repetition: Vec<f64> = repetitions
             .iter()
@@ -677,7 +844,10 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
                     .sum()
             })
             .collect();
-        let interval = mean_confidence_interval(&per_repetition, LEVEL)?;
+        let interval = match until_decided {
+            Some(rule) => sequential_interval(&per_repetition, LEVEL, rule.max_rounds as usize),
+            None => mean_confidence_interval(&per_repetition, LEVEL),
+        };
         let sides = terms
             .iter()
             .map(|(_, g)| {
@@ -690,12 +860,23 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
                 kept.iter().sum::<f64>() / kept.len() as f64
             })
             .collect();
+        let basis = match until_decided {
+            Some(rule) => format!(
+                "t over {} rounds, valid over a look after each of at most {} (alpha spending)",
+                per_repetition.len(),
+                rule.max_rounds
+            ),
+            None => format!("t over {} repetitions", per_repetition.len()),
+        };
         return Some(Estimate {
-            estimate: interval.estimate,
-            interval: Some(interval),
-            basis: format!("t over {} repetitions", per_repetition.len()),
+            estimate: interval.as_ref().map_or(estimate, |i| i.estimate),
+            interval,
+            basis,
             sides,
             across_repetitions: true,
+            rounds: until_decided.map(|rule| (per_repetition, rule.max_rounds as usize)),
+            left_out,
+            margin: false,
         });
     }
     let quantile: Option<fn(&meshbench_results::SecondStats) -> u64> = match metric {
@@ -737,6 +918,9 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
                 ),
                 sides: sides.iter().map(|(_, e)| e.estimate).collect(),
                 across_repetitions: false,
+                rounds: None,
+                left_out: vec![],
+                margin: true,
             });
         }
     }
@@ -752,6 +936,9 @@ fn combine_groups(metric: ClaimMetric, terms: &[(f64, &Group)]) -> Option<Estima
             .map(|(_, g)| g.mean(|cell| cell_value(cell, metric)))
             .collect(),
         across_repetitions: false,
+        rounds: None,
+        left_out: vec![],
+        margin: true,
     })
 }
 
@@ -795,6 +982,7 @@ fn linear(analysis: &Analysis, scenarios: &[String], min_r_squared: f64) -> Vec<
                     fmt_num(f.fit.slope * 1000.0),
                     if f.fit.n < 3 { "; two points make any line" } else { "" }
                 ),
+                more_rounds: None,
             }
         })
         .collect()
@@ -870,18 +1058,29 @@ fn grows(
             let (added_lo, added_hi) = (added(a1, b1), added(a2, b2));
             // Repetitions pair within a point, not across points: the points' combinations
             // are independent, so their per-second or per-repetition spreads add.
-            let (Some(at_lo), Some(at_hi)) = (
-                combine_groups(metric, &[(-1.0, a1), (1.0, b1)]),
-                combine_groups(metric, &[(-1.0, a2), (1.0, b2)]),
-            ) else {
-                continue;
+            let change = if analysis.run.config.until_decided.is_some() {
+                // Every round ran both points: the change is formed round by round, so its
+                // interval is one sequence's, valid over the looks.
+                let joint = [(1.0, b2), (-1.0, a2), (-1.0, b1), (1.0, a1)];
+                let Some(change) = combine_groups(analysis.run, metric, &joint) else {
+                    continue;
+                };
+                change
+            } else {
+                let (Some(at_lo), Some(at_hi)) = (
+                    combine_groups(analysis.run, metric, &[(-1.0, a1), (1.0, b1)]),
+                    combine_groups(analysis.run, metric, &[(-1.0, a2), (1.0, b2)]),
+                ) else {
+                    continue;
+                };
+                difference_of(&at_hi, &at_lo)
             };
-            let change = difference_of(&at_hi, &at_lo);
             let size = [a1, b1, a2, b2]
                 .iter()
                 .map(|g| g.mean(|c| cell_value(c, metric)).abs())
                 .fold(0.0, f64::max);
             let site = Site {
+                run: analysis.run,
                 label: format!("{} -> {}", lo.label(), hi.label()),
                 metric,
                 groups: vec![a1, b1, a2, b2],
@@ -909,7 +1108,7 @@ fn grows(
                     change.basis
                 ),
                 &[scenario, against],
-                change.across_repetitions,
+                Judged::of(&change, 0.0),
             ));
         }
     }
@@ -943,6 +1142,9 @@ fn difference_of(a: &Estimate, b: &Estimate) -> Estimate {
         basis,
         sides: a.sides.iter().chain(&b.sides).copied().collect(),
         across_repetitions: a.across_repetitions && b.across_repetitions,
+        rounds: None,
+        left_out: vec![],
+        margin: a.margin && b.margin,
     }
 }
 

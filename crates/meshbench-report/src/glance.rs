@@ -47,13 +47,77 @@ pub fn glance(result: &RunResult, analysis: &Analysis) -> Glance {
         ));
     }
     sentences.extend(findings_sentence(&findings));
+    sentences.extend(rounds_sentences(result, &findings));
     sentences.extend(overhead_sentences(&figures));
     sentences.extend(noise_sentence(result));
+    sentences.extend(delay_sentence(result));
     sentences.extend(outcome_sentence(result));
     Glance {
         sentences,
         matrix: matrix(&findings),
     }
+}
+
+/// The undecided points a run until decided lists by name; the rest are counted.
+const UNDECIDED_LISTED: usize = 6;
+
+/// In a run until decided: how many rounds ran and why it stopped, then each point still
+/// undecided with its interval and how many more rounds would decide it.
+fn rounds_sentences(result: &RunResult, findings: &[Finding]) -> Vec<String> {
+    let Some(rule) = result.config.until_decided else {
+        return vec![];
+    };
+    let rounds = result.cells.iter().map(|c| c.repetition).max().unwrap_or(0);
+    let budget = rule
+        .budget_seconds
+        .and_then(|b| std::time::Duration::try_from_secs_f64(b).ok())
+        .map(|b| format!(", budget {}", humantime::format_duration(b)))
+        .unwrap_or_default();
+    let mut out = vec![match &result.stopped {
+        Some(stop) => format!(
+            "Rounds until decided: {} round{} ran (at most {}{budget}) in {}; it stopped because {}.",
+            stop.rounds,
+            if stop.rounds == 1 { "" } else { "s" },
+            rule.max_rounds,
+            humantime::format_duration(std::time::Duration::from_secs(stop.seconds as u64)),
+            stop.reason.describe()
+        ),
+        None => format!(
+            "Rounds until decided: {rounds} round{} so far (at most {}{budget}).",
+            if rounds == 1 { "" } else { "s" },
+            rule.max_rounds
+        ),
+    }];
+    let undecided: Vec<String> = findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Inconclusive)
+        .flat_map(|f| {
+            f.points
+                .iter()
+                .filter(|p| p.verdict == Verdict::Inconclusive)
+                .map(move |p| {
+                    let why = match (&p.more_rounds, p.noise.is_empty()) {
+                        (Some(more), _) => more.describe(),
+                        (None, false) => format!("noise: {}", p.noise.join(", ")),
+                        (None, true) => "no interval yet".to_owned(),
+                    };
+                    format!(
+                        "{} \"{}\" at {}: {} ({why})",
+                        f.claim.study, f.claim.statement, p.site, p.parts.key
+                    )
+                })
+        })
+        .collect();
+    if !undecided.is_empty() {
+        let listed = undecided.len().min(UNDECIDED_LISTED);
+        let mut sentence = format!("Still undecided: {}", undecided[..listed].join("; "));
+        if undecided.len() > listed {
+            sentence.push_str(&format!("; and {} more points", undecided.len() - listed));
+        }
+        sentence.push('.');
+        out.push(sentence);
+    }
+    out
 }
 
 /// "Of the study's 3 findings, 2 held and 1 was inconclusive (noise at 1 point)."
@@ -180,7 +244,7 @@ fn noise_sentence(result: &RunResult) -> Option<String> {
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     let (mut flagged, mut other, mut steal) = (0, 0.0_f64, 0.0_f64);
     for cell in &result.cells {
-        let flags = crate::trust::cell_flags(cell);
+        let flags = crate::trust::cell_flags(result, cell);
         if flags.is_empty() {
             continue;
         }
@@ -214,6 +278,37 @@ fn noise_sentence(result: &RunResult) -> Option<String> {
          they touch them.",
         if flagged == 1 { "was" } else { "were" },
         join_and(&reasons)
+    ))
+}
+
+/// "In 3 cells the system under test delayed the load generator ...": lateness counted as
+/// the scenarios' cost, not noise (`trust::generator_delay`).
+fn delay_sentence(result: &RunResult) -> Option<String> {
+    let delays: Vec<(&str, f64)> = (result.cells.iter())
+        .filter_map(|c| {
+            Some((
+                c.scenario.as_str(),
+                crate::trust::generator_delay(result, c)?,
+            ))
+        })
+        .map(|(scenario, d)| (scenario, d.late_share))
+        .collect();
+    if delays.is_empty() {
+        return None;
+    }
+    let most = delays.iter().map(|d| d.1).fold(0.0, f64::max);
+    let mut scenarios: Vec<&str> = delays.iter().map(|d| d.0).collect();
+    scenarios.dedup();
+    scenarios.sort_unstable();
+    scenarios.dedup();
+    Some(format!(
+        "In {} cell{} ({}) the system under test kept the CPUs the load generator shares with \
+         it busy, and up to {:.1}% of requests left late: counted as the scenario's cost, since \
+         latency is measured from the intended send time.",
+        delays.len(),
+        if delays.len() == 1 { "" } else { "s" },
+        join_and(&scenarios.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        most * 100.0
     ))
 }
 

@@ -33,6 +33,7 @@ pub use charts::{charts, Chart};
 pub use compare::compare_runs;
 pub use cost::{cost_table, Prices};
 pub use export::{write_exports, ExportFormat};
+pub use findings::undecided_findings;
 pub use glance::{glance, Glance};
 pub use html::{escape as html_escape, glance_html, render_html, table_html};
 pub use markdown::{render_markdown, render_tables};

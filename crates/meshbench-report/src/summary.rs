@@ -88,6 +88,7 @@ pub fn cell_line(
     total: usize,
     label: &str,
     cell: &meshbench_results::Cell,
+    background: Option<&meshbench_results::Background>,
 ) -> String {
     let mut line = format!(
         "[{index}/{total}] {label}: achieved {:.1} rps, p50 {:.3} ms, p99 {:.3} ms, {} not 2xx",
@@ -96,7 +97,8 @@ pub fn cell_line(
         cell.load.latency.p99_us as f64 / 1e3,
         tables::error_count(cell),
     );
-    for flag in crate::trust::cell_flags(cell) {
+    let level = background.and_then(|b| crate::trust::level_of(b, cell));
+    for flag in crate::trust::cell_flags_against(cell, level) {
         let _ = write!(line, "\n    noisy: {flag}");
     }
     line

@@ -407,6 +407,7 @@ pub fn report_tables(result: &RunResult, analysis: &Analysis) -> Vec<Table> {
         .into_iter()
         .collect();
     tables.extend(crate::trust::noise_table(result, analysis));
+    tables.extend(crate::trust::generator_delay_table(analysis));
     tables.extend(capacity_tables(result, analysis));
     tables.extend([absolute_table(&figures), overhead_table(&figures)]);
     tables.extend(significance_table(analysis));

@@ -10,23 +10,40 @@
 //!
 //! Noise flags, and their thresholds (the defaults below, the same for every run):
 //! - steal: the hypervisor took more than [`STEAL_SHARE`] of the machine's CPU;
-//! - other processes: more than [`OTHER_CORES`] cores went to neither the lab nor the kernel's
-//!   interrupts;
-//! - the load generator limited the run, or sent more than [`LATE_SHARE`] of its requests
-//!   late while their connection was free (its own lateness, not the target's);
+//! - other processes: on the local lab, more than [`OTHER_CORES`] cores went to neither the
+//!   lab nor the kernel's interrupts (the lab's machine has no platform of its own: anything
+//!   else is someone else's). On a cluster the nodes' kubelets, runtimes, API server and
+//!   control planes run anyway, so the CPU outside the cell's pods is judged against the
+//!   machines' background, measured with no cell running before the cell's round (results'
+//!   `backgrounds`): flagged past the background's mean plus the larger of [`OTHER_CORES`]
+//!   and [`BACKGROUND_Z`] standard deviations of a cell-long window's mean. A cluster run
+//!   without a background is judged as the local lab is;
+//! - the load generator's own threads were saturated (it, not the target, limited the rate);
+//!   or it sent more than [`LATE_SHARE`] of its requests late while their connection was free
+//!   and something outside the system under test took the CPU: the hypervisor (at least that
+//!   share of one CPU stolen) or other processes (flagged as above). Lateness with neither is
+//!   the cell's own components taking the CPU the generator shares with them, which the
+//!   latency, measured from the intended send time, already carries: the system's cost, not
+//!   noise ([`generator_delay`], reported apart);
 //! - CPU frequency moved by more than [`MHZ_CHANGE`] between the window's ends;
 //! - spread: across repetitions, a coefficient of variation of p99 above [`SPREAD_CV`].
 
-use meshbench_results::{Cell, MachineCpu, RunResult};
+use meshbench_results::noise::{late_share, saturated};
+use meshbench_results::{Background, Cell, MachineCpu, RunResult};
+use meshbench_stats::{block_bootstrap_estimate, SecondValue};
 
-use crate::analysis::{Analysis, Group};
+use crate::analysis::{Analysis, Group, BOOTSTRAP_ITERATIONS, BOOTSTRAP_SEED};
 use crate::cell::BASELINE;
 use crate::table::Table;
 
-use meshbench_results::noise::{generator_noise, GeneratorNoise};
 pub use meshbench_results::noise::{LATE_SHARE, STEAL_SHARE};
-/// Busy CPU outside the lab and outside interrupts, in cores.
+/// Busy CPU outside the lab and outside interrupts, in cores; on a cluster, the least excess
+/// over the machines' background that counts.
 pub const OTHER_CORES: f64 = 0.25;
+/// On a cluster, the background's standard deviations (of a cell-long window's mean) the CPU
+/// outside a cell's pods may exceed its mean by, where that is more than [`OTHER_CORES`]: one
+/// sided, about one cell in 700 by chance where the background is normal.
+pub const BACKGROUND_Z: f64 = 3.0;
 /// CPU frequency range over the window, as a share of the highest.
 pub const MHZ_CHANGE: f64 = 0.10;
 /// Coefficient of variation of p99 across repetitions.
@@ -125,11 +142,107 @@ pub fn machine_share(cell: &Cell) -> Option<MachineShare> {
     })
 }
 
+/// The busy CPU of a cell's machines with no cell running, over the same machines.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BackgroundLevel {
+    /// Mean busy cores of the machines' processes.
+    pub mean_cores: f64,
+    /// One standard deviation of that mean over a window of the cell's length (a block
+    /// bootstrap of the background's intervals, which keeps their dependence); `None` with
+    /// fewer than three intervals.
+    pub window_sd_cores: Option<f64>,
+    /// How long the background was read.
+    pub seconds: f64,
+}
+
+/// The background that applies to `cell` of `run` (the measurement taken last before it),
+/// over the machines its figures come from; `None` where the run has none, or it misses one
+/// of those machines.
+pub fn background_level(run: &RunResult, cell: &Cell) -> Option<BackgroundLevel> {
+    let index = (run.cells.iter().position(|c| std::ptr::eq(c, cell)))
+        .or_else(|| run.cells.iter().position(|c| c == cell))?;
+    level_of(Background::for_cell(&run.backgrounds, index)?, cell)
+}
+
+/// `background` over `cell`'s machines: their means add, and so do their variances.
+pub fn level_of(background: &Background, cell: &Cell) -> Option<BackgroundLevel> {
+    if cell.machines.is_empty() {
+        return None;
+    }
+    let window = cell.load.window.seconds;
+    let (mut mean_cores, mut variance, mut seconds) = (0.0, Some(0.0), f64::INFINITY);
+    for machine in &cell.machines {
+        let rest = background
+            .machines
+            .iter()
+            .find(|b| b.is_machine_of(machine.node.as_deref()))?;
+        mean_cores += rest.mean_cores()?;
+        let span = rest.cores.len() as f64 * background.interval_seconds;
+        seconds = f64::min(seconds, span);
+        let values: Vec<SecondValue> = (rest.cores.iter())
+            .map(|&value| SecondValue {
+                value,
+                responses: 1,
+            })
+            .collect();
+        let estimate = block_bootstrap_estimate(&[values], BOOTSTRAP_ITERATIONS, BOOTSTRAP_SEED);
+        // The mean over the whole background has this error; a window of the cell's length
+        // holds span/window times fewer intervals.
+        let sd = estimate
+            .filter(|_| window > 0.0)
+            .map(|e| e.standard_error * (span / window).sqrt());
+        variance = variance.zip(sd).map(|(v, sd)| v + sd * sd);
+    }
+    Some(BackgroundLevel {
+        mean_cores,
+        window_sd_cores: variance.map(f64::sqrt),
+        seconds,
+    })
+}
+
+/// How much CPU outside a cell's components flags it, and what it was judged against.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutsideLimit {
+    pub limit_cores: f64,
+    /// The background the limit was set from (a cluster's), or shown beside it (the lab's).
+    pub background: Option<BackgroundLevel>,
+    /// Whether the limit is over the platform's background (a cluster) or over nothing.
+    pub over_background: bool,
+}
+
+/// The limit of the CPU outside `cell` (see the module's header).
+pub fn outside_limit(cell: &Cell, background: Option<BackgroundLevel>) -> OutsideLimit {
+    let on_cluster = cell.machines.iter().any(|m| m.node.is_some());
+    match background {
+        Some(level) if on_cluster => {
+            let spread = BACKGROUND_Z * level.window_sd_cores.unwrap_or(0.0);
+            OutsideLimit {
+                limit_cores: level.mean_cores + spread.max(OTHER_CORES),
+                background: Some(level),
+                over_background: true,
+            }
+        }
+        _ => OutsideLimit {
+            limit_cores: OTHER_CORES,
+            background,
+            over_background: false,
+        },
+    }
+}
+
 /// Why a cell's figures may not be trustworthy, one sentence each; empty when nothing was
 /// seen. (Spread across repetitions is a group's, see [`noise_flags`].)
-pub fn cell_flags(cell: &Cell) -> Vec<String> {
+pub fn cell_flags(run: &RunResult, cell: &Cell) -> Vec<String> {
+    cell_flags_against(cell, background_level(run, cell))
+}
+
+/// [`cell_flags`] of a cell judged against `background` (a cell not yet in its run's results:
+/// the progress line).
+pub fn cell_flags_against(cell: &Cell, background: Option<BackgroundLevel>) -> Vec<String> {
     let mut flags = vec![];
-    if let Some(share) = machine_share(cell) {
+    let share = machine_share(cell);
+    let mut outside_flagged = false;
+    if let Some(share) = &share {
         let steal = share.steal_cores / f64::from(share.cpus.max(1));
         if steal > STEAL_SHARE {
             flags.push(format!(
@@ -138,28 +251,14 @@ pub fn cell_flags(cell: &Cell) -> Vec<String> {
                 STEAL_SHARE * 100.0
             ));
         }
-        if share.other_cores > OTHER_CORES {
-            let outside = match cell.machines.iter().any(|m| m.node.is_some()) {
-                true => "outside the cell's pods (the nodes' kubelets, runtimes, other pods)",
-                false => "outside the lab",
-            };
-            flags.push(format!(
-                "other processes: {:.2} cores went to processes {outside} (threshold {OTHER_CORES})",
-                share.other_cores
-            ));
+        let limit = outside_limit(cell, background);
+        if share.other_cores > limit.limit_cores {
+            outside_flagged = true;
+            flags.push(other_processes_flag(cell, share.other_cores, &limit));
         }
     }
-    let generator = cell.load.generator.as_ref();
-    match generator.and_then(|g| generator_noise(g, cell.load.sent)) {
-        Some(GeneratorNoise::Limited) => flags.push(
-            "generator-limited: the load generator, not the target, limited the rate".to_owned(),
-        ),
-        Some(GeneratorNoise::Late { share }) => flags.push(format!(
-            "generator late: {:.1}% of requests left late with their connection free (threshold {:.0}%)",
-            share * 100.0,
-            LATE_SHARE * 100.0
-        )),
-        None => {}
+    if let Some(flag) = generator_flag(cell, share.as_ref(), outside_flagged) {
+        flags.push(flag);
     }
     for machine in &cell.machines {
         if let (Some(low), Some(high)) = (machine.mhz_min, machine.mhz_max) {
@@ -173,6 +272,145 @@ pub fn cell_flags(cell: &Cell) -> Vec<String> {
     flags
 }
 
+fn other_processes_flag(cell: &Cell, other_cores: f64, limit: &OutsideLimit) -> String {
+    let on_cluster = cell.machines.iter().any(|m| m.node.is_some());
+    let outside = match on_cluster {
+        true => "outside the cell's pods (the nodes' kubelets, runtimes, other pods)",
+        false => "outside the lab",
+    };
+    match limit.background {
+        Some(level) if limit.over_background => format!(
+            "other processes: {other_cores:.2} cores went to processes {outside}, {:+.2} over their background of {} (threshold {:.2})",
+            other_cores - level.mean_cores,
+            show_level(&level),
+            limit.limit_cores
+        ),
+        Some(level) => format!(
+            "other processes: {other_cores:.2} cores went to processes {outside} (threshold {OTHER_CORES}; {} before the cells)",
+            show_level(&level)
+        ),
+        None => format!(
+            "other processes: {other_cores:.2} cores went to processes {outside} (threshold {OTHER_CORES})"
+        ),
+    }
+}
+
+/// "0.13 cores (± 0.02 over a cell's length)".
+pub fn show_level(level: &BackgroundLevel) -> String {
+    match level.window_sd_cores {
+        Some(sd) => format!(
+            "{:.2} cores (± {sd:.2} over a cell's length)",
+            level.mean_cores
+        ),
+        None => format!("{:.2} cores", level.mean_cores),
+    }
+}
+
+/// The generator's flag: its own saturation, or lateness that something outside the system
+/// under test explains (see the module's header); `None` when neither.
+fn generator_flag(cell: &Cell, share: Option<&MachineShare>, outside: bool) -> Option<String> {
+    let generator = cell.load.generator.as_ref()?;
+    let sent = cell.load.sent;
+    if saturated(generator, sent) {
+        return Some(
+            "generator-limited: the load generator's own threads were saturated: it, not the target, limited the rate"
+                .to_owned(),
+        );
+    }
+    let late = late_share(generator, sent);
+    if late <= LATE_SHARE {
+        return None;
+    }
+    let lateness = format!(
+        "generator late: {:.1}% of requests left late with their connection free (threshold {:.0}%)",
+        late * 100.0,
+        LATE_SHARE * 100.0
+    );
+    match share {
+        // Without the machine's reading nothing tells who had the CPU.
+        None => Some(lateness),
+        Some(share) if share.steal_cores >= late => Some(format!(
+            "{lateness}, and the hypervisor took {:.3} cores",
+            share.steal_cores
+        )),
+        Some(_) if outside => Some(format!(
+            "{lateness}, while other processes ran beside the cell"
+        )),
+        Some(_) => None,
+    }
+}
+
+/// A load generator the cell's own components delayed: sends left late while the CPU it
+/// shares with them was theirs (not noise: see the module's header).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GeneratorDelay {
+    /// Of the requests sent, those sent late with their connection free.
+    pub late_share: f64,
+    /// The machines' busy cores and CPUs over the window.
+    pub busy_cores: f64,
+    pub cpus: u32,
+}
+
+/// Where the cell's own components delayed its generator; `None` where it was punctual, or
+/// its lateness is flagged as noise.
+pub fn generator_delay(run: &RunResult, cell: &Cell) -> Option<GeneratorDelay> {
+    let share = machine_share(cell)?;
+    let generator = cell.load.generator.as_ref()?;
+    let late = late_share(generator, cell.load.sent);
+    let flagged = cell_flags(run, cell)
+        .iter()
+        .any(|f| f.starts_with("generator"));
+    (late > LATE_SHARE && !flagged && !saturated(generator, cell.load.sent)).then_some(
+        GeneratorDelay {
+            late_share: late,
+            busy_cores: share.busy_cores,
+            cpus: share.cpus,
+        },
+    )
+}
+
+/// The cells whose own components delayed their generator, as a table; `None` without any.
+pub fn generator_delay_table(analysis: &Analysis) -> Option<Table> {
+    let mut rows = vec![];
+    for g in &analysis.groups {
+        for cell in &g.cells {
+            if let Some(delay) = generator_delay(analysis.run, cell) {
+                rows.push(vec![
+                    g.point.label(),
+                    g.scenario.clone(),
+                    cell.repetition.to_string(),
+                    format!("{:.1}%", delay.late_share * 100.0),
+                    format!("{:.2} of {}", delay.busy_cores, delay.cpus),
+                ]);
+            }
+        }
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    Some(Table {
+        title: "Load generator delayed by the system under test (counted as its cost)".to_owned(),
+        note: "The generator shares its machine's CPUs with the cell's components; here it \
+               sent more than 1% of its requests late with their connection free, while neither \
+               the hypervisor nor processes outside the cell took the CPU. The wait is part of \
+               every such request's latency (measured from its intended send time), so it counts \
+               as the scenario's cost, as it would for a client beside its own proxy; it is not \
+               noise. On one machine the generator shares the CPUs with both ends' proxies, where \
+               on a cluster of several machines it shares only its own node's."
+            .to_owned(),
+        headers: [
+            "load",
+            "scenario",
+            "repetition",
+            "sent late",
+            "machine busy (cores)",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    })
+}
+
 /// A cell or group whose figures are flagged, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NoiseFlag {
@@ -181,6 +419,9 @@ pub struct NoiseFlag {
     /// `None` for a flag on the group (spread across repetitions).
     pub repetition: Option<u32>,
     pub reason: String,
+    /// The cell's CPU outside its components beside its machines' background, in cores
+    /// ("0.32 (background 0.13 ± 0.02)"); empty for a group's flag or an unread machine.
+    pub outside: String,
 }
 
 /// Every flag of the run: each cell's, and each group's spread across its kept repetitions.
@@ -188,12 +429,14 @@ pub fn noise_flags(analysis: &Analysis) -> Vec<NoiseFlag> {
     let mut flags = vec![];
     for g in &analysis.groups {
         for cell in &g.cells {
-            for reason in cell_flags(cell) {
+            let background = background_level(analysis.run, cell);
+            for reason in cell_flags_against(cell, background) {
                 flags.push(NoiseFlag {
                     point: g.point.label(),
                     scenario: g.scenario.clone(),
                     repetition: Some(cell.repetition),
                     reason,
+                    outside: outside_beside_background(cell, background),
                 });
             }
         }
@@ -209,11 +452,31 @@ pub fn noise_flags(analysis: &Analysis) -> Vec<NoiseFlag> {
                         g.cells.len(),
                         SPREAD_CV * 100.0
                     ),
+                    outside: String::new(),
                 });
             }
         }
     }
     flags
+}
+
+/// "0.32 (background 0.13 ± 0.02)": the cell's CPU outside its components, and its machines'
+/// background where measured; empty where the machine was not read.
+pub fn outside_beside_background(cell: &Cell, background: Option<BackgroundLevel>) -> String {
+    let Some(share) = machine_share(cell) else {
+        return String::new();
+    };
+    match background {
+        Some(level) => format!(
+            "{:.2} (background {})",
+            share.other_cores,
+            match level.window_sd_cores {
+                Some(sd) => format!("{:.2} ± {sd:.2}", level.mean_cores),
+                None => format!("{:.2}", level.mean_cores),
+            }
+        ),
+        None => format!("{:.2} (no background measured)", share.other_cores),
+    }
 }
 
 /// Coefficient of variation of the cells' p99; `None` with fewer than two.
@@ -253,6 +516,10 @@ pub fn noise_table(result: &RunResult, analysis: &Analysis) -> Option<Table> {
     if flags.is_empty() {
         return None;
     }
+    let note = [
+        pin_advice(result, &flags).map(|advice| format!("Advice: {advice}.")),
+        background_note(result),
+    ];
     let rows: Vec<Vec<String>> = flags
         .iter()
         .map(|f| {
@@ -261,19 +528,79 @@ pub fn noise_table(result: &RunResult, analysis: &Analysis) -> Option<Table> {
                 f.scenario.clone(),
                 f.repetition.map_or("all".to_owned(), |r| r.to_string()),
                 f.reason.clone(),
+                f.outside.clone(),
             ]
         })
         .collect();
     Some(Table {
         title: "Noise: cells whose figures may not be trustworthy, and why".to_owned(),
-        note: pin_advice(result, &flags)
-            .map(|advice| format!("Advice: {advice}."))
-            .unwrap_or_default(),
-        headers: ["load", "scenario", "repetition", "why"]
-            .map(String::from)
-            .to_vec(),
+        note: note.into_iter().flatten().collect::<Vec<_>>().join(" "),
+        headers: [
+            "load",
+            "scenario",
+            "repetition",
+            "why",
+            "CPU outside the cell, cores",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows,
     })
+}
+
+/// "Background: ...": how each machine's background was measured and what it was, each
+/// measurement's mean over its machines; `None` for a run without one.
+pub fn background_note(run: &RunResult) -> Option<String> {
+    let first = run.backgrounds.first()?;
+    let means: Vec<f64> = (run.backgrounds.iter())
+        .filter_map(|b| {
+            b.machines
+                .iter()
+                .map(|m| m.mean_cores())
+                .sum::<Option<f64>>()
+        })
+        .collect();
+    let (low, high) = means
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), m| {
+            (l.min(*m), h.max(*m))
+        });
+    let machines: Vec<String> = (first.machines.iter())
+        .map(|m| {
+            let mut name = m.node.clone().unwrap_or_else(|| "this machine".to_owned());
+            if !m.same_machine_nodes.is_empty() {
+                name.push_str(&format!(" (with {})", m.same_machine_nodes.join(", ")));
+            }
+            format!("{name}, {} CPUs", m.cpus)
+        })
+        .collect();
+    let seconds =
+        first.machines.first().map_or(0.0, |m| m.cores.len() as f64) * first.interval_seconds;
+    let range = if means.len() > 1 {
+        format!("{low:.2} to {high:.2} cores")
+    } else {
+        format!("{low:.2} cores")
+    };
+    Some(format!(
+        "Background: the busy cores of every process on {} with no cell running, read for \
+         {seconds:.0} s before the first cell and before each later round ({} time{}): {range}. \
+         {}",
+        machines.join("; "),
+        means.len(),
+        if means.len() == 1 { "" } else { "s" },
+        if first.machines.iter().any(|m| m.node.is_some()) {
+            format!(
+                "A cell is flagged when the CPU outside its pods exceeds it by more than \
+                 {OTHER_CORES} cores or {BACKGROUND_Z} standard deviations of a cell-long \
+                 window, whichever is more."
+            )
+        } else {
+            format!(
+                "The lab's machine has no platform of its own: a cell is flagged when more \
+                 than {OTHER_CORES} cores go outside the lab."
+            )
+        }
+    ))
 }
 
 /// Per scenario and point, means over the kept repetitions: the machine's busy CPU, what
@@ -317,6 +644,14 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
             _ => "-".to_owned(),
         };
         let unattributed = share.unattributed_cores();
+        let levels: Vec<f64> = (g.cells.iter())
+            .filter_map(|c| background_level(analysis.run, c))
+            .map(|l| l.mean_cores)
+            .collect();
+        let background = match levels.len() {
+            0 => "-".to_owned(),
+            n => format!("{:.3}", levels.iter().sum::<f64>() / n as f64),
+        };
         rows.push(vec![
             g.point.label(),
             g.scenario.clone(),
@@ -343,6 +678,7 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
                 _ => format!("{:.3}", share.interrupt_cores),
             },
             format!("{:.3}", share.other_cores),
+            background,
             versus_baseline,
         ]);
     }
@@ -355,8 +691,9 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
                 scheduler tick and may count some already inside a process's time; other is \
                 processes outside the lab and kernel threads; on a cluster, each machine the \
                 cell's nodes run on, from its kubelet's root cgroup, which has no interrupts \
-                outside a task; the last column is the kernel's and the machine's part of a \
-                scenario's cost that a per-process view misses."
+                outside a task; background is the same machines' processes with no cell \
+                running, measured before the cell's round; the last column is the kernel's \
+                and the machine's part of a scenario's cost that a per-process view misses."
             .to_owned(),
         headers: [
             "load",
@@ -366,6 +703,7 @@ pub fn unattributed_table(analysis: &Analysis) -> Table {
             "unattributed (share of busy)",
             "of which interrupts",
             "of which other",
+            "background (no cell running)",
             "unattributed vs baseline",
         ]
         .map(String::from)

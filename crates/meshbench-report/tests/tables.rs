@@ -433,7 +433,7 @@ fn on_a_cluster_each_machine_counts_the_components_of_the_nodes_it_runs() {
     assert!(row[4].starts_with("0.400 (44%)"), "{row:?}");
     assert!(row[5].starts_with("not read"), "{row:?}");
     // 0.4 cores beside the cell's pods is noise worth a flag, said in a cluster's words.
-    let flags = meshbench_report::trust::cell_flags(&result.cells[0]);
+    let flags = meshbench_report::trust::cell_flags(&result, &result.cells[0]);
     assert!(
         flags.iter().any(|f| f.contains("outside the cell's pods")),
         "{flags:?}"

@@ -5,16 +5,19 @@
 //! crates that produce them. The contract is versioned by [`SCHEMA_VERSION`]; the committed
 //! JSON Schema in `schema/` is checked by a test so that any change to a field is deliberate.
 
+mod background;
 mod bench;
 mod claims;
 mod environment;
 mod io;
 mod load;
 pub mod noise;
+mod rounds;
 mod run;
 mod samples;
 mod verify;
 
+pub use background::{Background, MachineBackground};
 pub use bench::{BenchMeasurement, BenchRatio, BenchReport, Pacing, RatioInterval, TargetVerdict};
 pub use claims::{Claim, ClaimAxis, ClaimCheck, ClaimMetric};
 pub use environment::{describe_environment, BuildInfo};
@@ -23,12 +26,13 @@ pub use load::{
     is_success_outcome, EncodedHistogram, GeneratorStats, LatencySummary, LoadModel, LoadReport,
     MeasurementWindow, ModelParameters, RequestSample, SecondStats, HISTOGRAM_ENCODING,
 };
+pub use rounds::{RoundsStop, StopReason, UntilDecided};
 pub use run::{
     CapacityConfig, Cell, ComponentResources, Environment, HandshakeTimes, LoadPoint, MachineCpu,
     MeshInstallation, OutlierPolicyConfig, RunConfig, RunResult, RunStatus, ScenarioConfig,
     SoftwareVersion, UnavailableScenario, WireObservation, WorkloadConfig,
 };
-pub use samples::{counter_at, Sample, SampleSeries};
+pub use samples::{cores_per_interval, counter_at, Sample, SampleSeries};
 
 pub use verify::{
     CaseVerification, IdentityCheck, MeshVerification, ProbeVerification, Verdict, VerifyReport,

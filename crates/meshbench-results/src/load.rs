@@ -87,6 +87,11 @@ pub struct GeneratorStats {
     /// True when the generator, not the target, limited the run; its figures then
     /// understate what the target can do.
     pub limited: bool,
+    /// Whether its threads were busy for more than 90% of the run: the generator's own limit,
+    /// as opposed to sends left late because something else had the CPU. Absent in reports
+    /// from before it was recorded (`limited` then says either).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saturated: Option<bool>,
     /// Requests whose clock readings were out of order (an answer before its send, a send
     /// before its slot): their latency was taken from a fresh CLOCK_MONOTONIC reading
     /// instead, an upper bound. Absent when none.

@@ -32,6 +32,15 @@ pub fn generator_noise(generator: &GeneratorStats, sent: u64) -> Option<Generato
     (share > LATE_SHARE).then_some(GeneratorNoise::Late { share })
 }
 
+/// Whether the generator's own threads limited it (busy for more than 90% of the run). A
+/// report from before `saturated` was recorded says only `limited`: saturated where its
+/// lateness does not explain it.
+pub fn saturated(generator: &GeneratorStats, sent: u64) -> bool {
+    generator
+        .saturated
+        .unwrap_or(generator.limited && late_share(generator, sent) <= LATE_SHARE)
+}
+
 /// The share of `sent` requests the generator sent late with their connection free.
 pub fn late_share(generator: &GeneratorStats, sent: u64) -> f64 {
     generator.late_while_idle as f64 / sent.max(1) as f64
@@ -48,6 +57,7 @@ mod tests {
             cpu_us_per_request: 10.0,
             late_while_idle,
             limited,
+            saturated: None,
             untrusted_timestamps: 0,
         }
     }

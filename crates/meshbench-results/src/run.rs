@@ -22,6 +22,15 @@ pub struct RunResult {
     pub config: RunConfig,
     /// Finished cells only, in the order they ran.
     pub cells: Vec<Cell>,
+    /// Each machine's CPU with no cell running, before the first cell and before each later
+    /// round: what a cell's CPU outside its components is judged against. Absent in results
+    /// from before it was measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backgrounds: Vec<crate::Background>,
+    /// Where a run of rounds until decided stopped, and why; absent for a fixed number of
+    /// repetitions, and while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<crate::RoundsStop>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -133,6 +142,11 @@ pub struct RunConfig {
     /// it visited, and a cell's `repetition` is its try at that rate.
     #[serde(default)]
     pub capacity: Option<CapacityConfig>,
+    /// Rounds until every finding is decided (`repetitions: {until: decided, ...}`): the
+    /// findings' intervals are then valid over a look after every round. Absent for a fixed
+    /// number of repetitions.
+    #[serde(default)]
+    pub until_decided: Option<crate::UntilDecided>,
     /// The findings of the profile's study, checked by the report against this run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<crate::Claim>,

@@ -109,6 +109,30 @@ pub fn counter_at<S>(
     Some(value(a) + frac * (value(b) - value(a)))
 }
 
+/// A cumulative CPU counter (nanoseconds, at Unix or monotonic nanosecond times) as the mean
+/// cores over each `interval_ns` from `start_ns` while whole intervals fit before `end_ns`,
+/// interpolated between readings as a cell's window is.
+pub fn cores_per_interval<S>(
+    samples: &[S],
+    (start_ns, end_ns): (u64, u64),
+    interval_ns: u64,
+    time: impl Fn(&S) -> u64 + Copy,
+    value: impl Fn(&S) -> f64 + Copy,
+) -> Vec<f64> {
+    if interval_ns == 0 || samples.len() < 2 {
+        return vec![];
+    }
+    let count = end_ns.saturating_sub(start_ns) / interval_ns;
+    (0..count)
+        .filter_map(|i| {
+            let from = start_ns + i * interval_ns;
+            let a = counter_at(samples, from, time, value)?;
+            let b = counter_at(samples, from + interval_ns, time, value)?;
+            Some(((b - a) / interval_ns as f64).max(0.0))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +176,18 @@ mod tests {
         // Half a second busy out of a one-second window straddling the start of the burst.
         let straddle = s.summarize(S / 2, S + S / 2);
         assert!((straddle.cpu_cores_mean - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_counter_becomes_cores_per_interval() {
+        // Half a core for 4 s, then a full core for 2 s, read every 2 s.
+        const S: u64 = 1_000_000_000;
+        let readings = [(0, 0.0), (2 * S, 1e9), (4 * S, 2e9), (6 * S, 4e9)];
+        let cores = cores_per_interval(&readings, (0, 6 * S), S, |r| r.0, |r| r.1);
+        assert_eq!(cores, vec![0.5, 0.5, 0.5, 0.5, 1.0, 1.0]);
+        // Only whole intervals.
+        let cores = cores_per_interval(&readings, (0, 5 * S + S / 2), 2 * S, |r| r.0, |r| r.1);
+        assert_eq!(cores, vec![0.5, 0.5]);
+        assert!(cores_per_interval(&readings[..1], (0, 6 * S), S, |r| r.0, |r| r.1).is_empty());
     }
 }

@@ -24,7 +24,7 @@ use meshbench_lab::BuildInfo;
 use meshbench_local::{LocalLab, LocalOptions};
 use meshbench_meshes::Scenario;
 use meshbench_netlab::Backend;
-use meshbench_results::{Cell, RunResult, RunStatus, SecondStats, UnavailableScenario};
+use meshbench_results::{Background, Cell, RunResult, RunStatus, SecondStats, UnavailableScenario};
 use serde::Serialize;
 use tokio::sync::{broadcast, Notify};
 
@@ -709,7 +709,8 @@ impl Jobs {
             },
         };
         let runner = match runner {
-            Ok(runner) => runner,
+            // A spec of rounds until decided stops as the CLI's run does.
+            Ok(runner) => runner.deciding_with(Box::new(meshbench_report::undecided_findings)),
             Err(e) => return (JobStatus::Failed, Some(e.to_string())),
         };
         self.update(id, |s| {
@@ -960,7 +961,7 @@ impl Progress for JobProgress {
         *self.tail.lock().unwrap_or_else(|p| p.into_inner()) = Some((tail, task));
     }
 
-    fn cell_finished(&self, cell: &CellId, result: &Cell) {
+    fn cell_finished(&self, cell: &CellId, result: &Cell, background: Option<&Background>) {
         self.stop_tail();
         let finished = {
             let mut n = self.finished.lock().unwrap_or_else(|p| p.into_inner());
@@ -978,7 +979,7 @@ impl Progress for JobProgress {
         self.jobs.log(
             &self.id,
             "cell",
-            &meshbench_report::cell_line(cell.index, cell.total, &cell.label(), result),
+            &meshbench_report::cell_line(cell.index, cell.total, &cell.label(), result, background),
         );
     }
 }

@@ -9,6 +9,7 @@ mod describe;
 mod distribution;
 mod fit;
 mod positive;
+mod sequential;
 
 pub use block::{
     block_bootstrap_difference, block_bootstrap_estimate, block_length, combined_interval,
@@ -19,3 +20,4 @@ pub use describe::{percentile, Summary};
 pub use distribution::{DecodeError, Distribution};
 pub use fit::{linear_fit, mean_confidence_interval, LinearFit};
 pub use positive::{positive_interval, PositiveMethod};
+pub use sequential::{look_level, rounds_to_decide, sequential_interval};

@@ -94,6 +94,35 @@ fn bad_input_is_named_and_exits_with_code_2() {
         &run_spec,
         "outliers.drop_highest_baseline_max: dropping 5 of 5 repetitions",
     );
+    // Rounds until decided: the rule is checked field by field, in a spec and on the command line.
+    let until = |rule: &str| {
+        let minimal = format!(
+            "name: t\nscenarios: [baseline]\nload: {{model: constant-rate, points: [{{rps: 10, connections: 2}}]}}\nduration: 1s\nrepetitions: {rule}\n"
+        );
+        std::fs::write(&spec, minimal).unwrap();
+    };
+    until("{until: forever, max: 5}");
+    bad(&run_spec, "repetitions.until: expected `decided`");
+    until("{until: decided}");
+    bad(&run_spec, "repetitions.max: the most rounds is required");
+    until("{until: decided, max: 1}");
+    bad(
+        &run_spec,
+        "repetitions.max: 1 is not a whole number between 2",
+    );
+    until("{until: decided, max: 4, budget: soon}");
+    bad(&run_spec, "repetitions.budget");
+    until("{until: decided, max: 4, every: 2}");
+    bad(&run_spec, "repetitions.every: unknown field");
+    bad(
+        "run --profile smoke --until-decided --max-rounds 1",
+        "--max-rounds: 1 is not between 2",
+    );
+    bad("run --profile smoke --max-rounds 4", "--until-decided");
+    bad(
+        "run --profile capacity --until-decided",
+        "--until-decided: the capacity model's searches end on their own",
+    );
     let url = "--url http://127.0.0.1:9/";
     bad(&format!("load {url} --rps 10 --duration 10x"), "--duration");
     bad(&format!("load {url}"), "--rps is required by --model open");

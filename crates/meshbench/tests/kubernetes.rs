@@ -276,6 +276,118 @@ fn the_smoke_profile_runs_on_the_cluster_with_per_container_resources_and_nodes(
     assert_eq!(cluster.leftovers(), "", "objects left after a run");
 }
 
+/// One baseline cell per round, long enough for the kubelets' readings to surround it.
+fn noise_spec(dir: &Path, repetitions: u32) -> String {
+    let spec = dir.join(format!("spec-{repetitions}.yaml"));
+    let text = format!(
+        "name: cluster-noise
+scenarios: [baseline]
+placements: [intra-node]
+load:
+  model: constant-rate
+  points:
+    - {{ rps: 200, connections: 4 }}
+repetitions: {repetitions}
+duration: 8s
+warmup: 1s
+"
+    );
+    std::fs::write(&spec, text).unwrap();
+    spec.to_str().unwrap().to_owned()
+}
+
+/// The "other processes" flags of a finished run's cells.
+fn other_processes_flags(out: &Path) -> Vec<String> {
+    let result: meshbench_results::RunResult =
+        meshbench_results::read_json(&out.join("results.json")).unwrap();
+    result
+        .cells
+        .iter()
+        .flat_map(|cell| meshbench_report::trust::cell_flags(&result, cell))
+        .filter(|f| f.starts_with("other processes"))
+        .collect()
+}
+
+#[test]
+fn a_hog_started_on_the_clusters_machine_during_a_run_is_flagged_and_a_quiet_run_is_not() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+
+    // Quiet: two rounds, each after the nodes' background was read. The kubelets, runtimes,
+    // API server and control planes take CPU all along; against the fixed 0.25 cores of the
+    // local lab this cluster's cells were flagged, against their background they are not.
+    let quiet = dir.path().join("quiet");
+    let output = cluster
+        .run(&quiet, &["--spec", &noise_spec(dir.path(), 2)])
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let result: meshbench_results::RunResult =
+        meshbench_results::read_json(&quiet.join("results.json")).unwrap();
+    assert_eq!(result.cells.len(), 2);
+    let before: Vec<u32> = result.backgrounds.iter().map(|b| b.before_cell).collect();
+    assert_eq!(before, [0, 1], "a background before each round");
+    for background in &result.backgrounds {
+        let machine = &background.machines[0];
+        assert_eq!(machine.source, "kubelet-summary");
+        assert!(machine.node.is_some(), "{machine:?}");
+        // The test cluster's nodes share one kernel: one machine, read once.
+        assert!(!machine.same_machine_nodes.is_empty(), "{machine:?}");
+        let seconds = machine.cores.len() as f64 * background.interval_seconds;
+        assert!(
+            seconds >= 8.0,
+            "read at rest for {seconds} s: {background:?}"
+        );
+    }
+    for cell in &result.cells {
+        let level = meshbench_report::trust::background_level(&result, cell)
+            .expect("every cell has its round's background");
+        eprintln!(
+            "quiet cell {}: outside its pods {:?} cores, background {level:?}",
+            cell.repetition,
+            meshbench_report::trust::machine_share(cell).map(|s| s.other_cores)
+        );
+    }
+    let flags = other_processes_flags(&quiet);
+    assert!(flags.is_empty(), "flagged in a quiet run: {flags:?}");
+
+    // The same cell with a core spinning on the machine, started after the background was
+    // read and before the cell: flagged, with the background beside it.
+    let noisy = dir.path().join("hog");
+    let mut run = cluster
+        .run(&noisy, &["--spec", &noise_spec(dir.path(), 1)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(
+        "the background before the cell",
+        Duration::from_secs(120),
+        || {
+            let text = std::fs::read_to_string(noisy.join("results.json")).ok()?;
+            let result: meshbench_results::RunResult = serde_json::from_str(&text).ok()?;
+            (!result.backgrounds.is_empty()).then_some(())
+        },
+    );
+    let mut hog = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = run.wait().unwrap();
+    let _ = hog.kill();
+    let _ = hog.wait();
+    assert!(status.success(), "{status}");
+    let flags = other_processes_flags(&noisy);
+    assert_eq!(flags.len(), 1, "the hog's cell: {flags:?}");
+    assert!(flags[0].contains("over their background of"), "{flags:?}");
+    let report = std::fs::read_to_string(noisy.join("report.md")).unwrap();
+    assert!(report.contains("(background "), "{report}");
+    assert_eq!(cluster.leftovers(), "", "objects left after a run");
+}
+
 #[test]
 fn a_run_started_from_the_web_ui_goes_to_the_cluster_and_streams_the_clusters_progress() {
     let Some(cluster) = Cluster::get() else {

@@ -103,7 +103,7 @@ fn quiet_run(dir: &Path) -> (RunResult, String, String) {
         let flagged: Vec<_> = result
             .cells
             .iter()
-            .map(|cell| (cell, cell_flags(cell), machine_share(cell)))
+            .map(|cell| (cell, cell_flags(&result, cell), machine_share(cell)))
             .filter(|(_, flags, _)| !flags.is_empty())
             .collect();
         if flagged.is_empty() {
@@ -143,6 +143,14 @@ fn a_cpu_hog_beside_the_lab_is_flagged_and_a_quiet_run_is_not() {
             "the machine was at least as busy as its components: {share:?}"
         );
     }
+    // The machine at rest was read before the cells, for at least a cell's length.
+    let background = quiet
+        .backgrounds
+        .first()
+        .expect("a background before the cells");
+    assert_eq!(background.before_cell, 0);
+    let seconds = background.machines[0].cores.len() as f64 * background.interval_seconds;
+    assert!(seconds >= 3.0, "{background:?}");
     assert!(!report.contains("Noise:"), "{report}");
     assert!(!terminal.contains("noisy:"), "{terminal}");
     assert!(report.contains("CPU nobody was charged for"), "{report}");
@@ -153,7 +161,7 @@ fn a_cpu_hog_beside_the_lab_is_flagged_and_a_quiet_run_is_not() {
     for cell in &noisy.cells {
         let share = machine_share(cell).unwrap();
         assert!(share.other_cores > OTHER_CORES, "{share:?}");
-        let flags = cell_flags(cell);
+        let flags = cell_flags(&noisy, cell);
         assert!(
             flags.iter().any(|f| f.starts_with("other processes")),
             "{flags:?}"
@@ -167,5 +175,10 @@ fn a_cpu_hog_beside_the_lab_is_flagged_and_a_quiet_run_is_not() {
         report.contains("went to processes outside the lab"),
         "{report}"
     );
+    // The hog ran before the first cell too: the background shows it, and the cells are
+    // flagged all the same (the lab's machine has no platform of its own).
+    let at_rest = noisy.backgrounds[0].machines[0].mean_cores().unwrap();
+    assert!(at_rest > OTHER_CORES, "{:?}", noisy.backgrounds);
+    assert!(report.contains("(background "), "{report}");
     assert!(terminal.contains("noisy: other processes"), "{terminal}");
 }

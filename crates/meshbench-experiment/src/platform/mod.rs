@@ -18,13 +18,15 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use meshbench_identity::{ClientTlsFiles, ServerTlsFiles};
 use meshbench_loadgen::LoadSpec;
 use meshbench_meshes::{BoxFuture, Scenario};
 use meshbench_policy::Policy;
 use meshbench_results::{
-    ComponentResources, LoadReport, MachineCpu, UnavailableScenario, WireObservation,
+    ComponentResources, LoadReport, MachineBackground, MachineCpu, UnavailableScenario,
+    WireObservation,
 };
 use meshbench_topology::{Pod, Topology};
 use meshbench_workload::WorkloadFile;
@@ -89,6 +91,13 @@ pub struct Measured {
     pub machines: Vec<MachineCpu>,
 }
 
+/// The machines at rest, as [`Platform::background`] read them.
+pub struct AtRest {
+    /// The length of each reading in the machines' series.
+    pub interval: Duration,
+    pub machines: Vec<MachineBackground>,
+}
+
 /// Where a run's cells happen.
 pub trait Platform {
     /// How results name it: `local-lab/netns`.
@@ -136,6 +145,14 @@ pub trait Platform {
         topology: &'a Topology,
         policy: &'a Policy,
     ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Each machine's background: its processes' CPU with no cell running, over `window`,
+    /// read as a cell's machines are (every `interval`, or the platform's shortest interval).
+    /// `None` where the platform reads no machine, or could not read it now (it says why in
+    /// its log): a cell is then judged against no background.
+    fn background(&self, _window: Duration, _interval: Duration) -> BoxFuture<'_, Option<AtRest>> {
+        Box::pin(async { None })
+    }
 
     /// Realizes one cell's topology.
     fn realize<'a>(

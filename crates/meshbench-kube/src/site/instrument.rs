@@ -28,17 +28,11 @@ use meshbench_workload::{WorkloadApp, WorkloadFile};
 use super::{credentials_of, on_cluster, CreatedPod, KubeSite, START_GATE};
 use crate::objects::{PodShape, APP_CONTAINER};
 use crate::pods::{self, Until};
-use crate::stats::{Readings, SummarySampler, Target};
+use crate::stats::{node_facts, NodeFacts, Readings, SummarySampler, Target, MIN_SAMPLE_INTERVAL};
 use crate::Error;
 
 /// How long the instrument may overrun its own duration before the cell is failed.
 const INSTRUMENT_GRACE: Duration = Duration::from_secs(120);
-/// The shortest interval the kubelets' summaries are read at. Reading them is not free (the
-/// API server's proxy, the kubelet, the runtime's stats of every container): read every
-/// 100 ms on this project's two-core test cluster, one cell of two had its load generator
-/// stalled for half a second (its corrected latency showed it). At 500 ms a 2 s window still
-/// gets about four readings.
-const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
 /// How long the instrument waits for the service to answer before measuring: the service's
 /// routes reach the nodes a moment after its pods are ready (kube-proxy programs them on its
 /// next sync), and a generator started at once timed every request out.
@@ -60,14 +54,6 @@ struct Finished {
     wire: Option<WireObservation>,
     /// Each node read: its CPUs and its kernel's boot id, from its Node object.
     nodes: Vec<NodeFacts>,
-}
-
-/// What a Node object says of its machine.
-#[derive(Debug, Clone, PartialEq)]
-struct NodeFacts {
-    name: String,
-    cpus: u32,
-    boot_id: Option<String>,
 }
 
 impl KubeSite<'_> {
@@ -473,24 +459,6 @@ fn in_window(
         .collect();
     let machines = machines(&finished.nodes, &finished.readings.nodes, (start, end));
     Ok((resources, machines))
-}
-
-/// A Node object's CPUs and boot id; `None` without a readable CPU capacity.
-fn node_facts(node: &Node) -> Option<NodeFacts> {
-    let status = node.status.as_ref()?;
-    let cpu = status.capacity.as_ref()?.get("cpu")?;
-    // Capacity is whole CPUs on every kubelet ("2"); a millicore form would not be a
-    // machine's count.
-    let cpus: u32 = cpu.0.parse().ok()?;
-    Some(NodeFacts {
-        name: node.metadata.name.clone()?,
-        cpus,
-        boot_id: status
-            .node_info
-            .as_ref()
-            .map(|i| i.boot_id.clone())
-            .filter(|b| !b.is_empty()),
-    })
 }
 
 /// The gap between readings around either edge of the window may be at most this share of

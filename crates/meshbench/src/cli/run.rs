@@ -11,7 +11,7 @@ use meshbench_experiment::{CellId, Profile, Progress, RunOptions, Runner, Scale}
 use meshbench_local::{LocalLab, LocalOptions};
 use meshbench_meshes::Scenario;
 use meshbench_netlab::Backend;
-use meshbench_results::{Cell, RunResult, RunStatus, UnavailableScenario};
+use meshbench_results::{Background, Cell, RunResult, RunStatus, UnavailableScenario};
 
 use super::args::RunBackend;
 use super::{BadInput, Interrupted};
@@ -56,6 +56,18 @@ pub struct RunArgs {
     /// Only these placements of the profile: intra-node, inter-node.
     #[arg(long, value_delimiter = ',')]
     placements: Vec<String>,
+    /// Rounds until every finding of the profile is decided (held or did not hold): after each
+    /// round from the second, stop once all are, with intervals valid over every look. The
+    /// spec's `repetitions: {until: decided, max: N, budget: 2h}` does the same.
+    #[arg(long)]
+    until_decided: bool,
+    /// With --until-decided: the most rounds (default 10).
+    #[arg(long, requires = "until_decided")]
+    max_rounds: Option<u32>,
+    /// With --until-decided: the time the rounds may take, e.g. 2h; a round that would not
+    /// fit is not started (default: none).
+    #[arg(long, requires = "until_decided", value_parser = super::args::duration)]
+    budget: Option<std::time::Duration>,
     /// Warm-up of every cell, instead of the profile's.
     #[arg(long, value_parser = super::args::duration)]
     warmup: Option<std::time::Duration>,
@@ -64,7 +76,7 @@ pub struct RunArgs {
     out: Option<PathBuf>,
     /// Continue an interrupted run in this directory: the same spec and settings, finished
     /// cells kept, the missing ones run and appended.
-    #[arg(long, conflicts_with_all = ["profile", "spec", "out", "duration", "warmup", "scenarios", "placements"])]
+    #[arg(long, conflicts_with_all = ["profile", "spec", "out", "duration", "warmup", "scenarios", "placements", "until_decided"])]
     resume: Option<PathBuf>,
     /// After the cells, verify the run's meshes that can be verified (`meshbench verify`:
     /// E3's zero-trust matrix, wire evidence, identity checks) into `<out>/verify/`; the
@@ -139,6 +151,14 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         profile.set_warmup(warmup)?;
     }
     profile.select(&a.scenarios, &a.placements)?;
+    if a.until_decided {
+        let max_rounds = a
+            .max_rounds
+            .or(profile.until_decided.map(|u| u.max_rounds))
+            .unwrap_or(DEFAULT_MAX_ROUNDS);
+        let budget = a.budget.or(profile.until_decided.and_then(|u| u.budget));
+        profile.set_until_decided(max_rounds, budget)?;
+    }
     let out_dir = a
         .out
         .clone()
@@ -191,6 +211,9 @@ fn verified_meshes(
     Ok(Some(meshes))
 }
 
+/// `--until-decided` without `--max-rounds` or a spec's own.
+const DEFAULT_MAX_ROUNDS: u32 = 10;
+
 fn execute(
     runtime: tokio::runtime::Runtime,
     runner: Runner,
@@ -213,6 +236,7 @@ fn execute(
         out_dir.display()
     );
     let out_dir = out_dir.to_owned();
+    let runner = runner.deciding_with(Box::new(meshbench_report::undecided_findings));
     let progress = CellProgress::new(remaining);
     let outcome = runtime.block_on(runner.run(&progress, super::workload::shutdown_signal()));
     progress.bar.finish_and_clear();
@@ -296,8 +320,9 @@ impl Progress for CellProgress {
         self.bar.set_message(cell.label());
     }
 
-    fn cell_finished(&self, cell: &CellId, result: &Cell) {
-        let line = meshbench_report::cell_line(cell.index, cell.total, &cell.label(), result);
+    fn cell_finished(&self, cell: &CellId, result: &Cell, background: Option<&Background>) {
+        let line =
+            meshbench_report::cell_line(cell.index, cell.total, &cell.label(), result, background);
         if self.interactive {
             self.bar.println(line);
         } else {
