@@ -281,8 +281,10 @@ fn other_processes_flag(cell: &Cell, other_cores: f64, limit: &OutsideLimit) -> 
         false => "outside the lab",
     };
     match limit.background {
+        // Short enough for a table cell: the noise table shows the background beside it.
         Some(level) if limit.over_background => format!(
-            "other processes: {other_cores:.2} cores went to processes {outside}, {:+.2} over their background of {} (threshold {:.2})",
+            "other processes: {other_cores:.2} cores went to processes outside the cell's pods, \
+             {:+.2} over the nodes' background of {} (threshold {:.2})",
             other_cores - level.mean_cores,
             show_level(&level),
             limit.limit_cores

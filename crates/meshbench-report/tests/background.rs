@@ -90,7 +90,7 @@ fn on_a_cluster_the_nodes_own_background_is_not_noise_and_a_hog_beside_it_is() {
     assert_eq!(flags.len(), hog.cells.len(), "{flags:?}");
     assert!(flags[0].contains("outside the cell's pods"), "{flags:?}");
     assert!(
-        flags[0].contains("+1.00 over their background of 0.30"),
+        flags[0].contains("+1.00 over the nodes' background of 0.30"),
         "{flags:?}"
     );
 

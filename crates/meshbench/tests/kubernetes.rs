@@ -382,7 +382,10 @@ fn a_hog_started_on_the_clusters_machine_during_a_run_is_flagged_and_a_quiet_run
     assert!(status.success(), "{status}");
     let flags = other_processes_flags(&noisy);
     assert_eq!(flags.len(), 1, "the hog's cell: {flags:?}");
-    assert!(flags[0].contains("over their background of"), "{flags:?}");
+    assert!(
+        flags[0].contains("over the nodes' background of"),
+        "{flags:?}"
+    );
     let report = std::fs::read_to_string(noisy.join("report.md")).unwrap();
     assert!(report.contains("(background "), "{report}");
     assert_eq!(cluster.leftovers(), "", "objects left after a run");
