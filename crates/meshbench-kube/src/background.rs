@@ -13,7 +13,9 @@ use meshbench_experiment::platform::AtRest;
 use meshbench_results::{cores_per_interval, MachineBackground, Sample, SampleSeries};
 
 use crate::cluster::KubePlatform;
-use crate::stats::{node_facts, NodeFacts, SummarySampler, MIN_SAMPLE_INTERVAL, SOURCE};
+use crate::stats::{
+    node_facts, per_machine, NodeFacts, SummarySampler, MIN_SAMPLE_INTERVAL, SOURCE,
+};
 use crate::Error;
 
 impl KubePlatform {
@@ -51,22 +53,9 @@ fn machines_at_rest(
     interval: Duration,
 ) -> Vec<MachineBackground> {
     let interval_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
-    let mut out: Vec<(Option<&str>, MachineBackground)> = vec![];
-    for fact in facts {
-        let kernel = fact.boot_id.as_deref();
-        if let Some((_, machine)) = out
-            .iter_mut()
-            .find(|(k, _)| kernel.is_some() && *k == kernel)
-        {
-            machine.same_machine_nodes.push(fact.name.clone());
-            continue;
-        }
-        let Some((_, s)) = series.iter().find(|(n, _)| *n == fact.name) else {
-            continue;
-        };
-        let (Some(first), Some(last)) = (s.samples.first(), s.samples.last()) else {
-            continue;
-        };
+    let read = |fact: &NodeFacts| {
+        let (_, s) = series.iter().find(|(n, _)| *n == fact.name)?;
+        let (first, last) = (s.samples.first()?, s.samples.last()?);
         let cores = cores_per_interval(
             &s.samples,
             (first.t_ns, last.t_ns),
@@ -76,54 +65,25 @@ fn machines_at_rest(
         );
         if cores.is_empty() {
             tracing::debug!(node = %fact.name, "too few readings of the node at rest");
-            continue;
+            return None;
         }
-        out.push((
-            kernel,
-            MachineBackground {
-                source: SOURCE.to_owned(),
-                node: Some(fact.name.clone()),
-                same_machine_nodes: vec![],
-                cpus: fact.cpus,
-                cores,
-            },
-        ));
-    }
-    out.into_iter().map(|(_, m)| m).collect()
+        Some(MachineBackground {
+            source: SOURCE.to_owned(),
+            node: Some(fact.name.clone()),
+            same_machine_nodes: vec![],
+            cpus: fact.cpus,
+            cores,
+        })
+    };
+    per_machine(facts, read, |machine, fact| {
+        machine.same_machine_nodes.push(fact.name.clone())
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const S: u64 = 1_000_000_000;
-
-    fn busy(node: &str, cores: f64, seconds: u64) -> (String, SampleSeries) {
-        let samples = (0..=seconds)
-            .map(|i| Sample {
-                t_ns: 100 * S + i * S,
-                cpu_ns: (i as f64 * cores * S as f64) as u64,
-                rss_bytes: 0,
-                working_set_bytes: None,
-            })
-            .collect();
-        let series = SampleSeries {
-            component: format!("node/{node}"),
-            role: "node".into(),
-            pid: 0,
-            source: SOURCE,
-            samples,
-        };
-        (node.to_owned(), series)
-    }
-
-    fn fact(name: &str, boot_id: &str) -> NodeFacts {
-        NodeFacts {
-            name: name.into(),
-            cpus: 2,
-            boot_id: Some(boot_id.into()),
-        }
-    }
+    use crate::stats::test_nodes::{busy, fact};
 
     #[test]
     fn nodes_on_one_kernel_are_one_machine_at_rest() {

@@ -128,6 +128,67 @@ pub fn node_facts(node: &Node) -> Option<NodeFacts> {
     })
 }
 
+/// One reading per machine: nodes with the same boot id run on one kernel (a test cluster's
+/// nodes on one machine), whose root cgroup each of their kubelets reports, so the first of
+/// them that `read` can read stands for the machine and the others are named beside it by
+/// `same_machine`. A node without a boot id is a machine of its own.
+pub fn per_machine<T>(
+    facts: &[NodeFacts],
+    mut read: impl FnMut(&NodeFacts) -> Option<T>,
+    mut same_machine: impl FnMut(&mut T, &NodeFacts),
+) -> Vec<T> {
+    let mut out: Vec<(Option<&str>, T)> = vec![];
+    for fact in facts {
+        let kernel = fact.boot_id.as_deref();
+        if let Some((_, machine)) = (out.iter_mut()).find(|(k, _)| kernel.is_some() && *k == kernel)
+        {
+            same_machine(machine, fact);
+            continue;
+        }
+        if let Some(machine) = read(fact) {
+            out.push((kernel, machine));
+        }
+    }
+    out.into_iter().map(|(_, machine)| machine).collect()
+}
+
+/// Test readings of nodes' whole CPU.
+#[cfg(test)]
+pub(crate) mod test_nodes {
+    use super::*;
+
+    pub const S: u64 = 1_000_000_000;
+
+    /// A node's root cgroup read every second from 0 to `seconds`, busy at `cores`.
+    pub fn busy(node: &str, cores: f64, seconds: u64) -> (String, SampleSeries) {
+        let samples = (0..=seconds)
+            .map(|i| Sample {
+                t_ns: i * S,
+                cpu_ns: (i as f64 * cores * S as f64) as u64,
+                rss_bytes: 0,
+                working_set_bytes: None,
+            })
+            .collect();
+        let series = SampleSeries {
+            component: format!("node/{node}"),
+            role: "node".into(),
+            pid: 0,
+            source: SOURCE,
+            samples,
+        };
+        (node.to_owned(), series)
+    }
+
+    /// A node of 2 CPUs on the kernel `boot_id`.
+    pub fn fact(name: &str, boot_id: &str) -> NodeFacts {
+        NodeFacts {
+            name: name.into(),
+            cpus: 2,
+            boot_id: Some(boot_id.into()),
+        }
+    }
+}
+
 /// What a sampler read.
 #[derive(Debug, Default)]
 pub struct Readings {

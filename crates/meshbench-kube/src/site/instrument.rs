@@ -28,7 +28,9 @@ use meshbench_workload::{WorkloadApp, WorkloadFile};
 use super::{credentials_of, on_cluster, CreatedPod, KubeSite, START_GATE};
 use crate::objects::{PodShape, APP_CONTAINER};
 use crate::pods::{self, Until};
-use crate::stats::{node_facts, NodeFacts, Readings, SummarySampler, Target, MIN_SAMPLE_INTERVAL};
+use crate::stats::{
+    node_facts, per_machine, NodeFacts, Readings, SummarySampler, Target, MIN_SAMPLE_INTERVAL,
+};
 use crate::Error;
 
 /// How long the instrument may overrun its own duration before the cell is failed.
@@ -489,26 +491,16 @@ fn machines(
         let gap = gap_around(&s.samples, start)?.max(gap_around(&s.samples, end)?) as f64;
         (gap <= window * EDGE_GAP_SHARE).then_some(gap / 1e9)
     };
-    let mut out: Vec<MachineCpu> = vec![];
-    let mut kernels: Vec<Option<&str>> = vec![];
-    for fact in facts {
-        let kernel = fact.boot_id.as_deref();
-        if kernel.is_some() && kernels.contains(&kernel) {
-            if let Some(m) = out.iter_mut().zip(&kernels).find(|(_, k)| **k == kernel) {
-                m.0.same_machine_nodes.push(fact.name.clone());
-            }
-            continue;
-        }
+    let read = |fact: &NodeFacts| {
         let Some((s, gap)) = series
             .iter()
             .find(|(n, _)| *n == fact.name)
             .and_then(|(_, s)| Some((s, edge_gap(s)?)))
         else {
             tracing::debug!(node = %fact.name, "node's readings too sparse around the window");
-            continue;
+            return None;
         };
-        kernels.push(kernel);
-        out.push(MachineCpu {
+        Some(MachineCpu {
             edge_gap_seconds: Some(gap),
             ..MachineCpu::tasks_only(
                 crate::stats::SOURCE,
@@ -516,45 +508,21 @@ fn machines(
                 fact.cpus,
                 s.summarize(start, end).cpu_cores_mean,
             )
-        });
-    }
-    out
+        })
+    };
+    per_machine(facts, read, |machine, fact| {
+        machine.same_machine_nodes.push(fact.name.clone())
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use meshbench_results::Sample;
-
     use super::*;
-
-    const S: u64 = 1_000_000_000;
+    use crate::stats::test_nodes::{busy, fact as facts, S};
 
     /// A node's root cgroup, busy at `cores` from 0 to 10 s.
     fn whole(node: &str, cores: f64) -> (String, SampleSeries) {
-        let samples = (0..=10)
-            .map(|i| Sample {
-                t_ns: i * S,
-                cpu_ns: (i as f64 * cores * S as f64) as u64,
-                rss_bytes: 0,
-                working_set_bytes: None,
-            })
-            .collect();
-        let series = SampleSeries {
-            component: format!("node/{node}"),
-            role: "node".into(),
-            pid: 0,
-            source: crate::stats::SOURCE,
-            samples,
-        };
-        (node.to_owned(), series)
-    }
-
-    fn facts(name: &str, boot_id: &str) -> NodeFacts {
-        NodeFacts {
-            name: name.into(),
-            cpus: 2,
-            boot_id: Some(boot_id.into()),
-        }
+        busy(node, cores, 10)
     }
 
     #[test]
