@@ -7,6 +7,7 @@
 //! [`export`] writes each cell as Fortio and SMP documents.
 
 mod analysis;
+mod background;
 pub mod capacity;
 mod cell;
 mod charts;

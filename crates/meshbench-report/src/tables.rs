@@ -789,9 +789,15 @@ pub fn header_lines(result: &RunResult) -> Vec<(String, String)> {
         (
             "load".to_owned(),
             format!(
-                "{}, {} repetition(s){}",
+                "{}, {}{}",
                 load_line(cfg),
-                cfg.repetitions,
+                match cfg.until_decided {
+                    Some(rule) => format!(
+                        "rounds until every finding is decided (at most {})",
+                        rule.max_rounds
+                    ),
+                    None => format!("{} repetition(s)", cfg.repetitions),
+                },
                 match cfg.outliers.drop_highest_baseline_max {
                     0 => String::new(),
                     n => format!(
