@@ -10,6 +10,12 @@
 //! instrument's measurement window. `results.json` is rewritten atomically after every cell; an
 //! interrupted run keeps its finished cells and is marked partial. Whatever a cell created
 //! (processes, namespaces, cgroups) is removed when it ends, however it ends.
+//!
+//! Before each round (a repetition of every cell) the platform reads its machines at rest, so
+//! the cells' CPU outside their components can be judged against what runs there anyway. A
+//! run until decided (`Profile::until_decided`) asks its [`Decide`] after each round from the
+//! second whether a finding is still undecided, and stops when none is, after its most
+//! rounds, or before a round that would overrun its budget; results' `stopped` says which.
 
 use std::future::Future;
 use std::net::SocketAddr;
