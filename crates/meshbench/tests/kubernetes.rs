@@ -93,7 +93,8 @@ impl Cluster {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        wait_for("the load generator's pod", Duration::from_secs(60), || {
+        // The nodes are read at rest for a cell's length (60.5 s) before the first cell.
+        wait_for("the load generator's pod", Duration::from_secs(150), || {
             self.leftovers()
                 .contains("pod/load-generator-1-")
                 .then_some(())
