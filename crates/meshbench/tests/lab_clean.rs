@@ -50,7 +50,9 @@ fn lab_clean_removes_everything_a_killed_run_left_behind() {
     // Every component reads its config from the run's proxy area, named after the run's pid.
     let out_text = format!("/run/meshbench/run-{}-", run.id());
     // Midway: the namespaces exist and the load generator (the last component) is running.
-    wait_for("the run to be under load", Duration::from_secs(60), || {
+    // The machine is read at rest for a cell's length (60 s and the warm-up) before the first
+    // cell.
+    wait_for("the run to be under load", Duration::from_secs(150), || {
         let loading = processes_mentioning(&out_text).iter().any(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
                 .map(|c| {
