@@ -100,7 +100,14 @@ impl Application {
                 ))
             }
             Application::ZeroTrustApp => None,
-            Application::CounterChain => (!mesh.is_baseline() && !mesh.can_enroll()).then(|| {
+            // A mesh that enrolls a topology only on a cluster (ours there, or one the cluster
+            // runs itself: Istio ambient, Linkerd, which enroll a whole namespace) runs the
+            // chain there; the local lab lists it unavailable as for any application.
+            Application::CounterChain => (!mesh.is_baseline()
+                && !mesh.can_enroll()
+                && !mesh.enrolls_on_cluster()
+                && mesh.installed().is_none())
+            .then(|| {
                 format!(
                     "the counter chain needs every counter enrolled in the mesh, and {} cannot enroll a multi-workload topology yet (enrollable: {})",
                     mesh.name(),

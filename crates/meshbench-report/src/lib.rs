@@ -19,6 +19,7 @@ pub mod findings;
 pub mod glance;
 mod html;
 mod markdown;
+pub mod publish;
 mod summary;
 mod table;
 pub mod tables;

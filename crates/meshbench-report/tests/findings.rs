@@ -64,6 +64,7 @@ fn claim(check: ClaimCheck) -> Claim {
     Claim {
         study: "E1".to_owned(),
         statement: "a claim".to_owned(),
+        published: None,
         check,
     }
 }
@@ -466,6 +467,7 @@ fn a_claim_on_scenarios_the_run_lacks_is_not_checked_and_the_report_opens_with_f
         Claim {
             study: "E3".into(),
             statement: "Median RTT orders no mesh < Linkerd < Istio".into(),
+            published: None,
             check: ClaimCheck::Ordering {
                 metric: ClaimMetric::P50,
                 order: vec!["baseline".into(), "linkerd".into(), "istio".into()],
@@ -574,6 +576,7 @@ fn the_report_opens_with_sentences_and_a_verdict_matrix_of_short_cells() {
             statement: "App-level mTLS adds at most 5% to p99 latency (E1 saw about 3%, behind a \
                         200 ms server)"
                 .into(),
+            published: None,
             check: ClaimCheck::AtMost {
                 metric: ClaimMetric::P99,
                 scenario: "baseline-mtls".into(),
@@ -584,6 +587,7 @@ fn the_report_opens_with_sentences_and_a_verdict_matrix_of_short_cells() {
         Claim {
             study: "E1".into(),
             statement: "A sidecar pair adds more to p99 latency than app-level mTLS does".into(),
+            published: None,
             check: ClaimCheck::Ordering {
                 metric: ClaimMetric::P99,
                 order: vec!["baseline-mtls".into(), "meshbench-sidecar".into()],

@@ -52,6 +52,7 @@ fn rounds(rounds: u32, mut p99_ms: impl FnMut(&str, u32) -> f64) -> RunResult {
     result.config.findings = vec![Claim {
         study: "E1".into(),
         statement: "the mesh adds to p99".into(),
+        published: None,
         check: ClaimCheck::Ordering {
             metric: ClaimMetric::P99,
             order: vec!["baseline".into(), "mesh".into()],

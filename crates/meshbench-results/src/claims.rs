@@ -15,6 +15,11 @@ pub struct Claim {
     pub study: String,
     /// The finding in words, as a reader would state it.
     pub statement: String,
+    /// What the study itself measured for this finding, in its own figures and conditions
+    /// (E1 at 3200 rps: "+0.02 / +0.09 / +0.38 s"): shown beside the run's statistic where a
+    /// reproduction is published. Absent where the study gave no figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published: Option<String>,
     pub check: ClaimCheck,
 }
 

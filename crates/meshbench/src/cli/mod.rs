@@ -14,6 +14,7 @@ mod load;
 mod mesh;
 mod profiles;
 mod proxy;
+mod publish;
 mod report;
 mod run;
 mod serve;
@@ -62,6 +63,10 @@ enum Command {
     Profiles(profiles::ProfilesCommand),
     /// Regenerate report.md and report.html from a result directory.
     Report(report::ReportArgs),
+    /// A study's published reproduction: keep runs' results compressed, and make the study's
+    /// page (docs/results/E1.md) from them.
+    #[command(subcommand)]
+    Publish(publish::PublishCommand),
     /// Generate load against a URL (constant-rate open loop).
     Load(Box<load::LoadArgs>),
     /// Act as a mesh proxy (the reference data plane).
@@ -118,6 +123,7 @@ pub fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Report(args) => report::run(args),
+        Command::Publish(cmd) => publish::run(cmd),
         Command::Profiles(cmd) => profiles::run(cmd),
         Command::Compare(args) => compare::compare(args),
         Command::Cost(args) => compare::cost(args),
