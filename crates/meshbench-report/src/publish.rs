@@ -175,7 +175,10 @@ pub fn study_page(
     let missing = what_could_not_run(&judged);
     let notes = notes.map(str::trim).filter(|n| !n.is_empty());
     if !missing.is_empty() || notes.is_some() {
-        let _ = writeln!(out, "## What could not run here, and why\n");
+        let _ = writeln!(
+            out,
+            "## What could not run here, and what limits the verdicts\n"
+        );
         if let Some(notes) = notes {
             let _ = writeln!(out, "{notes}\n");
         }

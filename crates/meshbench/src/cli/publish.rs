@@ -37,8 +37,9 @@ pub struct PageArgs {
     /// The page to write; its charts go into the directory of the same name without `.md`.
     #[arg(long)]
     out: PathBuf,
-    /// Markdown kept beside the results that the page shows under "What could not run here":
-    /// what the results cannot say themselves (a mesh left out of the runs, and why).
+    /// Markdown kept beside the results that the page shows under "What could not run here,
+    /// and what limits the verdicts": what the results cannot say themselves (a mesh left
+    /// out of the runs and why, what kept a finding undecided).
     #[arg(long)]
     notes: Option<PathBuf>,
     /// Kept results (from `publish keep`, or plain results.json / verify.json), in the order
