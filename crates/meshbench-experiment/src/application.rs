@@ -230,6 +230,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_chain_runs_on_meshes_a_cluster_installs_and_not_on_app_level_tls() {
+        let chain = Application::CounterChain;
+        for name in ["istio-ambient", "linkerd", "meshbench-sidecar", "baseline"] {
+            let mesh = Scenario::parse(name).unwrap();
+            assert_eq!(chain.unsupported(mesh), None, "{name}");
+        }
+        let app_tls = Scenario::parse("baseline-mtls").unwrap();
+        assert!(chain.unsupported(app_tls).is_some());
+    }
+
+    #[test]
     fn every_topology_is_valid_and_policies_parse() {
         for name in Application::NAMES {
             let app = Application::parse(name).unwrap();
