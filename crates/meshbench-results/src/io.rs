@@ -190,4 +190,21 @@ mod tests {
         std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
         assert!(read_json_any::<serde_json::Value>(&truncated).is_err());
     }
+
+    proptest::proptest! {
+        /// Whatever a kept file holds (gzip's magic followed by anything, or anything at all),
+        /// reading it gives a document or an error, never a panic.
+        #[test]
+        fn any_bytes_read_as_a_document_or_an_error(
+            gzip in proptest::bool::ANY,
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..512),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("kept.json.gz");
+            let mut bytes = if gzip { GZIP_MAGIC.to_vec() } else { vec![] };
+            bytes.extend(body);
+            std::fs::write(&path, bytes).unwrap();
+            let _ = read_json_limited::<serde_json::Value>(&path, 4096);
+        }
+    }
 }
