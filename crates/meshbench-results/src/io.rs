@@ -51,7 +51,9 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Err
     write_bytes_atomic(path, &json)
 }
 
-fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+/// Writes `bytes` to `path` through a temporary file made anew (never through a link planted
+/// at its name) and renamed into place, as [`write_json_atomic`] does.
+pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let write_err = |source| Error::Write {
         path: path.to_path_buf(),
         source,

@@ -22,7 +22,8 @@ pub use bench::{BenchMeasurement, BenchRatio, BenchReport, Pacing, RatioInterval
 pub use claims::{Claim, ClaimAxis, ClaimCheck, ClaimMetric};
 pub use environment::{describe_environment, BuildInfo};
 pub use io::{
-    read_json, read_json_any, write_json_atomic, write_json_gz_atomic, Error, MAX_EXPANDED_BYTES,
+    read_json, read_json_any, write_bytes_atomic, write_json_atomic, write_json_gz_atomic, Error,
+    MAX_EXPANDED_BYTES,
 };
 pub use load::{
     is_success_outcome, EncodedHistogram, GeneratorStats, LatencySummary, LoadModel, LoadReport,

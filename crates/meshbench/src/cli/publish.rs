@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use meshbench_report::publish::{study_page, Kept};
-use meshbench_results::{RunResult, RunStatus, VerifyReport};
+use meshbench_results::RunStatus;
 
 use super::BadInput;
 
@@ -178,22 +178,14 @@ fn read(path: &Path) -> anyhow::Result<Kept> {
         .unwrap_or_else(|| path.display().to_string());
     let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
     match kind {
-        "meshbench.run" => {
-            let result: RunResult = serde_json::from_value(value)
-                .map_err(|e| bad(&format!("{}: {e}", path.display())))?;
-            Ok(Kept::Run {
-                name,
-                result: Box::new(result),
-            })
-        }
-        "meshbench.verify" => {
-            let report: VerifyReport = serde_json::from_value(value)
-                .map_err(|e| bad(&format!("{}: {e}", path.display())))?;
-            Ok(Kept::Verify {
-                name,
-                report: Box::new(report),
-            })
-        }
+        "meshbench.run" => Ok(Kept::Run {
+            name,
+            result: Box::new(parsed(path, value)?),
+        }),
+        "meshbench.verify" => Ok(Kept::Verify {
+            name,
+            report: Box::new(parsed(path, value)?),
+        }),
         other => Err(bad(&format!(
             "{}: kind {other:?} is neither a run (meshbench.run) nor a verification \
              (meshbench.verify)",
@@ -203,9 +195,17 @@ fn read(path: &Path) -> anyhow::Result<Kept> {
     }
 }
 
+/// A kept document as the type its `kind` names.
+fn parsed<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    value: serde_json::Value,
+) -> Result<T, BadInput> {
+    serde_json::from_value(value).map_err(|e| BadInput(format!("kept: {}: {e}", path.display())))
+}
+
 fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .with_context(|| format!("cannot write {}", path.display()))
+    Ok(meshbench_results::write_bytes_atomic(
+        path,
+        text.as_bytes(),
+    )?)
 }
