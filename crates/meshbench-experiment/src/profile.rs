@@ -307,6 +307,33 @@ impl Profile {
         })
     }
 
+    /// Keeps only the load points at `rates` (requests per second): a run aimed at one load,
+    /// the study's own, spends its rounds there. An empty list keeps every point; a rate no
+    /// point has is refused, naming the rates there are.
+    pub fn select_rates(&mut self, rates: &[f64]) -> Result<(), Error> {
+        let rate_of = |p: &PointPlan| p.point().rps;
+        if let Some(unknown) = rates
+            .iter()
+            .find(|r| !self.load_points.iter().any(|p| rate_of(p) == **r))
+        {
+            let mut known: Vec<String> = self
+                .load_points
+                .iter()
+                .map(|p| format!("{} rps", rate_of(p)))
+                .collect();
+            known.dedup();
+            return Err(Error::UnknownSelection {
+                field: "--rates",
+                name: format!("{unknown} rps"),
+                known: known.join(", "),
+            });
+        }
+        if !rates.is_empty() {
+            self.load_points.retain(|p| rates.contains(&rate_of(p)));
+        }
+        Ok(())
+    }
+
     /// The most repetitions of any load point: the runner's outer loop.
     pub fn max_repetitions(&self) -> u32 {
         self.load_points
@@ -498,6 +525,8 @@ impl Scale {
 
 #[cfg(test)]
 mod tests {
+    use meshbench_role::InputFault;
+
     use super::*;
 
     #[test]
@@ -514,5 +543,22 @@ mod tests {
                 assert!(original.cells() >= local.cells(), "{name}");
             }
         }
+    }
+
+    #[test]
+    fn a_run_can_keep_only_the_load_points_at_some_rates() {
+        let mut profile = Profile::builtin("mtls-architectures", Scale::Local).unwrap();
+        let all = profile.load_points.len();
+        profile.select_rates(&[]).unwrap();
+        assert_eq!(profile.load_points.len(), all, "no rates keep every point");
+        profile.select_rates(&[400.0]).unwrap();
+        let rates: Vec<f64> = profile.load_points.iter().map(|p| p.point().rps).collect();
+        assert_eq!(rates, [400.0]);
+        let err = profile.select_rates(&[3200.0]).unwrap_err();
+        assert!(err.is_bad_input());
+        assert_eq!(
+            err.to_string(),
+            "--rates: the profile has no \"3200 rps\"; it has: 400 rps"
+        );
     }
 }

@@ -389,7 +389,7 @@ fn ranked(site: &Site, metric: ClaimMetric, pairs: &[(&String, &String)]) -> Opt
         }
         // The undecided pair that needs the most rounds says how many the point needs.
         if pair == Verdict::Inconclusive {
-            judged.more_rounds = judged.more_rounds.max(this.more_rounds);
+            judged.more_rounds = judged.more_rounds.clone().max(this.more_rounds);
         }
         if i == 0 {
             figures.push(format!("{low} {}", show(metric, a)));
@@ -439,9 +439,9 @@ struct Estimate {
     /// The interval is across repetitions, so it already carries their spread (a spread
     /// flag then says nothing the interval does not).
     across_repetitions: bool,
-    /// In a run until decided: the per-round values the interval was made from, and the most
-    /// rounds (to tell how many more would decide it).
-    rounds: Option<(Vec<f64>, usize)>,
+    /// In a run until decided: the per-round values the interval was made from, the most
+    /// rounds (to tell how many more would decide it) and the metric (to show their spread).
+    rounds: Option<(Vec<f64>, usize, ClaimMetric)>,
     /// In a run until decided: rounds left out of this point because a cell of theirs carries
     /// a noise flag.
     left_out: Vec<u32>,
@@ -454,27 +454,63 @@ impl Estimate {
     /// Where more rounds of a run until decided could settle the estimate against
     /// `threshold`, how many.
     fn more_rounds(&self, threshold: f64) -> Option<MoreRounds> {
-        let (values, max_rounds) = self.rounds.as_ref()?;
-        Some(
-            match meshbench_stats::rounds_to_decide(values, threshold, LEVEL, *max_rounds) {
-                Some(n) => MoreRounds::About(n),
-                None => MoreRounds::NoneWithin(*max_rounds),
-            },
-        )
+        let (values, max_rounds, metric) = self.rounds.as_ref()?;
+        let max = *max_rounds;
+        if let Some(n) = meshbench_stats::rounds_to_decide(values, threshold, LEVEL, max) {
+            return Some(MoreRounds::About(n));
+        }
+        let planned = match meshbench_stats::rounds_planned_to_decide(
+            values,
+            threshold,
+            LEVEL,
+            max + 1,
+            PLANNING_CAP,
+        ) {
+            Some(rounds) => Planned::Rounds(rounds),
+            None => Planned::Beyond(PLANNING_CAP),
+        };
+        let rounds = meshbench_stats::Summary::of(values)?;
+        Some(MoreRounds::NoneWithin {
+            max,
+            planned,
+            difference: show_signed(*metric, rounds.mean - threshold),
+            spread: show(*metric, rounds.std_dev),
+        })
     }
 }
 
+/// The most rounds a planning figure looks at: beyond it a difference is, for this machine,
+/// no difference.
+const PLANNING_CAP: usize = 1000;
+
 /// How many more rounds of a run until decided would decide an inconclusive point, if the
 /// per-round values kept their mean and spread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum MoreRounds {
     About(usize),
-    /// Not within the run's most rounds (the number).
-    NoneWithin(usize),
+    /// Not within the run's most rounds: what limits it, with the figures.
+    NoneWithin {
+        /// The run's most rounds.
+        max: usize,
+        /// The most rounds a run would have to allow to decide it.
+        planned: Planned,
+        /// The mean per-round difference from the claim's threshold, shown in its unit.
+        difference: String,
+        /// The per-round values' standard deviation, shown in its unit.
+        spread: String,
+    },
+}
+
+/// The most rounds a run would have to allow to decide a point at its mean and spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Planned {
+    Rounds(usize),
+    /// Not within this many.
+    Beyond(usize),
 }
 
 impl MoreRounds {
-    pub fn describe(self) -> String {
+    pub fn describe(&self) -> String {
         match self {
             MoreRounds::About(1) => {
                 "about 1 more round would decide it at this mean and spread".to_owned()
@@ -482,10 +518,38 @@ impl MoreRounds {
             MoreRounds::About(n) => {
                 format!("about {n} more rounds would decide it at this mean and spread")
             }
-            MoreRounds::NoneWithin(max) => format!(
-                "no more rounds within the most ({max}) would decide it at this mean and spread: \
-                 the difference is small against the rounds' variation"
-            ),
+            MoreRounds::NoneWithin {
+                max,
+                planned,
+                difference,
+                spread,
+            } => {
+                let limit = format!(
+                    "no more rounds within the most ({max}) would decide it: the rounds' mean \
+                     is {difference} from the claim's threshold, against a spread (sd) of \
+                     {spread} from round to round"
+                );
+                match planned {
+                    Planned::Rounds(rounds) => format!(
+                        "{limit}; a run of at most {rounds} rounds would decide it at this mean \
+                         and spread"
+                    ),
+                    Planned::Beyond(cap) => format!(
+                        "{limit}; not even {cap} rounds would decide it at this mean and spread"
+                    ),
+                }
+            }
+        }
+    }
+
+    /// The most rounds a run would need to allow, where the run's own were not enough.
+    pub fn planned_rounds(&self) -> Option<usize> {
+        match self {
+            MoreRounds::NoneWithin {
+                planned: Planned::Rounds(rounds),
+                ..
+            } => Some(*rounds),
+            _ => None,
         }
     }
 }
@@ -874,7 +938,7 @@ fn combine_groups(
             basis,
             sides,
             across_repetitions: true,
-            rounds: until_decided.map(|rule| (per_repetition, rule.max_rounds as usize)),
+            rounds: until_decided.map(|rule| (per_repetition, rule.max_rounds as usize, metric)),
             left_out,
             margin: false,
         });

@@ -251,7 +251,10 @@ fn verdict_table(judged: &[Judged]) -> Table {
                 .iter()
                 .find(|f| f.claim.statement == claim.statement)
                 .or_else(|| j.findings.get(i).filter(|f| f.claim.check == claim.check));
-            row.push(finding.map_or_else(|| "not in this run".to_owned(), verdict_cell));
+            let pace = round_pace(j.result);
+            row.push(
+                finding.map_or_else(|| "not in this run".to_owned(), |f| verdict_cell(f, pace)),
+            );
         }
         rows.push(row);
     }
@@ -267,7 +270,18 @@ fn verdict_table(judged: &[Judged]) -> Table {
     }
 }
 
-fn verdict_cell(finding: &Finding) -> String {
+/// How long one round of a run until decided took, on average: the pace at which a planned
+/// number of rounds is turned into hours.
+fn round_pace(result: &RunResult) -> Option<std::time::Duration> {
+    let stop = result.stopped.as_ref()?;
+    if stop.rounds == 0 || !stop.seconds.is_finite() || stop.seconds <= 0.0 {
+        return None;
+    }
+    // A kept file is input: a pace no Duration holds is no pace, not a panic.
+    std::time::Duration::try_from_secs_f64(stop.seconds / f64::from(stop.rounds)).ok()
+}
+
+fn verdict_cell(finding: &Finding, pace: Option<std::time::Duration>) -> String {
     let count = |v: Verdict| finding.points.iter().filter(|p| p.verdict == v).count();
     let total = finding.points.len();
     let mut cell = format!("**{}**", finding.verdict.describe());
@@ -292,8 +306,13 @@ fn verdict_cell(finding: &Finding) -> String {
                 .filter(|p| p.verdict == finding.verdict);
             for p in telling.take(3) {
                 let _ = write!(cell, "; {}: {}", p.site, p.parts.key);
-                if let Some(more) = p.more_rounds {
-                    let _ = write!(cell, " ({})", more.describe());
+                if let Some(more) = &p.more_rounds {
+                    let _ = write!(cell, " ({}", more.describe());
+                    if let (Some(rounds), Some(pace)) = (more.planned_rounds(), pace) {
+                        let hours = pace.as_secs_f64() * rounds as f64 / 3600.0;
+                        let _ = write!(cell, ", about {hours:.1} h at this run's pace");
+                    }
+                    cell.push(')');
                 } else if !p.noise.is_empty() {
                     let _ = write!(cell, " (noise: {})", p.noise.join(", "));
                 }

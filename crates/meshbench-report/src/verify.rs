@@ -100,7 +100,7 @@ pub(crate) fn run_report_parts(
 }
 
 pub fn verify_tables(report: &VerifyReport) -> Vec<Table> {
-    let mut tables = vec![];
+    let mut tables = vec![verdicts_at_a_glance(report)];
     for mesh in report.meshes.iter().filter(|m| m.error.is_none()) {
         for case in &mesh.cases {
             let meshed = if case.meshed.is_empty() {
@@ -137,13 +137,112 @@ pub fn verify_tables(report: &VerifyReport) -> Vec<Table> {
     tables
 }
 
-fn probe_row(p: &ProbeVerification) -> Vec<String> {
-    let wire_failed = p.wire.as_ref().is_some_and(|w| w.verdict == Verdict::Fail);
-    let verdict = if p.verdict == Verdict::Pass && !wire_failed {
-        "pass"
-    } else {
-        "FAIL"
+/// One row per mesh: each case's probes passed of those made, the identity checks, and what
+/// crossed the wire encrypted where encryption was expected; the tables after it have every
+/// probe.
+fn verdicts_at_a_glance(report: &VerifyReport) -> Table {
+    let cases: Vec<(u32, String)> = {
+        let mut cases: Vec<(u32, String)> = report
+            .meshes
+            .iter()
+            .flat_map(|m| m.cases.iter().map(|c| (c.case, c.title.clone())))
+            .collect();
+        cases.sort();
+        cases.dedup_by_key(|(case, _)| *case);
+        cases
     };
+    let mut headers = vec!["mesh".to_owned()];
+    headers.extend(
+        cases
+            .iter()
+            .map(|(case, title)| format!("case {case}: {title}")),
+    );
+    headers.extend(["identity checks", "encrypted where expected", "verdict"].map(String::from));
+    let count = |passed: usize, total: usize| {
+        if passed == total {
+            format!("{passed}/{total}")
+        } else {
+            format!("{passed}/{total} (FAIL)")
+        }
+    };
+    let rows = report
+        .meshes
+        .iter()
+        .map(|mesh| {
+            let mut row = vec![mesh.mesh.clone()];
+            if let Some(error) = &mesh.error {
+                row.extend(cases.iter().map(|_| "-".to_owned()));
+                row.extend(["-".to_owned(), "-".to_owned()]);
+                row.push(format!("not verified: {error}"));
+                return row;
+            }
+            let mut all_passed = true;
+            for (case, _) in &cases {
+                let probes: Vec<&ProbeVerification> = mesh
+                    .cases
+                    .iter()
+                    .filter(|c| c.case == *case)
+                    .flat_map(|c| &c.probes)
+                    .collect();
+                let passed = probes.iter().filter(|p| probe_passed(p)).count();
+                all_passed &= passed == probes.len();
+                row.push(if probes.is_empty() {
+                    "-".to_owned()
+                } else {
+                    count(passed, probes.len())
+                });
+            }
+            let identity_passed = mesh
+                .identity
+                .iter()
+                .filter(|c| c.verdict == Verdict::Pass)
+                .count();
+            all_passed &= identity_passed == mesh.identity.len();
+            row.push(if mesh.identity.is_empty() {
+                "not made (see the notes)".to_owned()
+            } else {
+                count(identity_passed, mesh.identity.len())
+            });
+            let expected: Vec<&WireEvidence> = mesh
+                .cases
+                .iter()
+                .flat_map(|c| &c.probes)
+                .filter_map(|p| p.wire.as_ref())
+                .filter(|w| w.encryption_expected)
+                .collect();
+            let encrypted = expected
+                .iter()
+                .filter(|w| w.verdict == Verdict::Pass)
+                .count();
+            row.push(if expected.is_empty() {
+                "none expected".to_owned()
+            } else {
+                count(encrypted, expected.len())
+            });
+            row.push(if all_passed { "pass" } else { "FAIL" }.to_owned());
+            row
+        })
+        .collect();
+    Table {
+        title: "Verdicts at a glance".to_owned(),
+        note: "Per mesh, the probes of each enrollment case that behaved as the policy says \
+               (allowed or denied, and encrypted where both ends are enrolled), the identity \
+               checks against the calculator's proxy, and the probes whose traffic crossed the \
+               wire encrypted where it should. `baseline` enrolls nothing, so it is the \
+               negative control: it should fail wherever the policy denies."
+            .to_owned(),
+        headers,
+        rows,
+    }
+}
+
+fn probe_passed(p: &ProbeVerification) -> bool {
+    let wire_failed = p.wire.as_ref().is_some_and(|w| w.verdict == Verdict::Fail);
+    p.verdict == Verdict::Pass && !wire_failed
+}
+
+fn probe_row(p: &ProbeVerification) -> Vec<String> {
+    let verdict = if probe_passed(p) { "pass" } else { "FAIL" };
     vec![
         format!("{} -> {}", p.from, p.to),
         p.request.clone(),

@@ -179,9 +179,15 @@ fn an_undecided_point_says_how_many_more_rounds_would_decide_it() {
     let analysis = Analysis::of(&all);
     let finding = &findings(&all, &analysis)[0];
     assert_eq!(finding.verdict, Verdict::Inconclusive);
-    let more = finding.points[0].more_rounds.expect("a count of rounds");
+    let more = finding.points[0]
+        .more_rounds
+        .clone()
+        .expect("a count of rounds");
     assert!(
-        matches!(more, MoreRounds::NoneWithin(8) | MoreRounds::About(_)),
+        matches!(
+            more,
+            MoreRounds::NoneWithin { max: 8, .. } | MoreRounds::About(_)
+        ),
         "{more:?}"
     );
     let sentences = glance(&all, &analysis).sentences.join(" ");
@@ -200,4 +206,45 @@ fn an_undecided_point_says_how_many_more_rounds_would_decide_it() {
         |scenario, _| if scenario == "mesh" { 20.0 } else { 10.0 },
     );
     assert_eq!(undecided_findings(&one), 1);
+}
+
+#[test]
+fn a_point_the_most_rounds_cannot_decide_says_what_limits_it_with_its_figures() {
+    // Every round ran: the mesh adds 0.3 ms on average, and a round moves it by about 2 ms.
+    let all = rounds(MAX_ROUNDS, |scenario, round| {
+        let swing = if round % 2 == 0 { 2.0 } else { -2.0 };
+        10.0 + if scenario == "mesh" { 0.3 + swing } else { 0.0 }
+    });
+    let analysis = Analysis::of(&all);
+    let finding = &findings(&all, &analysis)[0];
+    assert_eq!(finding.verdict, Verdict::Inconclusive);
+    let more = finding.points[0]
+        .more_rounds
+        .clone()
+        .expect("what limits it");
+    let MoreRounds::NoneWithin {
+        max,
+        difference,
+        spread,
+        ..
+    } = &more
+    else {
+        panic!("the most rounds ran, so none within them would decide it: {more:?}");
+    };
+    assert_eq!(*max, MAX_ROUNDS as usize);
+    assert_eq!(difference, "+0.300 ms");
+    assert_eq!(spread, "2.138 ms");
+    // At that mean and spread a run needs far more rounds: about (2 x 2.1 / 0.3)^2 and some
+    // for the looks.
+    let planned = more.planned_rounds().expect("within the planning cap");
+    assert!((150..1000).contains(&planned), "{planned}");
+    let text = more.describe();
+    assert!(
+        text.contains(
+            "mean is +0.300 ms from the claim's threshold, against a spread (sd) of 2.138 ms"
+        ) && text.contains(&format!(
+            "a run of at most {planned} rounds would decide it"
+        )),
+        "{text}"
+    );
 }

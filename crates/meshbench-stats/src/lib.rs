@@ -20,4 +20,4 @@ pub use describe::{percentile, Summary};
 pub use distribution::{DecodeError, Distribution};
 pub use fit::{linear_fit, mean_confidence_interval, LinearFit};
 pub use positive::{positive_interval, PositiveMethod};
-pub use sequential::{look_level, rounds_to_decide, sequential_interval};
+pub use sequential::{look_level, rounds_planned_to_decide, rounds_to_decide, sequential_interval};

@@ -59,6 +59,19 @@ pub fn sequential_interval(values: &[f64], level: f64, max_rounds: usize) -> Opt
     })
 }
 
+/// How far the values' mean is from `threshold`, and their sample standard deviation; `None`
+/// where there is nothing to plan from: fewer than two values, no spread or no gap.
+fn gap_and_spread(values: &[f64], threshold: f64) -> Option<(f64, f64)> {
+    let n = values.len();
+    if n < 2 {
+        return None;
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let sd = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
+    let gap = (mean - threshold).abs();
+    (sd.is_finite() && gap.is_finite() && sd > 0.0 && gap > 0.0).then_some((gap, sd))
+}
+
 /// Roughly how many more rounds would decide whether the mean is above or below `threshold`,
 /// if the mean and spread stayed as they are: the fewest whose look's interval excludes it,
 /// within `max_rounds`; `None` where none would (the difference is too small for the spread
@@ -70,16 +83,7 @@ pub fn rounds_to_decide(
     max_rounds: usize,
 ) -> Option<usize> {
     let n = values.len();
-    if n < 2 {
-        return None;
-    }
-    let mean = values.iter().sum::<f64>() / n as f64;
-    let sd = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
-    let gap = (mean - threshold).abs();
-    let measurable = sd.is_finite() && gap.is_finite() && sd > 0.0 && gap > 0.0;
-    if !measurable {
-        return None;
-    }
+    let (gap, sd) = gap_and_spread(values, threshold)?;
     (n + 1..=max_rounds).find_map(|rounds| {
         let at = look_level(level, rounds, max_rounds)?;
         let t = StudentsT::new(0.0, 1.0, (rounds - 1) as f64)
@@ -87,6 +91,45 @@ pub fn rounds_to_decide(
             .inverse_cdf(0.5 + at / 2.0);
         (t * sd / (rounds as f64).sqrt() < gap).then_some(rounds - n)
     })
+}
+
+/// The rounds a run would have to allow (its most rounds, `--max-rounds`) to decide whether
+/// the mean is above or below `threshold` by its last look, if the mean and spread stayed as
+/// they are; searched from `from` up to `cap` rounds, `None` beyond. What a run that stopped
+/// undecided at its most rounds would have needed: the planning figure for the next run.
+pub fn rounds_planned_to_decide(
+    values: &[f64],
+    threshold: f64,
+    level: f64,
+    from: usize,
+    cap: usize,
+) -> Option<usize> {
+    let (gap, sd) = gap_and_spread(values, threshold)?;
+    // A run of at most `rounds` decides by its last look when that look's interval, at the
+    // share of the error the last look gets, clears the threshold.
+    let decides = |rounds: usize| -> bool {
+        let Some(at) = look_level(level, rounds, rounds) else {
+            return false;
+        };
+        StudentsT::new(0.0, 1.0, (rounds - 1) as f64)
+            .is_ok_and(|t| t.inverse_cdf(0.5 + at / 2.0) * sd / (rounds as f64).sqrt() < gap)
+    };
+    let from = from.max(2);
+    if from > cap || !decides(cap) {
+        return None;
+    }
+    // The half-width shrinks about as 1/sqrt(rounds) while the last look's share of the error
+    // shrinks slowly, so deciding is monotone in the rounds allowed: bisect.
+    let (mut low, mut high) = (from, cap);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if decides(mid) {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    Some(low)
 }
 
 #[cfg(test)]
@@ -166,5 +209,28 @@ mod tests {
         assert!(more > 10, "{more}");
         assert_eq!(rounds_to_decide(&close, 0.0, 0.95, 10), None);
         assert_eq!(rounds_to_decide(&[1.0, 1.0], 0.0, 0.95, 10), None);
+    }
+
+    #[test]
+    fn a_run_planned_for_the_rounds_it_names_decides_by_its_last_look() {
+        let close = [1.3, -0.7, 0.3, 1.0, -0.4];
+        let planned = rounds_planned_to_decide(&close, 0.0, 0.95, 11, 1000).unwrap();
+        assert!(planned > 10, "{planned}");
+        // Exactly that many: one fewer does not decide, and the run it names does.
+        assert!(rounds_to_decide(&close, 0.0, 0.95, planned).is_some());
+        assert!(rounds_planned_to_decide(&close, 0.0, 0.95, 11, planned - 1).is_none());
+        // No spread, no difference or too few rounds: nothing to plan from.
+        assert_eq!(
+            rounds_planned_to_decide(&[1.0, 1.0], 0.0, 0.95, 3, 1000),
+            None
+        );
+        assert_eq!(
+            rounds_planned_to_decide(&[1.0, -1.0], 0.0, 0.95, 3, 1000),
+            None
+        );
+        assert_eq!(rounds_planned_to_decide(&[1.0], 0.0, 0.95, 3, 1000), None);
+        // A difference far below the spread needs more rounds than the cap allows.
+        let tiny = [10.0, -10.0, 10.1, -10.0];
+        assert_eq!(rounds_planned_to_decide(&tiny, 0.0, 0.95, 5, 100), None);
     }
 }

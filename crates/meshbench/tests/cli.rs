@@ -70,6 +70,10 @@ fn bad_input_is_named_and_exits_with_code_2() {
         "--scenarios: the profile has no \"istio\"",
     );
     bad(
+        "run --profile mtls-architectures --rates 400,3200",
+        "--rates: the profile has no \"3200 rps\"; it has: 40 rps, 400 rps, 1600 rps",
+    );
+    bad(
         "run --profile smoke --backend loopback --verify",
         "--verify: verification needs the netns backend",
     );

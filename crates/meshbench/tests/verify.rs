@@ -73,8 +73,19 @@ fn our_meshes_pass_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
 }
 
 fn sidecar_mesh_passes_with_proof_on_the_wire() {
-    let (dir, report, _) = passing_verification("meshbench-sidecar");
+    let (dir, report, md) = passing_verification("meshbench-sidecar");
     assert!(dir.path().join("verify.html").is_file());
+    // The verdicts at a glance: every case's probes, the identity checks and the encrypted
+    // paths, counted from the tables after it.
+    let glance = md
+        .lines()
+        .find(|l| l.starts_with("| meshbench-sidecar |"))
+        .unwrap_or_else(|| panic!("no row for the mesh at a glance: {md}"));
+    assert!(
+        glance.starts_with("| meshbench-sidecar | 6/6 | 6/6 | 6/6 | 6/6 | 6/6 | 6/6 |")
+            && glance.ends_with("| pass |"),
+        "{glance}"
+    );
     let mesh = &report.meshes[0];
     assert_eq!(mesh.cases.len(), 6);
     assert!(mesh.cases.iter().all(|c| c.probes.len() == 6));
@@ -301,6 +312,16 @@ fn without_a_mesh_the_rules_fail_and_the_exit_code_says_so() {
     let impostor = probe(&report, 2, "impostor", "calculator");
     assert_eq!(impostor.observed, "http_200");
     assert_eq!(impostor.verdict, Verdict::Fail);
+    // At a glance, the cases the policy denies in are counted failed, case 1 is not.
+    let md = std::fs::read_to_string(dir.path().join("verify.md")).unwrap();
+    let glance = md
+        .lines()
+        .find(|l| l.starts_with("| baseline |"))
+        .unwrap_or_else(|| panic!("no row for baseline at a glance: {md}"));
+    assert!(
+        glance.starts_with("| baseline | 6/6 | 2/6 (FAIL) |") && glance.ends_with("| FAIL |"),
+        "{glance}"
+    );
 }
 
 fn a_run_with_verify_carries_its_verification_in_its_report() {

@@ -56,6 +56,10 @@ pub struct RunArgs {
     /// Only these placements of the profile: intra-node, inter-node.
     #[arg(long, value_delimiter = ',')]
     placements: Vec<String>,
+    /// Only the profile's load points at these rates (requests per second, comma-separated,
+    /// e.g. 400): a run aimed at the study's own load spends its rounds there.
+    #[arg(long, value_delimiter = ',')]
+    rates: Vec<f64>,
     /// Rounds until every finding of the profile is decided (held or did not hold): after each
     /// round from the second, stop once all are, with intervals valid over every look. The
     /// spec's `repetitions: {until: decided, max: N, budget: 2h}` does the same.
@@ -76,7 +80,7 @@ pub struct RunArgs {
     out: Option<PathBuf>,
     /// Continue an interrupted run in this directory: the same spec and settings, finished
     /// cells kept, the missing ones run and appended.
-    #[arg(long, conflicts_with_all = ["profile", "spec", "out", "duration", "warmup", "scenarios", "placements", "until_decided"])]
+    #[arg(long, conflicts_with_all = ["profile", "spec", "out", "duration", "warmup", "scenarios", "placements", "rates", "until_decided"])]
     resume: Option<PathBuf>,
     /// After the cells, verify the run's meshes that can be verified (`meshbench verify`:
     /// E3's zero-trust matrix, wire evidence, identity checks) into `<out>/verify/`; the
@@ -151,6 +155,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         profile.set_warmup(warmup)?;
     }
     profile.select(&a.scenarios, &a.placements)?;
+    profile.select_rates(&a.rates)?;
     if a.until_decided {
         let max_rounds = a
             .max_rounds
