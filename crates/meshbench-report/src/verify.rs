@@ -198,7 +198,9 @@ fn verdicts_at_a_glance(report: &VerifyReport) -> Table {
                 .filter(|c| c.verdict == Verdict::Pass)
                 .count();
             all_passed &= identity_passed == mesh.identity.len();
-            row.push(if mesh.identity.is_empty() {
+            row.push(if mesh.identity.is_empty() && mesh.notes.is_empty() {
+                "none made".to_owned()
+            } else if mesh.identity.is_empty() {
                 "not made (see the notes)".to_owned()
             } else {
                 count(identity_passed, mesh.identity.len())
