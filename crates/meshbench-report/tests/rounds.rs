@@ -73,6 +73,18 @@ fn rounds(rounds: u32, mut p99_ms: impl FnMut(&str, u32) -> f64) -> RunResult {
     result
 }
 
+/// The run's only finding, which must be inconclusive: what its one point says more rounds
+/// would do.
+fn undecided(all: &RunResult) -> MoreRounds {
+    let analysis = Analysis::of(all);
+    let finding = &findings(all, &analysis)[0];
+    assert_eq!(finding.verdict, Verdict::Inconclusive);
+    finding.points[0]
+        .more_rounds
+        .clone()
+        .expect("an undecided point says what more rounds would do")
+}
+
 /// A run's rounds as the runner looks at them: after each from the second, stop at the first
 /// where nothing is undecided. The verdict it stopped with.
 fn run_until_decided(all: &RunResult) -> (Verdict, u32) {
@@ -176,13 +188,7 @@ fn an_undecided_point_says_how_many_more_rounds_would_decide_it() {
             0.0
         }
     });
-    let analysis = Analysis::of(&all);
-    let finding = &findings(&all, &analysis)[0];
-    assert_eq!(finding.verdict, Verdict::Inconclusive);
-    let more = finding.points[0]
-        .more_rounds
-        .clone()
-        .expect("a count of rounds");
+    let more = undecided(&all);
     assert!(
         matches!(
             more,
@@ -190,7 +196,7 @@ fn an_undecided_point_says_how_many_more_rounds_would_decide_it() {
         ),
         "{more:?}"
     );
-    let sentences = glance(&all, &analysis).sentences.join(" ");
+    let sentences = glance(&all, &Analysis::of(&all)).sentences.join(" ");
     assert!(
         sentences.contains("Rounds until decided: 3 rounds so far (at most 8)."),
         "{sentences}"
@@ -215,13 +221,7 @@ fn a_point_the_most_rounds_cannot_decide_says_what_limits_it_with_its_figures() 
         let swing = if round % 2 == 0 { 2.0 } else { -2.0 };
         10.0 + if scenario == "mesh" { 0.3 + swing } else { 0.0 }
     });
-    let analysis = Analysis::of(&all);
-    let finding = &findings(&all, &analysis)[0];
-    assert_eq!(finding.verdict, Verdict::Inconclusive);
-    let more = finding.points[0]
-        .more_rounds
-        .clone()
-        .expect("what limits it");
+    let more = undecided(&all);
     let MoreRounds::NoneWithin {
         max,
         difference,
