@@ -419,6 +419,13 @@ pub trait InstalledMesh: Sync {
         None
     }
 
+    /// The ports of a pod where the kubelet probes the mesh's proxy (its health and status
+    /// endpoints, plaintext by design): no request of the application crosses them, so the
+    /// wire evidence leaves their connections out, as it does the CA's.
+    fn probe_ports(&self) -> &'static [u16] {
+        &[]
+    }
+
     /// Its CA, as its proxies found in `found` use it, where the verifier can be issued
     /// SVIDs by it (`None`: the identity checks cannot present its certificates).
     fn identity_service(&self, _found: &Found) -> Option<IdentityService> {

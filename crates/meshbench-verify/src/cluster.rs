@@ -160,6 +160,7 @@ impl Verifier for Cluster {
             platform: &self.platform,
             installed: mesh.installed().is_some(),
             loopback_port: mesh.installed().and_then(|m| m.inbound_port_in_pod()),
+            probe_ports: mesh.installed().map_or(&[], |m| m.probe_ports()),
             mesh_ca,
             remote: None,
         })
@@ -175,6 +176,8 @@ struct ClusterCase<'a> {
     /// Where an installed mesh's proxy takes its peers' connections in the pod, which is what
     /// a pod's call to itself is judged by on its loopback.
     loopback_port: Option<u16>,
+    /// Where the kubelet probes an installed mesh's proxy, left out of the wire evidence.
+    probe_ports: &'static [u16],
     /// Its CA as its proxies use it, where the verifier can ask it for SVIDs.
     mesh_ca: Option<IdentityService>,
     /// What the checking pod asks the mesh's CA for, once the plan is made.
@@ -412,6 +415,10 @@ impl CaseSite for ClusterCase<'_> {
         if let Some(port) = recording.only_to_port {
             wire.flows.retain(|f| f.server.port() == port);
         }
+        // The kubelet's probes of the mesh's proxy cross the pod's interface in plaintext
+        // whenever they fall in the capture; they carry nothing of the probe's.
+        wire.flows
+            .retain(|f| !self.probe_ports.contains(&f.server.port()));
         Ok(ProbeRecord {
             observation: observation(probe, &reply),
             wire,

@@ -5,9 +5,10 @@
 //! AuthorizationPolicy (`policy`), whose semantics ours follow, so the translation is direct
 //! except where ambient splits L4 from L7.
 //!
-//! Istio's proxy image is a Bazel build and ztunnel is in no registry, so neither runs here:
-//! both scenarios are cluster-only, and what can be checked without them (the resources
-//! against Istio's CRDs, istiod's validation and injection) is.
+//! Both scenarios are cluster-only. On the test cluster (`scripts/istio-lab`) istiod, istio-cni
+//! and ztunnel are built from source, and the sidecars and waypoints are pilot-agent running
+//! upstream Envoy: istiod is then installed without the filters only Istio's own Envoy has, and
+//! `mesh detect` says so from istiod's settings (`istiod_without`).
 
 mod policy;
 
@@ -27,6 +28,11 @@ const ISTIOD: LabelSelector = LabelSelector(&[("app", "istiod")]);
 const ZTUNNEL: LabelSelector = LabelSelector(&[("app", "ztunnel")]);
 /// ztunnel's container in its pods.
 const ZTUNNEL_CONTAINER: &str = "istio-proxy";
+/// Where istio-init redirects a sidecar pod's inbound connections (the injection template's
+/// `-z`, Istio's default).
+const SIDECAR_INBOUND_PORT: u16 = 15006;
+/// istiod's container in its pods (Istio's chart names it so).
+const ISTIOD_CONTAINER: &str = "discovery";
 const CNI: LabelSelector = LabelSelector(&[("k8s-app", "istio-cni-node")]);
 /// The default revision's injector (Istio's chart names it so).
 const INJECTOR: &str = "istio-sidecar-injector";
@@ -106,6 +112,11 @@ impl InstalledMesh for Istio {
             (false, true) => "sidecar (ambient also installed)".into(),
             (false, false) => "sidecar".into(),
         };
+        let without = istiod_without(found);
+        let mode = match without.is_empty() {
+            true => mode,
+            false => format!("{mode}; istiod without {}", without.join(", ")),
+        };
         installation.mode = Some(match installation.mode.take() {
             Some(external) => format!("{mode}; {external}"),
             None => mode,
@@ -129,31 +140,65 @@ impl InstalledMesh for Istio {
     }
 
     fn component(&self, pod: &FoundPod, container: &str) -> Option<ComponentClass> {
-        component(pod, container)
+        component(pod, container, self.ambient)
     }
 
-    /// ztunnel's CA as its pods are configured (`CA_ADDRESS`, `ALT_CA_HOSTNAME`, the cluster
-    /// ID), istiod's defaults where they say nothing; the root istiod publishes to every
-    /// namespace. Ambient only: a sidecar's CA is reached through its pilot-agent.
+    /// ambient's HBONE under in-pod redirection; a sidecar's inbound listener, where
+    /// istio-init redirects every connection to the pod (its call to itself too, from its own
+    /// outbound listener, in TLS).
     fn inbound_port_in_pod(&self) -> Option<u16> {
-        self.ambient.then_some(crate::Ports::HBONE)
+        Some(match self.ambient {
+            true => crate::Ports::HBONE,
+            false => SIDECAR_INBOUND_PORT,
+        })
     }
 
-    fn identity_service(&self, found: &Found) -> Option<IdentityService> {
-        if !self.ambient {
-            return None;
+    /// The sidecar's pilot-agent: the kubelet's probes of the app, rewritten by the injector
+    /// (15020), and of the proxy's readiness (15021).
+    fn probe_ports(&self) -> &'static [u16] {
+        match self.ambient {
+            true => &[],
+            false => &[15020, 15021],
         }
-        let ztunnels = || {
-            found
-                .node_agents
-                .iter()
-                .filter(|p| ZTUNNEL.matches(&p.labels))
+    }
+
+    /// Istio's CA as its proxies are configured: ztunnel's pods say where it is (`CA_ADDRESS`,
+    /// `ALT_CA_HOSTNAME`, the cluster ID) in ambient mode; a sidecar's pilot-agent is told by
+    /// its injection template, which points it at istiod's service in istiod's namespace with
+    /// istiod's cluster ID. istiod's defaults where they say nothing; the root istiod
+    /// publishes to every namespace.
+    fn identity_service(&self, found: &Found) -> Option<IdentityService> {
+        let (env, default_host, hbone_port_in_pod) = if self.ambient {
+            let ztunnels = || {
+                found
+                    .node_agents
+                    .iter()
+                    .filter(|p| ZTUNNEL.matches(&p.labels))
+            };
+            let ztunnel = ztunnels().find(|p| p.ready).or(ztunnels().next())?;
+            let env = ztunnel
+                .env
+                .get(ZTUNNEL_CONTAINER)
+                .or(ztunnel.env.values().next());
+            (
+                env,
+                "istiod.istio-system.svc".to_owned(),
+                Some(crate::Ports::HBONE),
+            )
+        } else {
+            let istiods = || {
+                found
+                    .control_plane
+                    .iter()
+                    .filter(|p| ISTIOD.matches(&p.labels))
+            };
+            let istiod = istiods().find(|p| p.ready).or(istiods().next())?;
+            let env = istiod
+                .env
+                .get(ISTIOD_CONTAINER)
+                .or(istiod.env.values().next());
+            (env, format!("istiod.{}.svc", istiod.namespace), None)
         };
-        let ztunnel = ztunnels().find(|p| p.ready).or(ztunnels().next())?;
-        let env = ztunnel
-            .env
-            .get(ZTUNNEL_CONTAINER)
-            .or(ztunnel.env.values().next());
         let get = |key: &str| env.and_then(|e| e.get(key)).filter(|v| !v.is_empty());
         let address = get("CA_ADDRESS")
             .map(|a| {
@@ -161,7 +206,7 @@ impl InstalledMesh for Istio {
                     .trim_end_matches('/')
                     .to_owned()
             })
-            .unwrap_or_else(|| "istiod.istio-system.svc:15012".to_owned());
+            .unwrap_or_else(|| format!("{default_host}:15012"));
         let host = address
             .rsplit_once(':')
             .map_or(address.as_str(), |(host, _)| host)
@@ -179,7 +224,7 @@ impl InstalledMesh for Istio {
                 .unwrap_or_else(|| "Kubernetes".into()),
             root_config_map: ("istio-ca-root-cert".into(), "root-cert.pem".into()),
             root_namespace: None,
-            hbone_port_in_pod: Some(crate::Ports::HBONE),
+            hbone_port_in_pod,
         })
     }
 
@@ -247,6 +292,41 @@ fn istiod(found: &Found) -> Installation {
     }
 }
 
+/// What istiod's settings leave out of the proxies' configuration that a stock install sends
+/// (each an Istio setting of its own, found in istiod's environment): what a proxy without
+/// Istio's own Envoy filters (upstream Envoy under pilot-agent) needs, and what makes its
+/// per-request work smaller than a stock istio-proxy's.
+fn istiod_without(found: &Found) -> Vec<&'static str> {
+    const SWITCHES: &[(&str, &str)] = &[
+        ("PILOT_ENABLE_METADATA_EXCHANGE", "metadata exchange"),
+        ("PILOT_ENABLE_ALPN_FILTER", "the ALPN filter"),
+    ];
+    let Some(istiod) = found
+        .control_plane
+        .iter()
+        .filter(|p| ISTIOD.matches(&p.labels))
+        .find(|p| p.ready)
+        .or(found
+            .control_plane
+            .iter()
+            .find(|p| ISTIOD.matches(&p.labels)))
+    else {
+        return Vec::new();
+    };
+    let env = istiod
+        .env
+        .get(ISTIOD_CONTAINER)
+        .or(istiod.env.values().next());
+    SWITCHES
+        .iter()
+        .filter(|(key, _)| {
+            env.and_then(|e| e.get(*key))
+                .is_some_and(|v| v.eq_ignore_ascii_case("false"))
+        })
+        .map(|(_, what)| *what)
+        .collect()
+}
+
 /// ztunnel's and istio-cni's versions, from their images' tags (ztunnel's is its build's
 /// commit where it is built from source).
 fn ambient_versions(found: &Found) -> String {
@@ -269,12 +349,18 @@ fn has_ztunnel(found: &Found) -> bool {
     found.node_agents.iter().any(|p| ZTUNNEL.matches(&p.labels))
 }
 
-/// ztunnel carries every request of an enrolled pod: it is the node agent. istio-cni's agent
-/// only programs each pod's redirection into ztunnel and hands ztunnel the pod's network
-/// namespace; no request crosses it, so it counts with istiod as the control plane.
-fn component(pod: &FoundPod, container: &str) -> Option<ComponentClass> {
+/// ztunnel carries every request of an enrolled pod: it is ambient's node agent. istio-cni's
+/// agent only programs each pod's redirection into ztunnel and hands ztunnel the pod's network
+/// namespace; no request crosses it, so it counts with istiod as ambient's control plane. In
+/// sidecar mode neither has a part in an injected pod's traffic (istio-init redirects it into
+/// the sidecar): where ambient is installed too, they are the cluster's, not the scenario's.
+fn component(pod: &FoundPod, container: &str, ambient: bool) -> Option<ComponentClass> {
     let label = |k: &str| pod.labels.get(k).map(String::as_str);
-    if label("app") == Some("istiod") || label("k8s-app") == Some("istio-cni-node") {
+    let ambient_data_plane =
+        label("app") == Some("ztunnel") || label("k8s-app") == Some("istio-cni-node");
+    if ambient_data_plane && !ambient {
+        None
+    } else if label("app") == Some("istiod") || label("k8s-app") == Some("istio-cni-node") {
         Some(ComponentClass::ControlPlane)
     } else if label("app") == Some("ztunnel") {
         Some(ComponentClass::NodeAgent)
@@ -317,7 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn ambient_s_ca_is_where_ztunnel_is_told_it_is() {
+    fn istio_s_ca_is_where_ztunnel_or_the_injection_template_says_it_is() {
         let mut found = Found::default();
         assert_eq!(Istio { ambient: true }.identity_service(&found), None);
         // The chart's defaults: istiod's service, its name, the default cluster.
@@ -337,8 +423,56 @@ mod tests {
         assert_eq!(service.address, "10.77.0.1:15012");
         assert_eq!(service.server_name, "istiod.istio-system.svc");
         assert_eq!(service.cluster_id, "east");
-        // Sidecar mode names no CA the checks can ask.
+        // Sidecar mode: no istiod, no CA to ask; with one, its service in its namespace, as
+        // the injection template points pilot-agent at it, with istiod's cluster ID.
         assert_eq!(Istio { ambient: false }.identity_service(&found), None);
+        found.control_plane.push(FoundPod {
+            namespace: "mesh-system".into(),
+            name: "istiod-1".into(),
+            labels: [("app".to_owned(), "istiod".to_owned())].into(),
+            images: Default::default(),
+            env: [(
+                ISTIOD_CONTAINER.to_owned(),
+                [("CLUSTER_ID".to_owned(), "west".to_owned())].into(),
+            )]
+            .into(),
+            ready: true,
+            node: "node-3".into(),
+        });
+        let service = Istio { ambient: false }.identity_service(&found).unwrap();
+        assert_eq!(service.address, "istiod.mesh-system.svc:15012");
+        assert_eq!(service.server_name, "istiod.mesh-system.svc");
+        assert_eq!(service.cluster_id, "west");
+        assert_eq!(service.hbone_port_in_pod, None);
+    }
+
+    #[test]
+    fn ambient_s_data_plane_counts_for_ambient_only() {
+        let ztunnel = ztunnel_pod(&[]);
+        let cni = FoundPod {
+            labels: [("k8s-app".to_owned(), "istio-cni-node".to_owned())].into(),
+            ..ztunnel_pod(&[])
+        };
+        let sidecar_mode = Istio { ambient: false };
+        let ambient = Istio { ambient: true };
+        assert_eq!(
+            ambient.component(&ztunnel, ZTUNNEL_CONTAINER),
+            Some(ComponentClass::NodeAgent)
+        );
+        assert_eq!(
+            ambient.component(&cni, "install-cni"),
+            Some(ComponentClass::ControlPlane)
+        );
+        assert_eq!(sidecar_mode.component(&ztunnel, ZTUNNEL_CONTAINER), None);
+        assert_eq!(sidecar_mode.component(&cni, "install-cni"), None);
+        let injected = FoundPod {
+            labels: Default::default(),
+            ..ztunnel_pod(&[])
+        };
+        assert_eq!(
+            sidecar_mode.component(&injected, "istio-proxy"),
+            Some(ComponentClass::Sidecar)
+        );
     }
 
     #[test]

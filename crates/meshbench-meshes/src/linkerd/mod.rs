@@ -152,6 +152,11 @@ impl InstalledMesh for Linkerd {
         })
     }
 
+    /// linkerd2-proxy's admin server, where the kubelet asks `/live` and `/ready`.
+    fn probe_ports(&self) -> &'static [u16] {
+        &[4191]
+    }
+
     fn documented(&self) -> Documented {
         Documented {
             wire: "TLS 1.3 between linkerd-proxies, same node or not",
