@@ -400,6 +400,62 @@ async fn admit_pod(
         .collect())
 }
 
+/// Waits until the cluster reports `resource` (as applied) with `condition` true in its
+/// status, polling each second for at most `timeout`: a Gateway the mesh deploys a proxy for
+/// (a waypoint) takes traffic only once it is programmed, and a probe before then would judge
+/// the mesh by a proxy that is not there yet.
+pub async fn wait_for_condition(
+    client: &Client,
+    resource: &Value,
+    condition: &str,
+    timeout: std::time::Duration,
+) -> Result<(), Error> {
+    let name = resource["metadata"]["name"].as_str().unwrap_or_default();
+    let label = format!(
+        "{} {}{name}",
+        resource["kind"].as_str().unwrap_or_default(),
+        resource["metadata"]["namespace"]
+            .as_str()
+            .map(|n| format!("{n}/"))
+            .unwrap_or_default()
+    );
+    let api = dynamic_api(client, resource)
+        .await
+        .map_err(|source| Error::Api {
+            what: label.clone(),
+            source,
+        })?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last = "no status yet".to_owned();
+    loop {
+        let object = api.get(name).await.map_err(|source| Error::Api {
+            what: label.clone(),
+            source,
+        })?;
+        let conditions = object.data["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if let Some(c) = conditions.iter().find(|c| c["type"] == condition) {
+            if c["status"] == "True" {
+                return Ok(());
+            }
+            last = format!(
+                "{condition} is {}: {}",
+                c["status"].as_str().unwrap_or("unknown"),
+                c["message"].as_str().unwrap_or_default()
+            );
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::Refused {
+                what: label,
+                why: format!("not {condition} after {} s ({last})", timeout.as_secs()),
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 /// The API of `resource`'s kind (from its `apiVersion` and `kind`, as the cluster serves it),
 /// in its namespace where the kind is namespaced.
 async fn dynamic_api(client: &Client, resource: &Value) -> Result<Api<DynamicObject>, kube::Error> {

@@ -45,6 +45,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 pub(super) const START_GATE: &str = "/tmp/meshbench-start";
 /// How long a service's routes may take to reach every node.
 const ROUTES_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a Gateway the mesh deploys a proxy for (a waypoint) may take to be programmed.
+const GATEWAY_PROGRAMMED_TIMEOUT: Duration = Duration::from_secs(180);
 /// meshbench's CA service: the control plane of our own data plane.
 const CA_WORKLOAD: &str = "meshbench-ca";
 /// Pods applied at once (each is a config map, a secret and the pod: three API calls).
@@ -698,6 +700,50 @@ impl<'a> KubeSite<'a> {
                 what: format!("{}'s resources for the cell", mesh.name()),
                 why: refused.join("; "),
             });
+        }
+        // The mesh's labels on the cell's services (ambient's `istio.io/use-waypoint`, which
+        // sends a service's traffic through its waypoint).
+        let service_labels = self
+            .installed
+            .as_ref()
+            .map(|i| i.enrollment.service_labels.clone())
+            .unwrap_or_default();
+        for (workload, labels) in &service_labels {
+            for service in self
+                .topology
+                .services
+                .iter()
+                .filter(|s| &s.workload == workload)
+            {
+                let namespace = self.platform.namespace_for(&service.namespace);
+                let api = Api::<Service>::namespaced(self.client(), &namespace);
+                let patch = serde_json::json!({ "metadata": { "labels": labels } });
+                api.patch(
+                    &service.name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .map_err(|source| Error::Api {
+                    what: format!("Service {namespace}/{} (the mesh's labels)", service.name),
+                    source,
+                })?;
+            }
+        }
+        // A Gateway is a proxy the mesh deploys (ambient's waypoint): the cell's traffic
+        // goes through it only once it runs.
+        for gateway in translation
+            .resources
+            .iter()
+            .filter(|r| r["kind"] == "Gateway")
+        {
+            crate::installed::wait_for_condition(
+                &self.client(),
+                gateway,
+                "Programmed",
+                GATEWAY_PROGRAMMED_TIMEOUT,
+            )
+            .await?;
         }
         for note in &translation.enforced.notes {
             tracing::info!(mesh = mesh.name(), "{note}");
