@@ -256,6 +256,10 @@ pub struct MeshEnrollment {
     pub pod_annotations: BTreeMap<String, BTreeMap<String, String>>,
     /// Service name -> labels (Istio's `istio.io/use-waypoint`).
     pub service_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// Workloads whose rules the mesh enforces at a waypoint in front of them: their node
+    /// agent takes only the waypoint's identity, so a caller presenting its own directly is
+    /// refused by design, whatever the rules say of it.
+    pub waypointed: std::collections::BTreeSet<String>,
 }
 
 impl MeshEnrollment {

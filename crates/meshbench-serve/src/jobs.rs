@@ -806,6 +806,7 @@ impl Jobs {
             out_dir: out_dir.clone(),
             exe: options.exe.clone(),
             build: options.build.clone(),
+            policy: meshbench_verify::zero_trust_policy(),
         };
         let progress = |line: &str| {
             self.log(id, "info", line);

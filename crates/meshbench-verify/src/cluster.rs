@@ -57,6 +57,8 @@ pub struct ClusterVerifyOptions {
     pub build: BuildInfo,
     /// Labels every object of the verification.
     pub run: String,
+    /// The policy over E3's application, as YAML (E3's own unless a user gives another).
+    pub policy: String,
 }
 
 /// Runs every case for every mesh on the cluster. `progress` gets one line per case.
@@ -67,11 +69,12 @@ pub async fn verify_on_cluster(
     let mut platform = KubePlatform::connect(&options.kube, &options.run).await?;
     // Every case has the same workloads, namespaces and service accounts; only which of
     // them the mesh enrolls differs.
-    let policy = meshbench_policy::Policy::from_yaml(&e3::zero_trust_policy())?;
+    let policy = meshbench_policy::Policy::from_yaml(&options.policy)?;
     platform.prepare(&e3::topology(&CASES[1]), &policy).await?;
     verify_with(
         &Cluster { platform },
         &options.meshes,
+        &options.policy,
         &options.out_dir,
         &options.build,
         progress,
@@ -571,6 +574,14 @@ async fn check_identities(
     };
     let calculator_ip = address("the calculator", site.pod_ip(&calculator.name))?;
     let app = std::net::SocketAddr::new(calculator_ip, Ports::APP);
+    if site.waypointed(e3::CALCULATOR) {
+        plan.expect_valid_identity(
+            false,
+            "the experimenter's SVID, presented to the calculator's node agent directly: the \
+             calculator's rules are at its waypoint, and the node agent lets only the waypoint \
+             call it, so no caller can skip the waypoint",
+        );
+    }
     let guard = match remote.map(|(_, m)| (m.protocol, m.hbone_port_in_pod)) {
         // Ambient's in-pod redirection: the calculator's own address takes HBONE.
         Some((_, Some(port))) => Guard::NodeAgent {

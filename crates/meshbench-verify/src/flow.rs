@@ -137,17 +137,18 @@ pub(crate) trait CaseSite {
     async fn finish(self);
 }
 
-/// Verifies `meshes` on `platform`, into `out_dir`. `progress` gets one line per case.
+/// Verifies `meshes` on `platform` against `policy_yaml` (a policy over E3's application),
+/// into `out_dir`. `progress` gets one line per case.
 pub(crate) async fn verify_with<V: Verifier>(
     platform: &V,
     meshes: &[Scenario],
+    policy_yaml: &str,
     out_dir: &Path,
     build: &BuildInfo,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<VerifyReport, Error> {
     let started_at = now();
-    let policy_yaml = e3::zero_trust_policy();
-    let policy = Policy::from_yaml(&policy_yaml)?;
+    let policy = Policy::from_yaml(policy_yaml)?;
     let mut verified = vec![];
     for &mesh in meshes {
         let dir = out_dir.join(mesh.name());
@@ -166,7 +167,7 @@ pub(crate) async fn verify_with<V: Verifier>(
         finished_at: now(),
         environment: meshbench_lab::describe_environment(build),
         platform: Some(platform.name()),
-        policy: policy_yaml,
+        policy: policy_yaml.to_owned(),
         meshes: verified,
         passed,
     })
@@ -240,9 +241,15 @@ async fn run_case<S: CaseSite>(
     let identities = case.checks_identities(mesh) && site.checks_identities();
     site.start(mesh, case, identities).await?;
     let mut probes = vec![];
+    // The experimenter's call to the calculator as the policy in force decides it: what the
+    // identity check presenting the experimenter's SVID should get.
+    let mut experimenter_allowed = true;
     for (i, probe) in PROBES.iter().enumerate() {
         let (from, to) = (e3_pod(topology, probe.from)?, e3_pod(topology, probe.to)?);
         let expected = expect_through(mesh, policy, probe, case.meshed, site.pod_ip(&from));
+        if (probe.from, probe.to) == (e3::EXPERIMENTER, e3::CALCULATOR) {
+            experimenter_allowed = expected.allowed;
+        }
         let marker = format!("mb-verify-marker-{}-{}-{i}", mesh.name(), case.number);
         let both_enrolled = case.meshed.contains(&probe.from) && case.meshed.contains(&probe.to);
         let same_node = site.node_of(&from) == site.node_of(&to);
@@ -268,6 +275,13 @@ async fn run_case<S: CaseSite>(
     if identities {
         // Made once the mesh runs: a control plane with a CA of its own has made it by now.
         let mut plan = site.identity_plan(mesh, &dir.join("identity")).await?;
+        if !experimenter_allowed {
+            plan.expect_valid_identity(
+                false,
+                "the experimenter's SVID: a caller the policy does not allow to call the \
+                 calculator's POST /add",
+            );
+        }
         checks = site.check_identities(mesh, &mut plan).await?;
     }
     Ok((

@@ -268,6 +268,21 @@ impl IdentityPlan {
         })
     }
 
+    /// Whether the experimenter's valid SVID should get through to the calculator, and why,
+    /// where the policy in force says otherwise than E3's (which allows it): a policy that
+    /// does not allow the experimenter's call, or a guard that takes only another proxy's
+    /// identity (a waypoint in front of the calculator).
+    pub(crate) fn expect_valid_identity(&mut self, allowed: bool, why: &'static str) {
+        if let Some(attempt) = self
+            .attempts
+            .iter_mut()
+            .find(|a| a.name == "valid-identity")
+        {
+            attempt.expect_allowed = allowed;
+            attempt.description = why;
+        }
+    }
+
     /// Where the remotely made expired SVID turned out to expire.
     #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))] // the cluster's checks only
     pub(crate) fn set_expired_after(&mut self, not_after: time::OffsetDateTime) {

@@ -29,6 +29,9 @@ pub struct VerifyOptions {
     /// The meshbench binary (apps and proxies are roles of it).
     pub exe: PathBuf,
     pub build: BuildInfo,
+    /// The policy over E3's application, as YAML (E3's own, `zero_trust_policy`, unless a
+    /// user gives another).
+    pub policy: String,
 }
 
 /// Runs every case for every mesh on the local lab. `progress` gets one line per case.
@@ -41,6 +44,7 @@ pub async fn verify(
     verify_with(
         &lab,
         &options.meshes,
+        &options.policy,
         &options.out_dir,
         &options.build,
         progress,

@@ -66,6 +66,14 @@ fn bad_input_is_named_and_exits_with_code_2() {
     };
     bad("run --profile nope", "unknown profile \"nope\"");
     bad(
+        "verify --mesh meshbench-sidecar --policy /nonexistent/policy.yaml",
+        "--policy: cannot read /nonexistent/policy.yaml",
+    );
+    bad(
+        "verify --mesh meshbench-sidecar --policy Cargo.toml",
+        "--policy: Cargo.toml is not a valid policy",
+    );
+    bad(
         "run --profile meshes --scenarios istio",
         "--scenarios: the profile has no \"istio\"",
     );

@@ -1137,42 +1137,57 @@ fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
     );
     assert_eq!(cluster.leftovers(), "", "objects left after verify");
 
-    // A waypoint (a Gateway of class istio-waypoint) runs from the same image as the sidecars:
-    // istiod deploys it, it takes its certificate and configuration and becomes ready, and no
-    // proxy refused anything istiod sent (the sidecar-only test checks the sidecars alike).
-    let kubectl = || {
-        let mut command = Command::new(&cluster.kubectl);
-        command.arg("--kubeconfig").arg(&cluster.kubeconfig);
-        command
+    // L7 rules at a waypoint: E3's application under a policy whose calculator rules name
+    // methods and paths. istiod deploys the waypoint (the same image as Istio's sidecars) for
+    // the calculator's service; the experimenter's POST /add goes through it (200), the
+    // security checker's, allowed only GET, is refused there with a 403 (ztunnel would
+    // reset); presented to the calculator's ztunnel directly, the experimenter's SVID is
+    // refused, since ztunnel lets only the waypoint call it.
+    let policy = dir.path().join("l7.yaml");
+    std::fs::write(
+        &policy,
+        "trust_domain: cluster.local\n\
+         peer_authentication:\n  - { name: strict-app, namespace: app, mode: STRICT }\n\
+         authorization:\n\
+         \x20 - name: deny-other-namespaces\n    namespace: app\n    action: DENY\n    rules:\n\
+         \x20     - from: { not_namespaces: [app] }\n\
+         \x20 - name: calculator-operations\n    namespace: app\n    workload: calculator\n    action: ALLOW\n    rules:\n\
+         \x20     - from: { principals: [cluster.local/ns/app/sa/experimenter] }\n        to: { methods: [POST], paths: [/add, /subtract, /multiply, /divide] }\n\
+         \x20     - from: { principals: [cluster.local/ns/app/sa/security-checker] }\n        to: { methods: [GET] }\n",
+    )
+    .unwrap();
+    let out = dir.path().join("verify-l7");
+    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+        .args(["verify", "--backend", "kubernetes", "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        .args(["--image", image(), "--mesh", "istio-ambient", "--policy"])
+        .arg(&policy)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let report = verification(&out);
+    assert_eq!(report["passed"], true);
+    let ambient = &report["meshes"][0];
+    let case_2 = &ambient["cases"][1];
+    let observed = |from: &str| {
+        case_2["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["from"] == from && p["to"] == "calculator")
+            .map(|p| p["observed"].as_str().unwrap().to_owned())
+            .unwrap()
     };
-    let namespace = "mb-waypoint-check";
-    run_ok(kubectl().args(["create", "namespace", namespace]));
-    let gateway = format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: waypoint\n  \
-         namespace: {namespace}\n  labels: {{ istio.io/waypoint-for: service }}\nspec:\n  \
-         gatewayClassName: istio-waypoint\n  listeners:\n    - {{ name: mesh, port: 15008, protocol: HBONE }}\n"
-    );
-    let manifest = dir.path().join("waypoint.yaml");
-    std::fs::write(&manifest, gateway).unwrap();
-    run_ok(kubectl().arg("apply").arg("-f").arg(&manifest));
-    wait_for(
-        "the waypoint's pod to be ready",
-        Duration::from_secs(180),
-        || {
-            let ready = run_ok(kubectl().args([
-                "-n",
-                namespace,
-                "get",
-                "pods",
-                "-l",
-                "gateway.networking.k8s.io/gateway-name=waypoint",
-                "-o",
-                "jsonpath={.items[*].status.containerStatuses[*].ready}",
-            ]));
-            (String::from_utf8_lossy(&ready.stdout).trim() == "true").then_some(())
-        },
-    );
-    run_ok(kubectl().args(["delete", "namespace", namespace, "--wait=true"]));
+    assert_eq!(observed("experimenter"), "http_200", "{case_2}");
+    assert_eq!(observed("security-checker"), "http_403", "{case_2}");
+    let valid = &ambient["identity"][0];
+    assert_eq!(valid["name"], "valid-identity", "{valid}");
+    assert_eq!(valid["expected"], "refused", "{valid}");
+    assert_eq!(valid["verdict"], "pass", "{valid}");
+    assert_eq!(cluster.leftovers(), "", "objects left after verify");
+    // No proxy refused anything istiod sent (the waypoint's configuration included).
     assert_eq!(istiod_nacks(&cluster), Vec::<String>::new());
 }
 

@@ -708,13 +708,8 @@ impl<'a> KubeSite<'a> {
             .as_ref()
             .map(|i| i.enrollment.service_labels.clone())
             .unwrap_or_default();
-        for (workload, labels) in &service_labels {
-            for service in self
-                .topology
-                .services
-                .iter()
-                .filter(|s| &s.workload == workload)
-            {
+        for (name, labels) in &service_labels {
+            for service in self.topology.services.iter().filter(|s| &s.name == name) {
                 let namespace = self.platform.namespace_for(&service.namespace);
                 let api = Api::<Service>::namespaced(self.client(), &namespace);
                 let patch = serde_json::json!({ "metadata": { "labels": labels } });
@@ -749,6 +744,13 @@ impl<'a> KubeSite<'a> {
             tracing::info!(mesh = mesh.name(), "{note}");
         }
         Ok(())
+    }
+
+    /// Whether the mesh enforces `workload`'s rules at a waypoint in front of it.
+    pub fn waypointed(&self, workload: &str) -> bool {
+        self.installed
+            .as_ref()
+            .is_some_and(|i| i.enrollment.waypointed.contains(workload))
     }
 
     /// Enrolls every meshed workload of the topology in `mesh`, its apps' pods created with

@@ -189,6 +189,7 @@ pub(super) fn translate(site: &InstalledSite<'_>, ambient: bool) -> Result<Trans
                 .or_default()
                 .insert("istio.io/use-waypoint".into(), WAYPOINT.into());
         }
+        enrollment.waypointed.insert(w.name.clone());
         waypoint_namespaces.insert(ns);
     }
     for ns in &waypoint_namespaces {

@@ -261,8 +261,11 @@ fn execute(
     let mut verification_failed = false;
     if let (Some(meshes), RunStatus::Complete) = (verify, result.status) {
         // The run's reports are already written: an interrupted verification loses nothing.
-        let report =
-            super::verify::verify_into(meshes, &out_dir.join(meshbench_report::RUN_VERIFY_DIR))?;
+        let report = super::verify::verify_into(
+            meshes,
+            meshbench_verify::zero_trust_policy(),
+            &out_dir.join(meshbench_report::RUN_VERIFY_DIR),
+        )?;
         verification_failed = !report.passed;
         meshbench_report::write_reports(&out_dir, &result)?;
     }

@@ -31,6 +31,12 @@ pub struct VerifyArgs {
     /// see --kubeconfig, --context, --image).
     #[arg(long, value_parser = super::args::backend)]
     backend: Option<super::args::RunBackend>,
+    /// A policy over E3's application to verify instead of E3's own (the YAML of `mesh
+    /// render --policy`: its namespaces `app` and `external`, its workloads calculator,
+    /// experimenter, security-checker and external-checker), e.g. with L7 rules that a
+    /// mesh enforces at a waypoint. Each probe's expectation follows it.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
     #[command(flatten)]
     kube: super::args::KubeTarget,
 }
@@ -77,6 +83,20 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
             })
             .collect::<Result<_, _>>()?
     };
+    let policy = match &a.policy {
+        None => meshbench_verify::zero_trust_policy(),
+        Some(path) => {
+            let yaml = std::fs::read_to_string(path)
+                .map_err(|e| BadInput(format!("--policy: cannot read {}: {e}", path.display())))?;
+            meshbench_policy::Policy::from_yaml(&yaml).map_err(|e| {
+                BadInput(format!(
+                    "--policy: {} is not a valid policy: {e}",
+                    path.display()
+                ))
+            })?;
+            yaml
+        }
+    };
     let out_dir = a.out.unwrap_or_else(|| {
         let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
             .to_string()
@@ -84,9 +104,9 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<()> {
         PathBuf::from("meshbench-results").join(format!("verify-{stamp}"))
     });
     let report = if on_cluster {
-        verify_on_cluster_into(meshes, &out_dir, &a.kube)?
+        verify_on_cluster_into(meshes, policy, &out_dir, &a.kube)?
     } else {
-        verify_into(meshes, &out_dir)?
+        verify_into(meshes, policy, &out_dir)?
     };
     if report.passed {
         eprintln!(
@@ -115,6 +135,7 @@ fn cluster_data_planes() -> Vec<Scenario> {
 #[cfg(not(feature = "kubernetes"))]
 fn verify_on_cluster_into(
     _: Vec<Scenario>,
+    _: String,
     _: &Path,
     _: &super::args::KubeTarget,
 ) -> anyhow::Result<VerifyReport> {
@@ -128,6 +149,7 @@ fn verify_on_cluster_into(
 #[cfg(feature = "kubernetes")]
 fn verify_on_cluster_into(
     meshes: Vec<Scenario>,
+    policy: String,
     out_dir: &Path,
     kube: &super::args::KubeTarget,
 ) -> anyhow::Result<VerifyReport> {
@@ -139,6 +161,7 @@ fn verify_on_cluster_into(
         kube: kube.options(out_dir),
         build: super::build_info(),
         run,
+        policy,
     };
     announce(&options.meshes, out_dir);
     let progress = |line: &str| eprintln!("  {line}");
@@ -196,7 +219,11 @@ fn write_report(out_dir: &Path, report: VerifyReport) -> anyhow::Result<VerifyRe
 
 /// Verifies `meshes` into `out_dir` (`verify.json`, `verify.md`, `verify.html`), printing a
 /// line per finished case and per table. Ctrl-C tears the lab down and reports interruption.
-pub(super) fn verify_into(meshes: Vec<Scenario>, out_dir: &Path) -> anyhow::Result<VerifyReport> {
+pub(super) fn verify_into(
+    meshes: Vec<Scenario>,
+    policy: String,
+    out_dir: &Path,
+) -> anyhow::Result<VerifyReport> {
     let out_dir = out_dir.to_owned();
     std::fs::create_dir_all(&out_dir)?;
     let options = VerifyOptions {
@@ -204,6 +231,7 @@ pub(super) fn verify_into(meshes: Vec<Scenario>, out_dir: &Path) -> anyhow::Resu
         out_dir: out_dir.clone(),
         exe: std::env::current_exe()?,
         build: super::build_info(),
+        policy,
     };
     announce(&options.meshes, &out_dir);
     let progress = |line: &str| eprintln!("  {line}");
