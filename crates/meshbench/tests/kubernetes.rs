@@ -909,14 +909,30 @@ fn run_beside_baseline(cluster: &Cluster, dir: &Path, scenario: &str) -> (PathBu
 
 /// `verify --backend kubernetes --mesh mesh`, which must pass; its report.
 fn passing_verification(cluster: &Cluster, dir: &Path, mesh: &str) -> Value {
-    let out = dir.join("verify");
-    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
+    passing_verification_of(cluster, dir, mesh, None)
+}
+
+/// The same with `--policy policy` where given (its results beside the other's).
+fn passing_verification_of(
+    cluster: &Cluster,
+    dir: &Path,
+    mesh: &str,
+    policy: Option<&Path>,
+) -> Value {
+    let out = dir.join(match policy {
+        None => "verify",
+        Some(_) => "verify-policy",
+    });
+    let mut verify = Command::new(env!("CARGO_BIN_EXE_meshbench"));
+    verify
         .args(["verify", "--backend", "kubernetes", "--kubeconfig"])
         .arg(&cluster.kubeconfig)
         .args(["--image", image(), "--mesh", mesh, "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+        .arg(&out);
+    if let Some(policy) = policy {
+        verify.arg("--policy").arg(policy);
+    }
+    let output = verify.output().unwrap();
     assert_success(&output);
     let report = verification(&out);
     assert_eq!(report["passed"], true);
@@ -1156,19 +1172,7 @@ fn istio_ambient_carries_every_request_through_ztunnel_on_the_cluster() {
          \x20     - from: { principals: [cluster.local/ns/app/sa/security-checker] }\n        to: { methods: [GET] }\n",
     )
     .unwrap();
-    let out = dir.path().join("verify-l7");
-    let output = Command::new(env!("CARGO_BIN_EXE_meshbench"))
-        .args(["verify", "--backend", "kubernetes", "--kubeconfig"])
-        .arg(&cluster.kubeconfig)
-        .args(["--image", image(), "--mesh", "istio-ambient", "--policy"])
-        .arg(&policy)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert_success(&output);
-    let report = verification(&out);
-    assert_eq!(report["passed"], true);
+    let report = passing_verification_of(&cluster, dir.path(), "istio-ambient", Some(&policy));
     let ambient = &report["meshes"][0];
     let case_2 = &ambient["cases"][1];
     let observed = |from: &str| {
