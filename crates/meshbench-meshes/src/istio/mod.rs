@@ -54,9 +54,10 @@ impl MeshAdapter for Istio {
         if !self.ambient {
             return Description::new(
                 "istio",
-                "Istio, sidecar mode, as installed on the cluster: istiod injects an Envoy sidecar \
-                 into each enrolled pod; TLS 1.3 mTLS (Istio's); peer identity: SPIFFE ID; our \
-                 policy as PeerAuthentication and AuthorizationPolicy",
+                "Istio, sidecar mode, as installed on the cluster: istiod injects its sidecar \
+                 (istio-proxy: pilot-agent and the Envoy of the proxy image the installation \
+                 names) into each enrolled pod; TLS 1.3 mTLS (Istio's); peer identity: SPIFFE \
+                 ID; our policy as PeerAuthentication and AuthorizationPolicy",
                 Enrollment::SidecarPerPod,
             )
             .aliases(&["istio-sidecar"])
