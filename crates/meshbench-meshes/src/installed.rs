@@ -49,6 +49,13 @@ impl LabelSelector {
             .iter()
             .all(|(key, value)| labels.get(*key).map(String::as_str) == Some(*value))
     }
+
+    /// The pod of `pods` to read a component's settings from: the first selected one that
+    /// is ready, else the first selected one.
+    pub fn pick<'a>(&self, pods: &'a [FoundPod]) -> Option<&'a FoundPod> {
+        let selected = || pods.iter().filter(|p| self.matches(&p.labels));
+        selected().find(|p| p.ready).or(selected().next())
+    }
 }
 
 /// As the API server reads it in a list's `labelSelector`: `key=value,key=value`.
@@ -109,6 +116,11 @@ pub struct FoundPod {
 }
 
 impl FoundPod {
+    /// The environment of its container `container` (or of its first one).
+    pub fn env_of(&self, container: &str) -> Option<&BTreeMap<String, String>> {
+        self.env.get(container).or(self.env.values().next())
+    }
+
     /// The version in the image tag of its container `container` (or of its first one).
     pub fn image_version(&self, container: &str) -> Option<String> {
         self.images

@@ -1229,48 +1229,10 @@ fn istio_s_sidecars_carry_every_request_on_the_cluster() {
     let _istio = IstioLab::up(&cluster);
     let dir = tempfile::tempdir().unwrap();
     let (_, r) = run_beside_baseline(&cluster, dir.path(), "istio");
-    // On the wire at the server pod's interface: TLS 1.3 between the sidecars istiod injected
-    // (pilot-agent and upstream Envoy, configured by istiod over xDS, certified over SDS), the
-    // marker never in clear; without a mesh, the marker in clear.
-    for cell in r["cells"].as_array().unwrap() {
-        let (scenario, wire) = (cell["scenario"].as_str().unwrap(), &cell["wire"]);
-        let label = format!("{scenario} {}: {wire}", cell["placement"]);
-        assert!(wire["connections"].as_u64().unwrap() > 0, "{label}");
-        if scenario == "baseline" {
-            assert_eq!(wire["marker_seen"], true, "{label}");
-            continue;
-        }
-        assert_eq!(wire["marker_seen"], false, "{label}");
-        assert_eq!(wire["tls_connections"], wire["connections"], "{label}");
-        assert_eq!(wire["tls_versions"], json!(["TLSv1.3"]), "{label}");
-        let outcomes: Vec<&String> = cell["load"]["outcomes"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .collect();
-        assert_eq!(outcomes, ["http_200"], "{label}: {}", cell["load"]);
-        // istio-proxy beside each end, sampled as its pod's sidecar; istiod as the control
-        // plane.
-        let resources = cell["resources"].as_array().unwrap();
-        for app in ["echo-server-1", "load-generator-1"] {
-            assert!(
-                resources
-                    .iter()
-                    .any(|r| r["component"] == format!("{app}-sidecar")
-                        && r["role"] == "sidecar"
-                        && r["cpu_cores_mean"].as_f64().unwrap() > 0.0
-                        && r["rss_mib_max"].as_f64().unwrap() > 0.0),
-                "{app}: {resources:?}"
-            );
-        }
-        assert!(
-            resources
-                .iter()
-                .any(|r| r["component"].as_str().unwrap().starts_with("istiod-")
-                    && r["role"] == "control-plane"),
-            "istiod: {resources:?}"
-        );
-    }
+    // TLS 1.3 between the sidecars istiod injected (pilot-agent and upstream Envoy,
+    // configured by istiod over xDS, certified over SDS), each sampled as its pod's sidecar;
+    // istiod as the control plane.
+    assert_sidecar_mesh_cells(&r, &["istiod-"]);
     let istio_mesh = r["environment"]["cluster_meshes"]
         .as_array()
         .unwrap()
@@ -1536,49 +1498,9 @@ fn linkerd_carries_every_request_through_its_proxies_on_the_cluster() {
 
     let dir = tempfile::tempdir().unwrap();
     let (_, r) = run_beside_baseline(&cluster, dir.path(), "linkerd");
-    // On the wire at the server pod's interface: TLS 1.3 between the linkerd-proxies, the
-    // marker never in clear; without a mesh, the marker in clear.
-    for cell in r["cells"].as_array().unwrap() {
-        let (scenario, wire) = (cell["scenario"].as_str().unwrap(), &cell["wire"]);
-        let label = format!("{scenario} {}: {wire}", cell["placement"]);
-        assert!(wire["connections"].as_u64().unwrap() > 0, "{label}");
-        if scenario == "baseline" {
-            assert_eq!(wire["marker_seen"], true, "{label}");
-            continue;
-        }
-        assert_eq!(wire["marker_seen"], false, "{label}");
-        assert_eq!(wire["tls_connections"], wire["connections"], "{label}");
-        assert_eq!(wire["tls_versions"], json!(["TLSv1.3"]), "{label}");
-        let outcomes: Vec<&String> = cell["load"]["outcomes"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .collect();
-        assert_eq!(outcomes, ["http_200"], "{label}: {}", cell["load"]);
-        // A linkerd-proxy beside each end (a native sidecar: an init container that keeps
-        // running), sampled as its sidecar; the control plane's pods.
-        let resources = cell["resources"].as_array().unwrap();
-        for app in ["echo-server-1", "load-generator-1"] {
-            assert!(
-                resources
-                    .iter()
-                    .any(|r| r["component"] == format!("{app}-sidecar")
-                        && r["role"] == "sidecar"
-                        && r["cpu_cores_mean"].as_f64().unwrap() > 0.0),
-                "{app}: {resources:?}"
-            );
-        }
-        for control_plane in ["linkerd-destination-", "linkerd-identity-"] {
-            assert!(
-                resources.iter().any(|r| r["component"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with(control_plane)
-                    && r["role"] == "control-plane"),
-                "{control_plane}: {resources:?}"
-            );
-        }
-    }
+    // TLS 1.3 between the linkerd-proxies (native sidecars: init containers that keep
+    // running), each sampled as its pod's sidecar; the control plane's pods.
+    assert_sidecar_mesh_cells(&r, &["linkerd-destination-", "linkerd-identity-"]);
     assert_eq!(cluster.leftovers(), "", "objects left after a run");
 
     // E3's six cases through linkerd2-proxy: the policy as Linkerd's Server and
@@ -1622,6 +1544,53 @@ fn linkerd_carries_every_request_through_its_proxies_on_the_cluster() {
         ],
         "calculator.app.serviceaccount.identity.linkerd.cluster.local",
     );
+}
+
+/// The cells of a run of a sidecar mesh beside `baseline` (`run_beside_baseline`): on the wire
+/// at the server pod's interface, the mesh's traffic TLS 1.3 only with the marker never in
+/// clear, baseline's marker in clear; only 200s; a sidecar beside each end sampled with its
+/// CPU and memory, and the control plane's pods (named from `control_planes`) sampled as such.
+fn assert_sidecar_mesh_cells(r: &Value, control_planes: &[&str]) {
+    for cell in r["cells"].as_array().unwrap() {
+        let (scenario, wire) = (cell["scenario"].as_str().unwrap(), &cell["wire"]);
+        let label = format!("{scenario} {}: {wire}", cell["placement"]);
+        assert!(wire["connections"].as_u64().unwrap() > 0, "{label}");
+        if scenario == "baseline" {
+            assert_eq!(wire["marker_seen"], true, "{label}");
+            continue;
+        }
+        assert_eq!(wire["marker_seen"], false, "{label}");
+        assert_eq!(wire["tls_connections"], wire["connections"], "{label}");
+        assert_eq!(wire["tls_versions"], json!(["TLSv1.3"]), "{label}");
+        let outcomes: Vec<&String> = cell["load"]["outcomes"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(outcomes, ["http_200"], "{label}: {}", cell["load"]);
+        let resources = cell["resources"].as_array().unwrap();
+        for app in ["echo-server-1", "load-generator-1"] {
+            assert!(
+                resources
+                    .iter()
+                    .any(|r| r["component"] == format!("{app}-sidecar")
+                        && r["role"] == "sidecar"
+                        && r["cpu_cores_mean"].as_f64().unwrap() > 0.0
+                        && r["rss_mib_max"].as_f64().unwrap() > 0.0),
+                "{app}: {resources:?}"
+            );
+        }
+        for control_plane in control_planes {
+            assert!(
+                resources.iter().any(|r| r["component"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(control_plane)
+                    && r["role"] == "control-plane"),
+                "{control_plane}: {resources:?}"
+            );
+        }
+    }
 }
 
 /// `mesh`'s identity checks in a verification report are exactly `names`, in order, each

@@ -170,35 +170,19 @@ impl InstalledMesh for Istio {
     /// publishes to every namespace.
     fn identity_service(&self, found: &Found) -> Option<IdentityService> {
         let (env, default_host, hbone_port_in_pod) = if self.ambient {
-            let ztunnels = || {
-                found
-                    .node_agents
-                    .iter()
-                    .filter(|p| ZTUNNEL.matches(&p.labels))
-            };
-            let ztunnel = ztunnels().find(|p| p.ready).or(ztunnels().next())?;
-            let env = ztunnel
-                .env
-                .get(ZTUNNEL_CONTAINER)
-                .or(ztunnel.env.values().next());
+            let ztunnel = ZTUNNEL.pick(&found.node_agents)?;
             (
-                env,
+                ztunnel.env_of(ZTUNNEL_CONTAINER),
                 "istiod.istio-system.svc".to_owned(),
                 Some(crate::Ports::HBONE),
             )
         } else {
-            let istiods = || {
-                found
-                    .control_plane
-                    .iter()
-                    .filter(|p| ISTIOD.matches(&p.labels))
-            };
-            let istiod = istiods().find(|p| p.ready).or(istiods().next())?;
-            let env = istiod
-                .env
-                .get(ISTIOD_CONTAINER)
-                .or(istiod.env.values().next());
-            (env, format!("istiod.{}.svc", istiod.namespace), None)
+            let istiod = ISTIOD.pick(&found.control_plane)?;
+            (
+                istiod.env_of(ISTIOD_CONTAINER),
+                format!("istiod.{}.svc", istiod.namespace),
+                None,
+            )
         };
         let get = |key: &str| env.and_then(|e| e.get(key)).filter(|v| !v.is_empty());
         let address = get("CA_ADDRESS")
@@ -302,22 +286,10 @@ fn istiod_without(found: &Found) -> Vec<&'static str> {
         ("PILOT_ENABLE_METADATA_EXCHANGE", "metadata exchange"),
         ("PILOT_ENABLE_ALPN_FILTER", "the ALPN filter"),
     ];
-    let Some(istiod) = found
-        .control_plane
-        .iter()
-        .filter(|p| ISTIOD.matches(&p.labels))
-        .find(|p| p.ready)
-        .or(found
-            .control_plane
-            .iter()
-            .find(|p| ISTIOD.matches(&p.labels)))
-    else {
+    let Some(istiod) = ISTIOD.pick(&found.control_plane) else {
         return Vec::new();
     };
-    let env = istiod
-        .env
-        .get(ISTIOD_CONTAINER)
-        .or(istiod.env.values().next());
+    let env = istiod.env_of(ISTIOD_CONTAINER);
     SWITCHES
         .iter()
         .filter(|(key, _)| {
@@ -445,6 +417,41 @@ mod tests {
         assert_eq!(service.server_name, "istiod.mesh-system.svc");
         assert_eq!(service.cluster_id, "west");
         assert_eq!(service.hbone_port_in_pod, None);
+    }
+
+    #[test]
+    fn detection_names_what_istiod_leaves_out_of_its_proxies_configuration() {
+        let istiod = |ready: bool, env: &[(&str, &str)]| FoundPod {
+            namespace: "istio-system".into(),
+            name: "istiod-1".into(),
+            labels: [("app".to_owned(), "istiod".to_owned())].into(),
+            images: Default::default(),
+            env: [(
+                ISTIOD_CONTAINER.to_owned(),
+                env.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            )]
+            .into(),
+            ready,
+            node: "node-3".into(),
+        };
+        let mut found = Found::default();
+        assert!(istiod_without(&found).is_empty());
+        // A stock istiod, not ready, then one without both filters, ready: the ready one speaks.
+        found.control_plane.push(istiod(false, &[]));
+        assert!(istiod_without(&found).is_empty());
+        found.control_plane.push(istiod(
+            true,
+            &[
+                ("PILOT_ENABLE_METADATA_EXCHANGE", "false"),
+                ("PILOT_ENABLE_ALPN_FILTER", "False"),
+            ],
+        ));
+        assert_eq!(
+            istiod_without(&found),
+            ["metadata exchange", "the ALPN filter"]
+        );
     }
 
     #[test]
