@@ -15,7 +15,7 @@ pub use table::render_markdown;
 
 /// The third-party tools the benchmarks run beside ours (binary, what runs it, how to get it):
 /// what `meshbench doctor` looks for.
-pub fn peers() -> [(&'static str, &'static str, &'static str); 4] {
+pub fn peers() -> [(&'static str, &'static str, &'static str); 5] {
     [
         ("fortio", "bench loadgen", loadgen::FORTIO_INSTALL),
         ("oha", "bench loadgen", loadgen::OHA_INSTALL),
@@ -25,7 +25,21 @@ pub fn peers() -> [(&'static str, &'static str, &'static str); 4] {
             "bench dataplane's ztunnel-loop",
             dataplane::ZTUNNEL_INSTALL,
         ),
+        (
+            "linkerd2-proxy",
+            "bench dataplane's linkerd2-proxy",
+            dataplane::LINKERD_INSTALL,
+        ),
     ]
+}
+
+/// Where a peer of [`peers`] is: on PATH, or (linkerd2-proxy) where its build script caches
+/// it.
+pub fn locate_peer(binary: &str) -> Option<PathBuf> {
+    match binary {
+        "linkerd2-proxy" => dataplane::find_linkerd2_proxy(),
+        _ => meshbench_netlab::which(binary),
+    }
 }
 
 use std::path::PathBuf;

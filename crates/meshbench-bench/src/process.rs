@@ -261,8 +261,21 @@ pub(crate) fn start_echo(
     log: &std::path::Path,
     netns: Option<&ScratchNetns>,
 ) -> Result<(Daemon, std::net::SocketAddr), Error> {
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    start_echo_on(meshbench, cpu, response_bytes, log, netns, loopback)
+}
+
+/// The echo app on `listen` (an ephemeral port when its port is 0).
+pub(crate) fn start_echo_on(
+    meshbench: &std::path::Path,
+    cpu: usize,
+    response_bytes: u64,
+    log: &std::path::Path,
+    netns: Option<&ScratchNetns>,
+    listen: std::net::SocketAddr,
+) -> Result<(Daemon, std::net::SocketAddr), Error> {
     let mut file = WorkloadFile::new(
-        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        listen,
         WorkloadApp::fixed_echo(std::time::Duration::ZERO, response_bytes),
     );
     file.threads = Some(1);

@@ -280,24 +280,64 @@ impl CertificateAuthority {
         id: &SpiffeId,
         ttl: Option<Duration>,
     ) -> Result<SignedSvid, Error> {
-        if id.trust_domain() != self.trust_domain {
-            return Err(Error::Csr(format!(
-                "{id} is not in trust domain {}",
-                self.trust_domain
-            )));
-        }
         let request = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)
             .map_err(|e| Error::Csr(e.to_string()))?;
         let opts = IssueOptions {
             ttl,
             ..IssueOptions::default()
         };
-        let (params, not_after) = self.workload_params(id, &opts)?;
+        let (signed, _) = self.sign_parsed(&request, id, &opts, None)?;
+        Ok(signed)
+    }
+
+    /// Signs a DER certificate signing request as Linkerd's identity controller does: a leaf
+    /// whose one name is the DNS-like identity `dns_name` (Linkerd refuses URIs in its
+    /// certificates), for the workload `id` the caller has already authenticated; the leaf as
+    /// PEM and as DER. As in [`Self::sign_request`], only the request's public key is used.
+    pub fn sign_der_request_for_dns(
+        &self,
+        csr_der: &[u8],
+        id: &SpiffeId,
+        dns_name: &str,
+        ttl: Duration,
+    ) -> Result<(SignedSvid, Vec<u8>), Error> {
+        let der = rustls_pki_types::CertificateSigningRequestDer::from(csr_der);
+        let request = rcgen::CertificateSigningRequestParams::from_der(&der)
+            .map_err(|e| Error::Csr(e.to_string()))?;
+        let opts = IssueOptions {
+            ttl: Some(ttl),
+            ..IssueOptions::default()
+        };
+        let names = vec![SanType::DnsName(ia5(dns_name)?)];
+        self.sign_parsed(&request, id, &opts, Some(names))
+    }
+
+    /// Signs `request`'s key for `id`; `names` in place of the SANs an SVID carries.
+    fn sign_parsed(
+        &self,
+        request: &rcgen::CertificateSigningRequestParams,
+        id: &SpiffeId,
+        opts: &IssueOptions,
+        names: Option<Vec<SanType>>,
+    ) -> Result<(SignedSvid, Vec<u8>), Error> {
+        if id.trust_domain() != self.trust_domain {
+            return Err(Error::Csr(format!(
+                "{id} is not in trust domain {}",
+                self.trust_domain
+            )));
+        }
+        let (mut params, not_after) = self.workload_params(id, opts)?;
+        if let Some(names) = names {
+            params.subject_alt_names = names;
+        }
         let cert = params.signed_by(&request.public_key, &self.issuer)?;
-        Ok(SignedSvid {
-            cert_pem: cert.pem(),
-            not_after,
-        })
+        Ok((
+            SignedSvid {
+                cert_pem: cert.pem(),
+                not_after,
+            },
+            cert.der().to_vec(),
+        ))
     }
 
     fn workload_params(

@@ -47,8 +47,8 @@ pub use istio_ca_client::{
 };
 pub use istio_ca_file::{IstioCaCallerFile, IstioCaFile};
 pub use linkerd_identity_client::{
-    linkerd_csr, request_linkerd_certificate, LinkerdCertificate, LinkerdCertifyRequest,
-    LINKERD_IDENTITY_REQUEST_TIMEOUT,
+    linkerd_csr, linkerd_key_and_csr, request_linkerd_certificate, LinkerdCertificate,
+    LinkerdCertifyRequest, LINKERD_IDENTITY_REQUEST_TIMEOUT,
 };
 pub use pem::{load_certs, load_private_key};
 pub use published::{PublishedSvid, PUBLISHED_CERT, PUBLISHED_KEY};

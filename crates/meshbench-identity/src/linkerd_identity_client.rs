@@ -70,6 +70,14 @@ pub fn linkerd_csr(identity: &str, key: &rcgen::KeyPair) -> Result<Vec<u8>, Erro
     Ok(params.serialize_request(key)?.der().to_vec())
 }
 
+/// What Linkerd's `proxy-identity` writes for a proxy before it starts: a fresh ECDSA P-256
+/// key as PKCS#8 DER (`key.p8`) and a CSR for `identity` made with it (`csr.der`).
+pub fn linkerd_key_and_csr(identity: &str) -> Result<(Vec<u8>, Vec<u8>), Error> {
+    let key = rcgen::KeyPair::generate()?;
+    let csr = linkerd_csr(identity, &key)?;
+    Ok((key.serialize_der(), csr))
+}
+
 /// Asks the controller for `request.identity`, presenting `token`; the signed chain and its
 /// key.
 pub async fn request_linkerd_certificate(

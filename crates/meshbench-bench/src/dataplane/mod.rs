@@ -12,6 +12,7 @@
 //! the ratios compare medians over the rounds, so one slow second of the machine cannot decide
 //! a comparison.
 
+mod linkerd;
 mod noise;
 mod pair;
 mod planes;
@@ -34,6 +35,7 @@ use ratios::RoundSeries;
 use crate::loadgen::{measurement, secs};
 use crate::process::{run_meshbench_load, start_echo, version_of, Daemon};
 use crate::Error;
+pub(crate) use linkerd::{find_linkerd2_proxy, LINKERD_INSTALL};
 use meshbench_netlab::which;
 
 const HAPROXY_INSTALL: &str = "install it with `apt-get install haproxy`";
@@ -96,6 +98,15 @@ fn find_tools(opts: &DataplaneBenchOptions) -> Result<Tools, Error> {
             // plane runs, not after an hour of the others.
             meshbench_netlab::NetnsLab::check_permitted().map_err(Error::Netns)?;
             find("ztunnel", ZTUNNEL_INSTALL)?
+        } else {
+            PathBuf::new()
+        },
+        linkerd2_proxy: if needs(Plane::Linkerd2Proxy) {
+            meshbench_netlab::NetnsLab::check_permitted().map_err(Error::Netns)?;
+            linkerd::find_linkerd2_proxy().ok_or_else(|| Error::MissingPeer {
+                tool: "linkerd2-proxy".to_owned(),
+                install: linkerd::LINKERD_INSTALL.to_owned(),
+            })?
         } else {
             PathBuf::new()
         },
@@ -215,12 +226,14 @@ fn read_response(stream: &mut TcpStream) -> std::io::Result<()> {
     }
 }
 
-/// A plane's measurements in one round, its series for the ratios, and the noise flags of
-/// each case (case, flag).
+/// A plane's measurements in one round, its series for the ratios, the noise flags of each
+/// case (case, flag), and what the plane's proxies say of the traffic they carried (a peer's
+/// own proof of mTLS).
 type PlaneRound = (
     Vec<BenchMeasurement>,
     RoundSeries,
     Vec<(&'static str, String)>,
+    Option<String>,
 );
 
 fn plane_measurements(
@@ -258,6 +271,15 @@ fn plane_measurements(
     latency.p99_us = Some(fixed.latency.p99_us as f64);
     latency.errors = Some(errors(&fixed));
     let mut series = RoundSeries::latency(&fixed);
+    // Read before any other load: the latency case's connections alone.
+    let evidence = match plane {
+        Plane::Linkerd2Proxy => Some(linkerd::mtls_evidence(
+            &pair,
+            ctx.work_dir,
+            opts.connections,
+        )?),
+        _ => None,
+    };
 
     let (closed, sampled) = load(
         opts,
@@ -310,7 +332,7 @@ fn plane_measurements(
         series.memory_mib = Some(rss as f64 / (1024.0 * 1024.0));
         result.push(memory);
     }
-    Ok((result, series, noisy))
+    Ok((result, series, noisy, evidence))
 }
 
 /// Runs the data plane benchmark. Every requested peer must be installed: a missing one is
@@ -340,6 +362,8 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
     let mut m = Vec::new();
     let mut series = ratios::Series::new();
     let (mut loads, mut flagged, mut noise_notes) = (0, 0, Vec::new());
+    // Per plane, the last round's proof from its own proxies.
+    let mut evidence = std::collections::BTreeMap::new();
     let repetitions = opts.repetitions.max(1);
     for round in 1..=repetitions {
         for &plane in &opts.planes {
@@ -349,10 +373,16 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
                 Plane::ZtunnelLoop => {
                     ztunnel::short_version(&version_of(&tools.ztunnel, &["version"]))
                 }
+                Plane::Linkerd2Proxy => {
+                    linkerd::short_version(&version_of(&tools.linkerd2_proxy, &[]))
+                }
                 _ => opts.build.version.clone(),
             };
-            let (mut measured, round_series, noisy) =
+            let (mut measured, round_series, noisy, proof) =
                 plane_measurements(opts, plane, &ctx, &version)?;
+            if let Some(proof) = proof {
+                evidence.insert(plane.name(), format!("proof: round {round}, {proof}"));
+            }
             loads += LOADED_CASES.len();
             let cases: std::collections::BTreeSet<_> =
                 noisy.iter().map(|(case, _)| *case).collect();
@@ -382,6 +412,7 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
         ));
         notes.extend(noise_notes);
     }
+    notes.extend(evidence.into_values());
     notes.extend(ratio_notes);
     Ok(BenchReport {
         schema_version: SCHEMA_VERSION,

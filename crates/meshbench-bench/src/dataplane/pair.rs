@@ -5,9 +5,10 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use meshbench_identity::{CertificateAuthority, IssueOptions};
-use meshbench_netlab::ScratchNetns;
+use meshbench_netlab::{run_in_netns, ScratchNetns};
 use meshbench_role::RoleConfig;
 
 use crate::process::Daemon;
@@ -76,6 +77,7 @@ pub(crate) struct Tools {
     pub haproxy: PathBuf,
     pub envoy: PathBuf,
     pub ztunnel: PathBuf,
+    pub linkerd2_proxy: PathBuf,
 }
 
 /// A running pair: where the load generator sends, and the proxies to measure.
@@ -85,8 +87,10 @@ pub(crate) struct Pair {
     /// What the pair needs running but is not measured (a plane's own app, its CA).
     pub _support: Vec<Daemon>,
     /// The namespace the plane runs in, where the load generator must run too; deleted
-    /// last, after every process in it was stopped.
+    /// after every process in it was stopped.
     pub netns: Option<ScratchNetns>,
+    /// Files the plane's processes read that must outlive them (removed last).
+    pub _files: Option<tempfile::TempDir>,
 }
 
 impl Pair {
@@ -97,6 +101,7 @@ impl Pair {
             proxies,
             _support: vec![],
             netns: None,
+            _files: None,
         }
     }
 }
@@ -137,5 +142,52 @@ impl PairContext<'_> {
         let mut daemon = Daemon::spawn(&mut command, self.cpu, name, &self.log(name))?;
         let ready = daemon.ready_line()?;
         Ok((daemon, ready))
+    }
+}
+
+/// `GET path` on `addr` from inside `ns`, as HTTP/1.0 (so the body comes whole, never
+/// chunked): the status and the body as text, or `None` when nothing answers within a
+/// second. For a proxy's own admin endpoints.
+pub(crate) fn http_get_in(
+    ns: &ScratchNetns,
+    addr: SocketAddr,
+    path: &str,
+) -> Result<Option<(u16, String)>, Error> {
+    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    run_in_netns(ns.name(), move || {
+        use std::io::{Read, Write};
+        let mut stream =
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut answer = Vec::new();
+        // An admin page is small; more than this is not one.
+        stream.take(16 << 20).read_to_end(&mut answer).ok()?;
+        let text = String::from_utf8_lossy(&answer);
+        let status = text.get(9..12)?.parse().ok()?;
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        Some((status, body.to_owned()))
+    })
+    .map_err(Error::Netns)
+}
+
+/// Waits until `daemon` answers `GET path` on `addr` inside `ns` with 200 (its readiness
+/// endpoint), failing if it exits first or is not ready within 20 s.
+pub(crate) fn wait_http_ok(
+    ns: &ScratchNetns,
+    addr: SocketAddr,
+    path: &str,
+    daemon: &mut Daemon,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if matches!(http_get_in(ns, addr, path)?, Some((200, _))) {
+            return Ok(());
+        }
+        daemon.check_running("exited before it was ready")?;
+        if Instant::now() > deadline {
+            return Err(daemon.died("not ready after 20 s"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

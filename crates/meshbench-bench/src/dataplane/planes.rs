@@ -39,10 +39,13 @@ pub enum Plane {
     /// Istio's ztunnel looping a connection through its own HBONE port, as
     /// `NodeAgentLoop` does: the peer of our node agent (see `ztunnel.rs`).
     ZtunnelLoop,
+    /// Linkerd's proxy as a client-side outbound and a server-side inbound proxy, mTLS and
+    /// its HTTP/2 upgrade between them: the peer of our sidecars (see `linkerd.rs`).
+    Linkerd2Proxy,
 }
 
 impl Plane {
-    pub const ALL: [Plane; 10] = [
+    pub const ALL: [Plane; 11] = [
         Plane::Direct,
         Plane::SidecarL4,
         Plane::SidecarL7,
@@ -53,6 +56,7 @@ impl Plane {
         Plane::HaproxyTcp,
         Plane::EnvoyTcp,
         Plane::ZtunnelLoop,
+        Plane::Linkerd2Proxy,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +71,7 @@ impl Plane {
             Plane::HaproxyTcp => "haproxy-tcp",
             Plane::EnvoyTcp => "envoy-tcp",
             Plane::ZtunnelLoop => "ztunnel-loop",
+            Plane::Linkerd2Proxy => "linkerd2-proxy",
         }
     }
 
@@ -121,6 +126,7 @@ pub(crate) fn start(plane: Plane, ctx: &PairContext<'_>) -> Result<Pair, Error> 
         Plane::HaproxyTcp => haproxy_pair(ctx, plane, ProxyMode::Tcp),
         Plane::EnvoyTcp => envoy_pair(ctx, plane, ProxyMode::Tcp),
         Plane::ZtunnelLoop => super::ztunnel::ztunnel_loop(ctx),
+        Plane::Linkerd2Proxy => super::linkerd::linkerd_pair(ctx),
     }
 }
 

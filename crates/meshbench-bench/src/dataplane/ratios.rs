@@ -232,11 +232,14 @@ fn floor_target(plane: Plane, metric: &str) -> Option<f64> {
 /// proxies; the L4 sidecar with the TCP proxies as well, which do its work (each client
 /// connection over an mTLS connection of its own) where the HTTP proxies pool a thousand
 /// client connections over a few; the node agents with the L4 sidecar pair, their floor; the
-/// looping node agent with the looping ztunnel.
+/// looping node agent with the looping ztunnel; both sidecars with linkerd2-proxy's pair.
 fn compared(ours: Plane, peer: Plane) -> bool {
     match peer.peer_mode() {
         Some(mode) => mode == ProxyMode::Http || ours == Plane::SidecarL4,
         None if peer == Plane::ZtunnelLoop => ours == Plane::NodeAgentLoop,
+        None if peer == Plane::Linkerd2Proxy => {
+            matches!(ours, Plane::SidecarL7 | Plane::SidecarL4)
+        }
         None => peer == Plane::SidecarL4 && ours.is_node_agent(),
     }
 }

@@ -19,13 +19,12 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use meshbench_identity::{IstioCaCallerFile, IstioCaFile};
-use meshbench_netlab::{run_in_netns, ScratchNetns};
+use meshbench_netlab::ScratchNetns;
 use meshbench_role::RoleConfig;
 
-use super::pair::{Pair, PairContext, Pki, NAMESPACE};
+use super::pair::{wait_http_ok, Pair, PairContext, Pki, NAMESPACE};
 use crate::process::{command_in, start_echo, Daemon};
 use crate::Error;
 
@@ -105,38 +104,6 @@ fn token() -> Result<String, Error> {
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
         .map_err(io(Path::new("/dev/urandom")))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// Waits until ztunnel says it is ready (`/healthz/ready` on 15021 answers 200), failing if
-/// it exits first.
-fn wait_ready(ns: &ScratchNetns, ztunnel: &mut Daemon) -> Result<(), Error> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let ready = run_in_netns(ns.name(), || {
-            use std::io::{Read, Write};
-            let mut stream =
-                std::net::TcpStream::connect_timeout(&READINESS, Duration::from_millis(200))
-                    .ok()?;
-            stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-            stream
-                .write_all(
-                    b"GET /healthz/ready HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-                )
-                .ok()?;
-            let mut head = [0u8; 12];
-            stream.read_exact(&mut head).ok()?;
-            Some(head.ends_with(b"200"))
-        })
-        .map_err(Error::Netns)?;
-        if ready == Some(true) {
-            return Ok(());
-        }
-        ztunnel.check_running("exited before it was ready")?;
-        if Instant::now() > deadline {
-            return Err(ztunnel.died("not ready after 20 s"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 pub(crate) fn ztunnel_loop(ctx: &PairContext<'_>) -> Result<Pair, Error> {
@@ -232,12 +199,13 @@ pub(crate) fn ztunnel_loop(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         .env("ZTUNNEL_WORKER_THREADS", "1")
         .stdout(log_appending(&dir.join("ztunnel.stdout.log"))?);
     let mut ztunnel = Daemon::spawn(&mut command, ctx.cpu, "ztunnel", &dir.join("ztunnel.log"))?;
-    wait_ready(&ns, &mut ztunnel)?;
+    wait_http_ok(&ns, READINESS, "/healthz/ready", &mut ztunnel)?;
     Ok(Pair {
         entry: app_addr,
         proxies: vec![ztunnel],
         _support: vec![ca, app],
         netns: Some(ns),
+        _files: None,
     })
 }
 

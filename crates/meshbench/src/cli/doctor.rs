@@ -79,7 +79,7 @@ fn data_planes(out: &mut String) {
 fn peers(out: &mut String) {
     out.push_str("benchmark peers (`meshbench bench`)\n");
     for (binary, used_by, install) in meshbench_bench::peers() {
-        let line = match meshbench_netlab::which(binary) {
+        let line = match meshbench_bench::locate_peer(binary) {
             Some(path) => format!("ready: {}", path.display()),
             None => format!("missing ({used_by}): {install}"),
         };
@@ -185,7 +185,7 @@ fn browser(out: &mut String) {
         ("chromium", "chromium"),
         ("chromedriver", "chromium-driver"),
     ] {
-        let line = match meshbench_netlab::which(binary) {
+        let line = match meshbench_bench::locate_peer(binary) {
             Some(path) => format!("ready: {}", path.display()),
             None => format!("missing: install it with: apt-get install -y {package}"),
         };

@@ -8,6 +8,7 @@ mod ca;
 mod compare;
 mod doctor;
 mod export;
+mod harness;
 mod image;
 mod lab;
 mod load;
@@ -77,6 +78,9 @@ enum Command {
     /// The built-in certificate authority (SPIFFE X.509 SVIDs).
     #[command(subcommand)]
     Ca(ca::CaCommand),
+    /// Control-plane harnesses that run a third-party proxy outside its mesh, for the bench.
+    #[command(subcommand)]
+    Harness(harness::HarnessCommand),
     /// Local lab housekeeping.
     #[command(subcommand)]
     Lab(lab::LabCommand),
@@ -132,6 +136,7 @@ pub fn main() -> ExitCode {
         Command::Workload(cmd) => workload::run(cmd),
         Command::Proxy(cmd) => proxy::run(cmd),
         Command::Ca(cmd) => ca::run(cmd),
+        Command::Harness(cmd) => harness::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Image(cmd) => image::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
@@ -189,6 +194,7 @@ fn bad_input(cause: &(dyn std::error::Error + 'static)) -> bool {
     cause.is::<BadInput>()
         || says::<meshbench_role::Error>(cause)
         || says::<meshbench_identity::Error>(cause)
+        || says::<meshbench_linkerd_harness::Error>(cause)
         || says::<meshbench_workload::Error>(cause)
         || says::<meshbench_loadgen::Error>(cause)
         || says::<meshbench_experiment::Error>(cause)
