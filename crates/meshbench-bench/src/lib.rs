@@ -2,6 +2,7 @@
 //! the same target, with CPU pinning, reported as ratios against the project's targets.
 //! Performance is measured here, never asserted in a unit test.
 
+mod coverage;
 mod dataplane;
 mod floor;
 mod loadgen;
@@ -9,6 +10,7 @@ mod pacing;
 mod process;
 mod table;
 
+pub use coverage::{cross_coverage, render_coverage_markdown, Coverage, CoverageRow};
 pub use dataplane::{bench_dataplane, DataplaneBenchOptions, Plane};
 pub use loadgen::{bench_loadgen, LoadgenBenchOptions};
 pub use table::render_markdown;

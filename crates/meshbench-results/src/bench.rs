@@ -81,7 +81,8 @@ pub struct Pacing {
 pub struct BenchRatio {
     pub case: String,
     /// `ours` and `theirs` are taken over this many repetitions (absent: one run each): the
-    /// bench's setup lines say how (medians, or estimates pooled over every round's seconds).
+    /// bench's setup lines say how (medians, estimates pooled over every round's seconds, or
+    /// means over rounds, the rounds the unit of the interval).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repetitions: Option<u32>,
     pub metric: String,

@@ -8,6 +8,7 @@ mod compare;
 mod describe;
 mod distribution;
 mod fit;
+mod paired;
 mod positive;
 mod sequential;
 
@@ -19,5 +20,6 @@ pub use compare::{bootstrap_median_difference, mann_whitney, Interval, MannWhitn
 pub use describe::{percentile, Summary};
 pub use distribution::{DecodeError, Distribution};
 pub use fit::{linear_fit, mean_confidence_interval, LinearFit};
+pub use paired::{expected_cross_coverage, paired_ratio_interval, MIN_ROUNDS};
 pub use positive::{positive_interval, PositiveMethod};
 pub use sequential::{look_level, rounds_planned_to_decide, rounds_to_decide, sequential_interval};

@@ -1,23 +1,24 @@
 //! Ours over each peer, per figure, with a 95% interval and a verdict that says when the data
-//! cannot tell. Each figure is estimated from every round's per-second series at once (the
-//! rounds are separate runs; blocks of seconds never cross from one into another), its spread
-//! by the moving block bootstrap the reports use, and the ratio's interval by the delta method
-//! over those estimates. A target is met when the interval lies on its side of the bound,
-//! missed when it lies on the other, and inconclusive otherwise: a 6x "miss" between two
-//! added p99s of 20 us, each the 50th-largest of 5000 samples, is not a miss.
+//! cannot tell. Rounds are the unit: each round gives each plane one value of each figure
+//! (from that round's seconds; an added latency against direct's in the same round), and the
+//! ratio's interval comes from how ours and the peer's vary together from round to round
+//! ([`paired_ratio_interval`]). An interval from the seconds of a few rounds left out what
+//! moves a figure between runs of the bench: three runs of the same comparison gave intervals
+//! two of which did not overlap. A target is met when the interval lies on its side of the
+//! bound, missed when it lies on the other, and inconclusive otherwise: a 6x "miss" between
+//! two added p99s of 20 us, each the 50th-largest of 5000 samples, is not a miss.
 
 use std::collections::BTreeMap;
 
 use meshbench_lab::Sampled;
 use meshbench_meshes::configs::ProxyMode;
 use meshbench_results::{BenchRatio, LoadReport, RatioInterval, TargetVerdict};
-use meshbench_stats::{block_bootstrap_estimate, ratio_interval, BlockEstimate, SecondValue};
+use meshbench_stats::{paired_ratio_interval, SecondValue};
 
 use super::planes::Plane;
 
 /// The interval's level.
 pub(crate) const LEVEL: f64 = 0.95;
-const BOOTSTRAP_ITERATIONS: usize = 2000;
 
 /// (metric, lower is better), in the order of [`Quantity`]'s use in [`ratio_terms`].
 pub(crate) const METRICS: [(&str, bool); 5] = [
@@ -101,117 +102,69 @@ impl RoundSeries {
     }
 }
 
-/// One plane's estimate of each quantity over all its rounds.
-#[derive(Debug, Clone, Copy)]
-struct Estimates {
-    p50: Option<BlockEstimate>,
-    p99: Option<BlockEstimate>,
-    rate: Option<BlockEstimate>,
-    cpu: Option<BlockEstimate>,
-    memory: Option<BlockEstimate>,
-}
-
-/// The block bootstrap's estimate; with too few seconds for one, the point alone (its
-/// spread unknown, so any interval built on it is none and its verdict inconclusive).
-fn estimate(segments: Vec<Vec<SecondValue>>, seed: u64) -> Option<BlockEstimate> {
-    if let Some(estimate) = block_bootstrap_estimate(&segments, BOOTSTRAP_ITERATIONS, seed) {
-        return Some(estimate);
-    }
-    let seconds: Vec<&SecondValue> = segments
+/// The response-weighted mean of a round's per-second values (`None` without responses).
+fn weighted_mean(seconds: &[SecondValue]) -> Option<f64> {
+    let (sum, weight) = seconds
         .iter()
-        .flatten()
         .filter(|s| s.responses > 0 && s.value.is_finite())
-        .collect();
-    let weight: f64 = seconds.iter().map(|s| s.responses as f64).sum();
-    (weight > 0.0).then(|| BlockEstimate {
-        estimate: seconds
-            .iter()
-            .map(|s| s.value * s.responses as f64)
-            .sum::<f64>()
-            / weight,
-        standard_error: f64::NAN,
-        degrees_of_freedom: 1.0,
-        block_seconds: 1,
-        seconds: seconds.len(),
-    })
+        .fold((0.0, 0.0), |(sum, weight), s| {
+            (
+                sum + s.value * s.responses as f64,
+                weight + s.responses as f64,
+            )
+        });
+    (weight > 0.0).then(|| sum / weight)
 }
 
-impl Estimates {
-    fn of(rounds: &[RoundSeries], seed: u64) -> Self {
-        let field = |pick: fn(&RoundSeries) -> &Vec<SecondValue>| -> Vec<Vec<SecondValue>> {
-            rounds.iter().map(|r| pick(r).clone()).collect()
-        };
-        // Memory is one reading a round: each round is a segment of one "second".
-        let memory = rounds
-            .iter()
-            .filter_map(|r| r.memory_mib)
-            .map(|value| {
-                vec![SecondValue {
-                    value,
-                    responses: 1,
-                }]
-            })
-            .collect();
-        Estimates {
-            p50: estimate(field(|r| &r.p50_us), seed),
-            p99: estimate(field(|r| &r.p99_us), seed + 1),
-            rate: estimate(field(|r| &r.rate), seed + 2),
-            cpu: estimate(field(|r| &r.cpu_us_per_request), seed + 3),
-            memory: estimate(memory, seed + 4),
+/// One plane's figures in one round, each from that round's seconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct RoundFigures {
+    p50: Option<f64>,
+    p99: Option<f64>,
+    rate: Option<f64>,
+    cpu_us_per_request: Option<f64>,
+    memory_mib: Option<f64>,
+}
+
+impl RoundFigures {
+    fn of(round: &RoundSeries) -> Self {
+        RoundFigures {
+            p50: weighted_mean(&round.p50_us),
+            p99: weighted_mean(&round.p99_us),
+            rate: weighted_mean(&round.rate),
+            cpu_us_per_request: weighted_mean(&round.cpu_us_per_request),
+            memory_mib: round.memory_mib,
         }
     }
 }
 
-/// A figure as the ratio of two linear combinations of independent estimates: ours =
-/// sum(a_i E_i) scaled, theirs = sum(b_i E_i) scaled, ratio = ours / theirs.
-struct Terms {
-    estimates: Vec<BlockEstimate>,
-    ours: Vec<f64>,
-    theirs: Vec<f64>,
-    /// The figure's unit from the estimates' (CPU us per request to s per 100k).
-    scale: f64,
-    /// Divides both figures (throughput as a fraction of direct's).
-    per: Option<BlockEstimate>,
-}
-
-/// The terms of metric `index` of [`METRICS`] for `ours` against `peer`, over `direct`.
-fn ratio_terms(
-    index: usize,
-    ours: &Estimates,
-    peer: &Estimates,
-    direct: &Estimates,
-) -> Option<Terms> {
-    let pair = |a: Option<BlockEstimate>, b: Option<BlockEstimate>, scale| {
-        Some(Terms {
-            estimates: vec![a?, b?],
-            ours: vec![1.0, 0.0],
-            theirs: vec![0.0, 1.0],
-            scale,
-            per: None,
-        })
-    };
-    let added =
-        |a: Option<BlockEstimate>, b: Option<BlockEstimate>, base: Option<BlockEstimate>| {
-            Some(Terms {
-                estimates: vec![a?, b?, base?],
-                ours: vec![1.0, 0.0, -1.0],
-                theirs: vec![0.0, 1.0, -1.0],
-                scale: 1.0,
-                per: None,
-            })
-        };
+/// Metric `index` of [`METRICS`] for a plane in one round, against direct's in the same
+/// round: the added latencies over direct's, throughput as a fraction of direct's, CPU per
+/// 100k requests, memory.
+fn figure(index: usize, plane: &RoundFigures, direct: &RoundFigures) -> Option<f64> {
     match index {
-        0 => added(ours.p50, peer.p50, direct.p50),
-        1 => added(ours.p99, peer.p99, direct.p99),
-        2 => {
-            let mut terms = pair(ours.rate, peer.rate, 1.0)?;
-            terms.per = Some(direct.rate?);
-            Some(terms)
-        }
+        0 => Some(plane.p50? - direct.p50?),
+        1 => Some(plane.p99? - direct.p99?),
+        2 => Some(plane.rate? / direct.rate?),
         // us per request x 100k requests / 1e6 us per s.
-        3 => pair(ours.cpu, peer.cpu, 0.1),
-        _ => pair(ours.memory, peer.memory, 1.0),
+        3 => Some(plane.cpu_us_per_request? * 0.1),
+        _ => plane.memory_mib,
     }
+}
+
+/// Ours and the peer's values of metric `index`, round by round, over the rounds where both
+/// and direct have one.
+fn paired_rounds(
+    index: usize,
+    ours: &[RoundFigures],
+    peer: &[RoundFigures],
+    direct: &[RoundFigures],
+) -> (Vec<f64>, Vec<f64>) {
+    ours.iter()
+        .zip(peer)
+        .zip(direct)
+        .filter_map(|((o, p), d)| Some((figure(index, o, d)?, figure(index, p, d)?)))
+        .unzip()
 }
 
 /// A node-agent plane's target against the L4 sidecar pair, per figure of [`METRICS`]
@@ -275,49 +228,38 @@ pub(crate) fn verdict(
     }
 }
 
-/// Ours over each compared peer, per figure. An added latency the peer does not have (its
-/// estimate is not above direct's) has no meaningful ratio: that comparison is left out and
-/// said why in the returned notes.
+/// Ours over each compared peer, per figure, with rounds as the unit
+/// ([`paired_ratio_interval`]). An added latency the peer does not have (its mean is not
+/// above direct's) has no meaningful ratio: that comparison is left out and said why in the
+/// returned notes.
 pub(crate) fn ratios(series: &Series, planes: &[Plane]) -> (Vec<BenchRatio>, Vec<String>) {
-    let rounds = series.values().map(Vec::len).max().unwrap_or(0);
-    let repetitions = (rounds > 1).then_some(rounds as u32);
-    let estimates: BTreeMap<&str, Estimates> = series
+    let figures: BTreeMap<&str, Vec<RoundFigures>> = series
         .iter()
-        .enumerate()
-        .map(|(i, (name, rounds))| (*name, Estimates::of(rounds, 1000 * i as u64)))
+        .map(|(name, rounds)| (*name, rounds.iter().map(RoundFigures::of).collect()))
         .collect();
     let mut out = Vec::new();
     let mut notes = Vec::new();
-    let Some(direct) = estimates.get(Plane::Direct.name()) else {
+    let Some(direct) = figures.get(Plane::Direct.name()) else {
         return (out, notes);
     };
     for &ours in planes.iter().filter(|p| p.is_ours()) {
         for &peer in planes.iter().filter(|&&peer| compared(ours, peer)) {
-            let (Some(mine), Some(theirs)) =
-                (estimates.get(ours.name()), estimates.get(peer.name()))
+            let (Some(mine), Some(theirs)) = (figures.get(ours.name()), figures.get(peer.name()))
             else {
                 continue;
             };
             for (index, (metric, lower_better)) in METRICS.into_iter().enumerate() {
-                let Some(terms) = ratio_terms(index, mine, theirs, direct) else {
+                let (x, y) = paired_rounds(index, mine, theirs, direct);
+                if x.is_empty() {
                     notes.push(format!(
                         "{} against {}: {metric} not compared: nothing measured",
                         ours.name(),
                         peer.name()
                     ));
                     continue;
-                };
-                let dot = |c: &[f64]| -> f64 {
-                    c.iter()
-                        .zip(&terms.estimates)
-                        .map(|(c, e)| c * e.estimate)
-                        .sum()
-                };
-                let per = terms.per.map_or(1.0, |p| p.estimate);
-                let (ours_value, theirs_value) = (
-                    dot(&terms.ours) * terms.scale / per,
-                    dot(&terms.theirs) * terms.scale / per,
-                );
+                }
+                let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+                let (ours_value, theirs_value) = (mean(&x), mean(&y));
                 if theirs_value <= 0.0 {
                     notes.push(format!(
                         "{} against {}: {metric} not compared: {}'s estimate is {theirs_value:.0}, not above direct (within the run's noise); ours: {ours_value:.0}",
@@ -328,13 +270,12 @@ pub(crate) fn ratios(series: &Series, planes: &[Plane]) -> (Vec<BenchRatio>, Vec
                     continue;
                 }
                 let ratio = ours_value / theirs_value;
-                let interval = ratio_interval(&terms.estimates, &terms.ours, &terms.theirs, LEVEL)
-                    .map(|i| (i.low, i.high));
+                let interval = paired_ratio_interval(&x, &y, LEVEL).map(|i| (i.low, i.high));
                 let bound = bound(ours, peer, metric);
                 let judged = bound.map(|b| verdict(interval, b, lower_better));
                 let sign = if lower_better { "<=" } else { ">=" };
                 out.push(BenchRatio {
-                    repetitions,
+                    repetitions: (x.len() > 1).then_some(x.len() as u32),
                     case: ours.name().to_owned(),
                     metric: metric.to_owned(),
                     peer: peer.name().to_owned(),

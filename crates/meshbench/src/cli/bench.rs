@@ -17,18 +17,34 @@ use super::args;
 pub enum BenchCommand {
     /// The load generator against wrk and Fortio (closed loop, fixed rate, latency floor).
     Loadgen(LoadgenArgs),
-    /// The reference sidecar (L4, L7) and node agent against HAProxy and Envoy mTLS sidecar
-    /// pairs: added latency, throughput, proxy CPU per request, proxy memory.
+    /// The reference sidecar (L4, L7) and node agent against HAProxy, Envoy and linkerd2-proxy
+    /// mTLS sidecar pairs and ztunnel: added latency, throughput, proxy CPU per request, proxy
+    /// memory, each ratio with its 95% interval over the rounds.
     Dataplane(DataplaneArgs),
+    /// Whether runs of a bench agree: for each ratio that several runs (their bench.json)
+    /// report, how often one run's 95% interval holds another run's estimate, against how
+    /// often it should (about 83-86%, the other estimate having an error of its own).
+    Coverage(CoverageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CoverageArgs {
+    /// Two or more bench.json files of runs of the same bench.
+    #[arg(required = true, num_args = 2..)]
+    runs: Vec<PathBuf>,
+    /// Also write the table here (Markdown).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 pub struct DataplaneArgs {
-    /// Length of each load run (latency, throughput) per data plane.
-    #[arg(long, value_parser = args::duration, default_value = "5s")]
+    /// Length of each load run (latency, throughput) per data plane and round.
+    #[arg(long, value_parser = args::duration, default_value = "3s")]
     duration: Duration,
-    /// Rounds over every data plane (each pair started afresh); the ratios compare medians.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    /// Rounds over every data plane (each pair started afresh, the planes' order reversed
+    /// every other round): the unit of the ratios' intervals, so at least 3 for one.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
     repetitions: u32,
     /// Request rate of the latency case.
     #[arg(long, default_value_t = 1000)]
@@ -98,6 +114,26 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
                 build: super::build_info(),
             })?;
             write_report(&report, &a.out)
+        }
+        BenchCommand::Coverage(a) => {
+            let reports = a
+                .runs
+                .iter()
+                .map(|path| {
+                    // A file that is not a bench report is the input's fault.
+                    meshbench_results::read_json::<BenchReport>(path)
+                        .map_err(|e| super::BadInput(e.to_string()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let markdown = meshbench_bench::render_coverage_markdown(
+                &meshbench_bench::cross_coverage(&reports),
+                reports.len(),
+            );
+            if let Some(out) = &a.out {
+                meshbench_results::write_bytes_atomic(out, markdown.as_bytes())?;
+            }
+            print!("{markdown}");
+            Ok(())
         }
         BenchCommand::Dataplane(a) => {
             let mut planes = a.planes;
