@@ -17,12 +17,13 @@ fn machine() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Runs `meshbench bench <kind>` for `duration` a case and two repetitions, with `flags`,
-/// the measured component pinned by `cpu_flag` to CPU 1 where there is one; its directory
-/// and report.
+/// Runs `meshbench bench <kind>` for `duration` a case and `rounds` repetitions, with
+/// `flags`, the measured component pinned by `cpu_flag` to CPU 1 where there is one; its
+/// directory and report.
 fn bench(
     kind: &str,
     duration: &str,
+    rounds: &str,
     flags: &[&str],
     cpu_flag: &str,
 ) -> (tempfile::TempDir, BenchReport) {
@@ -30,7 +31,14 @@ fn bench(
     let dir = tempfile::tempdir().unwrap();
     run_ok(
         Command::new(env!("CARGO_BIN_EXE_meshbench"))
-            .args(["bench", kind, "--duration", duration, "--repetitions", "2"])
+            .args([
+                "bench",
+                kind,
+                "--duration",
+                duration,
+                "--repetitions",
+                rounds,
+            ])
             .args(flags)
             .arg("--out")
             .arg(dir.path())
@@ -49,7 +57,7 @@ fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
     {
         return;
     }
-    let (dir, report) = bench("loadgen", "1s", &[], "--target-cpu");
+    let (dir, report) = bench("loadgen", "1s", "2", &[], "--target-cpu");
     let (rounds, pacing): (Vec<_>, Vec<_>) = report
         .measurements
         .iter()
@@ -182,20 +190,22 @@ fn loadgen_bench_runs_meshbench_wrk_fortio_and_oha_side_by_side() {
 }
 
 #[test]
-fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
+fn dataplane_bench_runs_our_proxies_and_every_peer_side_by_side() {
     let _machine = machine();
-    if ["haproxy", "envoy", "ztunnel"]
+    if ["haproxy", "envoy", "ztunnel", "linkerd2-proxy"]
         .iter()
         .any(|tool| require_tool(tool).is_none())
-        || !meshbench_testkit::require_root("ztunnel-loop runs in a network namespace of its own")
+        || !meshbench_testkit::require_root(
+            "ztunnel-loop and linkerd2-proxy run in network namespaces of their own",
+        )
     {
         return;
     }
-    // Two seconds a case: two rounds then hold four seconds of each series, enough for a
-    // block bootstrap's interval (three at least).
+    // One second a case and three rounds, the fewest with an interval: rounds are its unit.
     let (dir, report) = bench(
         "dataplane",
-        "2s",
+        "1s",
+        "3",
         &["--open-connections", "50"],
         "--proxy-cpu",
     );
@@ -210,6 +220,7 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
         "haproxy-tcp",
         "envoy-tcp",
         "ztunnel-loop",
+        "linkerd2-proxy",
     ];
     for plane in planes {
         let cases: Vec<(u32, &str)> = report
@@ -218,7 +229,7 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
             .filter(|m| m.tool == plane)
             .map(|m| (m.repetition.unwrap(), m.case.as_str()))
             .collect();
-        let expected: Vec<(u32, &str)> = [1, 2]
+        let expected: Vec<(u32, &str)> = [1, 2, 3]
             .into_iter()
             .flat_map(|round| {
                 let cases: &[&str] = if plane == "direct" {
@@ -252,18 +263,48 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
     // above direct's).
     // The noise notes (loads the machine disturbed) say nothing of a ratio: counted apart,
     // their count first.
-    let (noise, left_out): (Vec<_>, Vec<_>) = report
-        .notes
-        .iter()
+    // The proofs (what a peer's own proxies say of the traffic they carried) likewise.
+    let (proofs, notes): (Vec<_>, Vec<_>) =
+        report.notes.iter().partition(|n| n.starts_with("proof: "));
+    let (noise, left_out): (Vec<_>, Vec<_>) = notes
+        .into_iter()
         .partition(|n| n.starts_with("noise: ") || n.starts_with("noisy: "));
     assert!(
         noise.is_empty() || noise[0].starts_with("noise: "),
         "{noise:#?}"
     );
+    // Both sidecars against linkerd2-proxy, too.
     assert_eq!(
         report.ratios.len() + left_out.len(),
-        (4 + 3 * 2 + 2 + 1) * 5,
+        (4 + 3 * 2 + 2 + 1 + 2) * 5,
         "{left_out:#?}"
+    );
+    assert!(report
+        .ratios
+        .iter()
+        .filter(|r| r.peer == "linkerd2-proxy")
+        .all(|r| r.case == "meshbench-sidecar-l7" || r.case == "meshbench-sidecar-l4"));
+    // linkerd2-proxy's pair carried the latency case over mesh TLS between the identities
+    // meshbench's harness certified, by the proxies' own metrics (kept beside the logs), and
+    // its requests were all authorized by the inbound policy.
+    let client_id = "client.bench.serviceaccount.identity.linkerd.cluster.local";
+    assert!(
+        proofs.len() == 1
+            && proofs[0].starts_with("proof: round ")
+            && proofs[0].contains(&format!("all over TLS from {client_id}"))
+            && proofs[0].contains("(0 denied)"),
+        "{proofs:#?}"
+    );
+    let server_metrics =
+        std::fs::read_to_string(dir.path().join("raw/linkerd2-proxy/server.metrics.txt")).unwrap();
+    assert!(
+        server_metrics
+            .lines()
+            .any(|l| l.starts_with("tcp_open_total{")
+                && l.contains(r#"direction="inbound""#)
+                && l.contains(r#"tls="true""#)
+                && l.contains(&format!(r#"client_id="{client_id}""#))),
+        "{server_metrics}"
     );
     assert!(report
         .ratios
@@ -308,17 +349,17 @@ fn dataplane_bench_runs_our_proxies_haproxy_and_envoy_side_by_side() {
             report.ratios
         );
     }
-    assert!(report.ratios.iter().all(|r| r.repetitions == Some(2)
+    assert!(report.ratios.iter().all(|r| r.repetitions == Some(3)
         && r.theirs > 0.0
         && (r.ratio - r.ours / r.theirs).abs() < 1e-9));
-    // A ratio from the per-second series carries its 95% interval around it, and its verdict
-    // follows from where the interval lies; memory, one reading a round, has none from two
-    // rounds, nor has a ratio whose peer's figure is not clearly above zero (Fieller): those
-    // cannot be judged.
+    // A ratio's interval comes from its three rounds and lies around it; its verdict follows
+    // from where the interval lies. None where the peer's figure is not clearly above zero
+    // (Fieller): those cannot be judged. Memory, one reading a round, has one too.
+    assert!(report
+        .ratios
+        .iter()
+        .any(|r| r.metric.starts_with("proxy memory") && r.interval.is_some()));
     for r in &report.ratios {
-        if r.metric.starts_with("proxy memory") {
-            assert_eq!(r.interval, None, "{r:?}");
-        }
         let interval = r.interval;
         if let Some(interval) = interval {
             assert!(
