@@ -630,6 +630,12 @@ fn doctor_says_what_runs_here_and_how_to_get_what_is_missing() {
             "{plane}"
         );
     }
+    // linkerd2-proxy is found where its build script caches it, off PATH too.
+    let linkerd = line("linkerd2-proxy");
+    assert!(
+        linkerd.contains("ready:") || linkerd.contains("./scripts/linkerd-build"),
+        "{linkerd}"
+    );
     for binary in ["chromium", "chromedriver"] {
         let binary = line(binary);
         assert!(
@@ -749,4 +755,20 @@ fn the_generator_waits_for_a_target_that_answers_late_and_gives_up_on_one_that_n
         report.outcomes
     );
     assert!(report.achieved_rps > 40.0, "{}", report.achieved_rps);
+}
+
+#[test]
+fn bench_coverage_wants_two_bench_reports_and_names_a_file_that_is_not_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("bench.json");
+    std::fs::write(&junk, "{\"not\": \"a bench\"}").unwrap();
+    let junk = junk.to_str().unwrap();
+    assert_bad_input(&run(&["bench", "coverage", junk]), "<RUNS>");
+    assert_bad_input(&run(&["bench", "coverage", junk, junk]), junk);
+    let harness = dir.path().join("harness.yaml");
+    std::fs::write(&harness, "dir: pki\nlisten: 127.0.0.1:0\nworkloads: []\n").unwrap();
+    assert_bad_input(
+        &run(&["harness", "linkerd", "--config", harness.to_str().unwrap()]),
+        "workloads",
+    );
 }
