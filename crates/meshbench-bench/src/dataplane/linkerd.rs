@@ -422,7 +422,7 @@ pub(crate) fn mtls_evidence(
         String::new()
     };
     Ok(format!(
-        "linkerd2-proxy: mesh TLS between the proxies, from their own metrics: the server proxy took {from_client} connection(s) to the app's port, all over TLS from {client_id}, and authorized {allowed} requests on them ({denied} denied); the client proxy opened {to_server} over TLS to {server_id} {shared}"
+        "linkerd2-proxy: mesh TLS between the proxies, from their own metrics: the server proxy took {from_client} connection(s) to the app's port, all over TLS from {client_id}, and authorized {allowed} requests on them ({denied} denied); the client proxy opened {to_server} over TLS to {server_id}{shared}"
     ))
 }
 
