@@ -226,6 +226,10 @@ fn read_response(stream: &mut TcpStream) -> std::io::Result<()> {
     }
 }
 
+/// Where a plane that starts its own app would find the shared one: nowhere (it never looks).
+const UNUSED_APP: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
 /// A plane's measurements in one round, its series for the ratios, the noise flags of each
 /// case (case, flag), and what the plane's proxies say of the traffic they carried (a peer's
 /// own proof of mTLS).
@@ -357,25 +361,31 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
         if round % 2 == 0 {
             order.reverse();
         }
-        // The echo app afresh each round, as every pair is: what state it gathers (its
-        // allocator, its caches) then varies from round to round, where the interval sees it,
-        // rather than staying put for a whole run.
-        let (app, app_addr) = start_echo(
-            &opts.meshbench,
-            opts.proxy_cpu,
-            opts.response_bytes,
-            &opts.work_dir.join("app.log"),
-            None,
-        )?;
-        let ctx = PairContext {
-            tools: &tools,
-            pki: &pki,
-            app: app_addr,
-            cpu: opts.proxy_cpu,
-            work_dir: &opts.work_dir,
-            response_bytes: opts.response_bytes,
-        };
         for &plane in &order {
+            // Each plane its own echo app, started afresh as its pair is (ztunnel's and
+            // linkerd2-proxy's planes start theirs in their namespaces): what state an app
+            // gathers (its allocator, its caches) then varies from plane to plane and round to
+            // round, where the interval sees it, rather than staying put for a whole run, and
+            // no plane meets an app another plane warmed or a cold one another did not.
+            let app = if plane.starts_its_own_app() {
+                None
+            } else {
+                Some(start_echo(
+                    &opts.meshbench,
+                    opts.proxy_cpu,
+                    opts.response_bytes,
+                    &opts.work_dir.join("app.log"),
+                    None,
+                )?)
+            };
+            let ctx = PairContext {
+                tools: &tools,
+                pki: &pki,
+                app: app.as_ref().map_or(UNUSED_APP, |(_, addr)| *addr),
+                cpu: opts.proxy_cpu,
+                work_dir: &opts.work_dir,
+                response_bytes: opts.response_bytes,
+            };
             let version = match plane {
                 Plane::Haproxy | Plane::HaproxyTcp => version_of(&tools.haproxy, &["-v"]),
                 Plane::Envoy | Plane::EnvoyTcp => version_of(&tools.envoy, &["--version"]),
@@ -409,8 +419,8 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
                 }
             }
             m.extend(measured);
+            drop(app);
         }
-        drop(app);
     }
     let (ratios, ratio_notes) = ratios::ratios(&series, &opts.planes);
     // The machine's noise first: it bears on every ratio below it.
@@ -441,7 +451,7 @@ pub fn bench_dataplane(opts: &DataplaneBenchOptions) -> Result<BenchReport, Erro
                 opts.rps, opts.connections, secs(opts.duration), opts.connections, opts.open_connections
             ),
             format!(
-                "{repetitions} round(s) over every plane, each pair and the echo app started afresh, the planes' order reversed every other round; ratios: ours / peer of the means over the rounds, each round giving each plane one value of each figure (latency: the response-weighted mean of that round's per-second p50 and p99, less direct's in the same round; throughput: the mean rate of whole seconds over direct's in the same round; CPU: the window's CPU over its requests; memory: the round's reading), with a 95% interval with the rounds as the unit (the delta method over the paired per-round values, Student's t with rounds - 1 degrees of freedom; none with fewer than {} rounds); target <= 1 (>= 1 for throughput): ours at or below the peer, met when the whole interval is on the target's side, missed when it is on the other, inconclusive otherwise (raw outputs: the last round's)",
+                "{repetitions} round(s) over every plane, each pair started afresh with an echo app of its own, the planes' order reversed every other round; ratios: ours / peer of the means over the rounds, each round giving each plane one value of each figure (latency: the response-weighted mean of that round's per-second p50 and p99, less direct's in the same round; throughput: the mean rate of whole seconds over direct's in the same round; CPU: the window's CPU over its requests; memory: the round's reading), with a 95% interval with the rounds as the unit (the delta method over the paired per-round values, Student's t with rounds - 1 degrees of freedom; none with fewer than {} rounds); target <= 1 (>= 1 for throughput): ours at or below the peer, met when the whole interval is on the target's side, missed when it is on the other, inconclusive otherwise (raw outputs: the last round's)",
                 meshbench_stats::MIN_ROUNDS
             ),
             "linkerd2-proxy: Linkerd's proxy as built from its pinned source (v2.366.0, its release profile, the build the test cluster runs), the peer of both our sidecars: a client-side outbound and a server-side inbound proxy, each with one core (LINKERD2_PROXY_CORES=1) and otherwise its defaults and the settings Linkerd's chart gives every proxy; its control plane is meshbench's harness (`meshbench harness linkerd`: Certify signing each proxy's own CSR with meshbench's CA, the outbound policy Linkerd's policy controller gives a Service, a balancer fed by Destination.Get whose endpoint carries the server proxy's identity and the HTTP/2 hint, an inbound policy admitting the certified workloads over mesh TLS); both proxies, the app, the harness and the load generator in a network namespace of their own, traffic captured by iptables REDIRECT as linkerd2-proxy-init writes it (outbound into the client proxy by every uid but the proxies', into the server proxy by the client proxy's uid; NAT and conntrack on, as in a meshed pod; ours takes connections on its own listeners); that its traffic was mTLS between the expected identities is read from both proxies' own metrics each round".to_owned(),

@@ -87,6 +87,11 @@ impl Plane {
         )
     }
 
+    /// A plane that runs in a namespace of its own with its own echo app there.
+    pub fn starts_its_own_app(self) -> bool {
+        matches!(self, Plane::ZtunnelLoop | Plane::Linkerd2Proxy)
+    }
+
     /// A node agent, whose own floor is the L4 sidecar pair (the same mTLS, without HBONE).
     pub fn is_node_agent(self) -> bool {
         matches!(self, Plane::NodeAgent | Plane::NodeAgentLoop)
