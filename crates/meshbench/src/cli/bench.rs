@@ -42,8 +42,9 @@ pub struct DataplaneArgs {
     /// Length of each load run (latency, throughput) per data plane and round.
     #[arg(long, value_parser = args::duration, default_value = "3s")]
     duration: Duration,
-    /// Rounds over every data plane (each pair started afresh, the planes' order reversed
-    /// every other round): the unit of the ratios' intervals, so at least 3 for one.
+    /// Rounds over every data plane (each pair started afresh with an echo app of its own,
+    /// the planes' order reversed every other round): the unit of the ratios' intervals, so
+    /// at least 3 for one.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
     repetitions: u32,
     /// Request rate of the latency case.
