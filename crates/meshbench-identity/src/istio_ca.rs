@@ -50,6 +50,27 @@ pub const MAX_TOKEN_BYTES: usize = 4096;
 /// The metadata key a node proxy names the identity it asks for with.
 const IMPERSONATED_IDENTITY: &str = "ImpersonatedIdentity";
 
+/// A bearer token from the file `field` names: one line, surrounding whitespace not part of
+/// it, 1 to [`MAX_TOKEN_BYTES`] bytes; otherwise an error naming the field and the file.
+pub fn read_token_file(path: &std::path::Path, field: &'static str) -> Result<String, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let token = text.trim();
+    if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
+        return Err(Error::InvalidName {
+            field,
+            value: path.display().to_string(),
+            reason: format!(
+                "holds {} bytes; a token is 1 to {MAX_TOKEN_BYTES}",
+                token.len()
+            ),
+        });
+    }
+    Ok(token.to_owned())
+}
+
 /// One caller the CA signs for: whoever presents `token` gets `identity`.
 #[derive(Clone)]
 pub struct IstioCaCaller {
@@ -187,7 +208,7 @@ struct Signer {
 }
 
 /// Equal in time whatever the contents: a token is not guessed a byte at a time.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -20,7 +20,7 @@ use meshbench_role::RoleConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::ca_server_file::{bad, refuse_zero};
-use crate::istio_ca::{IstioCaCaller, IstioCaOptions, MAX_TOKEN_BYTES};
+use crate::istio_ca::{read_token_file, IstioCaCaller, IstioCaOptions};
 use crate::spiffe::SpiffeId;
 use crate::{Error, CA_HANDSHAKE_TIMEOUT, DEFAULT_SVID_TTL};
 
@@ -86,24 +86,8 @@ impl IstioCaFile {
         self.callers
             .iter()
             .map(|caller| {
-                let path = &caller.token_file;
-                let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-                    path: path.clone(),
-                    source,
-                })?;
-                let token = text.trim();
-                if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
-                    return Err(bad(
-                        "callers.token_file",
-                        path.display().to_string(),
-                        format!(
-                            "holds {} bytes; a token is 1 to {MAX_TOKEN_BYTES}",
-                            token.len()
-                        ),
-                    ));
-                }
                 Ok(IstioCaCaller {
-                    token: token.to_owned(),
+                    token: read_token_file(&caller.token_file, "callers.token_file")?,
                     identity: SpiffeId::parse(&caller.identity)?,
                 })
             })

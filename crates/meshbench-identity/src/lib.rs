@@ -38,9 +38,9 @@ pub use cert_agent_file::CertAgentFile;
 pub use error::Error;
 pub use files::{create_private_dir, write_secret};
 pub use istio_ca::{
-    bind_istio_ca, proto as istio_ca_proto, BoundIstioCa, IstioCaCaller, IstioCaOptions,
-    ISTIOD_HOSTNAME, ISTIO_CA_KEEPALIVE, ISTIO_CA_MAX_CONNECTIONS, ISTIO_CA_MAX_MESSAGE_BYTES,
-    ISTIO_CA_MAX_STREAMS,
+    bind_istio_ca, proto as istio_ca_proto, read_token_file, same_secret, BoundIstioCa,
+    IstioCaCaller, IstioCaOptions, ISTIOD_HOSTNAME, ISTIO_CA_KEEPALIVE, ISTIO_CA_MAX_CONNECTIONS,
+    ISTIO_CA_MAX_MESSAGE_BYTES, ISTIO_CA_MAX_STREAMS,
 };
 pub use istio_ca_client::{
     request_istio_svid, IstioSvid, IstioSvidRequest, ISTIO_CA_REQUEST_TIMEOUT,

@@ -26,9 +26,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, HarnessOptions, Service, Workload};
 
-/// A token longer than this is not one of ours.
-const MAX_TOKEN_BYTES: usize = 4096;
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadFile {
@@ -107,25 +104,12 @@ impl LinkerdHarnessFile {
             .workloads
             .iter()
             .map(|w| {
-                let path = &w.token_file;
-                let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-                    path: path.clone(),
-                    source,
-                })?;
-                let token = text.trim();
-                if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
-                    return Err(invalid(
-                        "workloads.token_file",
-                        path.display(),
-                        format!(
-                            "holds {} bytes; a token is 1 to {MAX_TOKEN_BYTES}",
-                            token.len()
-                        ),
-                    ));
-                }
                 Ok(Workload {
                     identity: account_id("workloads.identity", &w.identity)?,
-                    token: token.to_owned(),
+                    token: meshbench_identity::read_token_file(
+                        &w.token_file,
+                        "workloads.token_file",
+                    )?,
                 })
             })
             .collect::<Result<_, Error>>()?;

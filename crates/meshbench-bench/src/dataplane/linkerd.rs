@@ -28,7 +28,7 @@ use meshbench_linkerd_harness::{linkerd_name, LinkerdHarnessFile, ServiceFile, W
 use meshbench_netlab::ScratchNetns;
 use meshbench_role::RoleConfig;
 
-use super::pair::{http_get_in, wait_http_ok, Pair, PairContext, Pki};
+use super::pair::{http_get_in, io, log_appending, token, wait_http_ok, Pair, PairContext, Pki};
 use crate::process::{command_in, start_echo_on, Daemon};
 use crate::Error;
 
@@ -76,13 +76,6 @@ const SERVER: Side = Side {
     control: 5190,
 };
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// linkerd2-proxy: on PATH, or where `scripts/linkerd-build` caches it.
 pub(crate) fn find_linkerd2_proxy() -> Option<PathBuf> {
     meshbench_netlab::which("linkerd2-proxy").or_else(|| {
@@ -100,14 +93,6 @@ pub(crate) fn short_version(line: &str) -> String {
     line.split_once("release ")
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .map_or_else(|| line.to_owned(), |v| format!("v{v}"))
-}
-
-fn token() -> Result<String, Error> {
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-        .map_err(io(Path::new("/dev/urandom")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A proxy's identity documents, as Linkerd's `proxy-identity` writes them: a fresh P-256 key
@@ -316,7 +301,7 @@ pub(crate) fn linkerd_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         command
             .env_clear()
             .envs(proxy_env(side, &identity_dir, harness_addr, &anchors)?)
-            .stdout(log_file(
+            .stdout(log_appending(
                 &dir.join(format!("{}.stdout.log", side.workload)),
             )?);
         let name = format!("linkerd2-proxy-{}", side.workload);
@@ -338,15 +323,6 @@ pub(crate) fn linkerd_pair(ctx: &PairContext<'_>) -> Result<Pair, Error> {
         netns: Some(ns),
         _files: Some(private),
     })
-}
-
-/// A proxy's stdout (its log), appended to over every start of the plane in the run.
-fn log_file(path: &Path) -> Result<std::fs::File, Error> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io(path))
 }
 
 /// The proof the pair's traffic was mesh TLS with the expected identities, from both

@@ -191,3 +191,30 @@ pub(crate) fn wait_http_ok(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// An I/O error on `path`, as the planes report one.
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A random token, as a service-account token would be: 32 bytes, hex.
+pub(crate) fn token() -> Result<String, Error> {
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map_err(io(Path::new("/dev/urandom")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A third-party proxy's own log (an access log included), appended to over every start of
+/// its plane in the run: the record of what each case's connections crossed.
+pub(crate) fn log_appending(path: &Path) -> Result<std::fs::File, Error> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io(path))
+}

@@ -17,14 +17,13 @@
 //! Everything else stays at ztunnel's defaults, as the issue asks: never handicapped.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::process::Stdio;
 
 use meshbench_identity::{IstioCaCallerFile, IstioCaFile};
 use meshbench_netlab::ScratchNetns;
 use meshbench_role::RoleConfig;
 
-use super::pair::{wait_http_ok, Pair, PairContext, Pki, NAMESPACE};
+use super::pair::{io, log_appending, token, wait_http_ok, Pair, PairContext, Pki, NAMESPACE};
 use crate::process::{command_in, start_echo, Daemon};
 use crate::Error;
 
@@ -36,13 +35,6 @@ const READINESS: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 15021);
 /// The one workload ztunnel proxies for: the server's identity.
 const WORKLOAD: &str = "server";
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
 
 /// ztunnel's version for the report, from the first line `ztunnel version` prints
 /// (`version.BuildInfo{Version:"<commit>", ..., BuildProfile:"release", ...,
@@ -67,16 +59,6 @@ pub(crate) fn short_version(line: &str) -> String {
     }
 }
 
-/// ztunnel's own log (its access log included), kept over every start of the plane in the
-/// run: the record that each case's connections really crossed it.
-fn log_appending(path: &Path) -> Result<std::fs::File, Error> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io(path))
-}
-
 /// ztunnel's local configuration: the one workload, on the namespace's loopback, reached over
 /// HBONE.
 fn local_config() -> String {
@@ -95,15 +77,6 @@ fn local_config() -> String {
          policies: []\n\
          services: []\n"
     )
-}
-
-/// A random bearer token for the CA, as a service-account token would be: 32 bytes, hex.
-fn token() -> Result<String, Error> {
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-        .map_err(io(Path::new("/dev/urandom")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 pub(crate) fn ztunnel_loop(ctx: &PairContext<'_>) -> Result<Pair, Error> {
