@@ -175,11 +175,6 @@ impl CertificateSummary {
             not_after: validity.not_after.timestamp(),
         })
     }
-
-    /// How long it was issued for, in seconds.
-    pub fn lifetime_secs(&self) -> i64 {
-        self.not_after - self.not_before
-    }
 }
 
 #[cfg(test)]

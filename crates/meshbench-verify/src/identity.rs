@@ -452,11 +452,9 @@ impl IdentityPlan {
         let deadline = Instant::now() + RENEWED_SVID_WAIT;
         loop {
             let report = access.exchange(caller, &[]).await?;
-            let lifetime = report.server_cert.as_ref().map(|c| c.lifetime_secs());
-            let short_lived = match (self.svid_ttl, lifetime) {
-                (Some(ttl), Some(lifetime)) => {
-                    lifetime <= i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX) + 1
-                }
+            let now = time::OffsetDateTime::now_utc().unix_timestamp();
+            let short_lived = match (self.svid_ttl, &report.server_cert) {
+                (Some(ttl), Some(cert)) => expires_within(cert, ttl, now),
                 _ => true,
             };
             if short_lived || Instant::now() >= deadline {
@@ -491,6 +489,13 @@ fn create_dir(dir: &Path) -> Result<(), Error> {
         path: dir.to_owned(),
         source,
     })
+}
+
+/// Whether `cert` expires within `ttl` (and a second of rounding) of `now`: one the CA signed
+/// for the short lifetime. Judged by what is left of it, not by notAfter - notBefore: CAs
+/// backdate notBefore for clock skew (ours by five minutes), so a 4 s SVID spans 304 s.
+fn expires_within(cert: &CertificateSummary, ttl: Duration, now: i64) -> bool {
+    cert.not_after - now <= i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX) + 1
 }
 
 /// Whether the guard presented a different certificate `after` than `before` (both seen).
@@ -700,4 +705,29 @@ where
     let status = response.status().as_u16();
     response.into_body().collect().await?;
     Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(not_before: i64, not_after: i64) -> CertificateSummary {
+        CertificateSummary {
+            serial: "01".into(),
+            not_before,
+            not_after,
+        }
+    }
+
+    #[test]
+    fn a_backdated_short_lived_svid_counts_as_short_lived_and_a_bootstrap_one_does_not() {
+        let ttl = ROTATION_TTL;
+        let now = 1_000_000;
+        // Our CA's 4 s SVID, backdated five minutes: short-lived, although it spans 304 s.
+        assert!(expires_within(&cert(now - 300, now + 4), ttl, now));
+        // A cluster pod's first SVID (a minute), half-way through: not yet renewed.
+        assert!(!expires_within(&cert(now - 330, now + 30), ttl, now));
+        // A day-long one.
+        assert!(!expires_within(&cert(now - 300, now + 86_400), ttl, now));
+    }
 }
