@@ -5,7 +5,7 @@
 //! load fail no request; our node agents (same-node traffic encrypted or not) pass too, by
 //! capturing their nodes' traffic both ways, and the unencrypting one has its same-node
 //! plaintext reported; Envoy enrolled as istiod configures it and Consul Connect (its own
-//! control plane, CA and identities, our policy as intentions) pass; `baseline` (no mesh)
+//! control plane, CA and identities, our policy as intentions; in the mesh suite) pass; `baseline` (no mesh)
 //! fails with exit code 1; nothing is left behind.
 
 use std::path::Path;
@@ -54,22 +54,39 @@ fn passing_verification(meshes: &str) -> (tempfile::TempDir, VerifyReport, Strin
     (dir, report, md)
 }
 
-// One test, so the two runs' labs never overlap and "nothing left behind" is checked against
-// everything this test created.
-#[test]
-fn our_meshes_pass_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
+/// The tests take turns, so that "nothing left behind" is checked against everything the test
+/// created and no other test's live lab.
+static ONE_LAB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `checks` alone on the machine, if it can make labs with captures; then nothing of
+/// theirs may be left.
+fn in_a_lab_of_its_own(checks: impl FnOnce()) {
     if !meshbench_testkit::require_netns() || meshbench_testkit::require_tool("tcpdump").is_none() {
         return;
     }
+    let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let labs_before = meshbench_testkit::lab_namespaces();
-    sidecar_mesh_passes_with_proof_on_the_wire();
-    node_agent_meshes_pass_and_report_same_node_plaintext();
-    envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy();
-    consul_connect_passes_with_our_policy_as_intentions_and_its_own_identities();
-    proxies_that_cannot_read_identities_are_reported_not_verified();
-    without_a_mesh_the_rules_fail_and_the_exit_code_says_so();
-    a_run_with_verify_carries_its_verification_in_its_report();
+    checks();
     meshbench_testkit::assert_no_lab_left_since(&labs_before);
+}
+
+#[test]
+fn our_meshes_pass_e3s_zero_trust_matrix_and_no_mesh_fails_it() {
+    in_a_lab_of_its_own(|| {
+        sidecar_mesh_passes_with_proof_on_the_wire();
+        node_agent_meshes_pass_and_report_same_node_plaintext();
+        envoy_enrolled_as_istio_does_passes_with_rbac_from_our_policy();
+        proxies_that_cannot_read_identities_are_reported_not_verified();
+        without_a_mesh_the_rules_fail_and_the_exit_code_says_so();
+        a_run_with_verify_carries_its_verification_in_its_report();
+    });
+}
+
+/// Consul is built from the Go module proxy (scripts/consul-build), hence the mesh suite.
+#[test]
+#[ignore = "mesh suite (scripts/test --cluster): Consul comes from scripts/consul-build"]
+fn consul_connect_passes_e3s_zero_trust_matrix() {
+    in_a_lab_of_its_own(consul_connect_passes_with_our_policy_as_intentions_and_its_own_identities);
 }
 
 fn sidecar_mesh_passes_with_proof_on_the_wire() {
