@@ -9,6 +9,7 @@ use kube::api::ListParams;
 use kube::{Client, Config};
 use meshbench_meshes::{Installation, MeshPki, ProxyArea, Scenario};
 
+use crate::access;
 use crate::clean::{delete_namespaces, off_runtime};
 use crate::objects;
 use crate::Error;
@@ -68,7 +69,15 @@ impl KubePlatform {
             .apiserver_version()
             .await
             .map_err(Error::api(format!("reading the version of {server}")))?;
+        // Every permission a run or verification needs, checked before anything is created,
+        // then those on the resources of each mesh the cluster runs.
+        access::require(&client, |rule| rule.role != access::Role::Meshes).await?;
         let installed = crate::installed::detect_all(&client).await?;
+        let groups = groups_of_running_meshes(&installed);
+        access::require(&client, |rule| {
+            rule.role == access::Role::Meshes && groups.contains(rule.group)
+        })
+        .await?;
         Ok(KubePlatform {
             config,
             client,
@@ -138,6 +147,22 @@ impl KubePlatform {
                 why: "the run's identities do not exist yet".into(),
             })
     }
+}
+
+/// The API groups of the CRDs of every mesh `installed` says the cluster runs (usable).
+fn groups_of_running_meshes(
+    installed: &BTreeMap<&'static str, Installation>,
+) -> std::collections::BTreeSet<&'static str> {
+    Scenario::all()
+        .filter(|mesh| {
+            installed
+                .get(mesh.name())
+                .is_some_and(|i| i.unusable.is_none())
+        })
+        .filter_map(|mesh| mesh.cluster().and_then(|c| c.installed()))
+        .flat_map(|mesh| mesh.signature().crds)
+        .filter_map(|crd| crd.split_once('.').map(|(_, group)| group))
+        .collect()
 }
 
 /// A client of the cluster of `kubeconfig` (default: `$KUBECONFIG`, then `~/.kube/config`)

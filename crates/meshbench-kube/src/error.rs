@@ -51,6 +51,13 @@ pub enum Error {
     },
     #[error("the {what} is not supported on Kubernetes yet: {why}")]
     Unsupported { what: String, why: String },
+    /// The caller lacks permissions meshbench needs (see `access`), each named.
+    #[error(
+        "the cluster does not let this user {}; grant docs/rbac.yaml's ClusterRoles (or the \
+         rules named) to it",
+        missing.join("; ")
+    )]
+    Forbidden { missing: Vec<String> },
     /// The cluster refused what meshbench applied for a mesh it runs.
     #[error("the cluster refused {what}: {why}")]
     Refused { what: String, why: String },
@@ -79,7 +86,10 @@ impl InputFault for Error {
     fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            Error::Config(_) | Error::TooFewNodes { .. } | Error::Unsupported { .. }
+            Error::Config(_)
+                | Error::TooFewNodes { .. }
+                | Error::Unsupported { .. }
+                | Error::Forbidden { .. }
         )
     }
 }

@@ -8,9 +8,11 @@
 //! - [`KubePlatform`]: the platform seam's Kubernetes side (`Platform`), and `site`, a cell
 //!   on the cluster (`Site`) with what its mesh adds to the pods (`ClusterMesh`);
 //! - [`clean`]: removes every object meshbench labelled, for `meshbench lab clean`;
+//! - [`access`]: the permissions meshbench needs (`docs/rbac.yaml`), checked before a run;
 //! - [`installed`]: the meshes a cluster already runs (Istio, Linkerd, Cilium, Consul):
 //!   detecting them and applying (or dry-running) their resources.
 
+pub mod access;
 mod background;
 mod clean;
 mod cluster;

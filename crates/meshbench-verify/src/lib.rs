@@ -57,6 +57,9 @@ impl meshbench_role::InputFault for Error {
             Error::Network(e) => meshbench_role::InputFault::is_bad_input(e),
             Error::Lab(e) => e.is_bad_input(),
             Error::Identity(e) => e.is_bad_input(),
+            // A user the cluster does not give meshbench's permissions, among others.
+            #[cfg(feature = "kubernetes")]
+            Error::Cluster(e) => meshbench_role::InputFault::is_bad_input(e),
             _ => false,
         }
     }

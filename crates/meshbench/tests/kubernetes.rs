@@ -4,7 +4,9 @@
 //! latency and per-container resources come back with the node of every pod, placement across
 //! nodes, E3's and E4's applications, a load split over generator pods, E3's matrix, a pod
 //! that cannot start ending the run with the cluster's reason, and nothing labelled by
-//! meshbench left behind after a run, a failure or Ctrl-C.
+//! meshbench left behind after a run, a failure or Ctrl-C. Every meshbench command runs as
+//! the service account of `docs/rbac.yaml`, with exactly the permissions meshbench documents;
+//! one without them is told which before anything is created.
 
 mod serving;
 
@@ -43,9 +45,81 @@ fn image() -> &'static str {
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 struct Cluster {
+    /// The cluster's administrator's: the tests' own checks and the meshes' installs.
     kubeconfig: PathBuf,
+    /// meshbench's service account's, with exactly the permissions of `docs/rbac.yaml`:
+    /// every meshbench command of these tests runs with it.
+    meshbench_kubeconfig: PathBuf,
     kubectl: PathBuf,
     _turn: MutexGuard<'static, ()>,
+}
+
+/// The service account of `docs/rbac.yaml`, with its ClusterRoles and bindings, applied once.
+const SERVICE_ACCOUNT: (&str, &str) = ("meshbench", "meshbench");
+
+/// A kubeconfig of the cluster's for `namespace/account`'s token (three hours), beside the
+/// cluster's administrator's `admin` as `<account>.kubeconfig`.
+fn kubeconfig_for(kubectl: &Path, admin: &Path, (namespace, account): (&str, &str)) -> PathBuf {
+    let admin_kubectl = |args: &[&str]| -> String {
+        let output = run_ok(
+            Command::new(kubectl)
+                .arg("--kubeconfig")
+                .arg(admin)
+                .args(args),
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    let token = admin_kubectl(&[
+        "-n",
+        namespace,
+        "create",
+        "token",
+        account,
+        "--duration",
+        "3h",
+    ]);
+    let cluster = |field: &str| {
+        admin_kubectl(&[
+            "config",
+            "view",
+            "--minify",
+            "--flatten",
+            "-o",
+            &format!("jsonpath={{.clusters[0].cluster.{field}}}"),
+        ])
+    };
+    let path = admin.with_file_name(format!("{account}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n  - name: test\n    cluster:\n      \
+             server: {}\n      certificate-authority-data: {}\nusers:\n  - name: {account}\n    \
+             user:\n      token: {token}\ncontexts:\n  - name: {account}\n    context: {{ cluster: \
+             test, user: {account} }}\ncurrent-context: {account}\n",
+            cluster("server"),
+            cluster("certificate-authority-data"),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// `docs/rbac.yaml` applied (once), and a kubeconfig for its service account.
+fn least_privilege_kubeconfig(kubectl: &Path, admin: &Path) -> PathBuf {
+    static MADE: OnceLock<PathBuf> = OnceLock::new();
+    MADE.get_or_init(|| {
+        let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/rbac.yaml");
+        run_ok(
+            Command::new(kubectl)
+                .arg("--kubeconfig")
+                .arg(admin)
+                .arg("apply")
+                .arg("-f")
+                .arg(rbac),
+        );
+        kubeconfig_for(kubectl, admin, SERVICE_ACCOUNT)
+    })
+    .clone()
 }
 
 impl Cluster {
@@ -59,10 +133,12 @@ impl Cluster {
         }
         let kubeconfig = require_cluster()?;
         let kubectl = require_tool("kubectl")?;
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         Some(Cluster {
+            meshbench_kubeconfig: least_privilege_kubeconfig(&kubectl, &kubeconfig),
             kubeconfig,
             kubectl,
-            _turn: ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner()),
+            _turn: turn,
         })
     }
 
@@ -74,10 +150,13 @@ impl Cluster {
         Some(cluster)
     }
 
-    /// `meshbench <args> --kubeconfig <this cluster's>`.
+    /// `meshbench <args> --kubeconfig <meshbench's service account's>`.
     fn meshbench(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_meshbench"));
-        command.args(args).arg("--kubeconfig").arg(&self.kubeconfig);
+        command
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.meshbench_kubeconfig);
         command
     }
 
@@ -461,7 +540,7 @@ fn a_run_started_from_the_web_ui_goes_to_the_cluster_and_streams_the_clusters_pr
     let Some(cluster) = Cluster::get() else {
         return;
     };
-    let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_owned();
+    let kubeconfig = cluster.meshbench_kubeconfig.to_str().unwrap().to_owned();
     let serve = serving::Serve::start(&["--kubeconfig", &kubeconfig, "--image", image()]);
     let created = serve.post_json(
         &format!("{}/api/runs", serve.url),
@@ -670,6 +749,79 @@ fn e3s_experimenter_and_e4s_chain_run_on_the_cluster_through_the_mesh() {
         }
     }
     assert_eq!(cluster.leftovers(), "");
+}
+
+#[test]
+#[ignore = "cluster suite (scripts/test --cluster): needs the test cluster"]
+fn a_user_without_meshbenchs_permissions_is_told_which_before_anything_is_created() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    // A service account with meshbench's reads only.
+    let (namespace, account) = ("meshbench", "meshbench-reads-only");
+    cluster.kubectl_ok(&["-n", namespace, "create", "serviceaccount", account]);
+    cluster.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        account,
+        "--clusterrole=meshbench-read",
+        &format!("--serviceaccount={namespace}:{account}"),
+    ]);
+    let kubeconfig = kubeconfig_for(&cluster.kubectl, &cluster.kubeconfig, (namespace, account));
+    let as_reader = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .output()
+            .unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let run = as_reader(&[
+        "run",
+        "--backend",
+        "kubernetes",
+        "--image",
+        IMAGE,
+        "--profile",
+        "smoke",
+        "--scenarios",
+        "baseline",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    for missing in [
+        "create namespaces (ClusterRole meshbench-run",
+        "create pods (ClusterRole meshbench-run",
+        "get pods/exec (ClusterRole meshbench-run",
+        "create serviceaccounts/token (ClusterRole meshbench-run",
+    ] {
+        assert!(stderr.contains(missing), "{missing}: {stderr}");
+    }
+    assert!(
+        !stderr.contains("nodes/proxy"),
+        "reads are granted: {stderr}"
+    );
+    assert!(stderr.contains("docs/rbac.yaml"), "{stderr}");
+    // `doctor` names the same, one line each.
+    let doctor = as_reader(&["doctor"]);
+    let said = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        said.contains("permissions      missing: create namespaces (ClusterRole meshbench-run"),
+        "{said}"
+    );
+    assert_eq!(cluster.leftovers(), "", "nothing created");
+    cluster.kubectl_ok(&["delete", "clusterrolebinding", account]);
+    cluster.kubectl_ok(&["-n", namespace, "delete", "serviceaccount", account]);
+    // With docs/rbac.yaml's roles, doctor finds nothing missing.
+    let said = cluster.meshbench_ok(&["doctor"]);
+    assert!(
+        said.contains("permissions      ready: every rule of docs/rbac.yaml"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! `meshbench doctor`: what this machine can run, and for each missing piece how to get it.
 //! The netns lab, each data plane of the local lab, the benchmarks' peers, a cluster from the
-//! kubeconfig (and the meshes it runs), and the browser the web UI's tests drive. It only
+//! kubeconfig (the permissions meshbench needs there, and the meshes it runs), and the browser the web UI's tests drive. It only
 //! looks: it starts nothing and changes nothing, and it exits 0 whatever it finds.
 
 #[cfg(feature = "kubernetes")]
@@ -123,12 +123,19 @@ fn cluster_found(out: &mut String, connection: &super::args::KubeConnection) -> 
                 .apiserver_version()
                 .await
                 .map_err(|e| anyhow::anyhow!("{}: {e}", config.cluster_url))?;
-            let meshes = meshbench_kube::installed::detect_all(&client).await?;
-            anyhow::Ok((config.cluster_url.to_string(), version.git_version, meshes))
+            // The permissions first: without the reads, detection itself is refused.
+            let missing = meshbench_kube::access::missing(&client, |_| true).await?;
+            let meshes = meshbench_kube::installed::detect_all(&client).await;
+            anyhow::Ok((
+                config.cluster_url.to_string(),
+                version.git_version,
+                missing,
+                meshes,
+            ))
         })
         .await
     });
-    let (server, version, meshes) = match found {
+    let (server, version, missing, meshes) = match found {
         Ok(Ok(found)) => found,
         Ok(Err(e)) => {
             out.push_str(&format!(
@@ -150,6 +157,22 @@ fn cluster_found(out: &mut String, connection: &super::args::KubeConnection) -> 
         "  {:<16} ready: Kubernetes {version} at {server}\n",
         kubeconfig.display().to_string()
     ));
+    if missing.is_empty() {
+        out.push_str(
+            "  permissions      ready: every rule of docs/rbac.yaml (`meshbench-read`, \
+             `meshbench-run`, `meshbench-meshes`)\n",
+        );
+    }
+    for permission in &missing {
+        out.push_str(&format!("  permissions      missing: {permission}\n"));
+    }
+    let meshes = match meshes {
+        Ok(meshes) => meshes,
+        Err(e) => {
+            out.push_str(&format!("  meshes           unknown: {e}\n"));
+            return Ok(());
+        }
+    };
     for (mesh, installation) in meshes {
         let line = match &installation.unusable {
             None => format!(

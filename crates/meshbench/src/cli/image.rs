@@ -11,6 +11,38 @@ pub enum ImageCommand {
     /// Write an OCI image archive of this binary and the libraries it loads (no Docker);
     /// `ctr -n k8s.io images import FILE` loads it into a cluster's containerd.
     Build(BuildArgs),
+    /// Push an image archive to a registry (the distribution API; no Docker), so that a
+    /// cluster that pulls its images runs it: `meshbench image push
+    /// registry.example/team/meshbench:0.1.0`. Credentials come from --username and
+    /// --password-stdin, or from the Docker config (`docker login` keeps them there, or in a
+    /// credential helper it names).
+    Push(PushArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// Where to push, `[registry/]repository[:tag]`: Docker Hub where no registry is named,
+    /// `latest` where no tag is.
+    reference: String,
+    /// The image archive to push (`meshbench image build --out` writes it).
+    #[arg(long, default_value = "meshbench.oci.tar")]
+    archive: PathBuf,
+    /// Plain HTTP instead of HTTPS, for a registry on loopback or a lab network only.
+    #[arg(long)]
+    plain_http: bool,
+    /// PEM certificates to trust besides this machine's roots (a registry with a private CA).
+    #[arg(long, value_name = "FILE")]
+    ca_certs: Option<PathBuf>,
+    /// The registry's user; the password or token is read from stdin.
+    #[arg(long, requires = "password_stdin")]
+    username: Option<String>,
+    /// Read the password or token for --username from stdin.
+    #[arg(long, requires = "username")]
+    password_stdin: bool,
+    /// The Docker config to take credentials from (default: $DOCKER_CONFIG/config.json,
+    /// else ~/.docker/config.json).
+    #[arg(long, value_name = "FILE")]
+    docker_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -86,7 +118,61 @@ fn parse_alias(s: &str) -> Result<(String, String), String> {
 }
 
 pub fn run(command: ImageCommand) -> anyhow::Result<()> {
-    let ImageCommand::Build(args) = command;
+    match command {
+        ImageCommand::Build(args) => build(args),
+        ImageCommand::Push(args) => push(args),
+    }
+}
+
+/// The longest password or token read from stdin.
+const MAX_PASSWORD: u64 = 64 << 10;
+
+fn push(args: PushArgs) -> anyhow::Result<()> {
+    use std::io::Read;
+    let reference = meshbench_registry::ImageRef::parse(&args.reference)?;
+    let image = meshbench_registry::read_archive(&args.archive)?;
+    let credentials = match args.username {
+        Some(username) => {
+            let mut password = String::new();
+            std::io::stdin()
+                .take(MAX_PASSWORD)
+                .read_to_string(&mut password)?;
+            let password = password.trim_end_matches(['\n', '\r']).to_owned();
+            if password.is_empty() {
+                return Err(super::BadInput("--password-stdin: stdin was empty".into()).into());
+            }
+            Some(meshbench_registry::Credentials { username, password })
+        }
+        None => match args
+            .docker_config
+            .or_else(meshbench_registry::default_docker_config)
+        {
+            Some(config) => meshbench_registry::from_docker_config(&config, &reference.registry)?,
+            None => None,
+        },
+    };
+    let options = meshbench_registry::PushOptions {
+        plain_http: args.plain_http,
+        ca_certs: args.ca_certs,
+        credentials,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let pushed = runtime.block_on(meshbench_registry::push(&image, &reference, &options))?;
+    println!(
+        "{reference}: pushed as {}/{}@{} ({} blobs uploaded, {:.1} MiB; {} already there)",
+        reference.registry,
+        reference.repository,
+        pushed.digest,
+        pushed.uploaded,
+        pushed.uploaded_bytes as f64 / (1024.0 * 1024.0),
+        pushed.present
+    );
+    Ok(())
+}
+
+fn build(args: BuildArgs) -> anyhow::Result<()> {
     let mut extra = Vec::new();
     if args.with_envoy {
         let envoy = meshbench_lab::which("envoy").ok_or_else(|| {

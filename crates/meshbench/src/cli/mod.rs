@@ -203,6 +203,7 @@ fn bad_input(cause: &(dyn std::error::Error + 'static)) -> bool {
         || says::<meshbench_netlab::Error>(cause)
         || says::<meshbench_verify::Error>(cause)
         || says::<meshbench_image::Error>(cause)
+        || says::<meshbench_registry::Error>(cause)
         || kube_says(cause)
         || says::<meshbench_serve::Error>(cause)
 }
