@@ -8,6 +8,7 @@
 //! the service account of `docs/rbac.yaml`, with exactly the permissions meshbench documents;
 //! one without them is told which before anything is created.
 
+mod distribution;
 mod serving;
 
 use std::path::{Path, PathBuf};
@@ -58,7 +59,8 @@ struct Cluster {
 const SERVICE_ACCOUNT: (&str, &str) = ("meshbench", "meshbench");
 
 /// A kubeconfig of the cluster's for `namespace/account`'s token (three hours), beside the
-/// cluster's administrator's `admin` as `<account>.kubeconfig`.
+/// cluster's administrator's `admin` as `<account>.sa.kubeconfig` (`scripts/k8s-lab down`
+/// removes it with the cluster).
 fn kubeconfig_for(kubectl: &Path, admin: &Path, (namespace, account): (&str, &str)) -> PathBuf {
     let admin_kubectl = |args: &[&str]| -> String {
         let output = run_ok(
@@ -88,7 +90,7 @@ fn kubeconfig_for(kubectl: &Path, admin: &Path, (namespace, account): (&str, &st
             &format!("jsonpath={{.clusters[0].cluster.{field}}}"),
         ])
     };
-    let path = admin.with_file_name(format!("{account}.kubeconfig"));
+    let path = admin.with_file_name(format!("{account}.sa.kubeconfig"));
     std::fs::write(
         &path,
         format!(
@@ -822,6 +824,97 @@ fn a_user_without_meshbenchs_permissions_is_told_which_before_anything_is_create
         said.contains("permissions      ready: every rule of docs/rbac.yaml"),
         "{said}"
     );
+}
+
+#[test]
+#[ignore = "cluster suite (scripts/test --cluster): needs the test cluster"]
+fn the_cluster_runs_the_image_meshbench_pushed_to_a_registry_it_pulls_from() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    if require_tool("docker-registry").is_none() {
+        return;
+    }
+    // A registry on the host's address on the nodes' bridge (the API server's), where the
+    // nodes' containerd reaches it; plain HTTP, named in the hosts directory every node's
+    // containerd reads (scripts/k8s-lab: certs.d beside the kubeconfig).
+    let server = cluster.kubectl_ok(&[
+        "config",
+        "view",
+        "--minify",
+        "-o",
+        "jsonpath={.clusters[0].cluster.server}",
+    ]);
+    let host = server
+        .trim_start_matches("https://")
+        .split(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    let registry = distribution::Registry::start(&host, None, None);
+    let hosts = cluster
+        .kubeconfig
+        .with_file_name("certs.d")
+        .join(&registry.addr);
+    std::fs::create_dir_all(&hosts).unwrap();
+    std::fs::write(
+        hosts.join("hosts.toml"),
+        format!(
+            "server = \"http://{0}\"\n[host.\"http://{0}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+            registry.addr
+        ),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("meshbench.oci.tar");
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["image", "build", "--without-iptables", "--out"])
+            .arg(&archive),
+    );
+    let reference = format!("{}/meshbench:pulled", registry.addr);
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_meshbench"))
+            .args(["image", "push", &reference, "--plain-http", "--archive"])
+            .arg(&archive),
+    );
+    // No node has the image but through the registry.
+    let out = dir.path().join("run");
+    let output = cluster
+        .meshbench(&["run", "--backend", "kubernetes", "--image", &reference])
+        .arg("--out")
+        .arg(&out)
+        .args([
+            "--profile",
+            "smoke",
+            "--scenarios",
+            "baseline",
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert_success(&output);
+    assert_eq!(results(&out)["status"], "complete");
+    // The image is in the containerd of the nodes that ran the pods, under the registry's
+    // name (scripts/k8s-lab: each node's socket under /run/meshbench-k8s).
+    let ctr = require_tool("ctr").unwrap();
+    let pulled_by: Vec<usize> = (1..=cluster.node_count())
+        .filter(|n| {
+            let listed = run_ok(
+                Command::new(&ctr)
+                    .arg("--address")
+                    .arg(format!("/run/meshbench-k8s/node-{n}/containerd.sock"))
+                    .args(["-n", "k8s.io", "images", "ls", "-q"]),
+            );
+            String::from_utf8_lossy(&listed.stdout)
+                .lines()
+                .any(|image| image == reference)
+        })
+        .collect();
+    assert!(!pulled_by.is_empty(), "no node pulled {reference}");
+    let _ = std::fs::remove_dir_all(&hosts);
+    assert_eq!(cluster.leftovers(), "");
 }
 
 #[test]

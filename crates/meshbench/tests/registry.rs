@@ -5,88 +5,17 @@
 //! the tag, with the digest the archive has; a second push finds every blob there; bad
 //! references, archives and credentials are refused with what was wrong.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod distribution;
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use distribution::Registry;
 use meshbench_testkit::{require_tool, run_ok};
 
 const USER: &str = "bench";
 const PASSWORD: &str = "pushes-images";
-
-/// A registry on 127.0.0.1, port chosen by the kernel, killed when dropped.
-struct Registry {
-    child: Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Registry {
-    /// Starts `docker-registry` with htpasswd authentication, with TLS where `tls` gives its
-    /// certificate and key.
-    fn start(htpasswd: &Path, tls: Option<(&Path, &Path)>) -> Registry {
-        let dir = tempfile::tempdir().unwrap();
-        let tls = tls
-            .map(|(cert, key)| {
-                format!(
-                    "  tls:\n    certificate: {}\n    key: {}\n",
-                    cert.display(),
-                    key.display()
-                )
-            })
-            .unwrap_or_default();
-        let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    \
-                 rootdirectory: {}\nauth:\n  htpasswd:\n    realm: meshbench-test\n    \
-                 path: {}\nhttp:\n  addr: 127.0.0.1:0\n{tls}",
-                dir.path().join("data").display(),
-                htpasswd.display()
-            ),
-        )
-        .unwrap();
-        let mut child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // It says where it listens once its socket is open: "listening on 127.0.0.1:<port>".
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(at) = line.find("listening on ") {
-                    let addr: String = line[at + "listening on ".len()..]
-                        .chars()
-                        .take_while(|c| !c.is_whitespace() && *c != '"' && *c != ',')
-                        .collect();
-                    let _ = tx.send(addr);
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the registry said where it listens");
-        Registry {
-            child,
-            addr,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn meshbench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_meshbench"))
@@ -174,7 +103,7 @@ fn image_push_reaches_a_real_registry_over_http_and_https_with_each_kind_of_cred
     std::fs::write(&htpasswd, &hashed.stdout).unwrap();
 
     // Plain HTTP, as asked.
-    let registry = Registry::start(&htpasswd, None);
+    let registry = Registry::start("127.0.0.1", Some(&htpasswd), None);
     let reference = format!("{}/bench/meshbench:under-test", registry.addr);
     // Without credentials the registry's challenge goes unanswered.
     let empty = dir.path().join("empty.json");
@@ -327,7 +256,7 @@ fn image_push_reaches_a_real_registry_over_http_and_https_with_each_kind_of_cred
             .arg("-out")
             .arg(&cert),
     );
-    let registry = Registry::start(&htpasswd, Some((&cert, &key)));
+    let registry = Registry::start("127.0.0.1", Some(&htpasswd), Some((&cert, &key)));
     let reference = format!("{}/meshbench:tls", registry.addr);
     let config = docker_config(dir.path(), &registry.addr);
     let untrusted = push(
