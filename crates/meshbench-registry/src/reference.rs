@@ -174,38 +174,42 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn parsed(text: &str) -> (String, String, String) {
-        let r = ImageRef::parse(text).unwrap();
-        (r.registry, r.repository, r.tag)
-    }
-
     #[test]
     fn references_name_their_registry_repository_and_tag_as_docker_reads_them() {
-        let own = |r: &str, repo: &str, tag: &str| (r.to_owned(), repo.to_owned(), tag.to_owned());
-        assert_eq!(
-            parsed("meshbench"),
-            own("docker.io", "library/meshbench", "latest")
-        );
-        assert_eq!(
-            parsed("team/meshbench:0.1.0"),
-            own("docker.io", "team/meshbench", "0.1.0")
-        );
-        assert_eq!(
-            parsed("127.0.0.1:5000/meshbench:under-test"),
-            own("127.0.0.1:5000", "meshbench", "under-test")
-        );
-        assert_eq!(
-            parsed("localhost/a/b-c__d.e:v1"),
-            own("localhost", "a/b-c__d.e", "v1")
-        );
-        assert_eq!(
-            parsed("ghcr.io/org/meshbench"),
-            own("ghcr.io", "org/meshbench", "latest")
-        );
-        assert_eq!(
-            parsed("[::1]:5000/meshbench:1"),
-            own("[::1]:5000", "meshbench", "1")
-        );
+        for (text, registry, repository, tag) in [
+            ("meshbench", "docker.io", "library/meshbench", "latest"),
+            (
+                "team/meshbench:0.1.0",
+                "docker.io",
+                "team/meshbench",
+                "0.1.0",
+            ),
+            (
+                "127.0.0.1:5000/meshbench:under-test",
+                "127.0.0.1:5000",
+                "meshbench",
+                "under-test",
+            ),
+            ("localhost/a/b-c__d.e:v1", "localhost", "a/b-c__d.e", "v1"),
+            (
+                "ghcr.io/org/meshbench",
+                "ghcr.io",
+                "org/meshbench",
+                "latest",
+            ),
+            ("[::1]:5000/meshbench:1", "[::1]:5000", "meshbench", "1"),
+        ] {
+            let parsed = ImageRef::parse(text).unwrap();
+            assert_eq!(
+                (
+                    parsed.registry.as_str(),
+                    parsed.repository.as_str(),
+                    parsed.tag.as_str()
+                ),
+                (registry, repository, tag),
+                "{text}"
+            );
+        }
         assert_eq!(
             ImageRef::parse("meshbench").unwrap().api_host(),
             "registry-1.docker.io"
