@@ -143,9 +143,14 @@ impl Registry {
             (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
             (header::CONTENT_LENGTH, blob.bytes.len().to_string()),
         ];
-        let body = Bytes::copy_from_slice(&blob.bytes);
         let done = self
-            .send(Method::PUT, &url, headers, body, UPLOAD_TIMEOUT)
+            .send(
+                Method::PUT,
+                &url,
+                headers,
+                blob.bytes.clone(),
+                UPLOAD_TIMEOUT,
+            )
             .await?;
         if done.status() != StatusCode::CREATED {
             return Err(refusal(&what, &done));
@@ -160,9 +165,14 @@ impl Registry {
             self.base, self.repository, self.tag
         );
         let headers = vec![(header::CONTENT_TYPE, manifest.media_type.clone())];
-        let body = Bytes::copy_from_slice(&manifest.bytes);
         let answer = self
-            .send(Method::PUT, &tag, headers, body, REQUEST_TIMEOUT)
+            .send(
+                Method::PUT,
+                &tag,
+                headers,
+                manifest.bytes.clone(),
+                REQUEST_TIMEOUT,
+            )
             .await?;
         if answer.status() != StatusCode::CREATED {
             return Err(refusal("putting the manifest", &answer));

@@ -7,6 +7,7 @@ use std::io::Read;
 use std::path::Path;
 
 use aws_lc_rs::digest;
+use bytes::Bytes;
 
 use crate::Error;
 
@@ -20,12 +21,13 @@ const MANIFEST_TYPES: [&str; 2] = [
     "application/vnd.docker.distribution.manifest.v2+json",
 ];
 
-/// A blob: its digest (`sha256:<hex>`), media type and bytes.
+/// A blob: its digest (`sha256:<hex>`), media type and bytes (shared, not copied, by every
+/// request that sends them).
 #[derive(Debug, Clone)]
 pub struct Blob {
     pub digest: String,
     pub media_type: String,
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
 }
 
 /// What a push sends: the blobs, then the manifest that names them.
@@ -47,7 +49,7 @@ pub fn read_archive(path: &Path) -> Result<Image, Error> {
         source,
     })?;
     // Every blob by its digest's hex (`blobs/sha256/<hex>`), and the index.
-    let mut blobs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut blobs: BTreeMap<String, Bytes> = BTreeMap::new();
     let mut index = None;
     let mut archive = tar::Archive::new(file);
     let entries = archive.entries().map_err(|e| bad(e.to_string()))?;
@@ -65,7 +67,7 @@ pub fn read_archive(path: &Path) -> Result<Image, Error> {
             );
         } else if let Some(hex) = name.strip_prefix("blobs/sha256/") {
             let bytes = read_capped(entry, MAX_BLOB).map_err(|e| bad(format!("{name}: {e}")))?;
-            blobs.insert(hex.to_owned(), bytes);
+            blobs.insert(hex.to_owned(), Bytes::from(bytes));
         }
     }
     let index = index.ok_or_else(|| bad("no index.json: not an OCI image layout".into()))?;
@@ -100,7 +102,7 @@ pub fn read_archive(path: &Path) -> Result<Image, Error> {
 /// The blob `descriptor` names, checked against its digest and size.
 fn blob_of(
     descriptor: &serde_json::Value,
-    blobs: &BTreeMap<String, Vec<u8>>,
+    blobs: &BTreeMap<String, Bytes>,
 ) -> Result<Blob, String> {
     let digest = descriptor["digest"]
         .as_str()
