@@ -62,15 +62,7 @@ const SERVICE_ACCOUNT: (&str, &str) = ("meshbench", "meshbench");
 /// cluster's administrator's `admin` as `<account>.sa.kubeconfig` (`scripts/k8s-lab down`
 /// removes it with the cluster).
 fn kubeconfig_for(kubectl: &Path, admin: &Path, (namespace, account): (&str, &str)) -> PathBuf {
-    let admin_kubectl = |args: &[&str]| -> String {
-        let output = run_ok(
-            Command::new(kubectl)
-                .arg("--kubeconfig")
-                .arg(admin)
-                .args(args),
-        );
-        String::from_utf8_lossy(&output.stdout).trim().to_owned()
-    };
+    let admin_kubectl = |args: &[&str]| kubectl_stdout(kubectl, admin, args).trim().to_owned();
     let token = admin_kubectl(&[
         "-n",
         namespace,
@@ -106,19 +98,23 @@ fn kubeconfig_for(kubectl: &Path, admin: &Path, (namespace, account): (&str, &st
     path
 }
 
+/// What `kubectl --kubeconfig <kubeconfig> <args>` printed on stdout; it must succeed.
+fn kubectl_stdout(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> String {
+    let output = run_ok(
+        Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args),
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// `docs/rbac.yaml` applied (once), and a kubeconfig for its service account.
 fn least_privilege_kubeconfig(kubectl: &Path, admin: &Path) -> PathBuf {
     static MADE: OnceLock<PathBuf> = OnceLock::new();
     MADE.get_or_init(|| {
         let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/rbac.yaml");
-        run_ok(
-            Command::new(kubectl)
-                .arg("--kubeconfig")
-                .arg(admin)
-                .arg("apply")
-                .arg("-f")
-                .arg(rbac),
-        );
+        kubectl_stdout(kubectl, admin, &["apply", "-f", rbac.to_str().unwrap()]);
         kubeconfig_for(kubectl, admin, SERVICE_ACCOUNT)
     })
     .clone()
@@ -169,13 +165,7 @@ impl Cluster {
 
     /// What `kubectl <args>` printed on stdout, against this cluster; it must succeed.
     fn kubectl_ok(&self, args: &[&str]) -> String {
-        let output = run_ok(
-            Command::new(&self.kubectl)
-                .arg("--kubeconfig")
-                .arg(&self.kubeconfig)
-                .args(args),
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
+        kubectl_stdout(&self.kubectl, &self.kubeconfig, args)
     }
 
     /// `meshbench run --backend kubernetes` with the image under test, into `out`.
