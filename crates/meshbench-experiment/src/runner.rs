@@ -582,6 +582,7 @@ impl Runner {
             wire: measured.wire,
             handshakes,
             machines: measured.machines,
+            disruptions: measured.disruptions,
         })
     }
 

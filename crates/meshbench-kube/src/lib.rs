@@ -7,6 +7,8 @@
 //! - [`stats`]: per-container CPU and memory from the kubelets' summary API;
 //! - [`KubePlatform`]: the platform seam's Kubernetes side (`Platform`), and `site`, a cell
 //!   on the cluster (`Site`) with what its mesh adds to the pods (`ClusterMesh`);
+//! - [`disruptions`]: what happened to a cell's pods, its kubelets and the API server while
+//!   it ran;
 //! - [`clean`]: removes every object meshbench labelled, for `meshbench lab clean`;
 //! - [`access`]: the permissions meshbench needs (`docs/rbac.yaml`), checked before a run;
 //! - [`installed`]: the meshes a cluster already runs (Istio, Linkerd, Cilium, Consul):
@@ -17,6 +19,7 @@ mod background;
 mod clean;
 mod cluster;
 mod credentials;
+pub mod disruptions;
 mod error;
 pub mod exec;
 pub mod installed;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::api::LogParams;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -147,12 +147,27 @@ pub async fn wait(
 ) -> Result<Pod, Error> {
     let namespace = api.namespace().unwrap_or_default().to_owned();
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut pods = watcher(api.clone(), config).applied_objects().boxed();
+    // Backed off and resumed when the API server goes away for a while (restarted, a
+    // network blip): the pod runs on meanwhile, and the wait's deadline still bounds it.
+    let mut pods = watcher(api.clone(), config)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
     let followed = async {
-        while let Some(pod) = pods.try_next().await.map_err(|e| Error::Api {
-            what: format!("watching pod {name}"),
-            source: kube::Error::Service(Box::new(e)),
-        })? {
+        while let Some(pod) = pods.next().await {
+            let pod = match pod {
+                Ok(pod) => pod,
+                Err(e) if transient_watch(&e) => {
+                    tracing::debug!(pod = name, error = %e, "watch interrupted; resuming");
+                    continue;
+                }
+                Err(e) => {
+                    return Err(Error::Api {
+                        what: format!("watching pod {name}"),
+                        source: kube::Error::Service(Box::new(e)),
+                    })
+                }
+            };
             let status = pod.status.as_ref();
             let running = status.and_then(|s| s.phase.as_deref()) == Some("Running")
                 && status.and_then(|s| s.pod_ip.as_ref()).is_some();
@@ -239,6 +254,54 @@ async fn tail(api: &Api<Pod>, pod: &str, previous: bool) -> Option<String> {
         .await
         .ok()
         .filter(|l| !l.trim().is_empty())
+}
+
+/// Whether a failed request may succeed if asked again: the API server did not answer, or
+/// answered that something behind it (a kubelet) is unavailable; not a refusal (403), a
+/// missing object (404) or a bad request.
+pub fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+fn transient_watch(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => transient(e),
+        // "too old resource version": the watcher relists by itself.
+        watcher::Error::WatchError(status) => status.code == 410 || status.code >= 500,
+        watcher::Error::NoResourceVersion => false,
+    }
+}
+
+/// How long [`log_when_reachable`] keeps asking.
+pub const LOG_RETRY: Duration = Duration::from_secs(60);
+const LOG_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// [`log`], asked again while the API server or the pod's kubelet cannot answer (for up to
+/// [`LOG_RETRY`]): an instrument's result is in its log, and a cell whose instrument finished
+/// is not lost to a kubelet restarting.
+pub async fn log_when_reachable(
+    api: &Api<Pod>,
+    pod: &str,
+    container: &str,
+) -> Result<String, Error> {
+    let deadline = tokio::time::Instant::now() + LOG_RETRY;
+    loop {
+        match log(api, pod, container).await {
+            Err(Error::Api { source, .. })
+                if transient(&source) && tokio::time::Instant::now() < deadline =>
+            {
+                tracing::debug!(pod, error = %source, "log unreadable for now");
+                tokio::time::sleep(LOG_RETRY_PAUSE).await;
+            }
+            done => return done,
+        }
+    }
 }
 
 /// The whole log of the pod's container `container`.

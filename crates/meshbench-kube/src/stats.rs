@@ -22,6 +22,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use meshbench_results::{Sample, SampleSeries};
+
+use crate::disruptions::{Outages, Reach};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -205,14 +207,21 @@ pub struct SummarySampler {
 }
 
 impl SummarySampler {
-    pub fn start(client: Client, targets: Vec<Target>, interval: Duration) -> Self {
+    /// Follows `targets`, noting in `outages` when a kubelet or the API server does not
+    /// answer.
+    pub fn start(
+        client: Client,
+        targets: Vec<Target>,
+        interval: Duration,
+        outages: Outages,
+    ) -> Self {
         let nodes: BTreeSet<String> = targets.iter().map(|t| t.node.clone()).collect();
-        Self::spawn(client, targets, nodes, interval)
+        Self::spawn(client, targets, nodes, interval, outages)
     }
 
     /// Reads only `nodes`' whole CPU (no container followed): a cluster at rest.
     pub fn start_nodes(client: Client, nodes: BTreeSet<String>, interval: Duration) -> Self {
-        Self::spawn(client, vec![], nodes, interval)
+        Self::spawn(client, vec![], nodes, interval, Outages::default())
     }
 
     fn spawn(
@@ -220,9 +229,12 @@ impl SummarySampler {
         targets: Vec<Target>,
         nodes: BTreeSet<String>,
         interval: Duration,
+        outages: Outages,
     ) -> Self {
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(sample_loop(client, targets, nodes, interval, stopped));
+        let task = tokio::spawn(sample_loop(
+            client, targets, nodes, interval, stopped, outages,
+        ));
         SummarySampler { stop, task }
     }
 
@@ -239,6 +251,7 @@ async fn sample_loop(
     nodes: BTreeSet<String>,
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
+    outages: Outages,
 ) -> Readings {
     let mut series: Vec<(Target, SampleSeries)> = targets
         .into_iter()
@@ -270,13 +283,19 @@ async fn sample_loop(
     loop {
         for (node, whole) in nodes.iter().zip(node_series.iter_mut()) {
             let asked = unix_ns(SystemTime::now());
+            let kubelet = Reach::Kubelet(node.clone());
             match read_summary(&client, node).await {
                 Ok(summary) => {
-                    let answered = unix_ns(SystemTime::now());
+                    let answered = SystemTime::now();
+                    outages.answered(kubelet, answered);
+                    let answered = unix_ns(answered);
                     record(&summary, (asked, answered), &mut series);
                     record_node(&summary, (asked, answered), &mut whole.1);
                 }
-                Err(e) => tracing::debug!(node, error = %e, "kubelet summary unreadable"),
+                Err(e) => {
+                    tracing::debug!(node, error = %e, "kubelet summary unreadable");
+                    outages.failed(kubelet, &e, SystemTime::now());
+                }
             }
         }
         let now = unix_ns(SystemTime::now());

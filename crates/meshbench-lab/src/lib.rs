@@ -20,7 +20,7 @@ pub use machine::{
 };
 pub use meshbench_results::{describe_environment, BuildInfo};
 pub use meshbench_results::{Sample, SampleSeries};
-pub use process::{ComponentProcess, ReadyEvent};
+pub use process::{ComponentProcess, Ended, ReadyEvent};
 pub use sampler::{sample_process, ResourceSampler, SampleTarget, Sampled};
 
 #[derive(Debug, thiserror::Error)]

@@ -1,11 +1,14 @@
 //! Lab components as child processes. A component announces readiness with one JSON line on
 //! stdout (`{"event":"ready","addr":"127.0.0.1:41234"}`); the lab waits for it with a deadline
 //! and kills the child when its handle is dropped, so no component outlives a failed or
-//! interrupted run.
+//! interrupted run. Each child's end is watched through a pidfd, so that a component that
+//! dies during a cell (killed, crashed, OOM-killed) is dated to the moment it died rather than
+//! to when the lab next looked.
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -42,6 +45,50 @@ pub struct ComponentProcess {
     name: String,
     child: Child,
     stderr: Option<ChildStderr>,
+    /// When the child ended, set by its pidfd's watcher (unset while it runs, or where the
+    /// kernel has no pidfds).
+    ended_at: Arc<OnceLock<SystemTime>>,
+}
+
+/// How a component that ended on its own ended.
+#[derive(Debug, Clone)]
+pub struct Ended {
+    /// As the OS says it: `signal: 9 (SIGKILL)`, `exit status: 1`.
+    pub status: String,
+    /// When it ended: its pidfd's report, or when the lab found it ended.
+    pub at: SystemTime,
+    /// The end of what it wrote on stderr.
+    pub stderr: String,
+}
+
+/// How much of a dead component's stderr an [`Ended`] keeps, and how long the lab waits for
+/// it (a grandchild may still hold the pipe).
+const ENDED_STDERR_BYTES: usize = 2048;
+const ENDED_STDERR_WAIT: Duration = Duration::from_secs(1);
+
+/// Dates the end of process `pid` through a pidfd, which becomes readable when it exits.
+fn watch_end(pid: Option<u32>) -> Arc<OnceLock<SystemTime>> {
+    let ended = Arc::new(OnceLock::new());
+    let pidfd = pid
+        .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+        // `AsyncFd::new` is deprecated because a `T` that does not own its descriptor could
+        // close it while registered; an `OwnedFd` inside the `AsyncFd` lives exactly as long
+        // as the registration, which is the safety `register` asks for (unsafe code is not
+        // allowed in this workspace).
+        .and_then(|fd| {
+            #[allow(deprecated)]
+            tokio::io::unix::AsyncFd::new(fd).ok()
+        });
+    if let Some(pidfd) = pidfd {
+        let set = ended.clone();
+        tokio::spawn(async move {
+            if pidfd.readable().await.is_ok() {
+                let _ = set.set(SystemTime::now());
+            }
+        });
+    }
+    ended
 }
 
 impl ComponentProcess {
@@ -71,10 +118,12 @@ impl ComponentProcess {
             source,
         })?;
         let stderr = child.stderr.take();
+        let ended_at = watch_end(child.id());
         Ok(ComponentProcess {
             name: name.to_owned(),
             child,
             stderr,
+            ended_at,
         })
     }
 
@@ -121,6 +170,25 @@ impl ComponentProcess {
             Ok(Some(_)) | Err(_) => Some(self.exited_early().await),
             Ok(None) => None,
         }
+    }
+
+    /// How the component ended, if it has ended on its own (before anyone stopped it).
+    pub async fn ended(&mut self) -> Option<Ended> {
+        let status = match self.child.try_wait() {
+            Ok(Some(status)) => status.to_string(),
+            Ok(None) => return None,
+            Err(e) => e.to_string(),
+        };
+        let at = self.ended_at.get().copied().unwrap_or_else(SystemTime::now);
+        let stderr = tokio::time::timeout(ENDED_STDERR_WAIT, self.take_stderr())
+            .await
+            .unwrap_or_default();
+        let cut = stderr.floor_char_boundary(stderr.len().saturating_sub(ENDED_STDERR_BYTES));
+        Some(Ended {
+            status,
+            at,
+            stderr: stderr[cut..].to_owned(),
+        })
     }
 
     async fn exited_early(&mut self) -> Error {

@@ -14,7 +14,9 @@ use meshbench_meshes::{
     deploy, enroll, BoxFuture, LabContext, MeshContext, MeshPki, ProxyArea, Scenario,
 };
 use meshbench_netlab::{new_lab_id, Backend, LabNetwork, WireTap};
-use meshbench_results::{read_json, LoadReport, MachineBackground, WireObservation};
+use meshbench_results::{
+    read_json, Disruption, DisruptionKind, LoadReport, MachineBackground, WireObservation,
+};
 use meshbench_role::RoleConfig;
 use meshbench_topology::{Pod, Topology};
 use meshbench_workload::{WorkloadApp, WorkloadFile};
@@ -381,6 +383,13 @@ impl<'a> Site<'a> for LocalSite<'a> {
             // The generator's cgroup goes with the cell's `LabCgroups` guard.
             let finished = generator.process.wait_success().await;
             let sampled = sampler.finish();
+            // Before they are stopped: which components ended on their own meanwhile.
+            let mut ended = vec![];
+            for component in &mut self.components {
+                if let Some(end) = component.process.ended().await {
+                    ended.push((component.name.clone(), component.role.clone(), end));
+                }
+            }
             for component in self.components.drain(..).rev() {
                 component.stop(STOP_GRACE).await;
             }
@@ -414,6 +423,20 @@ impl<'a> Site<'a> for LocalSite<'a> {
                 .map(|s| s.summarize(start, end))
                 .collect();
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+            let disruptions = ended
+                .into_iter()
+                .map(|(component, role, end)| {
+                    Disruption::at(
+                        component,
+                        role,
+                        DisruptionKind::Exited,
+                        end.at,
+                        Some(&load.window),
+                        end.status,
+                    )
+                    .with_detail(end.stderr)
+                })
+                .collect();
             Ok(Measured {
                 load,
                 resources,
@@ -423,6 +446,7 @@ impl<'a> Site<'a> for LocalSite<'a> {
                     .summarize(start, end, cpus)
                     .into_iter()
                     .collect(),
+                disruptions,
             })
         })
     }

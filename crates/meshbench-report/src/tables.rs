@@ -406,6 +406,7 @@ pub fn report_tables(result: &RunResult, analysis: &Analysis) -> Vec<Table> {
     let mut tables: Vec<Table> = crate::findings::findings_table(result, analysis)
         .into_iter()
         .collect();
+    tables.extend(disruption_table(result));
     tables.extend(crate::trust::noise_table(result, analysis));
     tables.extend(crate::trust::generator_delay_table(analysis));
     tables.extend(capacity_tables(result, analysis));
@@ -443,6 +444,66 @@ pub fn capacity_sentences(result: &RunResult, analysis: &Analysis) -> Option<Tab
         headers: vec!["finding".to_owned()],
         rows: sentences.into_iter().map(|s| vec![s]).collect(),
     })
+}
+
+/// Every component that stopped, or that meshbench lost sight of, during a cell, over all the
+/// run's cells (kept or not: what happened is told either way); `None` when nothing was.
+pub fn disruption_table(result: &RunResult) -> Option<Table> {
+    let rows: Vec<Vec<String>> = result
+        .cells
+        .iter()
+        .flat_map(|cell| cell.disruptions.iter().map(move |d| (cell, d)))
+        .map(|(cell, d)| {
+            vec![
+                crate::analysis::Point {
+                    placement: cell.placement.clone().unwrap_or_default(),
+                    load: cell.load_point,
+                }
+                .label(),
+                cell.scenario.clone(),
+                cell.repetition.to_string(),
+                format!("{} ({})", d.component, d.role),
+                match (d.kind.as_str(), d.lasted_secs) {
+                    ("unreachable", Some(s)) => format!("unreachable for {s:.1} s"),
+                    ("unreachable", None) => "unreachable until the cell ended".to_owned(),
+                    (kind, _) => kind.to_owned(),
+                },
+                d.into_window_secs
+                    .map_or_else(|| d.at.clone(), |s| format!("{s:+.2}")),
+                match &d.detail {
+                    Some(detail) => format!("{} ({})", d.reason, first_line(detail)),
+                    None => d.reason.clone(),
+                },
+            ]
+        })
+        .collect();
+    (!rows.is_empty()).then(|| Table {
+        title: "Disruptions: components that died or went out of reach during a cell".to_owned(),
+        note: "These cells measured the fault as well as the mesh: their figures are flagged \
+               as noise. Time is from the start of the load window (negative: before it)."
+            .to_owned(),
+        headers: [
+            "load",
+            "scenario",
+            "repetition",
+            "component",
+            "what",
+            "when, s",
+            "reason",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        rows,
+    })
+}
+
+/// A detail's first line, cut to a table cell's width.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(120) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line.to_owned(),
+    }
 }
 
 /// E5's TLS handshake time, per proxy and direction, from our proxies' own histograms over

@@ -28,6 +28,8 @@
 //!   generator shares with them, which the latency, measured from the intended send time,
 //!   already carries: the scenario's cost;
 //! - CPU frequency moved by more than [`MHZ_CHANGE`] between the window's ends;
+//! - disruption: a component died, its pod was deleted, or a kubelet or the API server was out
+//!   of reach during the cell (`Cell::disruptions`): the cell measured the fault too;
 //! - spread: across repetitions, a coefficient of variation of p99 above [`SPREAD_CV`].
 
 use meshbench_results::noise::{late_share, saturated};
@@ -150,7 +152,11 @@ pub fn cell_flags(run: &RunResult, cell: &Cell) -> Vec<String> {
 /// [`cell_flags`] of a cell judged against `background` (a cell not yet in its run's results:
 /// the progress line).
 pub fn cell_flags_against(cell: &Cell, background: Option<BackgroundLevel>) -> Vec<String> {
-    let mut flags = vec![];
+    let mut flags: Vec<String> = cell
+        .disruptions
+        .iter()
+        .map(|d| format!("disruption: {}", d.describe()))
+        .collect();
     let share = machine_share(cell);
     let mut outside_flagged = false;
     if let Some(share) = &share {

@@ -8,6 +8,7 @@
 mod background;
 mod bench;
 mod claims;
+mod disruption;
 mod environment;
 mod io;
 mod load;
@@ -20,6 +21,7 @@ mod verify;
 pub use background::{Background, MachineBackground};
 pub use bench::{BenchMeasurement, BenchRatio, BenchReport, Pacing, RatioInterval, TargetVerdict};
 pub use claims::{Claim, ClaimAxis, ClaimCheck, ClaimMetric};
+pub use disruption::{rfc3339_millis, Disruption, DisruptionKind};
 pub use environment::{describe_environment, BuildInfo};
 pub use io::{
     read_json, read_json_any, write_bytes_atomic, write_json_atomic, write_json_gz_atomic, Error,

@@ -328,6 +328,11 @@ pub struct Cell {
     /// (the kernel's network processing in softirq, other processes) shows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub machines: Vec<MachineCpu>,
+    /// Components that stopped, or that meshbench lost sight of, while the cell ran: a
+    /// sidecar OOM-killed, a pod deleted, a node's kubelet or the API server unreachable.
+    /// The cell's figures then measure the fault too; empty when nothing was seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disruptions: Vec<crate::Disruption>,
 }
 
 /// A machine's CPU over a cell's load window, by state, in cores (mean over the window; the

@@ -499,6 +499,100 @@ fn ctrl_c_keeps_finished_cells_marks_the_run_partial_and_stops_every_child() {
     assert_bad_input(&again, "the run is complete");
 }
 
+/// The PID of the live process tagged `tag` whose command line mentions `needle`.
+fn tagged_process_running(tag: &str, needle: &str) -> Option<u32> {
+    processes_tagged(tag).into_iter().find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+    })
+}
+
+#[test]
+fn a_sidecar_killed_mid_cell_is_recorded_in_its_cell_and_named_by_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let tag = format!("sidecar-kill-{}", std::process::id());
+    let mut child = meshbench()
+        .args([
+            "run",
+            "--profile",
+            "smoke",
+            "--scenarios",
+            "meshbench-sidecar",
+        ])
+        .args(["--duration", "4s", "--out"])
+        .arg(&out_dir)
+        .env("MESHBENCH_TEST_TAG", &tag)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The first cell's load window has begun (its generator wrote a second of it): the
+    // server's sidecar is carrying the load.
+    let cells = out_dir.join("cells");
+    let sidecar = wait_for(
+        "the first cell's load window",
+        Duration::from_secs(60),
+        || {
+            let first = std::fs::read_dir(&cells)
+                .ok()?
+                .flatten()
+                .find(|e| e.file_name().to_string_lossy().starts_with("001-"))?;
+            let live = std::fs::metadata(first.path().join("live.jsonl")).ok()?;
+            (live.len() > 0).then_some(())?;
+            tagged_process_running(&tag, "echo-server-1-sidecar.yaml")
+        },
+    );
+    let killed_at = std::time::SystemTime::now();
+    let pid = rustix::process::Pid::from_raw(sidecar as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "the run goes on to its end"
+    );
+
+    let result: RunResult = read_json(&out_dir.join("results.json")).unwrap();
+    assert_eq!(result.status, RunStatus::Complete);
+    assert_eq!(result.cells.len(), 2, "both cells kept");
+    let died = &result.cells[0].disruptions;
+    assert_eq!(died.len(), 1, "{died:?}");
+    let d = &died[0];
+    assert_eq!(
+        (d.component.as_str(), d.role.as_str(), d.kind.as_str()),
+        ("echo-server-1-sidecar", "sidecar", "exited")
+    );
+    assert!(d.reason.contains("SIGKILL"), "{d:?}");
+    let into = d.into_window_secs.expect("placed in the window");
+    assert!((0.0..4.0).contains(&into), "{d:?}");
+    let at = humantime::parse_rfc3339(&d.at).unwrap();
+    let off = at
+        .duration_since(killed_at)
+        .unwrap_or_else(|e| e.duration());
+    assert!(off < Duration::from_secs(1), "dated when it died: {d:?}");
+    // The load saw it; the second cell, with a sidecar of its own, did not.
+    let failed = |cell: &meshbench_results::Cell| -> u64 {
+        let outcomes = &cell.load.outcomes;
+        outcomes
+            .iter()
+            .filter(|(outcome, _)| !meshbench_results::is_success_outcome(outcome))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    assert!(failed(&result.cells[0]) > 0, "{:?}", result.cells[0].load);
+    assert!(result.cells[1].disruptions.is_empty());
+
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("Disruptions: components that died")
+            && report.contains("echo-server-1-sidecar (sidecar)")
+            && report.contains("SIGKILL"),
+        "{report}"
+    );
+    wait_for("every lab process to exit", Duration::from_secs(10), || {
+        processes_tagged(&tag).is_empty().then_some(())
+    });
+}
+
 #[test]
 fn role_config_files_are_checked_field_by_field() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,7 +25,7 @@ use meshbench_loadgen::LoadSpec;
 use meshbench_meshes::{BoxFuture, Scenario};
 use meshbench_policy::Policy;
 use meshbench_results::{
-    ComponentResources, LoadReport, MachineBackground, MachineCpu, UnavailableScenario,
+    ComponentResources, Disruption, LoadReport, MachineBackground, MachineCpu, UnavailableScenario,
     WireObservation,
 };
 use meshbench_topology::{Pod, Topology};
@@ -89,6 +89,8 @@ pub struct Measured {
     pub wire: Option<WireObservation>,
     /// The whole machine's CPU over the load window (each node's, on a cluster).
     pub machines: Vec<MachineCpu>,
+    /// What stopped, or could not be reached, while the cell ran.
+    pub disruptions: Vec<Disruption>,
 }
 
 /// The machines at rest, as [`Platform::background`] read them.

@@ -5,6 +5,8 @@
 //! come back in the pods' logs. Each node the cell ran on is read whole too (its root cgroup,
 //! through the same summaries), so that CPU no component was charged for shows per node; the
 //! nodes that share one kernel (a test cluster on one machine) are read once, as one machine.
+//! What happens to the cell's pods, its kubelets and the API server while the instrument runs
+//! is watched ([`crate::disruptions`]) and kept in the cell.
 //! Where a node agent must capture the instrument's pods, which
 //! have addresses only once they run, they wait at a start gate until their node's agent is
 //! in place.
@@ -26,6 +28,7 @@ use meshbench_topology::Pod as TopologyPod;
 use meshbench_workload::{WorkloadApp, WorkloadFile};
 
 use super::{credentials_of, on_cluster, CreatedPod, KubeSite, START_GATE};
+use crate::disruptions::{CellEvents, CellWatch, Outages};
 use crate::objects::{PodShape, APP_CONTAINER};
 use crate::pods::{self, Until};
 use crate::stats::{
@@ -56,6 +59,10 @@ struct Finished {
     wire: Option<WireObservation>,
     /// Each node read: its CPUs and its kernel's boot id, from its Node object.
     nodes: Vec<NodeFacts>,
+    /// What happened to the cell's pods, its kubelets and the API server meanwhile.
+    events: CellEvents,
+    /// The containers followed, which name the components in `events`.
+    targets: Vec<Target>,
 }
 
 impl KubeSite<'_> {
@@ -202,12 +209,16 @@ impl KubeSite<'_> {
         instrument: &CreatedPod,
     ) -> Result<Measured, Error> {
         let (resources, machines) = in_window(finished, &load, instrument)?;
+        let disruptions = finished
+            .events
+            .disruptions(&finished.targets, Some(&load.window));
         let _ = meshbench_results::write_json_atomic(&self.cell_dir.join("load.json"), &load);
         Ok(Measured {
             load,
             resources,
             wire: finished.wire.clone(),
             machines,
+            disruptions,
         })
     }
 
@@ -309,7 +320,7 @@ impl KubeSite<'_> {
             }
             self.open_gates(&created).await?;
         }
-        let targets = self
+        let targets: Vec<Target> = self
             .pods
             .iter()
             .flat_map(|p| {
@@ -329,13 +340,25 @@ impl KubeSite<'_> {
             )
             .collect();
         let interval = sample_interval.max(MIN_SAMPLE_INTERVAL);
-        let sampler = SummarySampler::start(self.client(), targets, interval);
+        let outages = Outages::default();
+        let cell = crate::objects::selector(self.platform.run_id(), Some(&self.id));
+        let watch = CellWatch::start(&self.client(), &self.namespaces(), &cell, outages.clone());
+        let sampler =
+            SummarySampler::start(self.client(), targets.clone(), interval, outages.clone());
         let finished = try_join_all(created.iter().map(|p| {
             let api = Api::<Pod>::namespaced(self.client(), &p.namespace);
             async move { pods::wait(&api, &p.name, Until::Succeeded, limit).await }
         }))
         .await;
         let readings = sampler.finish().await;
+        // Before the cell's clean-up deletes its pods, which are not disruptions.
+        let events = watch.finish();
+        if let Err(e) = &finished {
+            // The cell fails; what happened meanwhile is the likely why, so it is told.
+            for d in events.disruptions(&targets, None) {
+                tracing::warn!(disruption = %d.describe(), error = %e, "during the failed cell");
+            }
+        }
         // Stopped whether the instrument succeeded or not; its failure is the one told.
         let wire = match capture {
             Some(capture) => {
@@ -355,7 +378,7 @@ impl KubeSite<'_> {
         let mut logs = vec![];
         for pod in created {
             let api = Api::<Pod>::namespaced(self.client(), &pod.namespace);
-            let log = pods::log(&api, &pod.name, APP_CONTAINER).await?;
+            let log = pods::log_when_reachable(&api, &pod.name, APP_CONTAINER).await?;
             logs.push((pod, log));
         }
         let mut nodes = vec![];
@@ -372,6 +395,8 @@ impl KubeSite<'_> {
             readings,
             wire,
             nodes,
+            events,
+            targets,
         })
     }
 }
