@@ -27,8 +27,8 @@ use meshbench_loadgen::{Body, ClientTlsSpec, LoadModel, LoadSpec, RequestFile};
 use meshbench_meshes::Scenario;
 use meshbench_results::{describe_environment, BuildInfo};
 use meshbench_results::{
-    read_json, write_json_atomic, Background, Cell, LoadPoint, RoundsStop, RunConfig, RunResult,
-    RunStatus, StopReason, UnavailableScenario, SCHEMA_VERSION,
+    read_json, write_json_atomic, Background, Cell, FailedCell, LoadPoint, RoundsStop, RunConfig,
+    RunResult, RunStatus, StopReason, UnavailableScenario, SCHEMA_VERSION,
 };
 use meshbench_topology::{Pod, Topology};
 use meshbench_workload::{ExperimentOnce, WorkloadApp, WorkloadFile};
@@ -198,6 +198,7 @@ impl Runner {
             cells: Vec::new(),
             backgrounds: Vec::new(),
             stopped: None,
+            failed_cells: Vec::new(),
         };
         Ok(Runner::assemble(platform, profile, options, result))
     }
@@ -364,7 +365,7 @@ impl Runner {
                             search: None,
                         };
                         progress.cell_started(&id);
-                        let cell = self.run_cell(&id).await?;
+                        let cell = self.run_cell_recorded(&id).await?;
                         progress.cell_finished(&id, &cell, self.result.backgrounds.last());
                         self.result.cells.push(cell);
                         write_json_atomic(&self.results_path, &self.result)?;
@@ -471,7 +472,7 @@ impl Runner {
                             search: Some(search),
                         };
                         progress.cell_started(&id);
-                        let cell = self.run_cell(&id).await?;
+                        let cell = self.run_cell_recorded(&id).await?;
                         progress.cell_finished(&id, &cell, self.result.backgrounds.last());
                         self.result.cells.push(cell);
                         self.result.config.repetitions =
@@ -540,6 +541,27 @@ impl Runner {
         });
         write_json_atomic(&self.results_path, &self.result)?;
         Ok(())
+    }
+
+    /// [`Self::run_cell`], with a cell that fails kept in the results' `failed_cells` (and
+    /// on disk) before its error ends the run.
+    async fn run_cell_recorded(&mut self, id: &CellId) -> Result<Cell, Error> {
+        let started_at = timestamp();
+        let outcome = self.run_cell(id).await;
+        if let Err(e @ Error::Cell { .. }) = &outcome {
+            self.result.failed_cells.push(FailedCell {
+                scenario: id.scenario.name().to_owned(),
+                placement: Some(id.placement.name().to_owned()),
+                load_point: id.load_point,
+                repetition: id.repetition,
+                search: id.search,
+                started_at,
+                failed_at: timestamp(),
+                error: e.to_string(),
+            });
+            write_json_atomic(&self.results_path, &self.result)?;
+        }
+        outcome
     }
 
     async fn run_cell(&self, id: &CellId) -> Result<Cell, Error> {

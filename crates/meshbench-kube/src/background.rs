@@ -28,7 +28,7 @@ impl KubePlatform {
     ) -> Result<Option<AtRest>, Error> {
         let names: BTreeSet<String> = self.nodes().await?.into_iter().collect();
         let interval = interval.max(MIN_SAMPLE_INTERVAL);
-        let sampler = SummarySampler::start_nodes(self.client.clone(), names, interval);
+        let sampler = SummarySampler::start_nodes(self.reader.clone(), names, interval);
         tokio::time::sleep(window).await;
         let readings = sampler.finish().await;
         let api = Api::<Node>::all(self.client.clone());

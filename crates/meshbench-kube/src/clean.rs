@@ -15,6 +15,10 @@ use crate::Error;
 
 /// How long clean-up waits for the cluster to remove what it deletes.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How often a wait for deletions checks whether what is left can go at all.
+const HELD_CHECK: Duration = Duration::from_secs(5);
+/// How long a node's kubelet has to answer its health check before its node counts as lost.
+const KUBELET_ANSWER: Duration = Duration::from_secs(2);
 
 /// Deletes every object labelled `app.kubernetes.io/managed-by=meshbench` and waits for the
 /// namespaces to go; returns how many objects it deleted.
@@ -112,7 +116,7 @@ pub(crate) async fn delete_cell(
                     .map_err(Error::api(format!("deleting service {name}")))?;
             }
         }
-        wait_all_gone(&pods, &params).await?;
+        wait_all_gone(&pods, &params, &client, &namespaces).await?;
     }
     Ok(())
 }
@@ -132,11 +136,49 @@ pub(crate) async fn delete_namespaces(
             Err(e) => return Err(Error::api(format!("deleting namespace {namespace}"))(e)),
         }
     }
-    wait_all_gone(&api, params).await
+    wait_all_gone(&api, params, client, namespaces).await
 }
 
-/// Waits until nothing matches `params`, re-counting on every change a watch reports.
-async fn wait_all_gone<K>(api: &Api<K>, params: &ListParams) -> Result<(), Error>
+/// The nodes holding every pod left in `namespaces`, when none of their kubelets answers:
+/// those pods stay Terminating until their kubelet is back, so waiting for them only holds
+/// the run. Empty when a pod left is on a node that answers, or none is left.
+async fn held_by_lost_nodes(client: &Client, namespaces: &[String]) -> Vec<String> {
+    let mut nodes = std::collections::BTreeSet::new();
+    for namespace in namespaces {
+        let Ok(pods) = Api::<Pod>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default())
+            .await
+        else {
+            return vec![];
+        };
+        for pod in pods {
+            match pod.spec.and_then(|s| s.node_name) {
+                Some(node) => nodes.insert(node),
+                // Never scheduled: nothing holds it.
+                None => return vec![],
+            };
+        }
+    }
+    for node in &nodes {
+        let health = http::Request::get(format!("/api/v1/nodes/{node}/proxy/healthz"))
+            .body(Vec::new())
+            .expect("a static request");
+        let answered = tokio::time::timeout(KUBELET_ANSWER, client.request_text(health)).await;
+        if matches!(answered, Ok(Ok(_))) {
+            return vec![];
+        }
+    }
+    nodes.into_iter().collect()
+}
+
+/// Waits until nothing matches `params`, re-counting on every change a watch reports, or
+/// until what is left in `namespaces` is held by nodes whose kubelet is gone.
+async fn wait_all_gone<K>(
+    api: &Api<K>,
+    params: &ListParams,
+    client: &Client,
+    namespaces: &[String],
+) -> Result<(), Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     K::DynamicType: Default,
@@ -155,10 +197,17 @@ where
         if remaining == 0 {
             return Ok(());
         }
-        if tokio::time::timeout_at(deadline, events.next())
-            .await
-            .is_err()
-        {
+        let waited = tokio::select! {
+            waited = tokio::time::timeout_at(deadline, events.next()) => waited.is_ok(),
+            () = tokio::time::sleep(HELD_CHECK) => {
+                let nodes = held_by_lost_nodes(client, namespaces).await;
+                if !nodes.is_empty() {
+                    return Err(Error::HeldByLostNodes { nodes });
+                }
+                true
+            }
+        };
+        if !waited {
             return Err(Error::Timeout {
                 namespace: String::new(),
                 pod: selector,

@@ -41,6 +41,10 @@ pub type ProgressLine = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 pub struct KubePlatform {
     pub(crate) config: Config,
     pub(crate) client: Client,
+    /// The same cluster without the client's own retries of 503s (up to fifteen, minutes
+    /// apart): for readings taken every interval, whose failure is itself worth knowing (a
+    /// kubelet gone) and which the next interval retries anyway.
+    pub(crate) reader: Client,
     pub(crate) image: String,
     pub(crate) generators: u32,
     pub(crate) progress: Option<ProgressLine>,
@@ -78,9 +82,11 @@ impl KubePlatform {
             rule.role == access::Role::Meshes && groups.contains(rule.group)
         })
         .await?;
+        let reader = reading_client(&config)?;
         Ok(KubePlatform {
             config,
             client,
+            reader,
             image: options.image.clone(),
             run: run.to_owned(),
             server,
@@ -186,6 +192,15 @@ pub async fn connect(
     .map_err(|e| Error::Config(e.to_string()))?;
     let client = Client::try_from(config.clone()).map_err(Error::api("connecting"))?;
     Ok((config, client))
+}
+
+/// A client of `config`'s cluster that answers a failed request at once instead of retrying
+/// it (kube's default retries a 503 up to fifteen times with a backoff up to 1000 s, so a
+/// read through a dead kubelet's node proxy would hang for minutes).
+fn reading_client(config: &Config) -> Result<Client, Error> {
+    let mut config = config.clone();
+    config.default_retry = false;
+    Client::try_from(config).map_err(Error::api("connecting"))
 }
 
 impl Drop for KubePlatform {

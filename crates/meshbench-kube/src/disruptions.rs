@@ -105,6 +105,39 @@ impl Outages {
         }
     }
 
+    /// The longest outage still open at `now`, if it has lasted longer than `limit`.
+    pub fn open_longer_than(
+        &self,
+        limit: std::time::Duration,
+        now: SystemTime,
+    ) -> Option<(String, std::time::Duration, String)> {
+        let log = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        log.open
+            .iter()
+            .filter_map(|(reach, (since, reason))| {
+                let lasted = now.duration_since(*since).ok()?;
+                (lasted > limit).then(|| (reach.component(), lasted, reason.clone()))
+            })
+            .max_by_key(|(_, lasted, _)| *lasted)
+    }
+
+    /// Resolves once an outage has lasted longer than `limit`, with the error that ends the
+    /// cell; checked every second.
+    pub async fn lost_for(&self, limit: std::time::Duration) -> crate::Error {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            if let Some((component, lasted, reason)) =
+                self.open_longer_than(limit, SystemTime::now())
+            {
+                return crate::Error::Lost {
+                    component,
+                    seconds: lasted.as_secs(),
+                    reason,
+                };
+            }
+        }
+    }
+
     /// Every outage seen, those still open last.
     pub fn take(&self) -> Vec<Outage> {
         let mut log = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -144,6 +177,9 @@ pub struct PodEvent {
     pub at: SystemTime,
     pub reason: String,
     pub detail: Option<String>,
+    /// Which run of a container ended (its container id, else its end time); empty for a
+    /// pod's event.
+    pub end_id: String,
 }
 
 /// Follows the cell's namespaces from before its instrument starts until it ends.
@@ -320,6 +356,10 @@ struct Seen {
     /// The pods before a relist began (the watch resumed), to find those deleted meanwhile.
     relisting: Option<BTreeSet<String>>,
     relisted: BTreeSet<String>,
+    /// Pods whose deletion was told.
+    told_deleted: BTreeSet<String>,
+    /// Containers' ends told: (pod, container, the ended run's id).
+    told_ended: BTreeSet<(String, String, String)>,
 }
 
 impl Seen {
@@ -342,6 +382,7 @@ impl Seen {
                 // Gone while the watch was down: dated when the watch saw it gone.
                 let gone: Vec<String> = before.difference(&self.relisted).cloned().collect();
                 gone.into_iter()
+                    .filter(|pod| self.told_deleted.insert(pod.clone()))
                     .map(|pod| {
                         self.pods.remove(&pod);
                         PodEvent {
@@ -352,6 +393,7 @@ impl Seen {
                             at: now,
                             reason: "deleted".into(),
                             detail: Some("found gone when the watch resumed".into()),
+                            end_id: String::new(),
                         }
                     })
                     .collect()
@@ -360,22 +402,32 @@ impl Seen {
             Event::Delete(pod) => {
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 self.pods.remove(&name);
-                let at = pod
-                    .metadata
-                    .deletion_timestamp
-                    .as_ref()
-                    .map_or(now, |t| SystemTime::from(t.0));
-                vec![PodEvent {
-                    namespace: namespace.to_owned(),
-                    pod: name,
-                    container: None,
-                    kind: DisruptionKind::Deleted,
-                    at,
-                    reason: "deleted".into(),
-                    detail: None,
-                }]
+                self.deleted(namespace, &pod, now).into_iter().collect()
             }
         }
+    }
+
+    /// A pod whose deletion was asked for, once: dated when it was asked (the deletion
+    /// timestamp less the grace period, both the API server's), else when it was seen.
+    fn deleted(&mut self, namespace: &str, pod: &Pod, now: SystemTime) -> Option<PodEvent> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        if !self.told_deleted.insert(name.clone()) {
+            return None;
+        }
+        let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+        let at = pod.metadata.deletion_timestamp.as_ref().map_or(now, |t| {
+            SystemTime::from(t.0) - std::time::Duration::from_secs(grace.max(0) as u64)
+        });
+        Some(PodEvent {
+            namespace: namespace.to_owned(),
+            pod: name,
+            container: None,
+            kind: DisruptionKind::Deleted,
+            at,
+            reason: "deleted".into(),
+            detail: Some(format!("grace period {grace} s")),
+            end_id: String::new(),
+        })
     }
 
     /// A pod as it is now: the terminations of its containers not seen before. A container
@@ -383,15 +435,18 @@ impl Seen {
     fn applied(&mut self, namespace: &str, pod: &Pod) -> Vec<PodEvent> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let first_sight = self.pods.insert(name.clone());
+        let mut found: Vec<PodEvent> = vec![];
+        if pod.metadata.deletion_timestamp.is_some() {
+            found.extend(self.deleted(namespace, pod, SystemTime::now()));
+        }
         let Some(status) = &pod.status else {
-            return vec![];
+            return found;
         };
         let statuses = status
             .init_container_statuses
             .iter()
             .flatten()
             .chain(status.container_statuses.iter().flatten());
-        let mut found = vec![];
         for c in statuses {
             let key = (name.clone(), c.name.clone());
             let ended_now = c.state.as_ref().and_then(|s| s.terminated.as_ref());
@@ -412,6 +467,15 @@ impl Seen {
                 }
             }
         }
+        // One end is seen twice when the watch saw the container ended and then restarted
+        // (its state, then its lastState): told once.
+        found.retain(|e| match &e.container {
+            Some(container) => {
+                self.told_ended
+                    .insert((name.clone(), container.clone(), e.end_id.clone()))
+            }
+            None => true,
+        });
         found
     }
 }
@@ -434,17 +498,27 @@ fn ended(namespace: &str, pod: &str, c: &ContainerStatus, which: Previous) -> Op
     if let Some(message) = t.message.as_ref().filter(|m| !m.trim().is_empty()) {
         detail.push_str(&format!("; {}", message.trim()));
     }
+    // The cluster dates a container's end to the second.
+    let at = match &t.finished_at {
+        Some(finished) => {
+            detail.push_str("; finishedAt, to the second");
+            SystemTime::from(finished.0)
+        }
+        None => SystemTime::now(),
+    };
     Some(PodEvent {
         namespace: namespace.to_owned(),
         pod: pod.to_owned(),
         container: Some(c.name.clone()),
         kind: DisruptionKind::Exited,
-        at: t
-            .finished_at
-            .as_ref()
-            .map_or_else(SystemTime::now, |f| SystemTime::from(f.0)),
+        at,
         reason: t.reason.clone().unwrap_or_else(|| "terminated".into()),
         detail: Some(detail),
+        end_id: t
+            .container_id
+            .clone()
+            .or_else(|| t.finished_at.as_ref().map(|f| f.0.to_string()))
+            .unwrap_or_default(),
     })
 }
 
@@ -515,7 +589,10 @@ mod tests {
         assert_eq!(d[0].role, "sidecar");
         assert_eq!(d[0].kind, "exited");
         assert_eq!(d[0].at, "2027-01-15T08:00:01.000Z");
-        assert_eq!(d[0].detail.as_deref(), Some("exit code 137"));
+        assert_eq!(
+            d[0].detail.as_deref(),
+            Some("exit code 137; finishedAt, to the second")
+        );
     }
 
     #[test]
@@ -551,7 +628,15 @@ mod tests {
         let running = serde_json::json!({"phase": "Running"});
         seen.event("ns", Event::Apply(pod("server", running.clone())), now);
         seen.event("ns", Event::Apply(pod("client", running.clone())), now);
-        let found = seen.event("ns", Event::Delete(pod("server", running.clone())), now);
+        let mut deleting = pod("server", running.clone());
+        deleting.metadata.deletion_grace_period_seconds = Some(3);
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::try_from(now + Duration::from_secs(3)).unwrap(),
+            ));
+        let found = seen.event("ns", Event::Apply(deleting.clone()), now);
+        // Removed for good: already told when its deletion was asked for.
+        assert!(seen.event("ns", Event::Delete(deleting), now).is_empty());
         let targets = [
             target("server", "app", "echo-server-1", "app"),
             target("server", "sidecar", "echo-server-1-sidecar", "sidecar"),
@@ -559,9 +644,10 @@ mod tests {
         let d = disruptions(found, vec![], &targets, None);
         assert_eq!(d[0].component, "pod/server");
         assert_eq!(d[0].kind, "deleted");
+        assert_eq!(d[0].at, "1970-01-01T00:01:40.000Z", "when it was asked for");
         assert_eq!(
             d[0].detail.as_deref(),
-            Some("ran echo-server-1, echo-server-1-sidecar")
+            Some("grace period 3 s; ran echo-server-1, echo-server-1-sidecar")
         );
         // The watch went down and came back without the client: gone meanwhile.
         assert!(seen.event("ns", Event::Init, now).is_empty());
@@ -588,8 +674,8 @@ mod tests {
             "Connection refused (os error 111)",
         )));
         outages.failed(kubelet, &refused, t(20));
-        let seen = outages.take();
-        assert_eq!(seen.len(), 2);
+        let seen = outages.0.lock().unwrap().closed.clone();
+        assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].reach, Reach::Kubelet("node-2".into()));
         assert_eq!(seen[0].until, Some(t(14)));
         assert!(
@@ -597,12 +683,23 @@ mod tests {
             "{}",
             seen[0].reason
         );
-        assert_eq!(seen[1].reach, Reach::ApiServer);
-        assert_eq!(seen[1].until, None);
-        assert_eq!(seen[1].reason, "Connection refused (os error 111)");
+        assert_eq!(
+            outages.open_longer_than(Duration::from_secs(30), t(40)),
+            None
+        );
+        let (lost, lasted, _) = outages
+            .open_longer_than(Duration::from_secs(30), t(51))
+            .expect("down for 31 s");
+        assert_eq!(
+            (lost.as_str(), lasted),
+            ("api-server", Duration::from_secs(31))
+        );
+        let seen = outages.take();
         let d = disruptions(vec![], seen, &[], None);
         assert_eq!(d[0].component, "node-2/kubelet");
         assert_eq!(d[0].lasted_secs, Some(4.0));
         assert_eq!(d[1].component, "api-server");
+        assert_eq!(d[1].lasted_secs, None, "still down when the cell ended");
+        assert_eq!(d[1].reason, "Connection refused (os error 111)");
     }
 }

@@ -58,6 +58,24 @@ pub enum Error {
         missing.join("; ")
     )]
     Forbidden { missing: Vec<String> },
+    /// A part of the cluster the cell needs stopped answering for longer than the cell can
+    /// wait: its figures could not be trusted, or had no way back.
+    #[error(
+        "{component} has not answered for {seconds} s ({reason}); the cell is given up (its \
+         pods are deleted once the cluster lets them go; `meshbench run --resume` runs it again)"
+    )]
+    Lost {
+        component: String,
+        seconds: u64,
+        reason: String,
+    },
+    /// Deleted pods that cannot go before their node's kubelet answers again.
+    #[error(
+        "pods on {} stay until the node's kubelet answers again; run `meshbench lab clean \
+         --backend kubernetes` once it does",
+        nodes.join(", ")
+    )]
+    HeldByLostNodes { nodes: Vec<String> },
     /// The cluster refused what meshbench applied for a mesh it runs.
     #[error("the cluster refused {what}: {why}")]
     Refused { what: String, why: String },

@@ -447,7 +447,8 @@ pub fn capacity_sentences(result: &RunResult, analysis: &Analysis) -> Option<Tab
 }
 
 /// Every component that stopped, or that meshbench lost sight of, during a cell, over all the
-/// run's cells (kept or not: what happened is told either way); `None` when nothing was.
+/// run's cells (kept or not: what happened is told either way), and every cell given up;
+/// `None` when nothing was.
 pub fn disruption_table(result: &RunResult) -> Option<Table> {
     let rows: Vec<Vec<String>> = result
         .cells
@@ -476,11 +477,27 @@ pub fn disruption_table(result: &RunResult) -> Option<Table> {
                 },
             ]
         })
+        .chain(result.failed_cells.iter().map(|failed| {
+            vec![
+                crate::analysis::Point {
+                    placement: failed.placement.clone().unwrap_or_default(),
+                    load: failed.load_point,
+                }
+                .label(),
+                failed.scenario.clone(),
+                failed.repetition.to_string(),
+                "the whole cell".to_owned(),
+                "given up".to_owned(),
+                failed.failed_at.clone(),
+                failed.error.clone(),
+            ]
+        }))
         .collect();
     (!rows.is_empty()).then(|| Table {
         title: "Disruptions: components that died or went out of reach during a cell".to_owned(),
         note: "These cells measured the fault as well as the mesh: their figures are flagged \
-               as noise. Time is from the start of the load window (negative: before it)."
+               as noise. Time is from the start of the load window (negative: before it). A \
+               cell given up ended its run there; a resumed run ran it again."
             .to_owned(),
         headers: [
             "load",

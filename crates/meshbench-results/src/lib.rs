@@ -33,9 +33,9 @@ pub use load::{
 };
 pub use rounds::{RoundsStop, StopReason, UntilDecided};
 pub use run::{
-    CapacityConfig, Cell, ComponentResources, Environment, HandshakeTimes, LoadPoint, MachineCpu,
-    MeshInstallation, OutlierPolicyConfig, RunConfig, RunResult, RunStatus, ScenarioConfig,
-    SoftwareVersion, UnavailableScenario, WireObservation, WorkloadConfig,
+    CapacityConfig, Cell, ComponentResources, Environment, FailedCell, HandshakeTimes, LoadPoint,
+    MachineCpu, MeshInstallation, OutlierPolicyConfig, RunConfig, RunResult, RunStatus,
+    ScenarioConfig, SoftwareVersion, UnavailableScenario, WireObservation, WorkloadConfig,
 };
 pub use samples::{cores_per_interval, counter_at, Sample, SampleSeries};
 

@@ -31,6 +31,28 @@ pub struct RunResult {
     /// repetitions, and while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<crate::RoundsStop>,
+    /// Cells given up, with why: each ended its run there (a resumed run runs it again, and
+    /// keeps this record of the attempt).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_cells: Vec<FailedCell>,
+}
+
+/// A cell that did not finish, and why.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FailedCell {
+    pub scenario: String,
+    pub placement: Option<String>,
+    pub load_point: LoadPoint,
+    pub repetition: u32,
+    pub search: Option<u32>,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub failed_at: String,
+    /// The platform's account: what failed and the cluster's or the OS's reason (a kubelet
+    /// that stopped answering, a pod that cannot start, a component that exited early).
+    pub error: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -38,6 +38,10 @@ use crate::Error;
 
 /// How long the instrument may overrun its own duration before the cell is failed.
 const INSTRUMENT_GRACE: Duration = Duration::from_secs(120);
+/// How long a kubelet or the API server may stay out of reach while the instrument runs: a
+/// restart takes seconds; beyond this, the cell's readings have a hole it cannot be trusted
+/// with, or its pods no way to report that they finished.
+const OUTAGE_LIMIT: Duration = Duration::from_secs(30);
 /// How long the instrument waits for the service to answer before measuring: the service's
 /// routes reach the nodes a moment after its pods are ready (kube-proxy programs them on its
 /// next sync), and a generator started at once timed every request out.
@@ -344,12 +348,17 @@ impl KubeSite<'_> {
         let cell = crate::objects::selector(self.platform.run_id(), Some(&self.id));
         let watch = CellWatch::start(&self.client(), &self.namespaces(), &cell, outages.clone());
         let sampler =
-            SummarySampler::start(self.client(), targets.clone(), interval, outages.clone());
-        let finished = try_join_all(created.iter().map(|p| {
+            SummarySampler::start(self.reader(), targets.clone(), interval, outages.clone());
+        let instruments = try_join_all(created.iter().map(|p| {
             let api = Api::<Pod>::namespaced(self.client(), &p.namespace);
             async move { pods::wait(&api, &p.name, Until::Succeeded, limit).await }
-        }))
-        .await;
+        }));
+        // A kubelet or the API server gone for longer than a restart takes ends the cell
+        // now, with what is gone, rather than after the instrument's grace.
+        let finished = tokio::select! {
+            finished = instruments => finished,
+            lost = outages.lost_for(OUTAGE_LIMIT) => Err(lost),
+        };
         let readings = sampler.finish().await;
         // Before the cell's clean-up deletes its pods, which are not disruptions.
         let events = watch.finish();
@@ -377,7 +386,8 @@ impl KubeSite<'_> {
         let wire = wire.transpose()?;
         let mut logs = vec![];
         for pod in created {
-            let api = Api::<Pod>::namespaced(self.client(), &pod.namespace);
+            // Retried here within a deadline, not by the client for minutes.
+            let api = Api::<Pod>::namespaced(self.reader(), &pod.namespace);
             let log = pods::log_when_reachable(&api, &pod.name, APP_CONTAINER).await?;
             logs.push((pod, log));
         }

@@ -200,6 +200,11 @@ impl<'a> KubeSite<'a> {
         self.platform.client.clone()
     }
 
+    /// The client for readings that must not wait on retries (see `KubePlatform::reader`).
+    fn reader(&self) -> Client {
+        self.platform.reader.clone()
+    }
+
     /// Makes the SVIDs of the pods created from now on live `ttl` once renewed, so that the
     /// mesh's proxies rotate them while traffic flows (the first SVID of each lives
     /// [`crate::credentials::BOOTSTRAP_SVID_TTL`], the time its pod has to start).
