@@ -154,11 +154,24 @@ pub async fn wait(
         .applied_objects()
         .boxed();
     let followed = async {
+        let mut forbidden_since = None;
         while let Some(pod) = pods.next().await {
             let pod = match pod {
                 Ok(pod) => pod,
                 Err(e) if transient_watch(&e) => {
                     tracing::debug!(pod = name, error = %e, "watch interrupted; resuming");
+                    continue;
+                }
+                // A restarted API server refuses for a moment what its authorizer's caches
+                // have not loaded yet; the run's permissions were checked before it began.
+                Err(e)
+                    if forbidden_watch(&e)
+                        && forbidden_since
+                            .get_or_insert_with(tokio::time::Instant::now)
+                            .elapsed()
+                            < FORBIDDEN_GRACE =>
+                {
+                    tracing::debug!(pod = name, error = %e, "refused; asking again");
                     continue;
                 }
                 Err(e) => {
@@ -267,6 +280,22 @@ pub fn transient(e: &kube::Error) -> bool {
     }
 }
 
+/// How long a wait rides out refusals (403).
+const FORBIDDEN_GRACE: Duration = Duration::from_secs(30);
+
+fn forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 403)
+}
+
+fn forbidden_watch(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => forbidden(e),
+        _ => false,
+    }
+}
+
 fn transient_watch(e: &watcher::Error) -> bool {
     match e {
         watcher::Error::InitialListFailed(e)
@@ -293,8 +322,10 @@ pub async fn log_when_reachable(
     let deadline = tokio::time::Instant::now() + LOG_RETRY;
     loop {
         match log(api, pod, container).await {
+            // A 403 too: what a restarted API server says until its authorizer has loaded.
             Err(Error::Api { source, .. })
-                if transient(&source) && tokio::time::Instant::now() < deadline =>
+                if (transient(&source) || forbidden(&source))
+                    && tokio::time::Instant::now() < deadline =>
             {
                 tracing::debug!(pod, error = %source, "log unreadable for now");
                 tokio::time::sleep(LOG_RETRY_PAUSE).await;

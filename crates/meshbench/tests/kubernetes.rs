@@ -6,9 +6,13 @@
 //! that cannot start ending the run with the cluster's reason, and nothing labelled by
 //! meshbench left behind after a run, a failure or Ctrl-C. Every meshbench command runs as
 //! the service account of `docs/rbac.yaml`, with exactly the permissions meshbench documents;
-//! one without them is told which before anything is created.
+//! one without them is told which before anything is created. `faults`: the cluster's
+//! everyday faults (a pod deleted, a sidecar OOM-killed, the API server restarted, a kubelet
+//! killed) during a run.
 
 mod distribution;
+#[path = "kubernetes/faults.rs"]
+mod faults;
 mod serving;
 
 use std::path::{Path, PathBuf};
