@@ -3,11 +3,8 @@
 //! server out of reach. Two sources feed it: a watch of the cell's namespaces (the cluster's
 //! own reasons and times: a container's `lastState.terminated`, a pod's deletion), and every
 //! request meshbench makes meanwhile (the kubelets' summaries, the watch itself), whose
-//! failures date when a kubelet or the API server stopped answering and when it came back.
-//!
-//! Which part failed is told by who answered: an error from the API server about the node's
-//! proxy (it answered, the kubelet behind it did not) is the kubelet's; no answer at all is
-//! the API server's.
+//! failures date when a kubelet or the API server stopped answering and when it came back
+//! ([`crate::outage`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -21,150 +18,8 @@ use kube::{Api, Client};
 use meshbench_results::{Disruption, DisruptionKind, MeasurementWindow};
 use tokio::task::JoinHandle;
 
+use crate::outage::{Outage, Outages, Reach};
 use crate::stats::Target;
-
-/// The API server, as disruptions name it.
-pub const API_SERVER: &str = "api-server";
-
-/// A part of the cluster meshbench talks to.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Reach {
-    ApiServer,
-    /// A node's kubelet, reached through the API server's node proxy.
-    Kubelet(String),
-}
-
-impl Reach {
-    fn component(&self) -> String {
-        match self {
-            Reach::ApiServer => API_SERVER.to_owned(),
-            Reach::Kubelet(node) => format!("{node}/kubelet"),
-        }
-    }
-
-    fn role(&self) -> &'static str {
-        match self {
-            Reach::ApiServer => "api-server",
-            Reach::Kubelet(_) => "kubelet",
-        }
-    }
-
-    /// Who failed a request made to `self`: the API server unless it answered.
-    pub fn blamed_for(self, e: &kube::Error) -> Reach {
-        match e {
-            kube::Error::Api(_) => self,
-            _ => Reach::ApiServer,
-        }
-    }
-}
-
-/// A stretch of time a part of the cluster did not answer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outage {
-    pub reach: Reach,
-    pub since: SystemTime,
-    /// When it answered again; `None` if it had not when the cell ended.
-    pub until: Option<SystemTime>,
-    /// Its first failure, as the client saw it.
-    pub reason: String,
-}
-
-/// Outages as requests see them, shared by everything that talks to the cluster during a
-/// cell.
-#[derive(Debug, Clone, Default)]
-pub struct Outages(Arc<Mutex<OutageLog>>);
-
-#[derive(Debug, Default)]
-struct OutageLog {
-    open: BTreeMap<Reach, (SystemTime, String)>,
-    closed: Vec<Outage>,
-}
-
-impl Outages {
-    /// A request to `reach` failed with `e` at `at`: opens an outage of whoever failed it.
-    pub fn failed(&self, reach: Reach, e: &kube::Error, at: SystemTime) {
-        let blamed = reach.blamed_for(e);
-        let mut log = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        log.open
-            .entry(blamed)
-            .or_insert_with(|| (at, short_reason(e)));
-    }
-
-    /// A request to `reach` was answered at `at`: the API server answered too.
-    pub fn answered(&self, reach: Reach, at: SystemTime) {
-        let mut log = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        for part in [Reach::ApiServer, reach] {
-            if let Some((since, reason)) = log.open.remove(&part) {
-                log.closed.push(Outage {
-                    reach: part,
-                    since,
-                    until: Some(at),
-                    reason,
-                });
-            }
-        }
-    }
-
-    /// The longest outage still open at `now`, if it has lasted longer than `limit`.
-    pub fn open_longer_than(
-        &self,
-        limit: std::time::Duration,
-        now: SystemTime,
-    ) -> Option<(String, std::time::Duration, String)> {
-        let log = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        log.open
-            .iter()
-            .filter_map(|(reach, (since, reason))| {
-                let lasted = now.duration_since(*since).ok()?;
-                (lasted > limit).then(|| (reach.component(), lasted, reason.clone()))
-            })
-            .max_by_key(|(_, lasted, _)| *lasted)
-    }
-
-    /// Resolves once an outage has lasted longer than `limit`, with the error that ends the
-    /// cell; checked every second.
-    pub async fn lost_for(&self, limit: std::time::Duration) -> crate::Error {
-        loop {
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            if let Some((component, lasted, reason)) =
-                self.open_longer_than(limit, SystemTime::now())
-            {
-                return crate::Error::Lost {
-                    component,
-                    seconds: lasted.as_secs(),
-                    reason,
-                };
-            }
-        }
-    }
-
-    /// Every outage seen, those still open last.
-    pub fn take(&self) -> Vec<Outage> {
-        let mut log = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let open = std::mem::take(&mut log.open);
-        let mut all = std::mem::take(&mut log.closed);
-        all.extend(open.into_iter().map(|(reach, (since, reason))| Outage {
-            reach,
-            since,
-            until: None,
-            reason,
-        }));
-        all
-    }
-}
-
-/// The client's error in a table cell's words: the API server's message when it answered,
-/// the innermost cause otherwise ("Connection refused (os error 111)").
-fn short_reason(e: &kube::Error) -> String {
-    if let kube::Error::Api(status) = e {
-        return format!("{} ({})", status.message, status.code);
-    }
-    let mut cause: &dyn std::error::Error = e;
-    while let Some(inner) = cause.source() {
-        cause = inner;
-    }
-    cause.to_string()
-}
 
 /// Something the watch saw happen to a pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -655,51 +510,33 @@ mod tests {
     }
 
     #[test]
-    fn an_outage_is_the_kubelets_when_the_api_server_answered_for_it() {
-        let outages = Outages::default();
+    fn outages_are_told_as_the_part_that_did_not_answer_and_for_how_long() {
         let t = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
-        let proxy_error = kube::Error::Api(Box::new(kube::core::Status {
-            message: "error trying to reach service: dial tcp 10.77.0.12:10250: connect: \
-                      connection refused"
-                .into(),
-            code: 503,
-            ..Default::default()
-        }));
-        let kubelet = Reach::Kubelet("node-2".into());
-        outages.failed(kubelet.clone(), &proxy_error, t(10));
-        outages.failed(kubelet.clone(), &proxy_error, t(11));
-        outages.answered(kubelet.clone(), t(14));
-        let refused = kube::Error::Service(Box::new(std::io::Error::new(
-            std::io::ErrorKind::ConnectionRefused,
-            "Connection refused (os error 111)",
-        )));
-        outages.failed(kubelet, &refused, t(20));
-        let seen = outages.0.lock().unwrap().closed.clone();
-        assert_eq!(seen.len(), 1);
-        assert_eq!(seen[0].reach, Reach::Kubelet("node-2".into()));
-        assert_eq!(seen[0].until, Some(t(14)));
-        assert!(
-            seen[0].reason.contains("connection refused (503)"),
-            "{}",
-            seen[0].reason
-        );
+        let outages = vec![
+            Outage {
+                reach: Reach::Kubelet("node-2".into()),
+                since: t(10),
+                until: Some(t(14)),
+                reason: "connection refused (503)".into(),
+            },
+            Outage {
+                reach: Reach::ApiServer,
+                since: t(20),
+                until: None,
+                reason: "Connection refused (os error 111)".into(),
+            },
+        ];
+        let d = disruptions(vec![], outages, &[], None);
         assert_eq!(
-            outages.open_longer_than(Duration::from_secs(30), t(40)),
-            None
+            (
+                d[0].component.as_str(),
+                d[0].role.as_str(),
+                d[0].kind.as_str()
+            ),
+            ("node-2/kubelet", "kubelet", "unreachable")
         );
-        let (lost, lasted, _) = outages
-            .open_longer_than(Duration::from_secs(30), t(51))
-            .expect("down for 31 s");
-        assert_eq!(
-            (lost.as_str(), lasted),
-            ("api-server", Duration::from_secs(31))
-        );
-        let seen = outages.take();
-        let d = disruptions(vec![], seen, &[], None);
-        assert_eq!(d[0].component, "node-2/kubelet");
         assert_eq!(d[0].lasted_secs, Some(4.0));
         assert_eq!(d[1].component, "api-server");
-        assert_eq!(d[1].lasted_secs, None, "still down when the cell ended");
-        assert_eq!(d[1].reason, "Connection refused (os error 111)");
+        assert_eq!(d[1].lasted_secs, None);
     }
 }

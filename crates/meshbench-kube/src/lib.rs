@@ -9,6 +9,7 @@
 //!   on the cluster (`Site`) with what its mesh adds to the pods (`ClusterMesh`);
 //! - [`disruptions`]: what happened to a cell's pods, its kubelets and the API server while
 //!   it ran;
+//! - [`outage`]: when a kubelet or the API server stopped answering, from the requests' failures;
 //! - [`clean`]: removes every object meshbench labelled, for `meshbench lab clean`;
 //! - [`access`]: the permissions meshbench needs (`docs/rbac.yaml`), checked before a run;
 //! - [`installed`]: the meshes a cluster already runs (Istio, Linkerd, Cilium, Consul):
@@ -24,6 +25,7 @@ mod error;
 pub mod exec;
 pub mod installed;
 pub mod objects;
+pub mod outage;
 mod platform;
 pub mod pods;
 mod site;

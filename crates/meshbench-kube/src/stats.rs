@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use meshbench_results::{Sample, SampleSeries};
 
-use crate::disruptions::{Outages, Reach};
+use crate::outage::{Outages, Reach};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

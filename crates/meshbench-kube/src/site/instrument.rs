@@ -28,8 +28,9 @@ use meshbench_topology::Pod as TopologyPod;
 use meshbench_workload::{WorkloadApp, WorkloadFile};
 
 use super::{credentials_of, on_cluster, CreatedPod, KubeSite, START_GATE};
-use crate::disruptions::{CellEvents, CellWatch, Outages};
+use crate::disruptions::{CellEvents, CellWatch};
 use crate::objects::{PodShape, APP_CONTAINER};
+use crate::outage::Outages;
 use crate::pods::{self, Until};
 use crate::stats::{
     node_facts, per_machine, NodeFacts, Readings, SummarySampler, Target, MIN_SAMPLE_INTERVAL,
