@@ -173,7 +173,10 @@ async fn follow(
         let now = SystemTime::now();
         let found = match item {
             Err(e) => {
-                if let Some(source) = watch_source(&e) {
+                // Only a failure to answer is an outage: a restarted API server's first
+                // refusals (403, its authorizer still loading) are answers, told apart from
+                // the connection failures before them.
+                if let Some(source) = watch_source(&e).filter(|e| crate::pods::transient(e)) {
                     outages.failed(Reach::ApiServer, source, now);
                 }
                 continue;

@@ -34,10 +34,13 @@ impl Reach {
         }
     }
 
-    /// Who failed a request made to `self`: the API server unless it answered.
+    /// Who failed a request made to `self`: the part behind the API server when the API
+    /// server answered that it could not reach it (502, 503, 504 from its proxy), the API
+    /// server otherwise (no answer, or its own refusal: a restarted API server answers 403
+    /// until its authorizer has loaded).
     pub fn blamed_for(self, e: &kube::Error) -> Reach {
         match e {
-            kube::Error::Api(_) => self,
+            kube::Error::Api(status) if matches!(status.code, 502..=504) => self,
             _ => Reach::ApiServer,
         }
     }
@@ -168,6 +171,13 @@ mod tests {
             ..Default::default()
         }));
         let kubelet = Reach::Kubelet("node-2".into());
+        let refusal = kube::Error::Api(Box::new(kube::core::Status {
+            message: "nodes \"node-2\" is forbidden".into(),
+            code: 403,
+            ..Default::default()
+        }));
+        assert_eq!(kubelet.clone().blamed_for(&refusal), Reach::ApiServer);
+        assert_eq!(kubelet.clone().blamed_for(&proxy_error), kubelet);
         outages.failed(kubelet.clone(), &proxy_error, t(10));
         outages.failed(kubelet.clone(), &proxy_error, t(11));
         outages.answered(kubelet.clone(), t(14));
