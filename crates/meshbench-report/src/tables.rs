@@ -456,19 +456,11 @@ pub fn disruption_table(result: &RunResult) -> Option<Table> {
         .flat_map(|cell| cell.disruptions.iter().map(move |d| (cell, d)))
         .map(|(cell, d)| {
             vec![
-                crate::analysis::Point {
-                    placement: cell.placement.clone().unwrap_or_default(),
-                    load: cell.load_point,
-                }
-                .label(),
+                point_label(&cell.placement, cell.load_point),
                 cell.scenario.clone(),
                 cell.repetition.to_string(),
                 format!("{} ({})", d.component, d.role),
-                match (d.kind.as_str(), d.lasted_secs) {
-                    ("unreachable", Some(s)) => format!("unreachable for {s:.1} s"),
-                    ("unreachable", None) => "unreachable until the cell ended".to_owned(),
-                    (kind, _) => kind.to_owned(),
-                },
+                d.what(),
                 d.into_window_secs
                     .map_or_else(|| d.at.clone(), |s| format!("{s:+.2}")),
                 match &d.detail {
@@ -479,11 +471,7 @@ pub fn disruption_table(result: &RunResult) -> Option<Table> {
         })
         .chain(result.failed_cells.iter().map(|failed| {
             vec![
-                crate::analysis::Point {
-                    placement: failed.placement.clone().unwrap_or_default(),
-                    load: failed.load_point,
-                }
-                .label(),
+                point_label(&failed.placement, failed.load_point),
                 failed.scenario.clone(),
                 failed.repetition.to_string(),
                 "the whole cell".to_owned(),
@@ -512,6 +500,15 @@ pub fn disruption_table(result: &RunResult) -> Option<Table> {
         .to_vec(),
         rows,
     })
+}
+
+/// "200 rps / 4 conns, intra-node": where a cell ran, as the groups' points say it.
+fn point_label(placement: &Option<String>, load: meshbench_results::LoadPoint) -> String {
+    crate::analysis::Point {
+        placement: placement.clone().unwrap_or_default(),
+        load,
+    }
+    .label()
 }
 
 /// A detail's first line, cut to a table cell's width.

@@ -79,15 +79,22 @@ impl Disruption {
             Some(s) => format!("{s:.1} s into the load"),
             None => format!("at {}", self.at),
         };
-        let lasted = match (self.kind.as_str(), self.lasted_secs) {
-            ("unreachable", Some(s)) => format!(" for {s:.1} s"),
-            ("unreachable", None) => " until the cell ended".to_owned(),
-            _ => String::new(),
-        };
         format!(
-            "{} ({}) {}{lasted} {when}: {}",
-            self.component, self.role, self.kind, self.reason
+            "{} ({}) {} {when}: {}",
+            self.component,
+            self.role,
+            self.what(),
+            self.reason
         )
+    }
+
+    /// What happened, with how long for an outage: "exited", "unreachable for 4.1 s".
+    pub fn what(&self) -> String {
+        match (self.kind.as_str(), self.lasted_secs) {
+            ("unreachable", Some(s)) => format!("unreachable for {s:.1} s"),
+            ("unreachable", None) => "unreachable until the cell ended".to_owned(),
+            (kind, _) => kind.to_owned(),
+        }
     }
 }
 
