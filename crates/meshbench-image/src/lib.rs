@@ -365,15 +365,11 @@ fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Erro
         entries.insert(path, Entry { source, mode });
     };
     let mut placed_at = BTreeMap::new();
-    for placed in &options.placed {
-        let real = placed
-            .host
-            .canonicalize()
-            .map_err(|source| Error::Read(placed.host.clone(), source))?;
-        if let Some(first) = placed_at.insert(placed.in_image.clone(), real.clone()) {
+    for (in_image, real) in placed_files(&options.placed)? {
+        if let Some(first) = placed_at.insert(in_image.clone(), real.clone()) {
             if first != real {
                 return Err(Error::Conflict {
-                    path: placed.in_image.clone(),
+                    path: in_image,
                     first: first.display().to_string(),
                     second: real.display().to_string(),
                 });
@@ -389,7 +385,7 @@ fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Erro
             true => 0o755,
             false => 0o644,
         };
-        add(placed.in_image.clone(), Source::Host(real), mode);
+        add(in_image, Source::Host(real), mode);
     }
     for (name, target) in &options.aliases {
         add(image_path(name)?, Source::Link(target.clone()), 0o777);
@@ -447,6 +443,62 @@ fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Erro
     );
     add("/tmp".into(), Source::Directory, 0o1777);
     Ok(entries)
+}
+
+/// Every file `--file` places, as `(path in the image, real path on this machine)`: a file
+/// as given, a directory as the files of its tree (sorted), each at its relative path under
+/// the directory's place in the image (Cilium's BPF sources go in whole, as its image has
+/// them). Links inside a tree are followed to files; a link to a directory is refused rather
+/// than followed, so that a tree cannot lead outside itself or around in a loop.
+fn placed_files(placed: &[Placed]) -> Result<Vec<(String, PathBuf)>, Error> {
+    let mut files = Vec::new();
+    for placed in placed {
+        let real = placed
+            .host
+            .canonicalize()
+            .map_err(|source| Error::Read(placed.host.clone(), source))?;
+        if real.is_dir() {
+            tree_files(&real, &placed.in_image, &mut files)?;
+        } else {
+            files.push((placed.in_image.clone(), real));
+        }
+    }
+    Ok(files)
+}
+
+fn tree_files(dir: &Path, in_image: &str, files: &mut Vec<(String, PathBuf)>) -> Result<(), Error> {
+    let read = |source| Error::Read(dir.to_path_buf(), source);
+    let mut children = std::fs::read_dir(dir)
+        .map_err(read)?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(read)?;
+    children.sort();
+    for child in children {
+        let name = child
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| Error::BadImagePath(format!("{in_image}/{}", child.display())))?;
+        let path = image_path(&format!("{in_image}/{name}"))?;
+        let kind = std::fs::symlink_metadata(&child)
+            .map_err(|source| Error::Read(child.clone(), source))?
+            .file_type();
+        if kind.is_dir() {
+            tree_files(&child, &path, files)?;
+            continue;
+        }
+        let real = child
+            .canonicalize()
+            .map_err(|source| Error::Read(child.clone(), source))?;
+        if real.is_dir() {
+            return Err(Error::Read(
+                child,
+                std::io::Error::other("a link to a directory inside a placed tree"),
+            ));
+        }
+        files.push((path, real));
+    }
+    Ok(())
 }
 
 fn is_elf(path: &Path) -> Result<bool, Error> {
@@ -595,6 +647,35 @@ mod tests {
             }
             let _ = text.parse::<Placed>();
         }
+    }
+
+    #[test]
+    fn a_placed_directory_places_its_tree_sorted_and_refuses_a_link_to_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("bpf");
+        std::fs::create_dir_all(tree.join("lib")).unwrap();
+        std::fs::write(tree.join("bpf_lxc.c"), "int x;").unwrap();
+        std::fs::write(tree.join("lib/common.h"), "#pragma once").unwrap();
+        std::os::unix::fs::symlink(tree.join("bpf_lxc.c"), tree.join("alias.c")).unwrap();
+        let placed = vec![Placed {
+            host: tree.clone(),
+            in_image: "/var/lib/cilium/bpf".into(),
+        }];
+        let files = placed_files(&placed).unwrap();
+        let in_image: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            in_image,
+            [
+                "/var/lib/cilium/bpf/alias.c",
+                "/var/lib/cilium/bpf/bpf_lxc.c",
+                "/var/lib/cilium/bpf/lib/common.h",
+            ]
+        );
+        assert_eq!(files[0].1, tree.join("bpf_lxc.c").canonicalize().unwrap());
+
+        std::os::unix::fs::symlink(dir.path(), tree.join("lib/up")).unwrap();
+        let err = placed_files(&placed).unwrap_err().to_string();
+        assert!(err.contains("a link to a directory"), "{err}");
     }
 
     #[test]

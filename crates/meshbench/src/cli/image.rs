@@ -64,8 +64,8 @@ pub struct BuildArgs {
     #[arg(long)]
     binary: Option<PathBuf>,
     /// Place a file of this machine at a path in the image, HOST=PATH_IN_IMAGE (repeatable;
-    /// an executable brings its interpreter and libraries), e.g.
-    /// `--file ./istio-cni=/opt/cni/bin/istio-cni`.
+    /// an executable brings its interpreter and libraries; a directory places its whole
+    /// tree), e.g. `--file ./istio-cni=/opt/cni/bin/istio-cni`.
     #[arg(long = "file", value_name = "HOST=PATH_IN_IMAGE")]
     files: Vec<Placed>,
     /// Another name for a file in the image, NAME=TARGET, as a symbolic link (repeatable).
