@@ -12,7 +12,7 @@ mod table;
 
 pub use coverage::{cross_coverage, render_coverage_markdown, Coverage, CoverageRow};
 pub use dataplane::{bench_dataplane, DataplaneBenchOptions, Plane};
-pub use loadgen::{bench_loadgen, LoadgenBenchOptions};
+pub use loadgen::{bench_loadgen, LoadgenBenchOptions, LoadgenPeer};
 pub use table::render_markdown;
 
 /// The third-party tools the benchmarks run beside ours (binary, what runs it, how to get it):

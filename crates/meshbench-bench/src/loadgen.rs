@@ -11,8 +11,11 @@
 //! Last, each fixed-rate tool runs once more at 5k rps under a packet capture on loopback, and
 //! the spacing of its requests on the wire is reported (`pacing`): CPU per request at a fixed
 //! rate mostly counts wake-ups, and a tool that sends in bursts wakes less often.
+//! A peer may be left out by name (`--without oha`): it is then not run, nothing is compared
+//! with it, and the report says so and which targets went unjudged. A peer neither installed
+//! nor left out is an error.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -44,25 +47,77 @@ pub struct LoadgenBenchOptions {
     pub response_bytes: u64,
     pub work_dir: PathBuf,
     pub build: BuildInfo,
+    /// Peers not to run (`--without`): the report says what was left out.
+    pub without: Vec<LoadgenPeer>,
 }
 
+/// A third-party load generator the benchmark runs beside meshbench's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LoadgenPeer {
+    Wrk,
+    Fortio,
+    Oha,
+}
+
+impl LoadgenPeer {
+    pub const ALL: [LoadgenPeer; 3] = [LoadgenPeer::Wrk, LoadgenPeer::Fortio, LoadgenPeer::Oha];
+
+    /// Its binary's name, which is also how the report and `--without` name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoadgenPeer::Wrk => "wrk",
+            LoadgenPeer::Fortio => "fortio",
+            LoadgenPeer::Oha => "oha",
+        }
+    }
+
+    fn install(self) -> &'static str {
+        match self {
+            LoadgenPeer::Wrk => WRK_INSTALL,
+            LoadgenPeer::Fortio => FORTIO_INSTALL,
+            LoadgenPeer::Oha => OHA_INSTALL,
+        }
+    }
+}
+
+impl std::str::FromStr for LoadgenPeer {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|peer| peer.name() == s)
+            .ok_or_else(|| format!("`{s}` is not a peer of bench loadgen (wrk, fortio, oha)"))
+    }
+}
+
+/// Where each peer that runs is; `None` for one left out.
 struct Peers {
-    wrk: PathBuf,
-    fortio: PathBuf,
-    oha: PathBuf,
+    wrk: Option<PathBuf>,
+    fortio: Option<PathBuf>,
+    oha: Option<PathBuf>,
 }
 
-fn find_peers() -> Result<Peers, Error> {
-    let find = |tool: &str, install: &str| {
-        which(tool).ok_or_else(|| Error::MissingPeer {
-            tool: tool.to_owned(),
-            install: install.to_owned(),
-        })
+fn find_peers(without: &[LoadgenPeer]) -> Result<Peers, Error> {
+    let find = |peer: LoadgenPeer| {
+        if without.contains(&peer) {
+            return Ok(None);
+        }
+        which(peer.name())
+            .map(Some)
+            .ok_or_else(|| Error::MissingPeer {
+                tool: peer.name().to_owned(),
+                install: format!(
+                    "{}, or leave it out with `--without {}`",
+                    peer.install(),
+                    peer.name()
+                ),
+            })
     };
     Ok(Peers {
-        wrk: find("wrk", WRK_INSTALL)?,
-        fortio: find("fortio", FORTIO_INSTALL)?,
-        oha: find("oha", OHA_INSTALL)?,
+        wrk: find(LoadgenPeer::Wrk)?,
+        fortio: find(LoadgenPeer::Fortio)?,
+        oha: find(LoadgenPeer::Oha)?,
     })
 }
 
@@ -201,14 +256,14 @@ fn run_peer(
     ))
 }
 
-fn run_wrk(c: &Case<'_>) -> Result<BenchMeasurement, Error> {
-    let (opts, peers, case, url) = (c.opts, c.peers, c.name, c.url);
-    let mut command = Command::new(&peers.wrk);
+fn run_wrk(c: &Case<'_>, wrk: &Path) -> Result<BenchMeasurement, Error> {
+    let (opts, case, url) = (c.opts, c.name, c.url);
+    let mut command = Command::new(wrk);
     command
         .args(["-t1", "-c16", "--latency", "-d"])
         .arg(secs(opts.duration))
         .arg(url);
-    run_peer(opts, case, "wrk", &peers.wrk, &["-v"], command, |output| {
+    run_peer(opts, case, "wrk", wrk, &["-v"], command, |output| {
         let text = String::from_utf8_lossy(&output.stdout);
         let bad = |reason: &str| Error::Output {
             tool: "wrk".into(),
@@ -259,10 +314,10 @@ fn tool_json(
     Ok((value, bad))
 }
 
-fn run_fortio(c: &Case<'_>, qps: u32) -> Result<BenchMeasurement, Error> {
-    let (opts, peers, case, url) = (c.opts, c.peers, c.name, c.url);
+fn run_fortio(c: &Case<'_>, fortio: &Path, qps: u32) -> Result<BenchMeasurement, Error> {
+    let (opts, case, url) = (c.opts, c.name, c.url);
     let json = opts.work_dir.join(format!("{case}.fortio.json"));
-    let mut command = Command::new(&peers.fortio);
+    let mut command = Command::new(fortio);
     command
         // 1 µs histogram resolution: Fortio's default 1 ms buckets turn sub-millisecond
         // latencies into interpolation (the pitfall in the reference experiments).
@@ -276,35 +331,27 @@ fn run_fortio(c: &Case<'_>, qps: u32) -> Result<BenchMeasurement, Error> {
         command.arg("-uniform");
     }
     command.arg(url);
-    run_peer(
-        opts,
-        case,
-        "fortio",
-        &peers.fortio,
-        &["version"],
-        command,
-        |_| {
-            let (v, bad) = tool_json("fortio", &json)?;
-            let requests = v["DurationHistogram"]["Count"]
-                .as_u64()
-                .ok_or_else(|| bad("no DurationHistogram.Count".into()))?;
-            let seconds = v["ActualDuration"].as_f64().unwrap_or(0.0) / 1e9;
-            let p50_us = v["DurationHistogram"]["Percentiles"]
-                .as_array()
-                .and_then(|ps| ps.iter().find(|p| p["Percentile"] == 50.0))
-                .and_then(|p| p["Value"].as_f64())
-                .map(|s| s * 1e6);
-            Ok((requests, seconds, p50_us))
-        },
-    )
+    run_peer(opts, case, "fortio", fortio, &["version"], command, |_| {
+        let (v, bad) = tool_json("fortio", &json)?;
+        let requests = v["DurationHistogram"]["Count"]
+            .as_u64()
+            .ok_or_else(|| bad("no DurationHistogram.Count".into()))?;
+        let seconds = v["ActualDuration"].as_f64().unwrap_or(0.0) / 1e9;
+        let p50_us = v["DurationHistogram"]["Percentiles"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["Percentile"] == 50.0))
+            .and_then(|p| p["Value"].as_f64())
+            .map(|s| s * 1e6);
+        Ok((requests, seconds, p50_us))
+    })
 }
 
 /// oha: `qps == 0` is its closed loop (each of the 16 workers sends as soon as its previous
 /// response ended); otherwise `-q` paces requests with tokio's timer.
-fn run_oha(c: &Case<'_>, qps: u32) -> Result<BenchMeasurement, Error> {
-    let (opts, peers, case, url) = (c.opts, c.peers, c.name, c.url);
+fn run_oha(c: &Case<'_>, oha: &Path, qps: u32) -> Result<BenchMeasurement, Error> {
+    let (opts, case, url) = (c.opts, c.name, c.url);
     let json = opts.work_dir.join(format!("{case}.oha.json"));
-    let mut command = Command::new(&peers.oha);
+    let mut command = Command::new(oha);
     command
         .args(["--no-tui", "-c", "16", "--output-format", "json", "-z"])
         .arg(secs(opts.duration))
@@ -314,28 +361,20 @@ fn run_oha(c: &Case<'_>, qps: u32) -> Result<BenchMeasurement, Error> {
         command.arg("-q").arg(qps.to_string());
     }
     command.arg(url);
-    run_peer(
-        opts,
-        case,
-        "oha",
-        &peers.oha,
-        &["--version"],
-        command,
-        |_| {
-            let (v, bad) = tool_json("oha", &json)?;
-            let count = |key: &str| {
-                v[key]
-                    .as_object()
-                    .map_or(0, |m| m.values().filter_map(|n| n.as_u64()).sum::<u64>())
-            };
-            let requests = count("statusCodeDistribution") + count("errorDistribution");
-            let seconds = v["summary"]["total"]
-                .as_f64()
-                .ok_or_else(|| bad("no summary.total".into()))?;
-            let p50_us = v["latencyPercentiles"]["p50"].as_f64().map(|s| s * 1e6);
-            Ok((requests, seconds, p50_us))
-        },
-    )
+    run_peer(opts, case, "oha", oha, &["--version"], command, |_| {
+        let (v, bad) = tool_json("oha", &json)?;
+        let count = |key: &str| {
+            v[key]
+                .as_object()
+                .map_or(0, |m| m.values().filter_map(|n| n.as_u64()).sum::<u64>())
+        };
+        let requests = count("statusCodeDistribution") + count("errorDistribution");
+        let seconds = v["summary"]["total"]
+            .as_f64()
+            .ok_or_else(|| bad("no summary.total".into()))?;
+        let p50_us = v["latencyPercentiles"]["p50"].as_f64().map(|s| s * 1e6);
+        Ok((requests, seconds, p50_us))
+    })
 }
 
 /// The median (midpoint of the two middle values for an even count); `None` when empty.
@@ -392,10 +431,10 @@ fn ratio(
     })
 }
 
-/// Runs the load generator benchmark. Every peer must be installed: a missing one is an
-/// error naming its install command, never a silent skip.
+/// Runs the load generator benchmark. Every peer not left out must be installed: a missing
+/// one is an error naming its install command, never a silent skip.
 pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
-    let peers = find_peers()?;
+    let peers = find_peers(&opts.without)?;
     std::fs::create_dir_all(&opts.work_dir).map_err(|source| Error::Io {
         path: opts.work_dir.clone(),
         source,
@@ -421,19 +460,33 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
     for repetition in 1..=opts.repetitions.max(1) {
         let start = m.len();
         m.push(run_meshbench(&closed, LoadModel::ClosedLoop)?);
-        m.push(run_wrk(&closed)?);
-        m.push(run_fortio(&closed, 0)?);
-        m.push(run_oha(&closed, 0)?);
+        if let Some(wrk) = &peers.wrk {
+            m.push(run_wrk(&closed, wrk)?);
+        }
+        if let Some(fortio) = &peers.fortio {
+            m.push(run_fortio(&closed, fortio, 0)?);
+        }
+        if let Some(oha) = &peers.oha {
+            m.push(run_oha(&closed, oha, 0)?);
+        }
         m.push(run_closed_floor(&closed)?);
 
         m.push(run_meshbench(&fixed, LoadModel::OpenLoop { rps: 5000.0 })?);
-        m.push(run_fortio(&fixed, 5000)?);
-        m.push(run_oha(&fixed, 5000)?);
+        if let Some(fortio) = &peers.fortio {
+            m.push(run_fortio(&fixed, fortio, 5000)?);
+        }
+        if let Some(oha) = &peers.oha {
+            m.push(run_oha(&fixed, oha, 5000)?);
+        }
         m.push(run_paced_floor(&fixed, 5000)?);
 
         m.push(run_meshbench(&floor, LoadModel::OpenLoop { rps: 1000.0 })?);
-        m.push(run_fortio(&floor, 1000)?);
-        m.push(run_oha(&floor, 1000)?);
+        if let Some(fortio) = &peers.fortio {
+            m.push(run_fortio(&floor, fortio, 1000)?);
+        }
+        if let Some(oha) = &peers.oha {
+            m.push(run_oha(&floor, oha, 1000)?);
+        }
         for x in &mut m[start..] {
             x.repetition = Some(repetition);
         }
@@ -463,6 +516,16 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         .iter()
         .filter_map(|(case, metric, peer, target)| ratio(&m, case.name, *metric, peer, *target))
         .collect();
+    for peer in &opts.without {
+        let unjudged: Vec<String> = compared
+            .iter()
+            .filter(|(_, _, against, _)| *against == peer.name())
+            .filter_map(|(case, (metric, _), _, target)| {
+                target.map(|t| format!("{metric} <= {t}x in {}", case.name))
+            })
+            .collect();
+        notes.push(left_out_note(peer.name(), &unjudged));
+    }
 
     notes.extend(closed_floor_note(&m, closed.name));
     notes.extend(paced_floor_note(&m, fixed.name));
@@ -496,6 +559,23 @@ pub fn bench_loadgen(opts: &LoadgenBenchOptions) -> Result<BenchReport, Error> {
         ratios,
         notes,
     })
+}
+
+/// Says that `peer` was left out by request, and which targets against it went unjudged.
+fn left_out_note(peer: &str, unjudged: &[String]) -> String {
+    let targets = if unjudged.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; the target{} against it ({}) {} not judged",
+            if unjudged.len() == 1 { "" } else { "s" },
+            unjudged.join(", "),
+            if unjudged.len() == 1 { "is" } else { "are" }
+        )
+    };
+    format!(
+        "{peer}: left out (--without {peer}): not run, and nothing is compared with it{targets}"
+    )
 }
 
 /// The median client CPU per request of `tool` in `case`.
@@ -539,23 +619,29 @@ const PACING_RPS: u32 = 5000;
 /// Each fixed-rate tool at [`PACING_RPS`] under a capture of loopback; the rows carry the
 /// spacing of the requests as the kernel sent them. Needs tcpdump and the right to capture.
 fn measure_pacing(pacing: &Case<'_>) -> Result<Vec<BenchMeasurement>, Error> {
+    type Run<'r> = Box<dyn Fn() -> Result<BenchMeasurement, Error> + 'r>;
+    let rps = f64::from(PACING_RPS);
+    let mut runs: Vec<(&str, Run<'_>)> = vec![(
+        "meshbench",
+        Box::new(move || run_meshbench(pacing, LoadModel::OpenLoop { rps })),
+    )];
+    if let Some(fortio) = pacing.peers.fortio.as_deref() {
+        runs.push((
+            "fortio",
+            Box::new(move || run_fortio(pacing, fortio, PACING_RPS)),
+        ));
+    }
+    if let Some(oha) = pacing.peers.oha.as_deref() {
+        runs.push(("oha", Box::new(move || run_oha(pacing, oha, PACING_RPS))));
+    }
     let mut rows = Vec::new();
-    for tool in ["meshbench", "fortio", "oha"] {
+    for (tool, run) in runs {
         let pcap = pacing
             .opts
             .work_dir
             .join(format!("{PACING_CASE}.{tool}.pcap"));
         let capture = meshbench_netlab::WireCapture::start_host("lo", &pcap)?;
-        let measured = match tool {
-            "meshbench" => run_meshbench(
-                pacing,
-                LoadModel::OpenLoop {
-                    rps: f64::from(PACING_RPS),
-                },
-            ),
-            "fortio" => run_fortio(pacing, PACING_RPS),
-            _ => run_oha(pacing, PACING_RPS),
-        };
+        let measured = run();
         let pcap = capture.stop();
         let mut row = measured?;
         let times = meshbench_netlab::send_times_to_port(&pcap, pacing.target.port());
@@ -565,4 +651,40 @@ fn measure_pacing(pacing: &Case<'_>) -> Result<Vec<BenchMeasurement>, Error> {
         rows.push(row);
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_is_named_as_its_binary_and_an_unknown_name_is_refused() {
+        for peer in LoadgenPeer::ALL {
+            assert_eq!(peer.name().parse::<LoadgenPeer>(), Ok(peer));
+        }
+        let refused = "ab".parse::<LoadgenPeer>().unwrap_err();
+        assert!(refused.contains("`ab`") && refused.contains("wrk, fortio, oha"));
+    }
+
+    #[test]
+    fn a_peer_left_out_is_named_with_the_targets_it_leaves_unjudged() {
+        assert_eq!(
+            left_out_note(
+                "oha",
+                &["client CPU s per 100k requests <= 0.5x in fixed-5k".into()]
+            ),
+            "oha: left out (--without oha): not run, and nothing is compared with it; the target \
+             against it (client CPU s per 100k requests <= 0.5x in fixed-5k) is not judged"
+        );
+        assert_eq!(
+            left_out_note("wrk", &[]),
+            "wrk: left out (--without wrk): not run, and nothing is compared with it"
+        );
+    }
+
+    #[test]
+    fn a_peer_left_out_is_not_looked_for() {
+        let none = find_peers(&LoadgenPeer::ALL).unwrap();
+        assert!(none.wrk.is_none() && none.fortio.is_none() && none.oha.is_none());
+    }
 }

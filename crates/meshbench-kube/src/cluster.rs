@@ -102,7 +102,7 @@ impl KubePlatform {
     }
 
     /// What detection found of `mesh`, a mesh the cluster runs.
-    pub(crate) fn installation(&self, mesh: Scenario) -> Option<&Installation> {
+    pub fn installation(&self, mesh: Scenario) -> Option<&Installation> {
         self.installed.get(mesh.name())
     }
 

@@ -927,6 +927,27 @@ pub fn header_lines(result: &RunResult) -> Vec<(String, String)> {
             ),
         ));
     }
+    // A cluster mesh measured without encryption (Cilium where the cluster enables neither
+    // WireGuard nor IPsec states `encryption: none` in its mode) is not the encrypting
+    // configuration the studies measured: said where its figures are read.
+    for mesh in env.cluster_meshes.iter().filter(|m| {
+        m.usable
+            && m.mode
+                .as_deref()
+                .is_some_and(|mode| mode.contains("encryption: none"))
+            && cfg.scenarios.iter().any(|s| s.name == m.scenario)
+    }) {
+        lines.push((
+            format!("not encrypted: {}", mesh.scenario),
+            format!(
+                "{} encrypts nothing on this cluster ({}), not even between nodes: its cells \
+                 measure policy enforced without encryption, not the encrypting configuration a \
+                 study of mTLS measured",
+                mesh.scenario,
+                mesh.mode.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
     for missing in &cfg.unavailable {
         lines.push((
             format!("unavailable: {}", missing.name),

@@ -439,3 +439,33 @@ fn on_a_cluster_each_machine_counts_the_components_of_the_nodes_it_runs() {
         "{flags:?}"
     );
 }
+
+#[test]
+fn a_cluster_mesh_without_encryption_is_named_as_such_in_the_header() {
+    let mut result = example();
+    let mesh = |mode: &str| meshbench_results::MeshInstallation {
+        scenario: "baseline-mtls".into(),
+        usable: true,
+        version: Some("1.20.2".into()),
+        mode: Some(mode.into()),
+        namespace: None,
+        revision: None,
+        reason: None,
+    };
+    result.environment.cluster_meshes = vec![mesh(
+        "encryption: none; mutual authentication: off; L7 proxy: off",
+    )];
+    let lines = meshbench_report::tables::header_lines(&result);
+    let (_, said) = lines
+        .iter()
+        .find(|(k, _)| k == "not encrypted: baseline-mtls")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(
+        said.contains("encrypts nothing on this cluster")
+            && said.contains("not even between nodes")
+    );
+    // Encrypting (or not measured in this run): nothing to say.
+    result.environment.cluster_meshes = vec![mesh("encryption: wireguard")];
+    let lines = meshbench_report::tables::header_lines(&result);
+    assert!(!lines.iter().any(|(k, _)| k.starts_with("not encrypted")));
+}

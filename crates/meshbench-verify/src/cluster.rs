@@ -144,6 +144,22 @@ impl Verifier for Cluster {
                 mesh.name()
             ));
         }
+        // A mesh without mTLS states its encryption in its mode (Cilium's `encryption: none`,
+        // `wireguard` or `ipsec`). Where there is none it is said once, plainly: each probe's
+        // wire evidence then reports its plaintext as expected, which must not read as a pass
+        // for encryption.
+        let mode = self
+            .platform
+            .installation(mesh)
+            .and_then(|i| i.mode.as_deref());
+        if let Some(mode) = mode.filter(|m| !mesh.mtls() && m.contains("encryption: none")) {
+            notes.push(format!(
+                "{} encrypts nothing on this cluster ({mode}): every path, between nodes too, \
+                 crosses in plaintext, and the wire evidence records it as such; what is \
+                 verified is who may reach whom, not confidentiality",
+                mesh.name()
+            ));
+        }
         notes
     }
 

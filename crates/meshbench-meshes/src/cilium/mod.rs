@@ -12,8 +12,12 @@
 //! expressions). Plaintext admitted by the policy is admitted from every endpoint
 //! (`fromEntities: all`) or from the cluster networks.
 //!
-//! This kernel has no WireGuard and no IPsec ESP and Cilium's agent needs BPF programs built
-//! for it: the resources are validated against Cilium's CRDs only.
+//! What the installation has decides the translation: with mutual authentication off (as on
+//! the test cluster, `scripts/cilium-lab`: SPIRE is not built there) peers are admitted by the
+//! identity of their labels alone, with no `authentication` on the rules; with the L7 proxy
+//! off (no Cilium Envoy there) per-request rules cannot be enforced and a pair with any
+//! request allowed is allowed at L4. Each such loss is a note of the enforced policy. This
+//! kernel has no WireGuard and no IPsec ESP: the test cluster's Cilium encrypts nothing.
 
 use meshbench_policy::{Action, DefaultInbound, Pattern};
 use meshbench_topology::Workload;
@@ -43,14 +47,15 @@ impl MeshAdapter for Cilium {
     fn describe(&self) -> Description {
         Description::new(
             NAME,
-            "Cilium as installed on the cluster: its agent on each node (eBPF, Envoy for L7); \
-             mutual authentication between agents before a flow (not TLS on the data path), \
-             encryption between nodes as the cluster has it (WireGuard leaves same-node traffic \
-             in plaintext); our policy as CiliumNetworkPolicy with authentication required",
+            "Cilium as installed on the cluster: its agent on each node (eBPF, Envoy for L7 \
+             where the cluster runs it); mutual authentication between agents before a flow \
+             where the cluster has it (not TLS on the data path), encryption between nodes as \
+             the cluster has it (WireGuard leaves same-node traffic in plaintext); our policy as \
+             CiliumNetworkPolicy, with authentication required where mutual authentication is on",
             Enrollment::AgentPerNode,
         )
         .policy(PolicySupport::Translated(
-            "CiliumNetworkPolicy with authentication.mode required",
+            "CiliumNetworkPolicy (authentication.mode required where mutual authentication is on)",
         ))
     }
 
@@ -85,7 +90,8 @@ impl InstalledMesh for Cilium {
             );
         }
         let config = found.config_map(CONFIG);
-        let on = |key: &str| config.and_then(|c| c.get(key)).map(String::as_str) == Some("true");
+        let value = |key: &str| config.and_then(|c| c.get(key)).map(String::as_str);
+        let on = |key: &str| value(key) == Some("true");
         let encryption = if on("enable-wireguard") {
             "wireguard"
         } else if on("enable-ipsec") {
@@ -93,20 +99,14 @@ impl InstalledMesh for Cilium {
         } else {
             "none"
         };
-        let mutual = on("mesh-auth-mutual-enabled") || on("mesh-auth-enabled");
+        let features = Features {
+            mutual_authentication: on("mesh-auth-mutual-enabled") || on("mesh-auth-enabled"),
+            // On unless turned off: the agent's own default.
+            l7_proxy: value("enable-l7-proxy") != Some("false"),
+        };
         let agent = found.node_agents.iter().find(|p| p.ready);
-        let mode = format!(
-            "encryption: {encryption}; mutual authentication: {}",
-            if mutual { "on" } else { "off" }
-        );
-        Installation {
-            unusable: (!mutual).then(|| {
-                "Cilium's mutual authentication is off (mesh-auth-mutual-enabled): every flow \
-                 a policy requires authentication for would be dropped"
-                    .to_owned()
-            }),
-            ..Installation::running(agent, "cilium-agent", mode)
-        }
+        // The agent runs as `cilium-agent` in upstream's chart; its version is the image's.
+        Installation::running(agent, "cilium-agent", features.mode(encryption))
     }
 
     fn translate(&self, site: &InstalledSite<'_>) -> Result<Translation, Error> {
@@ -137,10 +137,64 @@ impl InstalledMesh for Cilium {
     }
 }
 
+/// What of Cilium's a translation can rely on, as the installation's mode states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Features {
+    /// SPIRE-backed mutual authentication (`authentication.mode: required` is honoured).
+    mutual_authentication: bool,
+    /// The agent's Envoy, which enforces HTTP rules.
+    l7_proxy: bool,
+}
+
+const MUTUAL_OFF: &str = "mutual authentication: off";
+const L7_OFF: &str = "L7 proxy: off";
+
+impl Features {
+    /// The installation's mode: what `mesh detect` shows and [`Features::of`] reads back.
+    fn mode(self, encryption: &str) -> String {
+        format!(
+            "encryption: {encryption}; mutual authentication: {}; L7 proxy: {}",
+            if self.mutual_authentication {
+                "on"
+            } else {
+                "off"
+            },
+            if self.l7_proxy { "on" } else { "off" }
+        )
+    }
+
+    /// What an installation has; a translation without one (validation against the CRDs)
+    /// uses every feature.
+    fn of(installation: &Installation) -> Self {
+        let mode = installation.mode.as_deref().unwrap_or_default();
+        Features {
+            mutual_authentication: !mode.contains(MUTUAL_OFF),
+            l7_proxy: !mode.contains(L7_OFF),
+        }
+    }
+}
+
 fn translate(site: &InstalledSite<'_>) -> Result<Translation, Error> {
     let policy = site.policy;
     let file = policy.file();
+    let features = Features::of(site.installation);
     let mut notes = vec![];
+    if !features.mutual_authentication {
+        notes.push(
+            "Cilium's mutual authentication is off on this cluster: peers are admitted by the \
+             identity of their labels alone (the agent's map of addresses to identities), with \
+             no handshake, and nothing on the wire proves who sent a packet"
+                .into(),
+        );
+    }
+    // `authentication` on every rule that admits named peers, where the cluster honours it
+    // (without mutual authentication the agent would drop every such flow).
+    let authenticated = |mut rule: Value| {
+        if features.mutual_authentication {
+            rule["authentication"] = json!({ "mode": "required" });
+        }
+        rule
+    };
     let mut resources = vec![];
     let enrolled: Vec<&Workload> = site.enrolled().collect();
     if enrolled.len() < site.topology.workloads.len() {
@@ -166,6 +220,21 @@ fn translate(site: &InstalledSite<'_>) -> Result<Translation, Error> {
                 Outcome::L4(Action::Deny) => {
                     denied.push(format!("{}/{}", source.namespace, source.name))
                 }
+                Outcome::L7(matches) if !features.l7_proxy => {
+                    let (rules, _) = http_rules(&matches);
+                    let source_name = format!("{}/{}", source.namespace, source.name);
+                    if rules.as_ref().is_some_and(Vec::is_empty) {
+                        denied.push(source_name);
+                    } else {
+                        notes.push(format!(
+                            "{}/{} from {source_name}: Cilium's L7 proxy is off on this \
+                             cluster, so its per-request rules cannot be enforced: every \
+                             request is allowed",
+                            destination.namespace, destination.name
+                        ));
+                        l4_peers.push(peer);
+                    }
+                }
                 Outcome::L7(matches) => {
                     let (rules, note) = http_rules(&matches);
                     if let Some(note) = note {
@@ -178,22 +247,20 @@ fn translate(site: &InstalledSite<'_>) -> Result<Translation, Error> {
                     if let Some(rules) = rules {
                         to_port["rules"] = json!({ "http": rules });
                     }
-                    ingress.push(json!({
+                    ingress.push(authenticated(json!({
                         "fromEndpoints": [peer],
                         "toPorts": [to_port],
-                        "authentication": { "mode": "required" },
-                    }));
+                    })));
                 }
             }
         }
         if !l4_peers.is_empty() {
             ingress.insert(
                 0,
-                json!({
+                authenticated(json!({
                     "fromEndpoints": l4_peers,
                     "toPorts": [{ "ports": [port_json(port)] }],
-                    "authentication": { "mode": "required" },
-                }),
+                })),
             );
         }
         let plaintext = pairs::outcome(policy, Source::Unauthenticated, destination, port)?;
@@ -334,6 +401,144 @@ mod tests {
                 "toPorts": [{ "ports": [{ "port": crate::Ports::APP.to_string(), "protocol": "TCP" }] }],
                 "authentication": { "mode": "required" },
             }])
+        );
+    }
+
+    /// A running agent with `config` as its cilium-config.
+    fn installed(config: &[(&str, &str)]) -> Installation {
+        let found = Found {
+            crds: [(
+                "ciliumnetworkpolicies.cilium.io".to_owned(),
+                vec!["v2".to_owned()],
+            )]
+            .into(),
+            node_agents: vec![FoundPod {
+                namespace: "kube-system".into(),
+                name: "cilium-abcde".into(),
+                labels: [("k8s-app".to_owned(), "cilium".to_owned())].into(),
+                images: [(
+                    "cilium-agent".to_owned(),
+                    "quay.io/cilium/cilium:v1.20.2".to_owned(),
+                )]
+                .into(),
+                env: Default::default(),
+                ready: true,
+                node: "node-1".into(),
+            }],
+            config_maps: [(
+                crate::installed::FoundConfigMap {
+                    namespace: "kube-system".into(),
+                    name: "cilium-config".into(),
+                },
+                config
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            )]
+            .into(),
+            ..Found::default()
+        };
+        Cilium.interpret(&found)
+    }
+
+    #[test]
+    fn an_agent_without_encryption_mutual_authentication_or_l7_proxy_says_so_and_runs() {
+        let bare = installed(&[("enable-l7-proxy", "false"), ("enable-wireguard", "false")]);
+        assert_eq!(bare.version.as_deref(), Some("v1.20.2"));
+        assert_eq!(
+            bare.mode.as_deref(),
+            Some("encryption: none; mutual authentication: off; L7 proxy: off")
+        );
+        assert!(bare.unusable.is_none(), "{:?}", bare.unusable);
+        let full = installed(&[
+            ("enable-wireguard", "true"),
+            ("mesh-auth-mutual-enabled", "true"),
+        ]);
+        assert_eq!(
+            full.mode.as_deref(),
+            Some("encryption: wireguard; mutual authentication: on; L7 proxy: on")
+        );
+    }
+
+    #[test]
+    fn without_mutual_authentication_peers_are_admitted_by_their_labels_and_the_policy_says_so() {
+        let topology = e3::topology(&[e3::CALCULATOR, e3::EXPERIMENTER], crate::Ports::APP);
+        let policy = Policy::from_yaml(&e3::zero_trust_policy(crate::TRUST_DOMAIN)).unwrap();
+        let installation = installed(&[("enable-l7-proxy", "false")]);
+        let t = Cilium
+            .translate(&InstalledSite {
+                topology: &topology,
+                policy: &policy,
+                namespaces: &Default::default(),
+                installation: &installation,
+            })
+            .unwrap();
+        let calculator = t
+            .resources
+            .iter()
+            .find(|r| r["metadata"]["name"] == "mb-calculator")
+            .unwrap();
+        assert_eq!(
+            calculator["spec"]["ingress"],
+            json!([{
+                "fromEndpoints": [{ "matchLabels": {
+                    NAMESPACE_LABEL: "app", SERVICE_ACCOUNT_LABEL: "experimenter" } }],
+                "toPorts": [{ "ports": [{ "port": crate::Ports::APP.to_string(), "protocol": "TCP" }] }],
+            }])
+        );
+        assert!(
+            t.enforced
+                .notes
+                .iter()
+                .any(|n| n.contains("mutual authentication is off")
+                    && n.contains("identity of their labels alone")),
+            "{:?}",
+            t.enforced.notes
+        );
+    }
+
+    #[test]
+    fn without_the_l7_proxy_a_pair_with_requests_allowed_is_allowed_at_l4_with_a_note() {
+        let topology = e3::topology(&[e3::CALCULATOR, e3::EXPERIMENTER], crate::Ports::APP);
+        let policy = Policy::from_yaml(&format!(
+            "trust_domain: {td}\n\
+             authorization:\n\
+             \x20 - name: get-only\n    namespace: app\n    workload: calculator\n    action: ALLOW\n    rules:\n      - from: {{ principals: [{td}/ns/app/sa/experimenter] }}\n        to: {{ methods: [GET] }}\n",
+            td = crate::TRUST_DOMAIN
+        ))
+        .unwrap();
+        let installation = installed(&[
+            ("enable-l7-proxy", "false"),
+            ("mesh-auth-mutual-enabled", "true"),
+        ]);
+        let t = Cilium
+            .translate(&InstalledSite {
+                topology: &topology,
+                policy: &policy,
+                namespaces: &Default::default(),
+                installation: &installation,
+            })
+            .unwrap();
+        let calculator = t
+            .resources
+            .iter()
+            .find(|r| r["metadata"]["name"] == "mb-calculator")
+            .unwrap();
+        let ingress = calculator["spec"]["ingress"].as_array().unwrap();
+        assert!(
+            ingress
+                .iter()
+                .all(|rule| rule["toPorts"][0].get("rules").is_none()),
+            "{ingress:?}"
+        );
+        assert_eq!(ingress[0]["authentication"], json!({ "mode": "required" }));
+        assert!(
+            t.enforced
+                .notes
+                .iter()
+                .any(|n| n.contains("L7 proxy is off") && n.contains("every request is allowed")),
+            "{:?}",
+            t.enforced.notes
         );
     }
 

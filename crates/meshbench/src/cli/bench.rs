@@ -7,7 +7,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
 use meshbench_bench::{
     bench_dataplane, bench_loadgen, render_markdown, DataplaneBenchOptions, LoadgenBenchOptions,
-    Plane,
+    LoadgenPeer, Plane,
 };
 use meshbench_results::BenchReport;
 
@@ -99,6 +99,17 @@ pub struct LoadgenArgs {
     /// Directory for the report (bench.json, bench.md) and each tool's raw output.
     #[arg(long, default_value = "meshbench-results/bench-loadgen")]
     out: PathBuf,
+    /// A peer not to run (repeatable): wrk, fortio or oha. The report says it was left out
+    /// and which targets against it went unjudged; a peer neither installed nor left out is an
+    /// error.
+    #[arg(long, value_name = "PEER", value_parser = loadgen_peer_names())]
+    without: Vec<LoadgenPeer>,
+}
+
+/// `--without` takes a peer by its binary's name; clap lists the names when one is wrong.
+fn loadgen_peer_names() -> impl TypedValueParser<Value = LoadgenPeer> {
+    PossibleValuesParser::new(LoadgenPeer::ALL.map(LoadgenPeer::name))
+        .map(|name| name.parse().unwrap_or(LoadgenPeer::Oha))
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -113,6 +124,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
                 response_bytes: a.response_size,
                 work_dir: a.out.join("raw"),
                 build: super::build_info(),
+                without: a.without,
             })?;
             write_report(&report, &a.out)
         }
