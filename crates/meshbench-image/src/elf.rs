@@ -24,6 +24,9 @@ const DEFAULT_DIRS: [&str; 6] = [
 pub struct Closure {
     /// The interpreter and every library, each at the path the loader opens.
     pub files: BTreeSet<PathBuf>,
+    /// Whether the executable itself finds a library relative to its own directory (`$ORIGIN`
+    /// in its RUNPATH, as LLVM's tools do): in an image it must then sit at its own path.
+    pub origin_relative: bool,
 }
 
 /// The interpreter and libraries `executable` needs, recursively.
@@ -46,29 +49,50 @@ pub fn closure(executable: &Path) -> Result<Closure, Error> {
         }
         let origin = object.parent().unwrap_or(Path::new("/"));
         // RUNPATH wins over RPATH, as in the loader.
-        let own: Vec<PathBuf> = match elf.runpaths.is_empty() {
+        let own: Vec<(PathBuf, bool)> = match elf.runpaths.is_empty() {
             true => &elf.rpaths,
             false => &elf.runpaths,
         }
         .iter()
         .flat_map(|list| list.split(':'))
-        .map(|dir| PathBuf::from(dir.replace("$ORIGIN", &origin.to_string_lossy())))
+        .map(|dir| {
+            let relative = dir.contains("$ORIGIN");
+            let dir = PathBuf::from(dir.replace("$ORIGIN", &origin.to_string_lossy()));
+            (without_dot_dot(dir), relative)
+        })
         .collect();
+        let is_executable = object == executable;
         for name in &elf.libraries {
-            let found = own
+            let (found, relative) = own
                 .iter()
-                .chain(&search)
-                .map(|dir| dir.join(name))
-                .find(|candidate| candidate.is_file())
+                .cloned()
+                .chain(search.iter().map(|dir| (dir.clone(), false)))
+                .map(|(dir, relative)| (dir.join(name), relative))
+                .find(|(candidate, _)| candidate.is_file())
                 .ok_or_else(|| Error::MissingLibrary {
                     library: (*name).to_owned(),
                     needed_by: object.clone(),
                 })?;
+            closure.origin_relative |= is_executable && relative;
             closure.files.insert(found.clone());
             pending.push(found);
         }
     }
     Ok(closure)
+}
+
+/// `dir` with its `..` resolved the way the loader's open resolves them (through the real
+/// directories, links included), so that the image holds each library at a path without
+/// them (`$ORIGIN/../lib` is the usual case); unchanged when it has none or does not exist.
+fn without_dot_dot(dir: PathBuf) -> PathBuf {
+    if dir
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        dir.canonicalize().unwrap_or(dir)
+    } else {
+        dir
+    }
 }
 
 /// The directories `/etc/ld.so.conf` names (following its `include` globs one level deep,
@@ -134,6 +158,47 @@ mod tests {
             .collect();
         assert!(names.iter().any(|n| n.starts_with("libc.so")), "{names:?}");
         assert!(names.iter().any(|n| n.starts_with("ld-linux")), "{names:?}");
+    }
+
+    /// rustc finds librustc_driver through `$ORIGIN/../lib`, as LLVM's tools do: the
+    /// toolchain that builds this test is the test's subject.
+    fn rustc() -> PathBuf {
+        let sysroot = std::process::Command::new(std::env::var("RUSTC").unwrap_or("rustc".into()))
+            .args(["--print", "sysroot"])
+            .output()
+            .unwrap();
+        let sysroot = String::from_utf8(sysroot.stdout).unwrap();
+        Path::new(sysroot.trim()).join("bin/rustc")
+    }
+
+    #[test]
+    fn a_library_found_beside_the_executable_is_at_a_path_without_dot_dot() {
+        let rustc = rustc().canonicalize().unwrap();
+        let closure = closure(&rustc).unwrap();
+        assert!(closure.origin_relative);
+        let driver = closure
+            .files
+            .iter()
+            .find(|p| p.to_string_lossy().contains("librustc_driver"))
+            .unwrap_or_else(|| panic!("{:?}", closure.files));
+        assert!(
+            !driver
+                .components()
+                .any(|c| c == std::path::Component::ParentDir),
+            "{driver:?}"
+        );
+        assert_eq!(
+            driver.parent(),
+            rustc
+                .parent()
+                .unwrap()
+                .parent()
+                .map(|p| p.join("lib"))
+                .as_deref()
+        );
+        // This test binary has no RUNPATH of its own.
+        let me = std::env::current_exe().unwrap();
+        assert!(!super::closure(&me).unwrap().origin_relative);
     }
 
     #[test]

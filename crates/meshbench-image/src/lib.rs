@@ -40,6 +40,12 @@ pub enum Error {
     NotElf { path: PathBuf, reason: String },
     #[error("{library}, needed by {needed_by}, is in none of the loader's directories")]
     MissingLibrary { library: String, needed_by: PathBuf },
+    #[error(
+        "{host} finds its libraries relative to its own directory ($ORIGIN in its RUNPATH), so \
+         it cannot be placed at {in_image}: place it at its own path (--file {host}={host}) \
+         and give it another name with --alias {in_image}={host}"
+    )]
+    OriginRelative { host: String, in_image: String },
     #[error("cannot write {0}: {1}")]
     Write(PathBuf, #[source] std::io::Error),
     #[error("--tag {0:?} is not an image reference such as meshbench:0.1.0")]
@@ -376,7 +382,14 @@ fn layer_entries(options: &ImageOptions) -> Result<BTreeMap<String, Entry>, Erro
             }
         }
         if is_elf(&real)? {
-            for library in elf::closure(&real)?.files {
+            let closure = elf::closure(&real)?;
+            if closure.origin_relative && Path::new(&in_image) != real {
+                return Err(Error::OriginRelative {
+                    host: real.display().to_string(),
+                    in_image,
+                });
+            }
+            for library in closure.files {
                 let path = library.to_string_lossy().into_owned();
                 add(path, Source::Host(library), 0o755);
             }
@@ -676,6 +689,45 @@ mod tests {
         std::os::unix::fs::symlink(dir.path(), tree.join("lib/up")).unwrap();
         let err = placed_files(&placed).unwrap_err().to_string();
         assert!(err.contains("a link to a directory"), "{err}");
+    }
+
+    #[test]
+    fn an_executable_that_finds_its_libraries_beside_it_stays_at_its_own_path() {
+        let sysroot = std::process::Command::new("rustc")
+            .args(["--print", "sysroot"])
+            .output()
+            .unwrap();
+        let rustc = Path::new(String::from_utf8(sysroot.stdout).unwrap().trim())
+            .join("bin/rustc")
+            .canonicalize()
+            .unwrap();
+        let options = |in_image: &str| ImageOptions {
+            binary: std::env::current_exe().unwrap(),
+            extra: vec![],
+            loadable: vec![],
+            placed: vec![Placed {
+                host: rustc.clone(),
+                in_image: in_image.into(),
+            }],
+            aliases: vec![],
+            entrypoint: None,
+            user: None,
+            reference: "meshbench:test".into(),
+            out: PathBuf::from("/nonexistent"),
+        };
+        let Err(err) = layer_entries(&options("/usr/local/bin/rustc")) else {
+            panic!("rustc placed away from its libraries");
+        };
+        let err = err.to_string();
+        assert!(
+            err.contains("relative to its own directory")
+                && err.contains("--alias /usr/local/bin/rustc="),
+            "{err}"
+        );
+        let entries = layer_entries(&options(&rustc.to_string_lossy())).unwrap();
+        assert!(entries
+            .keys()
+            .any(|p| p.contains("librustc_driver") && !p.contains("..")));
     }
 
     #[test]

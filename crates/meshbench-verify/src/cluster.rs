@@ -163,6 +163,28 @@ impl Verifier for Cluster {
         notes
     }
 
+    /// A mesh the cluster runs enforces what its translation for this installation says
+    /// (Cilium without mutual authentication or its L7 proxy enforces less than with them):
+    /// the same translation the cases apply.
+    fn enforced_policy(
+        &self,
+        mesh: Scenario,
+        policy: &meshbench_policy::Policy,
+        topology: &Topology,
+    ) -> Result<meshbench_meshes::EnforcedPolicy, meshbench_meshes::Error> {
+        match (mesh.installed(), self.platform.installation(mesh)) {
+            (Some(installed), Some(installation)) => Ok(installed
+                .translate(&meshbench_meshes::InstalledSite {
+                    topology,
+                    policy,
+                    namespaces: &Default::default(),
+                    installation,
+                })?
+                .enforced),
+            _ => mesh.enforced_policy(policy, topology),
+        }
+    }
+
     async fn open<'a>(
         &'a self,
         mesh: Scenario,

@@ -16,21 +16,18 @@ pub struct Expectation {
     pub reason: String,
 }
 
-/// The policy `mesh` enforces in `case` (whose enrolled workloads it depends on), its notes
+/// The policy a mesh enforces in a case (whose enrolled workloads it depends on), its notes
 /// added to `notes` once each: the expectations follow it, and what it changed is said.
 pub fn enforced_in_case(
-    mesh: meshbench_meshes::Scenario,
-    policy: &Policy,
-    case: &crate::e3::SecurityCase,
+    enforced: meshbench_meshes::EnforcedPolicy,
     notes: &mut Vec<String>,
-) -> Result<Policy, meshbench_meshes::Error> {
-    let enforced = mesh.enforced_policy(policy, &crate::e3::topology(case))?;
+) -> Policy {
     for note in enforced.notes {
         if !notes.contains(&note) {
             notes.push(note);
         }
     }
-    Ok(enforced.policy)
+    enforced.policy
 }
 
 /// What `probe` should get when `mesh` enrolls the workloads in `meshed`: refused by the

@@ -70,6 +70,17 @@ pub(crate) trait Verifier {
     /// What the report should say about verifying `mesh` here.
     fn notes(&self, mesh: Scenario) -> Vec<String>;
 
+    /// The policy `mesh` enforces here for `topology`, which the expectations follow: as the
+    /// mesh reads it, unless this platform runs an installation of its own (see the cluster's).
+    fn enforced_policy(
+        &self,
+        mesh: Scenario,
+        policy: &meshbench_policy::Policy,
+        topology: &Topology,
+    ) -> Result<meshbench_meshes::EnforcedPolicy, meshbench_meshes::Error> {
+        mesh.enforced_policy(policy, topology)
+    }
+
     /// A site for `case`'s topology, its files in `dir` (nothing started yet).
     async fn open<'a>(
         &'a self,
@@ -186,7 +197,10 @@ async fn verify_mesh<V: Verifier>(
     let mut notes = platform.notes(mesh);
     for case in &CASES {
         let case_dir = dir.join(format!("case-{}", case.number));
-        let enforced = enforced_in_case(mesh, policy, case, &mut notes)?;
+        let enforced = enforced_in_case(
+            platform.enforced_policy(mesh, policy, &e3::topology(case))?,
+            &mut notes,
+        );
         let (verification, checks) =
             verify_case(platform, mesh, case, &enforced, &case_dir).await?;
         progress(&format!(

@@ -1235,6 +1235,11 @@ impl<'a> MeshLab<'a> {
     fn linkerd(cluster: &'a Cluster) -> MeshLab<'a> {
         MeshLab::up(cluster, "linkerd-lab", &[])
     }
+
+    /// Cilium's agents as the cluster's CNI (and its operator where it could be built).
+    fn cilium(cluster: &'a Cluster) -> MeshLab<'a> {
+        MeshLab::up(cluster, "cilium-lab", &[])
+    }
 }
 
 impl Drop for MeshLab<'_> {
@@ -1697,6 +1702,145 @@ fn linkerd_carries_every_request_through_its_proxies_on_the_cluster() {
         ],
         "calculator.app.serviceaccount.identity.linkerd.cluster.local",
     );
+}
+
+#[test]
+#[ignore = "cluster suite (scripts/test --cluster): needs the test cluster and Cilium's build"]
+fn cilium_enforces_the_policy_in_the_kernel_without_encryption_on_the_cluster() {
+    let Some(cluster) = Cluster::get() else {
+        return;
+    };
+    let Some(bpftool) = require_tool("bpftool") else {
+        return;
+    };
+    let cilium_programs = || {
+        let out = run_ok(Command::new(&bpftool).args(["prog", "show"]));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(" name cil_"))
+            .count()
+    };
+    {
+        let _cilium = MeshLab::cilium(&cluster);
+        assert!(cilium_programs() > 0, "Cilium's datapath is in the kernel");
+        let detected = cluster.mesh_detect();
+        assert!(
+            detected.contains(
+                "cilium           installed: version v1.20.2, mode encryption: none; \
+                 mutual authentication: off; L7 proxy: off"
+            ),
+            "{detected}"
+        );
+
+        // Every request answered through Cilium's datapath, in plaintext on the wire as
+        // baseline's; each agent on the cell's nodes sampled as a node agent.
+        let dir = tempfile::tempdir().unwrap();
+        let (_, r) = run_beside_baseline(&cluster, dir.path(), "cilium");
+        let cells = r["cells"].as_array().unwrap();
+        assert_eq!(cells.len(), 4);
+        for cell in cells {
+            let label = format!("{} {}", cell["scenario"], cell["placement"]);
+            let outcomes: Vec<&String> = cell["load"]["outcomes"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect();
+            assert_eq!(outcomes, ["http_200"], "{label}");
+            assert_eq!(cell["wire"]["marker_seen"], true, "{label}");
+            assert_eq!(cell["wire"]["tls_connections"], 0, "{label}");
+            let agents = cell["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| {
+                    r["role"] == "node-agent"
+                        && r["component"].as_str().unwrap().starts_with("cilium-node-")
+                        && r["cpu_cores_mean"].as_f64().unwrap() > 0.0
+                })
+                .count();
+            match cell["scenario"].as_str().unwrap() {
+                "baseline" => assert_eq!(agents, 0, "{label}"),
+                _ => assert!(agents >= 1, "{label}: {}", cell["resources"]),
+            }
+        }
+        let mode = r["environment"]["cluster_meshes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["scenario"] == "cilium")
+            .map(|m| m["mode"].clone());
+        assert_eq!(
+            mode,
+            Some(json!(
+                "encryption: none; mutual authentication: off; L7 proxy: off"
+            ))
+        );
+        assert_eq!(cluster.leftovers(), "", "objects left after a run");
+
+        // E3's six cases with the policy as CiliumNetworkPolicy: denials are drops (the
+        // caller times out), every path is plaintext and said to be. The one thing Cilium
+        // does otherwise than the policy says: E3's impostor, a pod outside the mesh under the
+        // experimenter's service account, is the experimenter to Cilium (it knows pods by
+        // their labels, and nothing is authenticated), so wherever the experimenter may call
+        // the calculator, so may the impostor.
+        let (output, report) = cluster.verify(&dir.path().join("verify"), "cilium", None);
+        assert!(!output.status.success());
+        let cilium = &report["meshes"][0];
+        let notes = cilium["notes"].to_string();
+        assert!(
+            notes.contains("cilium encrypts nothing on this cluster"),
+            "{notes}"
+        );
+        assert!(notes.contains("mutual authentication is off"), "{notes}");
+        let mut failed = vec![];
+        let mut dropped = 0;
+        for case in cilium["cases"].as_array().unwrap() {
+            for probe in case["probes"].as_array().unwrap() {
+                let wire = &probe["wire"];
+                assert_eq!(wire["tls_connections"], 0, "{probe}");
+                assert_eq!(wire["encryption_expected"], false, "{probe}");
+                if probe["verdict"] != "pass" {
+                    failed.push((case["case"].as_u64().unwrap(), probe["from"].clone()));
+                    assert_eq!(probe["observed"], "http_200", "{probe}");
+                } else if probe["expected_allowed"] == false {
+                    assert_ne!(probe["observed"], "http_403", "{probe}");
+                    dropped += 1;
+                }
+            }
+        }
+        assert_eq!(
+            failed,
+            [(2, json!("impostor")), (6, json!("impostor"))],
+            "{}",
+            report["meshes"]
+        );
+        assert!(
+            dropped >= 4,
+            "Cilium denied too little: {}",
+            report["meshes"]
+        );
+        assert_eq!(cluster.leftovers(), "", "the checks' namespaces are gone");
+    }
+    // `cilium-lab down` leaves nothing of Cilium's in the kernel or in the nodes' iptables.
+    assert_eq!(cilium_programs(), 0, "Cilium's BPF programs are gone");
+    for n in 1..=cluster.node_count() {
+        let rules = run_ok(Command::new("ip").args([
+            "netns",
+            "exec",
+            &format!("mbk8s-node-{n}"),
+            "iptables-save",
+        ]));
+        let rules = String::from_utf8_lossy(&rules.stdout).to_lowercase();
+        assert!(!rules.contains("cilium"), "node-{n}: {rules}");
+    }
+    let objects = cluster.kubectl_ok(&[
+        "get",
+        "ciliumendpoints,ciliumnodes,ciliumidentities",
+        "-A",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(objects.trim(), "", "Cilium's objects are gone");
 }
 
 /// The cells of a run of a sidecar mesh beside `baseline` (`run_beside_baseline`): on the wire

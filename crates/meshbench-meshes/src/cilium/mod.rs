@@ -284,6 +284,12 @@ fn translate(site: &InstalledSite<'_>) -> Result<Translation, Error> {
             rule["toPorts"] = json!([{ "ports": [port_json(port)] }]);
             ingress.push(rule);
         }
+        if ingress.is_empty() {
+            // Nobody admitted: Cilium refuses a rule without any ingress section (and builds
+            // its default deny from the rules there are), so the policy holds one rule that
+            // selects no peer, Cilium's own idiom for denying all ingress.
+            ingress.push(json!({}));
+        }
         let ns = site.namespace(&destination.namespace);
         resources.push(json!({
             "apiVersion": "cilium.io/v2",
@@ -540,6 +546,22 @@ mod tests {
             "{:?}",
             t.enforced.notes
         );
+    }
+
+    #[test]
+    fn a_destination_that_admits_nobody_gets_one_rule_that_selects_no_peer() {
+        // Only the external checker and the calculator enrolled: the calculator admits none
+        // of them (another namespace; the experimenter is not there).
+        let topology = e3::topology(&[e3::CALCULATOR, e3::EXTERNAL_CHECKER], crate::Ports::APP);
+        let policy = Policy::from_yaml(&e3::zero_trust_policy(crate::TRUST_DOMAIN)).unwrap();
+        let t = translate_unplaced(&Cilium, &policy, &topology).unwrap();
+        let calculator = t
+            .resources
+            .iter()
+            .find(|r| r["metadata"]["name"] == "mb-calculator")
+            .unwrap();
+        assert_eq!(calculator["spec"]["ingress"], json!([{}]));
+        assert_eq!(calculator["spec"]["enableDefaultDeny"]["ingress"], true);
     }
 
     #[test]
