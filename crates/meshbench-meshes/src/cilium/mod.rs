@@ -394,11 +394,7 @@ mod tests {
         let topology = e3::topology(&[e3::CALCULATOR, e3::EXPERIMENTER], crate::Ports::APP);
         let policy = Policy::from_yaml(&e3::zero_trust_policy(crate::TRUST_DOMAIN)).unwrap();
         let t = translate_unplaced(&Cilium, &policy, &topology).unwrap();
-        let calculator = t
-            .resources
-            .iter()
-            .find(|r| r["metadata"]["name"] == "mb-calculator")
-            .unwrap();
+        let calculator = calculator_policy(&t);
         assert_eq!(
             calculator["spec"]["ingress"],
             json!([{
@@ -408,6 +404,30 @@ mod tests {
                 "authentication": { "mode": "required" },
             }])
         );
+    }
+
+    /// `policy` for `topology` as the cluster of `installation` enforces it.
+    fn translated_for(
+        installation: &Installation,
+        policy: &Policy,
+        topology: &meshbench_topology::Topology,
+    ) -> Translation {
+        Cilium
+            .translate(&InstalledSite {
+                topology,
+                policy,
+                namespaces: &Default::default(),
+                installation,
+            })
+            .unwrap()
+    }
+
+    /// The calculator's CiliumNetworkPolicy in a translation.
+    fn calculator_policy(t: &Translation) -> &Value {
+        t.resources
+            .iter()
+            .find(|r| r["metadata"]["name"] == "mb-calculator")
+            .unwrap()
     }
 
     /// A running agent with `config` as its cilium-config.
@@ -471,19 +491,8 @@ mod tests {
         let topology = e3::topology(&[e3::CALCULATOR, e3::EXPERIMENTER], crate::Ports::APP);
         let policy = Policy::from_yaml(&e3::zero_trust_policy(crate::TRUST_DOMAIN)).unwrap();
         let installation = installed(&[("enable-l7-proxy", "false")]);
-        let t = Cilium
-            .translate(&InstalledSite {
-                topology: &topology,
-                policy: &policy,
-                namespaces: &Default::default(),
-                installation: &installation,
-            })
-            .unwrap();
-        let calculator = t
-            .resources
-            .iter()
-            .find(|r| r["metadata"]["name"] == "mb-calculator")
-            .unwrap();
+        let t = translated_for(&installation, &policy, &topology);
+        let calculator = calculator_policy(&t);
         assert_eq!(
             calculator["spec"]["ingress"],
             json!([{
@@ -517,19 +526,8 @@ mod tests {
             ("enable-l7-proxy", "false"),
             ("mesh-auth-mutual-enabled", "true"),
         ]);
-        let t = Cilium
-            .translate(&InstalledSite {
-                topology: &topology,
-                policy: &policy,
-                namespaces: &Default::default(),
-                installation: &installation,
-            })
-            .unwrap();
-        let calculator = t
-            .resources
-            .iter()
-            .find(|r| r["metadata"]["name"] == "mb-calculator")
-            .unwrap();
+        let t = translated_for(&installation, &policy, &topology);
+        let calculator = calculator_policy(&t);
         let ingress = calculator["spec"]["ingress"].as_array().unwrap();
         assert!(
             ingress
@@ -555,11 +553,7 @@ mod tests {
         let topology = e3::topology(&[e3::CALCULATOR, e3::EXTERNAL_CHECKER], crate::Ports::APP);
         let policy = Policy::from_yaml(&e3::zero_trust_policy(crate::TRUST_DOMAIN)).unwrap();
         let t = translate_unplaced(&Cilium, &policy, &topology).unwrap();
-        let calculator = t
-            .resources
-            .iter()
-            .find(|r| r["metadata"]["name"] == "mb-calculator")
-            .unwrap();
+        let calculator = calculator_policy(&t);
         assert_eq!(calculator["spec"]["ingress"], json!([{}]));
         assert_eq!(calculator["spec"]["enableDefaultDeny"]["ingress"], true);
     }
